@@ -1,0 +1,471 @@
+"""The agent: advance a run one model turn at a time, pause before a refund, resume exactly once.
+
+Every front end (terminal, web page, notebook) drives runs through :class:`Agent`. It owns no
+state of its own between calls: everything it needs to continue is in the store, so a run can
+stop in one process and continue in another, days later.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from .config import Settings, load_settings
+from .crash import crash_point
+from .errors import DecisionRefused, RunNotReady
+from .model import ModelAccess, open_model
+from .models import Approval, Call, Reply, Run, RunStatus, Step
+from .outbox import Outbox, with_signature
+from .payments import Payments
+from .prompts import system_prompt
+from .shop import Shop
+from .store import Store
+from .tools import (CheckRefundPolicy, IssueRefund, ShopTools, as_output, parse_args, refunded_by_order,
+                    tool_schemas)
+
+MAX_TURNS = 12
+STORED_RESPONSE_DAYS = 30
+MAX_EMAIL_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """Something a front end may show as it happens.
+
+    ``kind`` is "reasoning", "text" or "arguments" for streamed deltas (``text`` holds the
+    delta), "call" when a function call starts streaming (``text`` is its name), and "step"
+    when a timeline step has been committed (``step`` holds it).
+    """
+
+    run_id: str
+    kind: str
+    text: str = ""
+    step: Step | None = None
+
+
+OnEvent = Callable[[LiveEvent], None]
+
+
+class Cancel:
+    """A stop button for one advance: sets a flag and closes the in-flight stream.
+
+    Closing the HTTP response makes the streaming loop fail at once, even if the model is in the
+    middle of a long pause between events.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._stream: Any = None
+
+    def set(self) -> None:
+        self._event.set()
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - closing a dead stream must not hide the stop
+                pass
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def attach(self, stream: Any) -> None:
+        self._stream = stream
+        if self.is_set():
+            stream.close()
+
+
+class _Pause(Exception):
+    """Raised inside a turn when the run must wait for a person."""
+
+
+class _Stopped(Exception):
+    """Raised inside a turn when someone pressed Stop."""
+
+
+def _user_message(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def _usage(response: Any) -> dict[str, int]:
+    """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``."""
+    usage = response.usage
+    if usage is None:
+        return {}
+    details = getattr(usage, "input_tokens_details", None)
+    ticks = getattr(usage, "cost_in_usd_ticks", None)
+    if ticks is None and usage.model_extra:
+        ticks = usage.model_extra.get("cost_in_usd_ticks")
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "cached_tokens": getattr(details, "cached_tokens", 0) or 0,
+            "cost_ticks": int(ticks or 0)}
+
+
+class Agent:
+    """Runs refund conversations against one shop, store and model.
+
+    Args:
+        settings: configuration; read from the environment when omitted.
+        model: an already opened model client (tests pass one to inspect the offline server).
+    """
+
+    def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
+        self.settings = settings or load_settings()
+        self.shop = Shop(self.settings.data_dir)
+        self.store = Store(self.settings.db_path)
+        self.payments = Payments(self.settings.output_dir)
+        self.outbox = Outbox(self.settings.output_dir)
+        self._model = model
+        self._crash = self.settings.crash_at
+
+    @property
+    def model(self) -> ModelAccess:
+        # Opened lazily: deciding or listing the queue should not start a model server.
+        if self._model is None:
+            self._model = open_model(self.settings)
+        return self._model
+
+    # -- starting runs ---------------------------------------------------------------------
+
+    def start(self, sender: str, body: str, *, subject: str = "Refund request",
+              sender_name: str = "", kind: str = "custom") -> Run:
+        """Save a customer's email as a new run (nothing is sent to the model yet)."""
+        sender, body = sender.strip(), body.strip()
+        if "@" not in sender or " " in sender or len(sender) > 254:
+            raise RunNotReady(f"{sender!r} is not an email address.")
+        if not body:
+            raise RunNotReady("The email is empty.")
+        if len(body) > MAX_EMAIL_CHARS:
+            raise RunNotReady(f"The email is {len(body):,} characters; the limit is "
+                              f"{MAX_EMAIL_CHARS:,}. Trim it and send again.")
+        run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
+                                    subject=subject.strip() or "Refund request", email=body,
+                                    kind=kind)
+        crash_point("after_run_created", self._crash)
+        return run
+
+    def start_sample(self, key: str) -> Run:
+        sample = self.shop.sample(key)
+        return self.start(sample.sender, sample.body, subject=sample.subject,
+                          sender_name=sample.from_name, kind=sample.key)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def advance(self, run_id: str, on_event: OnEvent | None = None,
+                cancel: Cancel | None = None) -> Run:
+        """Advance the run until it finishes, waits for a person, stops, or fails.
+
+        Each turn is one streamed model request. Before it, the calls of the previous response
+        run (each output saved as soon as it returns); a refund call pauses the run instead.
+
+        Raises:
+            RunBusy: another process is advancing this run.
+            KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
+        """
+        emit = on_event or (lambda _e: None)
+        token = uuid.uuid4().hex
+        self.store.acquire(run_id, token)
+        seen = self._emit_steps(run_id, 0, emit, only_restart=True)
+        try:
+            for _ in range(MAX_TURNS):
+                if cancel and cancel.is_set():
+                    raise _Stopped
+                run = self.store.run(run_id)
+                next_input = self._prepare_turn(run, emit)
+                seen = self._emit_steps(run_id, seen, emit)
+                if next_input is None:
+                    self.store.release(run_id, token, RunStatus.DONE)
+                    return self.store.run(run_id)
+                items, reply_ids = next_input
+                self._turn(run, items, reply_ids, emit, cancel)
+                seen = self._emit_steps(run_id, seen, emit)
+                crash_point("after_response", self._crash)
+            self._finish(run_id, token, RunStatus.FAILED,
+                         f"Stopped after {MAX_TURNS} turns without finishing; resume to continue.")
+        except _Pause:
+            self.store.release(run_id, token, RunStatus.WAITING)
+        except (_Stopped, KeyboardInterrupt) as exc:
+            self._finish(run_id, token, RunStatus.STOPPED, None, ("stopped", {}))
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        except openai.NotFoundError:
+            run = self.store.run(run_id)
+            self._finish(run_id, token, RunStatus.FAILED,
+                         f"The stored response {run.last_response_id} is gone: stored responses "
+                         f"expire after {STORED_RESPONSE_DAYS} days, so this run cannot continue.")
+        except openai.APIError as exc:
+            if cancel and cancel.is_set():
+                self._finish(run_id, token, RunStatus.STOPPED, None, ("stopped", {}))
+            else:
+                self._finish(run_id, token, RunStatus.FAILED,
+                             f"The model request failed ({type(exc).__name__}: {exc}). Resume "
+                             "retries from the last stored response.")
+        except BaseException as exc:
+            self._finish(run_id, token, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            raise
+        self._emit_steps(run_id, seen, emit)
+        return self.store.run(run_id)
+
+    def _finish(self, run_id: str, token: str, status: RunStatus, error: str | None,
+                step: tuple[str, dict] | None = None) -> None:
+        if error and step is None:
+            step = ("error", {"message": error})
+        self.store.release(run_id, token, status, error, step)
+
+    def _emit_steps(self, run_id: str, after: int, emit: OnEvent, only_restart: bool = False
+                    ) -> int:
+        steps = self.store.steps(run_id, after)
+        for step in steps:
+            if not only_restart or step.kind == "restart":
+                emit(LiveEvent(run_id, "step", step=step))
+        return steps[-1].id if steps else after
+
+    def _prepare_turn(self, run: Run, emit: OnEvent
+                      ) -> tuple[list[dict[str, Any]], list[int]] | None:
+        """The input for the next request, running any calls still owed an output.
+
+        Returns None when the run is finished (the last response made no calls and no customer
+        reply is waiting). Raises _Pause when a refund waits for a person.
+        """
+        if run.last_response_id is None:
+            email = (f"From: {run.sender_name} <{run.sender}>\nSubject: {run.subject}\n\n"
+                     f"{run.email}")
+            system = {"type": "message", "role": "system",
+                      "content": system_prompt(self.shop.info.name, self.shop.today)}
+            return [system, _user_message(email)], []
+        calls = self.store.calls(run.last_response_id)
+        if calls:
+            outputs = []
+            for call in calls:
+                output = call.output if call.output is not None else self._run_call(run, call)
+                outputs.append({"type": "function_call_output", "call_id": call.call_id,
+                                "output": output})
+            return outputs, []
+        replies = self.store.replies(run.id, unsent_only=True)
+        if replies:
+            return ([_user_message(f"The customer wrote back:\n\n{r.text}") for r in replies],
+                    [r.id for r in replies])
+        return None
+
+    def _turn(self, run: Run, items: list[dict[str, Any]], reply_ids: list[int],
+              emit: OnEvent, cancel: Cancel | None) -> None:
+        """One streamed request; its response is committed before any of its calls run."""
+        started = time.monotonic()
+        params: dict[str, Any] = {
+            "model": self.settings.model, "input": items, "tools": tool_schemas(),
+            "store": True, "stream": True, "parallel_tool_calls": False,
+            "prompt_cache_key": run.id,
+        }
+        if run.last_response_id:
+            params["previous_response_id"] = run.last_response_id
+        if self.settings.reasoning_effort:
+            params["reasoning"] = {"effort": self.settings.reasoning_effort, "summary": "auto"}
+        response = self._stream(run.id, params, emit, cancel)
+        steps: list[tuple[str, dict[str, Any]]] = []
+        calls: list[tuple[str, str, str]] = []
+        text = ""
+        for item in response.output:
+            if item.type == "reasoning":
+                summary = " ".join(s.text for s in (item.summary or []))
+                if summary.strip():
+                    steps.append(("reasoning", {"text": summary}))
+            elif item.type == "message":
+                text += "".join(getattr(c, "text", "") or "" for c in item.content)
+            elif item.type == "function_call":
+                calls.append((item.call_id, item.name, item.arguments))
+                steps.append(("call", {"call_id": item.call_id, "name": item.name,
+                                       "arguments": item.arguments}))
+        if text.strip():
+            # Text next to calls is commentary; text with no calls ends the turn: the note.
+            steps.append(("text" if calls else "note", {"text": text.strip()}))
+        usage = _usage(response)
+        steps.append(("response", {"response_id": response.id,
+                                   "seconds": round(time.monotonic() - started, 3), **usage}))
+        self.store.record_response(run.id, response_id=response.id, calls=calls, steps=steps,
+                                   usage=usage, replies_sent=reply_ids)
+
+    def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent,
+                cancel: Cancel | None) -> Any:
+        """Stream one response, surfacing deltas; returns the completed response."""
+        stream = self.model.client.responses.create(**params)
+        if cancel:
+            cancel.attach(stream)
+        final = None
+        try:
+            for event in stream:
+                if cancel and cancel.is_set():
+                    raise _Stopped
+                kind = event.type
+                if kind == "response.reasoning_summary_text.delta":
+                    emit(LiveEvent(run_id, "reasoning", event.delta))
+                elif kind == "response.output_text.delta":
+                    emit(LiveEvent(run_id, "text", event.delta))
+                elif kind == "response.output_item.added" and event.item.type == "function_call":
+                    emit(LiveEvent(run_id, "call", event.item.name))
+                elif kind == "response.function_call_arguments.delta":
+                    emit(LiveEvent(run_id, "arguments", event.delta))
+                elif kind == "response.completed":
+                    final = event.response
+                elif kind in ("response.failed", "response.incomplete", "error"):
+                    raise openai.APIError(f"The model stream ended with {kind}.",
+                                          request=stream.response.request, body=None)
+        except openai.APIError:
+            if cancel and cancel.is_set():
+                raise _Stopped from None
+            raise
+        finally:
+            stream.close()
+        if final is None:
+            raise openai.APIConnectionError(
+                message="The model stream ended before the response was complete.",
+                request=stream.response.request)
+        return final
+
+    # -- running calls -----------------------------------------------------------------------
+
+    def _tools(self, run: Run, except_key: str | None = None) -> ShopTools:
+        return ShopTools(self.shop, run.sender,
+                         refunded_by_order(self.payments.refunds(), except_key))
+
+    def _run_call(self, run: Run, call: Call) -> str:
+        """Run one saved call and save its output at once (boundary 3)."""
+        crash_point("before_tool", self._crash)
+        args = parse_args(call.name, call.arguments)
+        audit = None
+        if isinstance(args, str):
+            output, steps = {"error": args}, []
+        elif call.name == "issue_refund":
+            output, steps, audit = self._refund(run, call, args)
+        elif call.name == "send_customer_message":
+            output, steps = self._email(run, call, args.message)
+        else:
+            output = getattr(self._tools(run), call.name)(args)
+            steps = []
+        text = as_output(output)
+        steps = [("result", {"call_id": call.call_id, "name": call.name, "output": output}),
+                 *steps]
+        self.store.record_output(run.id, call.call_id, text, steps, audit)
+        crash_point("after_tool", self._crash)
+        return text
+
+    def _refund(self, run: Run, call: Call, args: IssueRefund
+                ) -> tuple[dict[str, Any], list, dict[str, Any] | None]:
+        """issue_refund: queue it for a person, or carry out the person's decision."""
+        approval = self.store.find_approval(call.call_id)
+        tools = self._tools(run, except_key=call.call_id)
+        problem = tools.refund_problem(args)
+        if approval is None:
+            if problem:
+                audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
+                         "amount": args.amount, "note": problem}
+                return {"error": problem}, [], audit
+            self.store.queue_approval(run_id=run.id, response_id=call.response_id,
+                                      call_id=call.call_id, order_id=args.order_id.upper(),
+                                      amount=round(args.amount, 2), reason=args.reason,
+                                      customer=run.sender)
+            crash_point("after_approval_queued", self._crash)
+            raise _Pause
+        if approval.status == "pending":
+            raise _Pause
+        if approval.status == "rejected":
+            return ({"status": "rejected", "rejected_by": approval.decided_by,
+                     "note": approval.note or ""}, [], None)
+        if problem:  # approved, but the policy no longer allows it (refunded elsewhere)
+            audit = {"event": "refused", "actor": "agent", "approval_id": approval.id,
+                     "order_id": approval.order_id, "amount": approval.amount, "note": problem}
+            return {"status": "not_issued", "error": problem}, [], audit
+        crash_point("before_refund", self._crash)
+        refund, reused = self.payments.refund(approval.id, approval.order_id, approval.amount,
+                                              approval.reason)
+        crash_point("after_refund", self._crash)
+        audit = {"event": "reused" if reused else "issued", "actor": "payments",
+                 "approval_id": approval.id, "order_id": approval.order_id,
+                 "amount": approval.amount, "note": refund["refund_id"]}
+        output = {"status": "refunded", "refund_id": refund["refund_id"],
+                  "amount": approval.amount, "approved_by": approval.decided_by}
+        return output, [("refund", {**output, "reused": reused})], audit
+
+    def _email(self, run: Run, call: Call, message: str) -> tuple[dict[str, Any], list]:
+        """send_customer_message: always to the sender, signed once, sent once per call id."""
+        body = with_signature(message, self.shop.info.signature)
+        record, reused = self.outbox.send(call.call_id, run.sender, f"Re: {run.subject}", body)
+        crash_point("after_email", self._crash)
+        output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
+        return output, [("message", {"to": run.sender, "body": body, "reused": reused})]
+
+    # -- people ---------------------------------------------------------------------------
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None
+               ) -> Approval:
+        """Record a person's decision. The run continues on the next :meth:`advance`.
+
+        Raises:
+            DecisionRefused: no name, a rejection without a note, or a policy that no longer
+                allows the refund (refunded elsewhere meanwhile, or the stored response expired).
+            AlreadyDecided: someone else decided first (audited as 'ignored').
+        """
+        by, note = (by or "").strip(), (note or "").strip() or None
+        if not by:
+            raise DecisionRefused("Say who is deciding: an approver's name is required.")
+        if not approve and not note:
+            raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
+                                  "decision to the customer.")
+        approval = self.store.approval(approval_id)
+        if approve and approval.status == "pending":
+            problem = self.approval_problem(approval)
+            if problem:
+                self.store.audit_event("refused", by, run_id=approval.run_id,
+                                       approval_id=approval.id, order_id=approval.order_id,
+                                       amount=approval.amount, note=problem)
+                raise DecisionRefused(f"Cannot approve: {problem}")
+        decided = self.store.decide(approval_id, approve, by, note)
+        crash_point("after_decision", self._crash)
+        return decided
+
+    def approval_problem(self, approval: Approval) -> str | None:
+        """Why approving this refund now would fail, re-checked against today's facts."""
+        age_days = (time.time() - approval.requested_at) / 86400
+        if age_days > STORED_RESPONSE_DAYS:
+            return (f"the run's stored response is older than {STORED_RESPONSE_DAYS} days and "
+                    "has expired, so the run cannot continue; start a new ticket.")
+        run = self.store.run(approval.run_id)
+        args = IssueRefund(order_id=approval.order_id, amount=approval.amount,
+                           reason=approval.reason)
+        return self._tools(run, except_key=approval.id).refund_problem(args)
+
+    def policy_facts(self, approval: Approval) -> dict[str, Any]:
+        """The policy facts for an approval's order, for the approver's card."""
+        run = self.store.run(approval.run_id)
+        out = self._tools(run, except_key=approval.id).check_refund_policy(
+            CheckRefundPolicy(order_id=approval.order_id))
+        return out.get("facts", {})
+
+    def add_reply(self, run_id: str, text: str, simulated: bool = False) -> Reply:
+        """Save a customer's reply to a finished run; the next advance sends it."""
+        text = text.strip()
+        if not text:
+            raise RunNotReady("The reply is empty.")
+        if len(text) > MAX_EMAIL_CHARS:
+            raise RunNotReady(f"The reply is longer than {MAX_EMAIL_CHARS:,} characters.")
+        run = self.store.run(run_id)
+        if run.status != RunStatus.DONE:
+            raise RunNotReady(f"Run {run_id} is {run.status.value}; a customer can write back "
+                              "once the agent has finished.")
+        return self.store.add_reply(run_id, text, simulated)
+
+    # -- finding runs -------------------------------------------------------------------------
+
+    def resumable(self) -> list[Run]:
+        """Runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
+        return self.store.orphaned_runs() + self.store.decided_but_waiting()
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()

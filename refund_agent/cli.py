@@ -1,0 +1,276 @@
+"""The terminal front end: every command is a new process sharing the store in ``output/``.
+
+    refund-agent                         send the damaged-item sample; stops at the approval
+    refund-agent approve --as "Dana Kim" approve the waiting refund and finish the run
+    refund-agent reject --note "Why"     reject it; the agent explains the note to the customer
+    refund-agent resume                  continue the last stopped, failed or crashed run
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+import textwrap
+from datetime import datetime
+from typing import TextIO
+
+from .agent import Agent, LiveEvent
+from .customer import converse
+from .errors import NotFound, RefundAgentError
+from .models import Run, RunStatus, Step
+
+EPILOG = """\
+examples:
+  refund-agent                              the damaged-item sample, up to the approval
+  refund-agent approve --as "Dana Kim"      approve it in a new process and finish the run
+  refund-agent reject --note "Used item"    reject it instead
+  refund-agent sample past-window           a request the policy declines without a person
+  refund-agent angry                        the angry customer, played by the model
+  refund-agent send "My order A1058 ..." --from leo.martins@example.com
+  refund-agent reply "That's not enough"    write back to the last finished run as the customer
+  refund-agent resume                       continue the last stopped, failed or crashed run
+  refund-agent queue | runs | show RUN | audit [--verify]
+
+Replies are accepted only once a run has finished (not while it works or waits). Ctrl+C stops
+a run at its last stored response; `resume` continues it. Without XAI_API_KEY every command
+uses the offline stand-in model, which runs locally and is not Grok.
+"""
+
+
+class Printer:
+    """Shows a run as it happens: streamed deltas inline, committed steps as blocks."""
+
+    def __init__(self, out: TextIO = sys.stdout) -> None:
+        self.out = out
+        self._streaming: str | None = None
+
+    def _end_stream(self) -> None:
+        if self._streaming:
+            self.out.write("\n")
+            self._streaming = None
+
+    def __call__(self, event: LiveEvent) -> None:
+        if event.kind == "step" and event.step:
+            self._end_stream()
+            self.step(event.step)
+        elif event.kind in ("reasoning", "text"):
+            if self._streaming != event.kind:
+                self._end_stream()
+                self.out.write("  thinking: " if event.kind == "reasoning" else "  writing: ")
+                self._streaming = event.kind
+            self.out.write(event.text)
+        self.out.flush()
+
+    def step(self, step: Step) -> None:
+        d = step.data
+        lines = {
+            "email": lambda: f"Email from {d['name']} <{d['from']}>: {d['subject']}\n"
+                             + textwrap.indent(d["body"], "  | "),
+            "restart": lambda: f"-- picked up by a new process (pid {d['pid']}, "
+                               f"was {d['previous_pid']}) --",
+            "call": lambda: f"  -> {d['name']}({d['arguments']})",
+            "result": lambda: f"  <- {d['name']}: {_short(d['output'])}",
+            "approval": lambda: f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
+                                f"{d['reason']}\n  ** Waiting for approval ({d['approval_id']})",
+            "decision": lambda: f"  ** {d['decision'].capitalize()} by {d['by']}"
+                                + (f": {d['note']}" if d.get("note") else ""),
+            "refund": lambda: f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
+                              + (" (already made; reused, not repeated)" if d["reused"] else ""),
+            "message": lambda: f"  Email to {d['to']}:\n" + textwrap.indent(d["body"], "  > "),
+            "note": lambda: f"  Note for the team: {d['text']}",
+            "text": lambda: f"  {d['text']}",
+            "reply": lambda: ("Customer replied (written by the model):" if d["simulated"]
+                              else "Customer replied:") + "\n" + textwrap.indent(d["text"], "  | "),
+            "error": lambda: f"  !! {d['message']}",
+            "stopped": lambda: "  -- stopped --",
+        }
+        render = lines.get(step.kind)
+        if render:
+            self.out.write(render() + "\n")
+
+
+def _short(value: object, limit: int = 160) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _summary(run: Run, out: TextIO) -> None:
+    status = {
+        RunStatus.WAITING: "waiting for approval: `refund-agent approve --as NAME` or `reject`",
+        RunStatus.STOPPED: "stopped: `refund-agent resume` continues it",
+        RunStatus.FAILED: f"failed: {run.error} (`refund-agent resume` retries)",
+        RunStatus.DONE: "done",
+        RunStatus.WORKING: "working",
+    }[run.status]
+    out.write(f"\nRun {run.id}: {status}\n{run.requests} model requests, "
+              f"${run.cost_usd:.4f}, {run.cached_tokens:,} of {run.input_tokens:,} input tokens "
+              "cached\n")
+
+
+def _drive(agent: Agent, run_id: str, printer: Printer, simulate: bool = True) -> Run:
+    """Advance a run; the angry-customer sample lets the model write back as the customer."""
+    if simulate and agent.store.run(run_id).kind == "angry":
+        return converse(agent, run_id, printer)
+    return agent.advance(run_id, printer)
+
+
+def _start(agent: Agent, run: Run, printer: Printer) -> Run:
+    for step in agent.store.steps(run.id):
+        printer.step(step)
+    return _drive(agent, run.id, printer)
+
+
+def _pending(agent: Agent, approval_id: str | None):
+    if approval_id:
+        return agent.store.approval(approval_id)
+    pending = agent.store.approvals("pending")
+    if not pending:
+        return None
+    return pending[0]
+
+
+def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
+    approval = _pending(agent, args.id)
+    if approval is None:
+        print("Nothing is waiting for approval.")
+        return None
+    decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None))
+    print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
+          f"({decided.customer}) as {decided.decided_by}. Continuing run {decided.run_id}.")
+    return _drive(agent, decided.run_id, printer)
+
+
+def _resume_target(agent: Agent, run_id: str | None) -> Run | None:
+    if run_id:
+        return agent.store.run(run_id)
+    candidates = agent.resumable()
+    if candidates:
+        return candidates[0]
+    return agent.store.latest_run({RunStatus.STOPPED, RunStatus.FAILED})
+
+
+def _reply_target(agent: Agent, run_id: str | None) -> Run:
+    if run_id:
+        return agent.store.run(run_id)
+    run = agent.store.latest_run({RunStatus.DONE})
+    if run is None:
+        raise NotFound("No finished run to reply to.")
+    return run
+
+
+def _time(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else ""
+
+
+def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
+    if what == "queue":
+        pending = agent.store.approvals("pending")
+        for a in pending:
+            print(f"{a.id}  {a.order_id}  ${a.amount:.2f}  {a.customer}  {a.reason}")
+        print(f"{len(pending)} waiting for approval.")
+    elif what == "runs":
+        for r in agent.store.runs(limit=args.limit):
+            print(f"{r.id}  {r.status.value:8}  {_time(r.created_at)}  {r.sender:28}  "
+                  f"{r.requests:2} req  ${r.cost_usd:.4f}  {r.subject}")
+    elif what == "show":
+        printer = Printer()
+        for step in agent.store.steps(args.run):
+            printer.step(step)
+        _summary(agent.store.run(args.run), sys.stdout)
+    elif what == "audit":
+        if args.verify:
+            problem = agent.store.verify_audit()
+            print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain ok.")
+            return 1 if problem else 0
+        for e in agent.store.audit(limit=args.limit):
+            amount = f"${e.amount:.2f}" if e.amount is not None else ""
+            print(f"{_time(e.at)}  {e.event:9} {e.actor:14} pid {e.pid:<7} {e.order_id or '':6} "
+                  f"{amount:>9}  {e.note or ''}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="refund-agent", description="A refund agent that waits for a person's approval "
+        "before any refund, and finishes each run exactly once.", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    sample = sub.add_parser("sample", help="send one of the sample emails")
+    sample.add_argument("key", nargs="?", default="damaged",
+                        help="damaged (default), past-window or angry")
+    sub.add_parser("angry", help="the angry-customer sample; the model plays the customer")
+    send = sub.add_parser("send", help="send your own email to the agent")
+    send.add_argument("text")
+    send.add_argument("--from", dest="sender", required=True, help="the customer's address")
+    send.add_argument("--name", default="", help="the customer's name")
+    send.add_argument("--subject", default="Refund request")
+    for name, help_text in (("approve", "approve the oldest waiting refund and finish its run"),
+                            ("reject", "reject it with a note the agent passes on")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--as", dest="by", default=getpass.getuser(), help="who decides")
+        p.add_argument("--id", help="the approval id (default: the oldest waiting)")
+        if name == "reject":
+            p.add_argument("--note", required=True, help="why; the customer hears it")
+    resume = sub.add_parser("resume", help="continue a stopped, failed or crashed run")
+    resume.add_argument("--run", help="run id (default: the last one that needs it)")
+    reply = sub.add_parser("reply", help="write back to a finished run as the customer")
+    reply.add_argument("text")
+    reply.add_argument("--run", help="run id (default: the last finished run)")
+    sub.add_parser("queue", help="list refunds waiting for approval")
+    runs = sub.add_parser("runs", help="list runs, newest first")
+    runs.add_argument("--limit", type=int, default=20)
+    show = sub.add_parser("show", help="show one run's timeline")
+    show.add_argument("run")
+    audit = sub.add_parser("audit", help="show the audit log")
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--verify", action="store_true", help="check the hash chain")
+    return parser
+
+
+def run_command(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = args.command or "sample"
+    agent = Agent()
+    printer = Printer()
+    if command in ("queue", "runs", "show", "audit"):
+        return _list(agent, command, args)
+    print(f"Model: {agent.settings.model_label}\n")
+    run: Run | None
+    if command == "sample":
+        run = _start(agent, agent.start_sample(getattr(args, "key", "damaged")), printer)
+    elif command == "angry":
+        run = _start(agent, agent.start_sample("angry"), printer)
+    elif command == "send":
+        run = _start(agent, agent.start(args.sender, args.text, subject=args.subject,
+                                        sender_name=args.name), printer)
+    elif command in ("approve", "reject"):
+        run = _decide(agent, args, command == "approve", printer)
+    elif command == "resume":
+        run = _resume_target(agent, args.run)
+        if run is None:
+            print("Nothing to resume.")
+            return 0
+        print(f"Resuming run {run.id} ({run.status.value}).")
+        run = _drive(agent, run.id, printer)
+    else:  # reply
+        run = _reply_target(agent, args.run)
+        agent.add_reply(run.id, args.text)
+        run = _drive(agent, run.id, printer, simulate=False)
+    if run is not None:
+        _summary(run, sys.stdout)
+        return 1 if run.status == RunStatus.FAILED else 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user mistakes print a message and exit 1, never a traceback."""
+    try:
+        return run_command(argv)
+    except KeyboardInterrupt:
+        print("\nStopped. `refund-agent resume` continues from the last stored response.")
+        return 130
+    except RefundAgentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,99 @@
+"""Settings, read once from the environment and an optional ``.env`` file.
+
+Every path is overridable so tests and the notebook can work in a temporary folder, and a user
+can point the agent at another shop's data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+from .errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+XAI_BASE_URL = "https://api.x.ai/v1"
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}.") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, in one immutable object.
+
+    Attributes:
+        api_key: the xAI key; when empty the offline stand-in model is used.
+        model: model name sent with each request.
+        base_url: the Responses API endpoint for the real model.
+        reasoning_effort: "low", "medium", "high", or None to omit the parameter.
+        timeout: seconds to wait for one model request (reasoning models can be slow).
+        max_retries: retries for a request that fails before the answer starts.
+        data_dir: the shop's orders, policy and sample emails.
+        output_dir: everything a run writes (store, refunds log, outbox).
+        offline_latency: seconds the offline model spends on a request, to make streaming visible.
+        crash_at: named crash points at which the process kills itself (for tests and demos).
+    """
+
+    api_key: str = ""
+    model: str = "grok-4.7"
+    base_url: str = XAI_BASE_URL
+    reasoning_effort: str | None = "low"
+    timeout: float = 900.0
+    max_retries: int = 5
+    data_dir: Path = PROJECT_ROOT / "data"
+    output_dir: Path = PROJECT_ROOT / "output"
+    offline_latency: float = 0.0
+    crash_at: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def offline(self) -> bool:
+        """True when no key is set, so the offline stand-in answers instead of Grok."""
+        return not self.api_key
+
+    @property
+    def model_label(self) -> str:
+        """How front ends name the model: plainly, so nobody mistakes the stand-in for Grok."""
+        return "offline stand-in model (no XAI_API_KEY set)" if self.offline else f"Grok ({self.model})"
+
+    @property
+    def db_path(self) -> Path:
+        return self.output_dir / "refund-agent.sqlite3"
+
+    def with_(self, **changes: object) -> Settings:
+        """A copy with some fields changed (handy in tests and the notebook)."""
+        return replace(self, **changes)
+
+
+def load_settings(env_file: Path | None = None) -> Settings:
+    """Read settings from the environment, after loading ``.env`` without overriding it."""
+    load_dotenv(env_file or PROJECT_ROOT / ".env", override=False)
+    env = os.environ
+    effort = env.get("REFUND_AGENT_REASONING_EFFORT", "low").strip().lower()
+    if effort not in {"low", "medium", "high", "none", ""}:
+        raise ConfigError("REFUND_AGENT_REASONING_EFFORT must be low, medium, high or none.")
+    crash = {p.strip() for p in env.get("REFUND_AGENT_CRASH_AT", "").split(",") if p.strip()}
+    if env.get("CRASH_AFTER_REFUND", "").strip() not in {"", "0"}:
+        crash.add("after_refund")
+    return Settings(
+        api_key=env.get("XAI_API_KEY", "").strip(),
+        model=env.get("REFUND_AGENT_MODEL", "grok-4.7").strip() or "grok-4.7",
+        base_url=env.get("REFUND_AGENT_BASE_URL", XAI_BASE_URL).strip() or XAI_BASE_URL,
+        reasoning_effort=None if effort in {"none", ""} else effort,
+        timeout=_float("REFUND_AGENT_TIMEOUT", 900.0),
+        max_retries=int(_float("REFUND_AGENT_MAX_RETRIES", 5)),
+        data_dir=Path(env.get("REFUND_AGENT_DATA") or PROJECT_ROOT / "data"),
+        output_dir=Path(env.get("REFUND_AGENT_OUTPUT") or PROJECT_ROOT / "output"),
+        offline_latency=_float("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
+        crash_at=frozenset(crash),
+    )

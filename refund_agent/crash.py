@@ -1,0 +1,35 @@
+"""Named crash points: places where a test (or a curious user) can make the process die.
+
+Each sits at a durable boundary. ``REFUND_AGENT_CRASH_AT=after_refund`` (or the shorthand
+``CRASH_AFTER_REFUND=1``) kills the process there with SIGKILL, exactly as ``kill -9`` or a
+power cut would: no ``finally`` blocks, no atexit handlers, no flushing of anything unsaved.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+CRASH_POINTS: dict[str, str] = {
+    "after_run_created": "the run and its email are saved; no model request yet",
+    "after_response": "a model response and its calls are saved; none of the calls ran",
+    "before_tool": "a saved call is about to run",
+    "after_tool": "a call ran and its output is saved",
+    "after_approval_queued": "the refund approval is queued and the run is waiting",
+    "after_decision": "a person's decision is saved; the run has not continued yet",
+    "before_refund": "the approved refund is about to go to the payment provider",
+    "after_refund": "the payment provider made the refund; the run has not recorded it",
+    "after_email": "the email was sent; the run has not recorded it",
+    "after_simulated_reply": "a simulated customer reply is saved; the next turn has not run",
+}
+
+
+def crash_point(name: str, enabled: frozenset[str]) -> None:
+    """Kill this process with SIGKILL if ``name`` is one of the enabled crash points."""
+    assert name in CRASH_POINTS, name
+    if name in enabled:
+        sys.stdout.flush()
+        sys.stderr.write(f"\n[crash point {name}: killing process {os.getpid()}]\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

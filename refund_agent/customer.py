@@ -1,0 +1,79 @@
+"""The simulated customer: a second model plays the person who wrote in, to test composure.
+
+``converse`` wraps :meth:`Agent.advance`. Whenever the run finishes, it asks the model (with no
+tools and a short persona brief) for the customer's next reply, built only from the emails so
+far: never the agent's reasoning or tool results, which a real customer never sees. The reply
+goes into the run exactly like one a person typed, and the run continues.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .agent import Agent, Cancel, LiveEvent, OnEvent, _usage
+from .crash import crash_point
+from .models import Run, RunStatus
+from .prompts import customer_brief
+
+MAX_SIMULATED_REPLIES = 3
+DONE = "DONE"
+
+
+def transcript(agent: Agent, run_id: str) -> str:
+    """The emails exchanged so far, oldest first, as the customer would have them."""
+    blocks = []
+    for step in agent.store.steps(run_id):
+        if step.kind == "email":
+            blocks.append(f"--- Email from the customer ---\n{step.data['body']}")
+        elif step.kind == "reply":
+            blocks.append(f"--- Email from the customer ---\n{step.data['text']}")
+        elif step.kind == "message":
+            blocks.append(f"--- Email from support ---\n{step.data['body']}")
+    return "\n\n".join(blocks)
+
+
+def persona_request(agent: Agent, run: Run) -> dict[str, Any]:
+    """The request body for the simulated customer's next reply."""
+    return {
+        "model": agent.settings.model, "store": False,
+        "input": [
+            {"type": "message", "role": "system",
+             "content": customer_brief(run.sender_name, agent.shop.info.name)},
+            {"type": "message", "role": "user", "content": transcript(agent, run.id)},
+        ],
+    }
+
+
+def simulate_reply(agent: Agent, run: Run) -> str | None:
+    """Ask the model for the customer's next reply; None when the customer is done."""
+    response = agent.model.client.responses.create(**persona_request(agent, run))
+    text = (response.output_text or "").strip()
+    finished = not text or text.upper().strip(". ") == DONE
+    agent.store.add_cost(run.id, _usage(response),
+                         ("customer_done", {}) if finished else None)
+    return None if finished else text
+
+
+def customer_is_done(agent: Agent, run_id: str) -> bool:
+    return any(s.kind == "customer_done" for s in agent.store.steps(run_id))
+
+
+def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
+             cancel: Cancel | None = None, max_replies: int = MAX_SIMULATED_REPLIES) -> Run:
+    """Advance the run, letting the simulated customer write back after each finish.
+
+    Stops when the run waits for a person, stops or fails; when the customer says DONE; or
+    after ``max_replies`` simulated replies, so two models cannot argue forever.
+    """
+    while True:
+        run = agent.advance(run_id, on_event, cancel)
+        if (run.status != RunStatus.DONE or run.simulated_replies >= max_replies
+                or customer_is_done(agent, run_id)):
+            return run
+        text = simulate_reply(agent, run)
+        if text is None:
+            return agent.store.run(run_id)
+        agent.add_reply(run_id, text, simulated=True)
+        if on_event:
+            on_event(LiveEvent(run_id, "step", step=agent.store.steps(run_id)[-1]))
+        crash_point("after_simulated_reply", agent.settings.crash_at)

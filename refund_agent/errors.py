@@ -1,0 +1,56 @@
+"""The project's exceptions.
+
+Everything the package raises on purpose derives from :class:`RefundAgentError`, so a front end
+can catch one type and show its message instead of a traceback. Problems the *model* can recover
+from (a wrong order number, an amount above the policy) are not raised at all: they go back to
+the model as the tool's output.
+"""
+
+
+class RefundAgentError(Exception):
+    """Base class for every error this package raises deliberately."""
+
+
+class ConfigError(RefundAgentError):
+    """Settings or data files are missing, unreadable or invalid."""
+
+
+class NotFound(RefundAgentError):
+    """A run, approval or order with the given id does not exist."""
+
+
+class AlreadyDecided(RefundAgentError):
+    """A decision arrived for an approval that someone already decided.
+
+    Attributes:
+        status: the decision that won ("approved" or "rejected").
+        decided_by: who made it.
+    """
+
+    def __init__(self, approval_id: str, status: str, decided_by: str) -> None:
+        self.approval_id, self.status, self.decided_by = approval_id, status, decided_by
+        super().__init__(f"This refund was already {status} by {decided_by}.")
+
+
+class DecisionRefused(RefundAgentError):
+    """A decision cannot be carried out (bad input, or the policy no longer allows it)."""
+
+
+class RunBusy(RefundAgentError):
+    """Another live process is advancing this run right now."""
+
+    def __init__(self, run_id: str, pid: int) -> None:
+        self.run_id, self.pid = run_id, pid
+        super().__init__(f"Run {run_id} is being advanced by process {pid}; try again when it stops.")
+
+
+class RunNotReady(RefundAgentError):
+    """The run is in a state where the requested action makes no sense."""
+
+
+class StoreError(RefundAgentError):
+    """The SQLite store is corrupt, locked for too long, or not a database."""
+
+
+class IdempotencyConflict(RefundAgentError):
+    """An idempotency key was reused with different arguments (as payment providers refuse)."""

@@ -1,0 +1,110 @@
+"""Typed rows the store hands to front ends. Front ends read these; they never see SQL."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+TICKS_PER_USD = 10_000_000_000
+
+
+class RunStatus(StrEnum):
+    WORKING = "working"   # a process is advancing it (or died doing so)
+    WAITING = "waiting"   # paused on a refund that needs a person
+    STOPPED = "stopped"   # stopped by a person; resume continues it
+    DONE = "done"         # the agent finished; a customer reply can continue it
+    FAILED = "failed"     # an error the run cannot get past by itself; resume retries
+
+
+class Run(BaseModel):
+    id: str
+    created_at: float
+    kind: str                  # the sample key, or "custom"
+    sender: str
+    sender_name: str
+    subject: str
+    email: str
+    status: RunStatus
+    last_response_id: str | None
+    requests: int
+    cost_ticks: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    simulated_replies: int
+    error: str | None
+    lease_pid: int | None
+    last_pid: int | None
+    updated_at: float
+
+    @property
+    def cost_usd(self) -> float:
+        return self.cost_ticks / TICKS_PER_USD
+
+
+class Step(BaseModel):
+    """One entry of a run's timeline (the email, a reasoning summary, a tool call, ...)."""
+
+    id: int
+    run_id: str
+    at: float
+    pid: int
+    kind: str
+    data: dict[str, Any]
+
+
+class Call(BaseModel):
+    """A function call the model made, and its output once the call has run."""
+
+    call_id: str
+    run_id: str
+    response_id: str
+    name: str
+    arguments: str
+    output: str | None
+
+
+class Approval(BaseModel):
+    """A refund the agent proposed, waiting for (or holding) a person's decision."""
+
+    id: str              # the issue_refund call id, also the payment idempotency key
+    run_id: str
+    response_id: str
+    call_id: str
+    order_id: str
+    amount: float
+    reason: str
+    customer: str
+    status: str          # pending, approved, rejected
+    requested_at: float
+    requested_pid: int
+    decided_by: str | None
+    decided_at: float | None
+    decided_pid: int | None
+    note: str | None
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: float
+    event: str           # requested, approved, rejected, ignored, issued, reused, refused
+    actor: str
+    pid: int
+    run_id: str | None
+    approval_id: str | None
+    order_id: str | None
+    amount: float | None
+    note: str | None
+    prev_hash: str
+    hash: str
+
+
+class Reply(BaseModel):
+    id: int
+    run_id: str
+    at: float
+    text: str
+    simulated: bool
+    response_id: str | None   # the response that received it; None until then

@@ -1,0 +1,93 @@
+"""Run the offline Responses API server in the foreground.
+
+Usage::
+
+    python -m refund_agent.offline --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
+
+Prints the base URL to pass as ``base_url`` to ``openai.OpenAI``; Ctrl+C (or
+SIGTERM) stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+from .server import FAULTS_ENV, KNOWN_FAULTS, OfflineServer
+
+DEFAULT_STATE = Path(tempfile.gettempdir()) / "refund_agent_offline" / "responses.sqlite3"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parses the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m refund_agent.offline",
+        description="Serve a local stand-in for the xAI/OpenAI Responses API on 127.0.0.1.",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=DEFAULT_STATE,
+        help=f"SQLite file for stored responses (default: {DEFAULT_STATE})",
+    )
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds per reply, spread over streamed deltas"
+    )
+    parser.add_argument(
+        "--faults",
+        default=None,
+        help=f"comma-separated fault queue, from {sorted(KNOWN_FAULTS)} (default: ${FAULTS_ENV})",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Starts the server and blocks until interrupted.
+
+    Returns:
+        The process exit status.
+    """
+    args = parse_args(argv)
+    faults = (
+        [f.strip() for f in args.faults.split(",") if f.strip()]
+        if args.faults is not None
+        else None
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    # SIGTERM too, so a parent process (tests, the web app) gets a clean shutdown.
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        server = OfflineServer(
+            args.state, latency=args.latency, faults=faults, port=args.port
+        ).start()
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with server:
+        print(
+            f"Offline Responses API at {server.base_url} (state: {args.state}); Ctrl+C to stop.",
+            flush=True,
+        )
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    print("Offline server stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

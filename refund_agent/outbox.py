@@ -1,0 +1,39 @@
+"""Stand-in for an email service: messages go to ``outbox.log`` instead of anyone's inbox."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .ledger import IdempotentLog
+
+
+def with_signature(message: str, signature: str) -> str:
+    """The message with the shop's signature on its own lines, exactly once.
+
+    Models often sign off themselves; if the message already ends with the signature (or with
+    its first line, e.g. "Warmly,"), that sign-off is replaced rather than doubled.
+    """
+    body = message.rstrip()
+    sig = signature.strip()
+    if body.endswith(sig):
+        body = body[: -len(sig)].rstrip()
+    first = sig.splitlines()[0].strip()
+    if body.endswith(first):
+        body = body[: -len(first)].rstrip()
+    return f"{body}\n\n{sig}"
+
+
+class Outbox:
+    """Sends each email once per idempotency key (the ``send_customer_message`` call id)."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.log = IdempotentLog(Path(output_dir) / "outbox.log")
+
+    def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
+        request = {"to": to, "subject": subject, "body": body}
+        return self.log.once(key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})
+
+    def messages(self) -> list[dict[str, Any]]:
+        return self.log.records()

@@ -1,0 +1,477 @@
+"""The durable store: one SQLite file shared by every process (terminal, web, notebook).
+
+Each public write method is one transaction, and each is one of the durable boundaries the
+agent relies on: a process killed between two of them leaves the store consistent, and the run
+can be picked up from what was committed. SQL stays in this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import AlreadyDecided, NotFound, RunBusy, StoreError
+from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+# A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
+# process with the same pid exists (pids are reused after a reboot).
+LEASE_STALE_SECONDS = 15 * 60
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, kind TEXT NOT NULL,
+    sender TEXT NOT NULL, sender_name TEXT NOT NULL, subject TEXT NOT NULL, email TEXT NOT NULL,
+    status TEXT NOT NULL, last_response_id TEXT,
+    requests INTEGER NOT NULL DEFAULT 0, cost_ticks INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, simulated_replies INTEGER NOT NULL DEFAULT 0,
+    error TEXT, lease_pid INTEGER, lease_token TEXT, lease_at REAL, last_pid INTEGER,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
+CREATE TABLE IF NOT EXISTS steps (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, pid INTEGER NOT NULL,
+    kind TEXT NOT NULL, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id, id);
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT
+);
+CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq);
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
+    order_id TEXT NOT NULL, amount REAL NOT NULL, reason TEXT NOT NULL, customer TEXT NOT NULL,
+    status TEXT NOT NULL, requested_at REAL NOT NULL, requested_pid INTEGER NOT NULL,
+    decided_by TEXT, decided_at REAL, decided_pid INTEGER, note TEXT
+);
+CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
+CREATE TABLE IF NOT EXISTS replies (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, text TEXT NOT NULL,
+    simulated INTEGER NOT NULL, response_id TEXT
+);
+CREATE INDEX IF NOT EXISTS replies_by_run ON replies(run_id, id);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, event TEXT NOT NULL, actor TEXT NOT NULL,
+    pid INTEGER NOT NULL, run_id TEXT, approval_id TEXT, order_id TEXT, amount REAL, note TEXT,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+);
+"""
+
+_AUDIT_FIELDS = ("at", "event", "actor", "pid", "run_id", "approval_id", "order_id", "amount",
+                 "note")
+
+
+def audit_hash(prev_hash: str, entry: dict[str, Any]) -> str:
+    """The chained hash of one audit entry: editing, removing or reordering breaks the chain."""
+    body = json.dumps({k: entry.get(k) for k in _AUDIT_FIELDS}, sort_keys=True)
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process with this pid exists on this machine."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Store:
+    """Typed access to the SQLite file at ``path``; safe to share between threads.
+
+    Each thread gets its own connection. Writes that read first use ``BEGIN IMMEDIATE`` so two
+    processes cannot both read "pending" and both write "approved".
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.pid = os.getpid()
+        self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        version = self._read("PRAGMA user_version")[0][0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
+        if version < SCHEMA_VERSION:
+            try:  # executescript commits on its own, so the schema gets its own transaction
+                self._db().executescript(
+                    f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            except sqlite3.Error as exc:
+                raise StoreError(self._explain(exc)) from None
+
+    # -- connection handling -------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
+                db.row_factory = sqlite3.Row
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                db.execute("PRAGMA busy_timeout=10000")
+                db.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(self._explain(exc)) from None
+            self._local.db = db
+        return db
+
+    def _explain(self, exc: sqlite3.Error) -> str:
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            return (f"{self.path} is not a readable refund-agent database ({text}). "
+                    "Move it aside to start fresh; nothing else was changed.")
+        if "locked" in text or "busy" in text:
+            return f"{self.path} is locked by another process for too long ({text}); try again."
+        return f"Database error in {self.path}: {text}"
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken with BEGIN IMMEDIATE and committed on success."""
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        try:
+            return self._db().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    def integrity_ok(self) -> bool:
+        return self._read("PRAGMA integrity_check")[0][0] == "ok"
+
+    # -- small helpers used inside transactions -----------------------------------------
+
+    def _step(self, db: sqlite3.Connection, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        db.execute("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)",
+                   (run_id, time.time(), self.pid, kind, json.dumps(data)))
+
+    def _audit(self, db: sqlite3.Connection, event: str, actor: str, *, run_id: str | None = None,
+               approval_id: str | None = None, order_id: str | None = None,
+               amount: float | None = None, note: str | None = None) -> None:
+        row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
+        prev = row[0] if row else GENESIS_HASH
+        entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
+                 "run_id": run_id, "approval_id": approval_id, "order_id": order_id,
+                 "amount": amount, "note": note}
+        db.execute(
+            "INSERT INTO audit(at, event, actor, pid, run_id, approval_id, order_id, amount, note,"
+            " prev_hash, hash) VALUES (:at,:event,:actor,:pid,:run_id,:approval_id,:order_id,"
+            ":amount,:note,:prev,:hash)",
+            {**entry, "prev": prev, "hash": audit_hash(prev, entry)})
+
+    def _touch(self, db: sqlite3.Connection, run_id: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = :{k}" for k in fields)
+        db.execute(f"UPDATE runs SET {assignments} WHERE id = :id", {**fields, "id": run_id})
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
+                   kind: str = "custom") -> Run:
+        """Boundary 1: the run and the customer's email exist before any model request."""
+        run_id = "run_" + uuid.uuid4().hex[:12]
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
+                " status, updated_at, last_pid) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
+                 self.pid))
+            self._step(db, run_id, "email", {"from": sender, "name": sender_name,
+                                             "subject": subject, "body": email})
+        return self.run(run_id)
+
+    def run(self, run_id: str) -> Run:
+        rows = self._read("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"No run with id {run_id!r}.")
+        return Run.model_validate(dict(rows[0]))
+
+    def runs(self, limit: int = 100) -> list[Run]:
+        rows = self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    def latest_run(self, statuses: set[RunStatus]) -> Run | None:
+        marks = ",".join("?" * len(statuses))
+        rows = self._read(f"SELECT * FROM runs WHERE status IN ({marks})"
+                          " ORDER BY updated_at DESC LIMIT 1", tuple(statuses))
+        return Run.model_validate(dict(rows[0])) if rows else None
+
+    def orphaned_runs(self) -> list[Run]:
+        """Runs marked working whose process is gone: a crash cut them off mid-turn."""
+        rows = self._read("SELECT * FROM runs WHERE status = ? ORDER BY updated_at",
+                          (RunStatus.WORKING,))
+        return [Run.model_validate(dict(r)) for r in rows if not self._lease_live(dict(r))]
+
+    def decided_but_waiting(self) -> list[Run]:
+        """Runs still marked waiting although their refund was decided (a crash in between)."""
+        rows = self._read("SELECT DISTINCT runs.* FROM runs JOIN approvals a ON a.run_id = runs.id"
+                          " WHERE runs.status = ? AND a.status != 'pending'"
+                          " AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = runs.id"
+                          " AND p.status = 'pending')", (RunStatus.WAITING,))
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    @staticmethod
+    def _lease_live(row: dict[str, Any]) -> bool:
+        if row.get("lease_token") is None:
+            return False
+        fresh = time.time() - (row.get("lease_at") or 0) < LEASE_STALE_SECONDS
+        return fresh and pid_alive(row.get("lease_pid"))
+
+    def acquire(self, run_id: str, token: str) -> bool:
+        """Take the run's lease for this process; True if a different process had it last.
+
+        Raises:
+            RunBusy: another live process (or thread) holds the lease.
+        """
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"No run with id {run_id!r}.")
+            row = dict(row)
+            if row["lease_token"] not in (None, token) and self._lease_live(row):
+                raise RunBusy(run_id, row["lease_pid"])
+            moved = row["last_pid"] not in (None, self.pid)
+            if moved:
+                self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
+                                                   "pid": self.pid})
+            self._touch(db, run_id, lease_pid=self.pid, lease_token=token, lease_at=time.time(),
+                        last_pid=self.pid, status=RunStatus.WORKING, error=None)
+        return moved
+
+    def renew(self, run_id: str, token: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET lease_at = ? WHERE id = ? AND lease_token = ?",
+                       (time.time(), run_id, token))
+
+    def release(self, run_id: str, token: str, status: RunStatus, error: str | None = None,
+                step: tuple[str, dict[str, Any]] | None = None) -> None:
+        """Give up the lease and set the run's status (with an optional timeline step)."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
+                       " status = ?, error = ?, updated_at = ? WHERE id = ? AND lease_token = ?",
+                       (status, error, time.time(), run_id, token))
+            if step:
+                self._step(db, run_id, *step)
+
+    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> None:
+        with self._tx() as db:
+            self._touch(db, run_id, status=status, error=error)
+
+    # -- the model's responses and calls ---------------------------------------------------
+
+    def record_response(self, run_id: str, *, response_id: str, calls: list[tuple[str, str, str]],
+                        steps: list[tuple[str, dict[str, Any]]], usage: dict[str, int],
+                        replies_sent: list[int]) -> None:
+        """Boundary 2: a response, its calls and its timeline steps, before any call runs."""
+        with self._tx() as db:
+            for seq, (call_id, name, arguments) in enumerate(calls):
+                db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments)"
+                           " VALUES (?,?,?,?,?,?)",
+                           (call_id, run_id, response_id, seq, name, arguments))
+            for kind, data in steps:
+                self._step(db, run_id, kind, data)
+            for reply_id in replies_sent:
+                db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
+                           (response_id, reply_id))
+            db.execute(
+                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"
+                " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
+                " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
+                " lease_at = ?, updated_at = ? WHERE id = ?",
+                (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
+                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
+                 time.time(), run_id))
+
+    def add_cost(self, run_id: str, usage: dict[str, int], step: tuple[str, dict] | None) -> None:
+        """Count a side request (the simulated customer) toward the run's requests and cost."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET requests = requests + 1, cost_ticks = cost_ticks + ?,"
+                " input_tokens = input_tokens + ?, cached_tokens = cached_tokens + ?,"
+                " output_tokens = output_tokens + ?, updated_at = ? WHERE id = ?",
+                (usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
+                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
+                 run_id))
+            if step:
+                self._step(db, run_id, *step)
+
+    def calls(self, response_id: str) -> list[Call]:
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
+                          " FROM calls WHERE response_id = ? ORDER BY seq", (response_id,))
+        return [Call.model_validate(dict(r)) for r in rows]
+
+    def record_output(self, run_id: str, call_id: str, output: str,
+                      steps: list[tuple[str, dict[str, Any]]],
+                      audit: dict[str, Any] | None = None) -> None:
+        """Boundary 3: a call's output is saved the moment the call returns."""
+        with self._tx() as db:
+            db.execute("UPDATE calls SET output = ? WHERE call_id = ? AND output IS NULL",
+                       (output, call_id))
+            for kind, data in steps:
+                self._step(db, run_id, kind, data)
+            if audit:
+                self._audit(db, run_id=run_id, **audit)
+            self._touch(db, run_id, lease_at=time.time())
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def queue_approval(self, *, run_id: str, response_id: str, call_id: str, order_id: str,
+                       amount: float, reason: str, customer: str) -> Approval:
+        """Boundary 4: a pending approval, its audit line and the run's pause, together."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO approvals(id, run_id, response_id, call_id, order_id,"
+                " amount, reason, customer, status, requested_at, requested_pid)"
+                " VALUES (?,?,?,?,?,?,?,?, 'pending', ?, ?)",
+                (call_id, run_id, response_id, call_id, order_id, amount, reason, customer,
+                 time.time(), self.pid))
+            self._audit(db, "requested", "agent", run_id=run_id, approval_id=call_id,
+                        order_id=order_id, amount=amount, note=reason)
+            self._step(db, run_id, "approval", {"approval_id": call_id, "order_id": order_id,
+                                                "amount": amount, "reason": reason})
+            self._touch(db, run_id, status=RunStatus.WAITING)
+        return self.approval(call_id)
+
+    def approval(self, approval_id: str) -> Approval:
+        rows = self._read("SELECT * FROM approvals WHERE id = ?", (approval_id,))
+        if not rows:
+            raise NotFound(f"No refund approval with id {approval_id!r}.")
+        return Approval.model_validate(dict(rows[0]))
+
+    def find_approval(self, call_id: str) -> Approval | None:
+        try:
+            return self.approval(call_id)
+        except NotFound:
+            return None
+
+    def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:
+        if status is None:
+            rows = self._read("SELECT * FROM approvals ORDER BY requested_at DESC LIMIT ?",
+                              (limit,))
+        else:
+            rows = self._read("SELECT * FROM approvals WHERE status = ?"
+                              " ORDER BY requested_at LIMIT ?", (status, limit))
+        return [Approval.model_validate(dict(r)) for r in rows]
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None) -> Approval:
+        """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
+
+        Raises:
+            NotFound: no such approval.
+            AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
+        """
+        status = "approved" if approve else "rejected"
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"No refund approval with id {approval_id!r}.")
+            if row["status"] != "pending":
+                self._audit(db, "ignored", by, run_id=row["run_id"], approval_id=approval_id,
+                            order_id=row["order_id"], amount=row["amount"],
+                            note=f"tried to {'approve' if approve else 'reject'}; already "
+                                 f"{row['status']} by {row['decided_by']}")
+                late = AlreadyDecided(approval_id, row["status"], row["decided_by"])
+            else:
+                late = None
+                db.execute("UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?,"
+                           " decided_pid = ?, note = ? WHERE id = ? AND status = 'pending'",
+                           (status, by, time.time(), self.pid, note, approval_id))
+                self._audit(db, status, by, run_id=row["run_id"], approval_id=approval_id,
+                            order_id=row["order_id"], amount=row["amount"], note=note)
+                self._step(db, row["run_id"], "decision",
+                           {"approval_id": approval_id, "decision": status, "by": by,
+                            "note": note})
+        if late:
+            raise late
+        return self.approval(approval_id)
+
+    def audit_event(self, event: str, actor: str, **fields: Any) -> None:
+        with self._tx() as db:
+            self._audit(db, event, actor, **fields)
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def add_reply(self, run_id: str, text: str, simulated: bool) -> Reply:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)",
+                             (run_id, time.time(), text, int(simulated)))
+            self._step(db, run_id, "reply", {"text": text, "simulated": simulated})
+            if simulated:
+                db.execute("UPDATE runs SET simulated_replies = simulated_replies + 1"
+                           " WHERE id = ?", (run_id,))
+            reply_id = cur.lastrowid
+        return self.replies(run_id, reply_id=reply_id)[0]
+
+    def replies(self, run_id: str, unsent_only: bool = False,
+                reply_id: int | None = None) -> list[Reply]:
+        sql = "SELECT * FROM replies WHERE run_id = ?"
+        args: tuple = (run_id,)
+        if unsent_only:
+            sql += " AND response_id IS NULL"
+        if reply_id is not None:
+            sql += " AND id = ?"
+            args += (reply_id,)
+        rows = self._read(sql + " ORDER BY id", args)
+        return [Reply.model_validate({**dict(r), "simulated": bool(r["simulated"])})
+                for r in rows]
+
+    # -- timeline and audit ---------------------------------------------------------------
+
+    def steps(self, run_id: str, after: int = 0) -> list[Step]:
+        rows = self._read("SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY id",
+                          (run_id, after))
+        return [Step.model_validate({**dict(r), "data": json.loads(r["data"])}) for r in rows]
+
+    def audit(self, limit: int | None = None) -> list[AuditEntry]:
+        sql = "SELECT * FROM audit ORDER BY id"
+        rows = self._read(sql) if limit is None else self._read(
+            "SELECT * FROM (SELECT * FROM audit ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,))
+        return [AuditEntry.model_validate(dict(r)) for r in rows]
+
+    def verify_audit(self) -> str | None:
+        """Check the audit chain; None if intact, else a sentence naming the first bad entry."""
+        prev = GENESIS_HASH
+        for entry in self.audit():
+            if entry.prev_hash != prev:
+                return (f"Audit entry {entry.id} does not follow the entry before it: an entry "
+                        "was removed or reordered just before it.")
+            if audit_hash(prev, entry.model_dump()) != entry.hash:
+                return f"Audit entry {entry.id} ({entry.event}) was edited after it was written."
+            prev = entry.hash
+        return None
