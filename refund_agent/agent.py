@@ -171,8 +171,9 @@ class Agent:
         """
         emit = on_event or (lambda _e: None)
         token = uuid.uuid4().hex
+        before = self.store.last_step_id(run_id)
         self.store.acquire(run_id, token)
-        seen = self._emit_steps(run_id, 0, emit, only_restart=True)
+        seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         try:
             for _ in range(MAX_TURNS):
                 if cancel and cancel.is_set():
@@ -219,12 +220,10 @@ class Agent:
             step = ("error", {"message": error})
         self.store.release(run_id, token, status, error, step)
 
-    def _emit_steps(self, run_id: str, after: int, emit: OnEvent, only_restart: bool = False
-                    ) -> int:
+    def _emit_steps(self, run_id: str, after: int, emit: OnEvent) -> int:
         steps = self.store.steps(run_id, after)
         for step in steps:
-            if not only_restart or step.kind == "restart":
-                emit(LiveEvent(run_id, "step", step=step))
+            emit(LiveEvent(run_id, "step", step=step))
         return steps[-1].id if steps else after
 
     def _prepare_turn(self, run: Run, emit: OnEvent

@@ -45,6 +45,7 @@ class Printer:
     def __init__(self, out: TextIO = sys.stdout) -> None:
         self.out = out
         self._streaming: str | None = None
+        self._streamed_text = ""
 
     def _end_stream(self) -> None:
         if self._streaming:
@@ -60,6 +61,8 @@ class Printer:
                 self._end_stream()
                 self.out.write("  thinking: " if event.kind == "reasoning" else "  writing: ")
                 self._streaming = event.kind
+                self._streamed_text = ""
+            self._streamed_text += event.text
             self.out.write(event.text)
         self.out.flush()
 
@@ -67,7 +70,7 @@ class Printer:
         d = step.data
         lines = {
             "email": lambda: f"Email from {d['name']} <{d['from']}>: {d['subject']}\n"
-                             + textwrap.indent(d["body"], "  | "),
+                             + _quote(d["body"], "  | "),
             "restart": lambda: f"-- picked up by a new process (pid {d['pid']}, "
                                f"was {d['previous_pid']}) --",
             "call": lambda: f"  -> {d['name']}({d['arguments']})",
@@ -78,17 +81,23 @@ class Printer:
                                 + (f": {d['note']}" if d.get("note") else ""),
             "refund": lambda: f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
                               + (" (already made; reused, not repeated)" if d["reused"] else ""),
-            "message": lambda: f"  Email to {d['to']}:\n" + textwrap.indent(d["body"], "  > "),
-            "note": lambda: f"  Note for the team: {d['text']}",
+            "message": lambda: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
+            "note": lambda: ("  ^ that is the note for the team"
+                             if d["text"] == self._streamed_text.strip()
+                             else f"  Note for the team: {d['text']}"),
             "text": lambda: f"  {d['text']}",
             "reply": lambda: ("Customer replied (written by the model):" if d["simulated"]
-                              else "Customer replied:") + "\n" + textwrap.indent(d["text"], "  | "),
+                              else "Customer replied:") + "\n" + _quote(d["text"], "  | "),
             "error": lambda: f"  !! {d['message']}",
             "stopped": lambda: "  -- stopped --",
         }
         render = lines.get(step.kind)
         if render:
             self.out.write(render() + "\n")
+
+
+def _quote(text: str, prefix: str) -> str:
+    return textwrap.indent(text, prefix, lambda _line: True)
 
 
 def _short(value: object, limit: int = 160) -> str:

@@ -274,11 +274,6 @@ class Store:
                         last_pid=self.pid, status=RunStatus.WORKING, error=None)
         return moved
 
-    def renew(self, run_id: str, token: str) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE runs SET lease_at = ? WHERE id = ? AND lease_token = ?",
-                       (time.time(), run_id, token))
-
     def release(self, run_id: str, token: str, status: RunStatus, error: str | None = None,
                 step: tuple[str, dict[str, Any]] | None = None) -> None:
         """Give up the lease and set the run's status (with an optional timeline step)."""
@@ -457,6 +452,10 @@ class Store:
         rows = self._read("SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY id",
                           (run_id, after))
         return [Step.model_validate({**dict(r), "data": json.loads(r["data"])}) for r in rows]
+
+    def last_step_id(self, run_id: str) -> int:
+        return self._read("SELECT COALESCE(MAX(id), 0) FROM steps WHERE run_id = ?",
+                          (run_id,))[0][0]
 
     def audit(self, limit: int | None = None) -> list[AuditEntry]:
         sql = "SELECT * FROM audit ORDER BY id"

@@ -27,6 +27,7 @@ THREATS = {
     "legal action": re.compile(r"lawyer|legal|sue\b|court", re.I),
     "a manager": re.compile(r"manager|supervisor|someone in charge", re.I),
 }
+ACCEPTS = re.compile(r"\b(fine|okay|ok|thanks|thank you|accept|i'll take)\b", re.I)
 WROTE_BACK = "The customer wrote back:"
 
 
@@ -304,6 +305,10 @@ def _pushback(conv: _Conversation, first: str, latest: str, sent: dict | None) -
         return Reply("I answered the customer calmly; the team should know what they said.",
                      "The customer pushed back on the outcome. I kept to the policy and offered "
                      f"nothing beyond it.{flagged}")
+    if not threats and ACCEPTS.search(latest):
+        return _send("The customer accepts the outcome, if unhappily. A short, kind close.",
+                     f"Hi {first},\n\nThank you for letting me know, and I'm sorry again for "
+                     "the trouble. If you need anything else, just reply to this email.")
     if outcome.get("status") == "refunded":
         done = (f"We've refunded {_money(outcome['amount'])}, which is the most our refund "
                 "policy allows for this order")

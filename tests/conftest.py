@@ -1,0 +1,63 @@
+"""Shared fixtures: every test gets its own output folder and its own offline model.
+
+Nothing here touches the network: the agent talks to the offline stand-in over loopback through
+the real openai SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refund_agent import Agent, Settings
+from refund_agent.config import PROJECT_ROOT
+from refund_agent.model import ModelAccess, open_model
+
+DATA = PROJECT_ROOT / "data"
+
+
+@pytest.fixture(autouse=True)
+def _no_real_key(monkeypatch):
+    """Tests must never reach Grok, whatever the developer's shell or .env holds."""
+    monkeypatch.setenv("XAI_API_KEY", "")
+    for name in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "REFUND_AGENT_OFFLINE_FAULTS",
+                 "REFUND_AGENT_OFFLINE_LATENCY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(api_key="", data_dir=DATA, output_dir=tmp_path / "output", max_retries=2,
+                    timeout=30.0)
+
+
+@pytest.fixture
+def model(settings: Settings) -> ModelAccess:
+    """The offline model for this test's output folder (``model.server.requests`` = bodies)."""
+    return open_model(settings)
+
+
+@pytest.fixture
+def agent(settings: Settings, model: ModelAccess) -> Agent:
+    return Agent(settings, model=model)
+
+
+def cli_env(output_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment for a ``refund-agent`` subprocess writing into ``output_dir``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "XAI_API_KEY")}
+    env.update(REFUND_AGENT_OUTPUT=str(output_dir), REFUND_AGENT_DATA=str(DATA), XAI_API_KEY="",
+               REFUND_AGENT_MAX_RETRIES="2", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def run_cli(output_dir: Path, *args: str, timeout: float = 60, **extra: str
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m refund_agent ARGS`` as a new process, as a user would."""
+    return subprocess.run([sys.executable, "-m", "refund_agent", *args], capture_output=True,
+                          text=True, timeout=timeout, env=cli_env(output_dir, **extra),
+                          cwd=PROJECT_ROOT)
