@@ -7,6 +7,7 @@ response and stream event against its pydantic models instead of trusting them.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +23,8 @@ import pytest
 from openai.types.responses import Response
 
 from refund_agent.offline import OfflineServer, start_offline_server
-from refund_agent.offline.server import FAULTS_ENV, delta_delays
+from refund_agent.offline.events import delta_delays
+from refund_agent.offline.server import FAULTS_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86400.0
@@ -539,7 +541,7 @@ def test_cli_help() -> None:
     assert "--port" in result.stdout and "--state" in result.stdout and "--latency" in result.stdout
 
 
-def test_cli_serves_until_terminated(tmp_path: Path) -> None:
+def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -562,6 +564,6 @@ def test_cli_serves_until_terminated(tmp_path: Path) -> None:
         ) as reply:
             assert json.loads(reply.read()) == {"ok": True}
     finally:
-        process.terminate()
+        process.send_signal(signal.SIGINT)  # what Ctrl+C sends
         out, _ = process.communicate(timeout=10)
     assert process.returncode == 0 and "stopped" in out

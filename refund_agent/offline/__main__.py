@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    # SIGTERM too, so a parent process (tests, the web app) gets a clean shutdown.
+    # SIGINT explicitly (a shell starts background jobs with it ignored, which would
+    # disable KeyboardInterrupt) and SIGTERM so parent processes get a clean shutdown.
+    signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
         server = OfflineServer(
@@ -80,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Offline Responses API at {server.base_url} (state: {args.state}); Ctrl+C to stop.",
             flush=True,
         )
-        try:
-            while not stop.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            pass
+        stop.wait()
     print("Offline server stopped.", flush=True)
     return 0
 

@@ -25,6 +25,7 @@ __all__ = [
     "build_output_items",
     "build_response",
     "build_usage",
+    "cost_in_usd_ticks",
     "delta_delays",
     "encode_sse",
     "estimate_tokens",
@@ -32,6 +33,7 @@ __all__ = [
     "new_id",
     "normalize_input",
     "not_found",
+    "split_words",
     "stream_events",
     "validate_body",
 ]
@@ -42,6 +44,7 @@ PRICE_CACHED_INPUT_PER_M = 0.75
 PRICE_OUTPUT_PER_M = 15.00
 # xAI reports cost in "ticks": 10^10 ticks = 1 USD.
 TICKS_PER_USD = 10**10
+_PRICES_PER_M = (PRICE_INPUT_PER_M, PRICE_CACHED_INPUT_PER_M, PRICE_OUTPUT_PER_M)
 
 # Function-call arguments have no word structure, so stream them in slices.
 _ARGUMENT_CHUNK = 16
@@ -270,12 +273,12 @@ def cost_in_usd_ticks(uncached_input: int, cached_input: int, output: int) -> in
     Returns:
         Cost in ticks (10^10 per USD).
     """
-    usd = (
-        uncached_input * PRICE_INPUT_PER_M
-        + cached_input * PRICE_CACHED_INPUT_PER_M
-        + output * PRICE_OUTPUT_PER_M
-    ) / 1_000_000
-    return round(usd * TICKS_PER_USD)
+    # Per-token prices are whole ticks (e.g. $3/M = 30,000 ticks), so stay in integers.
+    per_token = [round(price * TICKS_PER_USD / 1_000_000) for price in _PRICES_PER_M]
+    return sum(
+        count * ticks
+        for count, ticks in zip((uncached_input, cached_input, output), per_token, strict=True)
+    )
 
 
 def build_response(
