@@ -427,6 +427,8 @@ class Store:
             cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)",
                              (run_id, time.time(), text, int(simulated)))
             self._step(db, run_id, "reply", {"text": text, "simulated": simulated})
+            # The run has work again; marking it working lets a resume find it after a crash.
+            self._touch(db, run_id, status=RunStatus.WORKING)
             if simulated:
                 db.execute("UPDATE runs SET simulated_replies = simulated_replies + 1"
                            " WHERE id = ?", (run_id,))

@@ -1,0 +1,122 @@
+"""The terminal commands, each a real new process sharing one output folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from refund_agent.config import PROJECT_ROOT
+
+from conftest import cli_env, run_cli
+
+
+def refunds(out) -> list[dict]:
+    path = out / "refunds.log"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_guide_flow_across_processes(tmp_path):
+    out = tmp_path / "out"
+    first = run_cli(out)
+    assert first.returncode == 0, first.stderr
+    assert "offline stand-in" in first.stdout
+    assert "Proposed refund $48.00 on A1043" in first.stdout
+    assert "3 model requests" in first.stdout
+    assert "1 waiting for approval" in run_cli(out, "queue").stdout
+
+    approved = run_cli(out, "approve", "--as", "Dana Kim")
+    assert approved.returncode == 0, approved.stderr
+    assert "picked up by a new process" in approved.stdout
+    assert "Email to maya.chen@example.com" in approved.stdout
+    assert "5 model requests" in approved.stdout
+    assert "Nothing is waiting for approval." in run_cli(out, "approve").stdout
+
+    audit = run_cli(out, "audit").stdout.splitlines()
+    assert [line.split()[2] for line in audit] == ["requested", "approved", "issued"]
+    pids = [re.search(r"pid (\d+)", line).group(1) for line in audit]
+    assert pids[0] != pids[1] == pids[2]  # requested by the old process, approved by the new
+    assert run_cli(out, "audit", "--verify").returncode == 0
+    assert len(refunds(out)) == 1
+
+
+def test_crash_after_refund_then_resume_reuses_the_refund(tmp_path):
+    out = tmp_path / "out"
+    run_cli(out)
+    crashed = run_cli(out, "approve", "--as", "Dana Kim", CRASH_AFTER_REFUND="1")
+    assert crashed.returncode == -signal.SIGKILL
+    assert len(refunds(out)) == 1
+    resumed = run_cli(out, "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "reused, not repeated" in resumed.stdout and "done" in resumed.stdout
+    assert len(refunds(out)) == 1
+    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()]
+    assert events == ["requested", "approved", "reused"]
+
+
+def test_two_processes_approving_at_once_make_one_decision(tmp_path):
+    out = tmp_path / "out"
+    run_cli(out)
+    approval_id = run_cli(out, "queue").stdout.split()[0]
+    procs = [subprocess.Popen([sys.executable, "-m", "refund_agent", "approve", "--as", who,
+                               "--id", approval_id],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=cli_env(out), cwd=PROJECT_ROOT) for who in ("Ana", "Ben")]
+    results = [(p.wait(timeout=60), p.stdout.read() + p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 1], results
+    loser = next(text for code, text in results if code == 1)
+    assert "already approved by" in loser or "being advanced by process" in loser
+    assert len(refunds(out)) == 1
+
+
+def test_ctrl_c_stops_and_resume_continues(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "refund_agent"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT,
+                            env=cli_env(out, REFUND_AGENT_OFFLINE_LATENCY="3"))
+    deadline = time.monotonic() + 30
+    seen = ""
+    while "thinking:" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.read(1)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
+    assert "resume" in proc.stdout.read()
+    runs = run_cli(out, "runs").stdout
+    assert "stopped" in runs
+    resumed = run_cli(out, "resume")
+    assert resumed.returncode == 0 and "waiting for approval" in resumed.stdout
+
+
+def test_user_mistakes_get_messages_not_tracebacks(tmp_path):
+    out = tmp_path / "out"
+    cases = [
+        (("reject", "--id", "nope", "--note", "x"), "No refund approval with id 'nope'"),
+        (("send", "hi", "--from", "not-an-address"), "is not an email address"),
+        (("sample", "missing"), "No sample email called 'missing'"),
+        (("reply", "hello"), "No finished run to reply to"),
+        (("show", "run_x"), "No run with id 'run_x'"),
+    ]
+    for args, message in cases:
+        result = run_cli(out, *args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_explains_replies_and_the_angry_customer(tmp_path):
+    text = run_cli(tmp_path, "--help").stdout
+    assert "angry" in text and "reply" in text and "offline stand-in" in text
+
+
+def test_corrupt_database_is_reported_and_left_alone(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    db = out / "refund-agent.sqlite3"
+    db.write_bytes(b"this is not sqlite" * 100)
+    result = run_cli(out, "runs")
+    assert result.returncode == 1 and "not a readable refund-agent database" in result.stderr
+    assert db.read_bytes() == b"this is not sqlite" * 100

@@ -1,0 +1,104 @@
+"""Customer replies continue a finished run; the simulated angry customer tests composure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from refund_agent import RunNotReady, RunStatus, converse
+from refund_agent.customer import MAX_SIMULATED_REPLIES
+
+from conftest import run_cli
+
+
+def finish_damaged(agent):
+    run = agent.advance(agent.start_sample("damaged").id)
+    [approval] = agent.store.approvals("pending")
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    return agent.advance(run.id)
+
+
+def test_reply_continues_the_run_sending_only_the_new_message(agent, model):
+    run = finish_damaged(agent)
+    before = len(model.server.requests)
+    agent.add_reply(run.id, "Thanks! Can you also refund the shipping? I'll post a bad review.")
+    after = agent.advance(run.id)
+    assert after.status == RunStatus.DONE
+    body = model.server.requests[before]
+    assert body["previous_response_id"] == run.last_response_id
+    assert len(body["input"]) == 1 and body["input"][0]["role"] == "user"
+    assert "refund the shipping" in body["input"][0]["content"]
+    notes = [s.data["text"] for s in agent.store.steps(run.id) if s.kind == "note"]
+    assert "a bad review" in notes[-1]
+    assert len(agent.payments.refunds()) == 1 and len(agent.outbox.messages()) == 2
+
+
+def test_reply_is_refused_while_the_run_is_not_finished(agent):
+    run = agent.advance(agent.start_sample("damaged").id)
+    with pytest.raises(RunNotReady, match="waiting"):
+        agent.add_reply(run.id, "Hello?")
+    with pytest.raises(RunNotReady, match="empty"):
+        agent.add_reply(run.id, "  ")
+
+
+def test_angry_customer_holds_the_line(agent, model):
+    run = agent.advance(agent.start_sample("angry").id)
+    [approval] = agent.store.approvals("pending")
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    run = converse(agent, run.id)
+    assert run.status == RunStatus.DONE
+    assert 1 <= run.simulated_replies <= MAX_SIMULATED_REPLIES
+    refunds = agent.payments.refunds()
+    assert [r["request"]["amount"] for r in refunds] == [31.50]
+    replies = [s.data for s in agent.store.steps(run.id) if s.kind == "reply"]
+    assert all(r["simulated"] for r in replies) and "chargeback" in replies[0]["text"]
+    notes = " ".join(s.data["text"] for s in agent.store.steps(run.id) if s.kind == "note")
+    for flag in ("a chargeback", "a bad review", "a manager"):
+        assert flag in notes
+    # The persona requests count toward the run's requests and cost.
+    persona = [b for b in model.server.requests if not b.get("tools")]
+    agent_turns = [s for s in agent.store.steps(run.id) if s.kind == "response"]
+    assert run.requests == len(agent_turns) + len(persona)
+
+
+def test_persona_sees_only_the_emails(agent, model):
+    run = agent.advance(agent.start_sample("angry").id)
+    [approval] = agent.store.approvals("pending")
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    converse(agent, run.id)
+    persona = [b for b in model.server.requests if not b.get("tools")]
+    assert persona and all(b["store"] is False for b in persona)
+    hidden = [s.data["text"] for s in agent.store.steps(run.id) if s.kind in ("reasoning", "note")]
+    for body in persona:
+        text = json.dumps(body["input"])
+        assert "function_call" not in text and "check_refund_policy" not in text
+        assert "max_refund" not in text and "re_" not in text
+        assert not any(h in text for h in hidden)
+
+
+def test_conversation_stops_after_the_reply_limit(agent):
+    run = agent.advance(agent.start_sample("angry").id)
+    [approval] = agent.store.approvals("pending")
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    run = converse(agent, run.id, max_replies=1)
+    assert run.simulated_replies == 1 and run.status == RunStatus.DONE
+
+
+def test_crash_between_simulated_reply_and_next_turn_resumes_cleanly(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(out, "angry").returncode == 0
+    crashed = run_cli(out, "approve", "--as", "Dana Kim",
+                      REFUND_AGENT_CRASH_AT="after_simulated_reply")
+    assert crashed.returncode == -9, crashed.stderr
+    resumed = run_cli(out, "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "done" in resumed.stdout
+    from refund_agent.store import Store
+
+    store = Store(out / "refund-agent.sqlite3")
+    [run] = store.runs()
+    replies = store.replies(run.id)
+    texts = [r.text for r in replies]
+    assert len(texts) == len(set(texts)) and all(r.response_id for r in replies)
+    assert len([line for line in (out / "refunds.log").read_text().splitlines()]) == 1
