@@ -265,14 +265,17 @@ class Agent:
         if run.last_response_id:
             params["previous_response_id"] = run.last_response_id
         if self.settings.reasoning_effort:
-            params["reasoning"] = {"effort": self.settings.reasoning_effort, "summary": "auto"}
+            params["reasoning"] = {"effort": self.settings.reasoning_effort}
         response = self._stream(run.id, params, emit, cancel)
         steps: list[tuple[str, dict[str, Any]]] = []
         calls: list[tuple[str, str, str]] = []
         text = ""
         for item in response.output:
             if item.type == "reasoning":
-                summary = " ".join(s.text for s in (item.summary or []))
+                # Some models return a summary, others the reasoning text itself, others
+                # (encrypted) nothing readable at all; show whatever is readable.
+                parts = [*(item.summary or []), *(item.content or [])]
+                summary = " ".join(p.text for p in parts)
                 if summary.strip():
                     steps.append(("reasoning", {"text": summary}))
             elif item.type == "message":
@@ -302,7 +305,8 @@ class Agent:
                 if cancel and cancel.is_set():
                     raise _Stopped
                 kind = event.type
-                if kind == "response.reasoning_summary_text.delta":
+                if kind in ("response.reasoning_summary_text.delta",
+                            "response.reasoning_text.delta"):
                     emit(LiveEvent(run_id, "reasoning", event.delta))
                 elif kind == "response.output_text.delta":
                     emit(LiveEvent(run_id, "text", event.delta))
