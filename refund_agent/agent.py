@@ -27,8 +27,15 @@ from .payments import Payments
 from .prompts import system_prompt
 from .shop import Shop
 from .store import Store
-from .tools import (CheckRefundPolicy, IssueRefund, ShopTools, as_output, parse_args, refunded_by_order,
-                    tool_schemas)
+from .tools import (
+    CheckRefundPolicy,
+    IssueRefund,
+    ShopTools,
+    as_output,
+    parse_args,
+    refunded_by_order,
+    tool_schemas,
+)
 
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30

@@ -64,7 +64,9 @@ class Settings:
     @property
     def model_label(self) -> str:
         """How front ends name the model: plainly, so nobody mistakes the stand-in for Grok."""
-        return "offline stand-in model (no XAI_API_KEY set)" if self.offline else f"Grok ({self.model})"
+        if self.offline:
+            return "offline stand-in model (no XAI_API_KEY set)"
+        return f"Grok ({self.model})"
 
     @property
     def db_path(self) -> Path:

@@ -41,7 +41,8 @@ class RunBusy(RefundAgentError):
 
     def __init__(self, run_id: str, pid: int) -> None:
         self.run_id, self.pid = run_id, pid
-        super().__init__(f"Run {run_id} is being advanced by process {pid}; try again when it stops.")
+        super().__init__(
+            f"Run {run_id} is being advanced by process {pid}; try again when it stops.")
 
 
 class RunNotReady(RefundAgentError):

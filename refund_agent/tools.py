@@ -33,7 +33,8 @@ class CheckRefundPolicy(_Args):
 
 class IssueRefund(_Args):
     order_id: str = Field(description="The order to refund.")
-    amount: float = Field(description="Refund amount in US dollars, at most what the policy allows.")
+    amount: float = Field(description="Refund amount in US dollars, at most what the policy "
+                                      "allows.")
     reason: str = Field(description="One sentence for the approver: what is refunded and why.")
 
 

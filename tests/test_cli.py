@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from refund_agent.config import PROJECT_ROOT
-
 from conftest import cli_env, run_cli
+
+from refund_agent.config import PROJECT_ROOT
 
 
 def refunds(out) -> list[dict]:

@@ -5,8 +5,7 @@ import json
 from refund_agent import Shop, tool_schemas
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.outbox import with_signature
-from refund_agent.tools import (CheckRefundPolicy, IssueRefund, LookupOrder, ShopTools,
-                                parse_args)
+from refund_agent.tools import CheckRefundPolicy, IssueRefund, LookupOrder, ShopTools, parse_args
 
 SHOP = Shop(PROJECT_ROOT / "data")
 

@@ -137,7 +137,6 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
             damaged.append(item)
     if not damaged and DAMAGE.search(email) and len(items) == 1:
         damaged = items
-    final_sale = [i["name"] for i in items if i.get("final_sale")]
     if damaged:
         chosen = [i for i in damaged if not i.get("final_sale")]
         amount = sum(i["price"] * i["quantity"] for i in chosen)
