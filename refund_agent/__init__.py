@@ -4,8 +4,17 @@ same run exactly once, across restarts and crashes."""
 from .agent import Agent, Cancel, LiveEvent
 from .config import Settings, load_settings
 from .customer import converse
-from .errors import (AlreadyDecided, ConfigError, DecisionRefused, IdempotencyConflict, NotFound,
-                     RefundAgentError, RunBusy, RunNotReady, StoreError)
+from .errors import (
+    AlreadyDecided,
+    ConfigError,
+    DecisionRefused,
+    IdempotencyConflict,
+    NotFound,
+    RefundAgentError,
+    RunBusy,
+    RunNotReady,
+    StoreError,
+)
 from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
 from .policy import PolicyFacts, policy_facts, refund_ceiling, refund_problem
 from .shop import Order, Shop
