@@ -299,12 +299,16 @@ def _pushback(conv: _Conversation, first: str, latest: str, sent: dict | None) -
     threats = _threats(latest)
     refund = conv.last("issue_refund")
     outcome = (refund or {}).get("output") or {}
+    accepts = not threats and ACCEPTS.search(latest)
+    if sent and accepts:
+        return Reply("The customer has accepted; a short note closes the ticket.",
+                     "The customer accepted the outcome, unhappily. Nothing more to do.")
     if sent:
         flagged = (f" Flag: the customer mentioned {', '.join(threats)}." if threats else "")
         return Reply("I answered the customer calmly; the team should know what they said.",
                      "The customer pushed back on the outcome. I kept to the policy and offered "
                      f"nothing beyond it.{flagged}")
-    if not threats and ACCEPTS.search(latest):
+    if accepts:
         return _send("The customer accepts the outcome, if unhappily. A short, kind close.",
                      f"Hi {first},\n\nThank you for letting me know, and I'm sorry again for "
                      "the trouble. If you need anything else, just reply to this email.")
