@@ -1,0 +1,481 @@
+"""The refund agent as a support helpdesk: inbox, ticket timeline, approval queue, audit log.
+
+    streamlit run app.py
+
+Without XAI_API_KEY the page runs on the offline stand-in model, slowed to about a second per
+request so the streaming is visible (set REFUND_AGENT_OFFLINE_LATENCY=0 to turn that off).
+
+The page only reads the store and calls the worker. Runs belong to the server process's
+:class:`~refund_agent.worker.Worker`, so closing a tab never stops one, and every tab (and the
+terminal) sees the same store, which the fragments below re-read about once a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import streamlit as st
+
+from refund_agent import Agent, AlreadyDecided, RefundAgentError, RunStatus, Settings, views
+from refund_agent.config import load_settings
+from refund_agent.views import md
+from refund_agent.worker import Worker
+
+DEMO_LATENCY = 1.0   # seconds per offline request when REFUND_AGENT_OFFLINE_LATENCY is unset
+LIVE_EVERY = 0.5     # how often the open ticket refreshes (streamed text shows this fast)
+SYNC_EVERY = 1.0     # how often the inbox, the queue and the audit log re-read the store
+
+log = logging.getLogger("refund_agent.app")
+
+
+# -- the worker: one per server process, shared by every browser session -----------------------
+
+
+def page_settings() -> Settings:
+    """Settings from the environment, with a visible demo latency on the offline model."""
+    settings = load_settings()
+    if settings.offline and not os.environ.get("REFUND_AGENT_OFFLINE_LATENCY", "").strip():
+        settings = settings.with_(offline_latency=DEMO_LATENCY)
+    return settings
+
+
+@st.cache_resource(show_spinner="Starting the background worker…",
+                   on_release=lambda worker: worker.shutdown())
+def shared_worker(key: str, _settings: Settings) -> Worker:
+    """The process's worker for these settings (``key`` names them; the key is never in it)."""
+    worker = Worker(Agent(_settings))
+    worker.start()
+    return worker
+
+
+def get_worker() -> Worker:
+    settings = page_settings()
+    key = "|".join(str(v) for v in (settings.output_dir, settings.data_dir, settings.model,
+                                    settings.offline, settings.offline_latency,
+                                    sorted(settings.crash_at)))
+    return shared_worker(key, settings)
+
+
+# -- small helpers ------------------------------------------------------------------------
+
+
+def guarded(render: Callable[..., None]) -> Callable[..., None]:
+    """Show a failure inside a part of the page as a message, never as a traceback."""
+
+    @wraps(render)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            render(*args, **kwargs)
+        except RefundAgentError as exc:
+            st.error(str(exc), icon=":material/error:")
+        except Exception as exc:  # noqa: BLE001 - the page must stay usable
+            log.exception("Page section %s failed", render.__name__)
+            st.error(f"Something went wrong: {type(exc).__name__}: {exc}", icon=":material/error:")
+
+    return wrapper
+
+
+def notify(area: str, kind: str = "", text: str = "") -> None:
+    """Leave a message for one area of the page (or clear it, with no text).
+
+    A message stays until that area's next action, so nobody misses a refusal.
+    """
+    st.session_state[f"notice_{area}"] = (kind, text) if text else None
+
+
+def show_notice(area: str) -> None:
+    notice = st.session_state.get(f"notice_{area}")
+    if notice:
+        kind, text = notice
+        {"success": st.success, "warning": st.warning, "error": st.error}.get(kind, st.info)(
+            text)
+
+
+def select(run_id: str | None) -> None:
+    st.session_state["selected"] = run_id
+    # The URL remembers the ticket, so a reload or a server restart reopens it.
+    if run_id:
+        st.query_params["run"] = run_id
+
+
+def selected_run_id() -> str | None:
+    if "selected" not in st.session_state:
+        st.session_state["selected"] = st.query_params.get("run")
+    return st.session_state["selected"]
+
+
+def approver() -> str:
+    if "approver" not in st.session_state:
+        st.session_state["approver"] = (st.query_params.get("approver") or "").strip()
+    return st.session_state["approver"]
+
+
+# -- callbacks (run before the page re-renders, so a click is never lost) ---------------------
+
+
+def on_sample(worker: Worker, key: str) -> None:
+    notify("inbox")
+    try:
+        run = worker.submit_sample(key)
+    except RefundAgentError as exc:
+        notify("inbox", "error", str(exc))
+        return
+    select(run.id)
+
+
+def on_send_email(worker: Worker) -> None:
+    state = st.session_state
+    notify("inbox")
+    try:
+        run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),
+                                  subject=state.get("mail_subject", ""),
+                                  sender_name=state.get("mail_name", ""))
+    except RefundAgentError as exc:
+        notify("inbox", "error", str(exc))
+        return
+    state["mail_body"] = ""
+    notify("inbox", "success", f"Sent. The agent is working on ticket {run.id}.")
+    select(run.id)
+
+
+def on_select(run_id: str) -> None:
+    select(run_id)
+    st.rerun()  # the whole page, so the ticket follows the inbox at once
+
+
+def on_stop(worker: Worker, run_id: str) -> None:
+    if worker.stop(run_id):
+        notify("ticket")
+    else:
+        notify("ticket", "warning", "This run is not being advanced by this server; nothing "
+                                    "to stop here.")
+
+
+def on_resume(worker: Worker, run_id: str) -> None:
+    notify("ticket")
+    try:
+        worker.resume(run_id)
+    except RefundAgentError as exc:
+        notify("ticket", "error", str(exc))
+
+
+def on_reply(worker: Worker, run_id: str) -> None:
+    key = f"reply_{run_id}"
+    notify("ticket")
+    try:
+        worker.reply(run_id, st.session_state.get(key, ""))
+    except RefundAgentError as exc:
+        notify("ticket", "error", str(exc))
+        return
+    st.session_state[key] = ""
+
+
+def on_save_name() -> None:
+    name = " ".join(st.session_state.get("approver_input", "").split())
+    if not name:
+        notify("queue", "error", "Enter your name first: every approval and rejection is "
+                                 "signed with it in the audit log.")
+        return
+    notify("queue")
+    st.session_state["approver"] = name
+    st.query_params["approver"] = name
+
+
+def on_change_name() -> None:
+    st.session_state["approver"] = ""
+    st.session_state["approver_input"] = ""
+    st.query_params.pop("approver", None)
+
+
+def on_decide(worker: Worker, approval_id: str, approve: bool) -> None:
+    by = approver()
+    if not by:
+        notify("queue", "error", "Enter your name above before deciding: it goes into the "
+                                 "audit log next to the decision.")
+        return
+    note = st.session_state.get(f"note_{approval_id}", "")
+    try:
+        decided = worker.decide(approval_id, approve, by, note)
+    except AlreadyDecided as exc:
+        notify("queue", "warning", str(exc))
+        return
+    except RefundAgentError as exc:
+        notify("queue", "error", str(exc))
+        return
+    verb = "Approved" if approve else "Rejected"
+    notify("queue", "success", f"{verb} {views.money(decided.amount)} for order "
+                               f"{decided.order_id} as {by}. The agent is finishing the ticket.")
+    select(decided.run_id)
+    st.rerun()
+
+
+# -- the page -------------------------------------------------------------------------------
+
+
+def render_header(worker: Worker) -> None:
+    settings = worker.agent.settings
+    left, right = st.columns([3, 2], vertical_alignment="bottom")
+    left.markdown(f"## :material/support_agent: {md(worker.agent.shop.info.name)}  \n"
+                  "Refund desk: the agent proposes, a person approves.")
+    with right:
+        header_status(worker, settings)
+
+
+@st.fragment(run_every=2.0)
+@guarded
+def header_status(worker: Worker, settings: Settings) -> None:
+    model = md(settings.model_label)
+    if settings.offline and settings.offline_latency:
+        model += f" · {settings.offline_latency:g} s per request"
+    active = len(worker.active_runs())
+    state = (f":green-badge[:material/play_circle: Worker running · {active} active]"
+             if worker.running else ":red-badge[:material/stop_circle: Worker stopped]")
+    st.markdown(f":material/smart_toy: **Model:** {model}  \n"
+                f":material/dns: **Server pid {worker.pid}** · {state}",
+                text_alignment="right")
+
+
+def render_inbox(worker: Worker) -> None:
+    st.markdown("#### :material/inbox: Inbox")
+    st.caption("Try a sample ticket")
+    for sample in worker.agent.shop.samples.values():
+        st.button(sample.label, key=f"sample_{sample.key}", on_click=on_sample,
+                  args=(worker, sample.key), width="stretch", help=md(sample.subject),
+                  icon=":material/mail:")
+    with st.expander("Write your own email", icon=":material/edit:"):
+        with st.form("new_email", border=False):
+            st.text_input("From (the customer's address)", key="mail_from",
+                          placeholder="leo.martins@example.com")
+            st.text_input("Name", key="mail_name", placeholder="Leo Martins")
+            st.text_input("Subject", key="mail_subject", value="Refund request")
+            st.text_area("Email", key="mail_body", height=120,
+                         placeholder="My order A1058 arrived broken...")
+            st.form_submit_button("Send to the agent", on_click=on_send_email, args=(worker,),
+                                  type="primary", icon=":material/send:")
+    show_notice("inbox")
+    run_list(worker)
+
+
+@st.fragment(run_every=SYNC_EVERY)
+@guarded
+def run_list(worker: Worker) -> None:
+    runs = worker.agent.store.runs(limit=50)
+    st.caption(f"Tickets, newest first ({len(runs)})")
+    if not runs:
+        st.caption("No tickets yet. Send a sample to start one.")
+    selected = selected_run_id()
+    for run in runs:
+        st.button(views.run_label(run), key=f"run_{run.id}", on_click=on_select,
+                  args=(run.id,), width="stretch",
+                  type="primary" if run.id == selected else "secondary")
+
+
+@st.fragment(run_every=LIVE_EVERY)
+@guarded
+def ticket(worker: Worker) -> None:
+    run_id = selected_run_id()
+    if not run_id:
+        st.markdown("#### :material/confirmation_number: Ticket")
+        st.info("Pick a ticket in the inbox, or start one with a sample email.",
+                icon=":material/arrow_back:")
+        return
+    store = worker.agent.store
+    run = store.run(run_id)
+    active = worker.is_active(run.id)
+    status = views.status_view(run.status)
+
+    title, buttons = st.columns([4, 2], vertical_alignment="bottom")
+    title.markdown(f"#### {md(run.subject)}  \n{status.badge} · {md(run.sender)} · "
+                   f"`{run.id}`")
+    with buttons.container(horizontal=True, horizontal_alignment="right"):
+        st.button("Stop", key="stop", icon=":material/stop:", on_click=on_stop,
+                  args=(worker, run.id), disabled=not active)
+        resumable = run.status in (RunStatus.STOPPED, RunStatus.FAILED) or (
+            run.status == RunStatus.WORKING and not active)
+        st.button("Resume", key="resume", icon=":material/play_arrow:", on_click=on_resume,
+                  args=(worker, run.id), disabled=not resumable)
+    st.caption(f":material/payments: {views.cost_line(run)}")
+    show_notice("ticket")
+    problem = worker.problem(run.id)
+    if problem:
+        st.warning(problem, icon=":material/warning:")
+
+    for block in views.timeline(store.steps(run.id)):
+        render_block(block)
+
+    if active:
+        with st.status("The agent is working…", state="running", expanded=True):
+            segments = worker.live(run.id)
+            if not segments:
+                st.caption("Waiting for the model…")
+            for segment in segments:
+                st.markdown(f"**{views.live_title(segment)}**  \n{md(segment.text)}")
+    elif run.status == RunStatus.WORKING:
+        st.info("Another process is working on this run (or it was cut off; Resume continues "
+                "it).", icon=":material/hourglass_top:")
+    elif run.status == RunStatus.WAITING:
+        st.info("Waiting for a person to approve or reject the refund (queue on the right).",
+                icon=":material/pan_tool:")
+    elif run.status == RunStatus.DONE:
+        with st.form(f"reply_form_{run.id}", border=True):
+            st.text_area("Reply as the customer", key=f"reply_{run.id}", height=90,
+                         placeholder="That's not enough, I want the whole order refunded.")
+            st.form_submit_button("Send reply", on_click=on_reply, args=(worker, run.id),
+                                  icon=":material/reply:")
+
+
+def render_block(block: views.Block) -> None:
+    """One timeline entry; customer text always goes through md() so it stays plain text."""
+    kind, title, body = block.kind, md(block.title), md(block.body)
+    when = views.clock(block.at)
+    if kind == "email":
+        with st.chat_message("customer", avatar=":material/person:"):
+            st.markdown(f"**{title}** · {when}  \n*{md(block.subtitle)}*")
+            st.markdown(body)
+    elif kind == "reply":
+        with st.chat_message("customer", avatar=":material/person:"):
+            badge = (" :violet-badge[:material/smart_toy: written by the model]"
+                     if block.simulated else "")
+            st.markdown(f"**{title}**{badge} · {when}")
+            st.markdown(body)
+    elif kind == "message":
+        with st.chat_message("support", avatar=":material/support_agent:"):
+            st.markdown(f"**{title}** · {when}")
+            st.markdown(body)
+    elif kind == "reasoning":
+        with st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
+                         icon=":material/psychology:"):
+            st.markdown(body)
+    elif kind in ("tool", "result"):
+        with st.expander(title, icon=":material/build:"):
+            if block.arguments is not None:
+                st.caption("Arguments")
+                st.json(block.arguments, expanded=True)
+            st.caption("Result")
+            if block.result is None:
+                st.caption("Not run yet.")
+            else:
+                st.json(block.result, expanded=1)
+    elif kind == "response":
+        st.caption(f":material/bolt: {title}")
+    elif kind == "proposal":
+        st.warning(f"**{title}**  \n{body}", icon=":material/pan_tool:")
+    elif kind == "decision":
+        note = f"  \n{body}" if body else ""
+        show = st.success if block.title.startswith("Approved") else st.error
+        show(f"**{title}** · {when}{note}", icon=":material/gavel:")
+    elif kind == "refund":
+        st.success(f"**{title}**", icon=":material/payments:")
+    elif kind == "note":
+        st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
+    elif kind == "text":
+        st.markdown(f":gray[{body}]")
+    elif kind == "restart":
+        st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
+    elif kind == "error":
+        st.error(title, icon=":material/error:")
+    elif kind == "stopped":
+        st.warning(title, icon=":material/pause_circle:")
+    elif kind == "customer_done":
+        st.caption(f":material/done_all: {title}")
+
+
+def render_queue_side(worker: Worker) -> None:
+    name = approver()
+    if name:
+        line, change = st.columns([3, 1], vertical_alignment="center")
+        line.markdown(f":material/badge: Deciding as **{md(name)}**")
+        change.button("Change", key="change_name", on_click=on_change_name, type="tertiary")
+    else:
+        with st.form("approver_form", border=True):
+            st.text_input("Your name (signs every decision in the audit log)",
+                          key="approver_input", placeholder="Dana Kim")
+            st.form_submit_button("Save name", on_click=on_save_name, icon=":material/badge:")
+    queue(worker)
+    audit(worker)
+
+
+@st.fragment(run_every=SYNC_EVERY)
+@guarded
+def queue(worker: Worker) -> None:
+    pending = worker.agent.store.approvals("pending")
+    st.markdown(f"#### :material/pending_actions: Waiting for approval ({len(pending)})")
+    show_notice("queue")
+    if not pending:
+        st.caption("Nothing waiting. Refunds the agent proposes show up here.")
+    for approval in pending:
+        card = views.approval_card(approval, worker.agent.policy_facts(approval),
+                                   worker.agent.approval_problem(approval))
+        render_card(worker, card)
+
+
+def render_card(worker: Worker, card: views.Card) -> None:
+    with st.container(border=True, key=f"card_{card.approval_id}"):
+        st.markdown(f"**{md(card.title)}**  \n:material/person: {md(card.customer)}")
+        st.markdown(f":material/format_quote: *{md(card.reason)}*")
+        facts = "\n".join(f"- **{md(label)}:** {md(value)}" for label, value in card.facts)
+        if card.max_refund is not None:
+            over = "" if card.within_policy else " :red-badge[over the limit]"
+            facts += f"\n- **Most the policy allows:** {md(views.money(card.max_refund))}{over}"
+        st.markdown(facts)
+        if card.problem:
+            st.error(f"The policy no longer allows this refund: {card.problem}",
+                     icon=":material/block:")
+        st.caption(md(card.requested))
+        with st.form(f"decide_{card.approval_id}", border=False):
+            st.text_input("Note (needed to reject; the agent passes it on)",
+                          key=f"note_{card.approval_id}",
+                          placeholder="Why, in a sentence the customer can read")
+            approve, reject = st.columns(2)
+            approve.form_submit_button("Approve", key=f"approve_{card.approval_id}",
+                                       type="primary", icon=":material/check:",
+                                       on_click=on_decide, args=(worker, card.approval_id, True),
+                                       disabled=card.problem is not None, width="stretch")
+            reject.form_submit_button("Reject", key=f"reject_{card.approval_id}",
+                                      icon=":material/close:", on_click=on_decide,
+                                      args=(worker, card.approval_id, False), width="stretch")
+
+
+@st.fragment(run_every=SYNC_EVERY)
+@guarded
+def audit(worker: Worker) -> None:
+    store = worker.agent.store
+    entries = store.audit()
+    st.markdown("#### :material/receipt_long: Audit log")
+    problem = store.verify_audit()
+    if problem:
+        st.error(f"Audit chain broken: {problem}", icon=":material/gpp_bad:")
+    else:
+        st.caption(f":material/verified: Hash chain intact · {len(entries)} entries")
+    if entries:
+        st.dataframe(views.audit_frame(entries), hide_index=True, height=260,
+                     column_order=["Time", "Event", "By", "Process", "Order", "Amount", "Note"])
+        st.download_button("Download CSV", views.audit_csv(entries), "refund-audit.csv",
+                           "text/csv", on_click="ignore", icon=":material/download:")
+    else:
+        st.caption("No entries yet.")
+
+
+def main() -> None:
+    st.set_page_config(page_title="Refund desk", page_icon="🧾",
+                       layout="wide")
+    try:
+        worker = get_worker()
+    except RefundAgentError as exc:
+        st.error(f"The helpdesk cannot start: {exc}", icon=":material/error:")
+        st.stop()
+    render_header(worker)
+    inbox_col, ticket_col, queue_col = st.columns([1.1, 2.3, 1.6], gap="medium")
+    with inbox_col:
+        guarded(render_inbox)(worker)
+    with ticket_col:
+        ticket(worker)
+    with queue_col:
+        guarded(render_queue_side)(worker)
+
+
+main()

@@ -1,0 +1,384 @@
+"""Pure formatting for the web page: turn runs, steps, approvals and audit lines into display data.
+
+Nothing here imports Streamlit or touches the store, so every helper is a plain function that
+the unit tests can call with hand-made rows. ``app.py`` decides *where* things go; this module
+decides *what* they say.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from .models import Approval, AuditEntry, Run, RunStatus, Step
+
+# Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
+# Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
+# text is escaped wholesale rather than character by character.
+_MD_SPECIAL = set(string.punctuation)
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """How a run status is named and coloured."""
+
+    label: str
+    color: str   # a Streamlit Markdown colour: blue, orange, gray, green, red
+    icon: str    # a Material icon name
+
+    @property
+    def badge(self) -> str:
+        """Markdown for a coloured badge, e.g. ``:orange-badge[:material/pan_tool: Waiting]``."""
+        return f":{self.color}-badge[:material/{self.icon}: {self.label}]"
+
+
+STATUS: dict[RunStatus, StatusView] = {
+    RunStatus.WORKING: StatusView("Working", "blue", "autorenew"),
+    RunStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
+    RunStatus.STOPPED: StatusView("Stopped", "gray", "pause_circle"),
+    RunStatus.DONE: StatusView("Done", "green", "check_circle"),
+    RunStatus.FAILED: StatusView("Failed", "red", "error"),
+}
+
+
+def md(text: str) -> str:
+    """Escape text for Streamlit Markdown and keep its line breaks.
+
+    Customer emails are data, not formatting: "$48.00 and $94.95" must not turn into maths,
+    and "**urgent**" must show its asterisks.
+    """
+    escaped = "".join("\\" + c if c in _MD_SPECIAL else c for c in text)
+    # Two trailing spaces make a hard line break, so an email keeps its shape.
+    return "\n".join(line.rstrip() + "  " if line.strip() else "" for line in
+                     escaped.splitlines()).rstrip()
+
+
+def money(amount: float | None) -> str:
+    """Dollars with two decimals (``$48.00``); empty for None."""
+    return "" if amount is None else f"${amount:,.2f}"
+
+
+def ago(ts: float, now: float | None = None) -> str:
+    """A short relative time: "just now", "4 min ago", "2 h ago", or a date."""
+    seconds = max(0.0, (time.time() if now is None else now) - ts)
+    if seconds < 45:
+        return "just now"
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 86400:
+        return f"{round(seconds / 3600)} h ago"
+    return datetime.fromtimestamp(ts).strftime("%b %d")
+
+
+def clock(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else ""
+
+
+def status_view(status: RunStatus | str) -> StatusView:
+    return STATUS[RunStatus(status)]
+
+
+def run_label(run: Run, now: float | None = None) -> str:
+    """The inbox entry for a run: who, about what, its status and age (Markdown)."""
+    who = md(run.sender_name or run.sender)
+    return (f"**{who}** · {md(run.subject)}  \n"
+            f"{status_view(run.status).badge} · {ago(run.created_at, now)}")
+
+
+def cost_line(run: Run) -> str:
+    """Requests, cost and cache use of a run, in one line."""
+    requests = f"{run.requests} model request{'s' if run.requests != 1 else ''}"
+    cached = (f" · {run.cached_tokens:,} of {run.input_tokens:,} input tokens cached"
+              if run.input_tokens else "")
+    return f"{requests} · ${run.cost_usd:.4f}{cached}"
+
+
+# -- the ticket timeline -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """One thing to show in a ticket's timeline.
+
+    Attributes:
+        kind: email, reasoning, tool, result, response, proposal, decision, refund, message,
+            note, text, reply, restart, error, stopped, customer_done.
+        title: one line of plain text (the page escapes it).
+        body: longer plain text, such as an email or the reasoning.
+        subtitle: a second line (an email's subject, a tool's name).
+        arguments: a tool call's arguments (parsed JSON when possible).
+        result: a tool call's output once it ran, else None.
+        simulated: for replies: written by the model playing the customer.
+        at: when the step was committed.
+        pid: the process that committed it.
+    """
+
+    kind: str
+    title: str
+    body: str = ""
+    subtitle: str = ""
+    arguments: Any = None
+    result: Any = None
+    simulated: bool = False
+    at: float = 0.0
+    pid: int = 0
+
+
+def _parse(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def call_summary(name: str, arguments: Any) -> str:
+    """``lookup_order(order_id=A1043)``: a call on one line, long values cut short."""
+    if isinstance(arguments, dict):
+        parts = []
+        for key, value in arguments.items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            parts.append(f"{key}={shorten(text, 40)}")
+        return f"{name}({', '.join(parts)})"
+    return f"{name}({shorten(str(arguments or ''), 60)})"
+
+
+def shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def result_summary(name: str, output: Any) -> str:
+    """What a tool returned, in a few words, for the collapsed call line."""
+    if not isinstance(output, dict):
+        return shorten(str(output), 60)
+    if "error" in output:
+        return "error: " + shorten(str(output["error"]), 70)
+    if name == "lookup_order":
+        items = len(output.get("items", []))
+        return f"order {output.get('order_id')}, {items} item{'s' if items != 1 else ''}, " \
+               f"total {money(output.get('total'))}"
+    if name == "check_refund_policy":
+        facts = output.get("facts", {})
+        return f"policy allows at most {money(facts.get('max_refund'))}"
+    if name == "send_customer_message":
+        return f"sent to {output.get('to')}"
+    if name == "issue_refund":
+        status = output.get("status", "")
+        if status == "refunded":
+            return f"refunded {money(output.get('amount'))} ({output.get('refund_id')})"
+        if status == "rejected":
+            return f"rejected by {output.get('rejected_by')}"
+        return status
+    return shorten(json.dumps(output), 60)
+
+
+def _response_title(data: dict[str, Any], turn: int) -> str:
+    parts = [f"Model request {turn}"]
+    if data.get("seconds") is not None:
+        parts.append(f"{data['seconds']:.1f} s")
+    if data.get("input_tokens") is not None:
+        parts.append(f"{data.get('input_tokens', 0):,} in ({data.get('cached_tokens', 0):,} "
+                     f"cached) / {data.get('output_tokens', 0):,} out tokens")
+    if data.get("cost_ticks") is not None:
+        parts.append(f"${data['cost_ticks'] / 1e10:.4f}")
+    return " · ".join(parts)
+
+
+def timeline(steps: Iterable[Step]) -> list[Block]:
+    """Turn a run's committed steps into display blocks, oldest first.
+
+    A tool call and its result become one block when nothing but the response summary came
+    between them (a lookup). A refund call's result arrives after the approval, the decision
+    and perhaps a restart, so it gets its own block where it happened.
+    """
+    blocks: list[Block] = []
+    open_calls: dict[str, int] = {}  # call id -> index of its block, while it can still pair
+    turn = 0
+    for step in steps:
+        d, k = step.data, step.kind
+        base = {"at": step.at, "pid": step.pid}
+        if k not in ("response", "result"):
+            open_calls.clear()
+        if k == "email":
+            blocks.append(Block("email", f"{d.get('name') or d['from']} <{d['from']}>",
+                                d["body"], subtitle=d.get("subject", ""), **base))
+        elif k == "reasoning":
+            blocks.append(Block("reasoning", "Reasoning", d["text"], **base))
+        elif k == "call":
+            args = _parse(d["arguments"])
+            blocks.append(Block("tool", call_summary(d["name"], args), arguments=args,
+                                subtitle=d["name"], **base))
+            open_calls = {d["call_id"]: len(blocks) - 1}
+        elif k == "result":
+            output = _parse(d["output"])
+            index = open_calls.pop(d["call_id"], None)
+            if index is not None:
+                call = blocks[index]
+                title = call.title + " → " + result_summary(d["name"], output)
+                blocks[index] = Block("tool", title, subtitle=call.subtitle,
+                                      arguments=call.arguments, result=output, at=call.at,
+                                      pid=call.pid)
+            else:
+                blocks.append(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
+                                    subtitle=d["name"], result=output, **base))
+        elif k == "response":
+            turn += 1
+            blocks.append(Block("response", _response_title(d, turn), **base))
+        elif k == "approval":
+            blocks.append(Block("proposal", f"Proposed refund {money(d['amount'])} on order "
+                                f"{d['order_id']}, waiting for a person to approve it",
+                                d.get("reason", ""), **base))
+        elif k == "decision":
+            verb = "Approved" if d["decision"] == "approved" else "Rejected"
+            blocks.append(Block("decision", f"{verb} by {d['by']}", d.get("note") or "", **base))
+        elif k == "refund":
+            title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
+            if d.get("reused"):
+                title += " (already made before the crash; reused, not repeated)"
+            blocks.append(Block("refund", title, **base))
+        elif k == "message":
+            blocks.append(Block("message", f"Email to {d['to']}", d["body"], **base))
+        elif k == "note":
+            blocks.append(Block("note", "Note for the team", d["text"], **base))
+        elif k == "text":
+            blocks.append(Block("text", "Agent", d["text"], **base))
+        elif k == "reply":
+            simulated = bool(d.get("simulated"))
+            title = ("Customer replied (written by the model playing the customer)" if simulated
+                     else "Customer replied")
+            blocks.append(Block("reply", title, d["text"], simulated=simulated, **base))
+        elif k == "restart":
+            blocks.append(Block("restart", f"Server restarted: process {d['pid']} picked up the "
+                                f"run (it was last advanced by process {d['previous_pid']})",
+                                **base))
+        elif k == "error":
+            blocks.append(Block("error", d.get("message", "Error"), **base))
+        elif k == "stopped":
+            blocks.append(Block("stopped", "Stopped. Resume continues from the last stored "
+                                "response.", **base))
+        elif k == "customer_done":
+            blocks.append(Block("customer_done", "The customer has nothing more to say.",
+                                **base))
+    return blocks
+
+
+# -- what is streaming right now ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveSegment:
+    """A piece of the turn that is streaming: reasoning or text so far, or a call's arguments."""
+
+    kind: str        # reasoning, text or call
+    text: str = ""
+    name: str = ""   # for calls: the function's name
+
+
+def live_title(segment: LiveSegment) -> str:
+    if segment.kind == "reasoning":
+        return "Thinking…"
+    if segment.kind == "text":
+        return "Writing…"
+    return f"Calling {segment.name}…"
+
+
+# -- the approval card ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Card:
+    """What an approver sees for one pending refund."""
+
+    approval_id: str
+    run_id: str
+    customer: str
+    order_id: str
+    amount: float
+    reason: str
+    max_refund: float | None
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    problem: str | None = None
+    requested: str = ""
+
+    @property
+    def title(self) -> str:
+        return f"{money(self.amount)} for order {self.order_id}"
+
+    @property
+    def within_policy(self) -> bool:
+        return self.problem is None and (self.max_refund is None
+                                         or self.amount <= self.max_refund + 1e-9)
+
+
+def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The policy facts an approver needs, as (label, value) rows."""
+    rows: list[tuple[str, str]] = []
+    days = facts.get("days_since_delivery")
+    window = facts.get("window_days", 30)
+    if days is None:
+        rows.append(("Delivered", "not yet"))
+    else:
+        inside = "inside" if facts.get("within_window") else "outside"
+        rows.append(("Delivered", f"{days} day{'s' if days != 1 else ''} ago, {inside} the "
+                                  f"{window}-day window"))
+    items = facts.get("items") or []
+    if items:
+        rows.append(("Items", "; ".join(
+            f"{i['name']} {money(i['price'])}" + (" (final sale)" if i.get("final_sale") else "")
+            for i in items)))
+    if "paid" in facts:
+        rows.append(("Paid", f"{money(facts['paid'])}, refunded so far "
+                             f"{money(facts.get('refunded_so_far', 0))}, left "
+                             f"{money(facts.get('left_to_refund', 0))}"))
+    return rows
+
+
+def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None,
+                  now: float | None = None) -> Card:
+    max_refund = facts.get("max_refund")
+    return Card(approval_id=approval.id, run_id=approval.run_id, customer=approval.customer,
+                order_id=approval.order_id, amount=approval.amount, reason=approval.reason,
+                max_refund=max_refund, facts=fact_rows(facts), problem=problem,
+                requested=f"requested {ago(approval.requested_at, now)} by process "
+                          f"{approval.requested_pid}")
+
+
+# -- the audit log ----------------------------------------------------------------------
+
+AUDIT_COLUMNS = ["Time", "Event", "By", "Process", "Order", "Amount", "Note", "Run", "Approval"]
+
+
+def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
+    """The audit log as a table, newest first."""
+    rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%Y-%m-%d %H:%M:%S"),
+             "Event": e.event, "By": e.actor, "Process": e.pid, "Order": e.order_id or "",
+             "Amount": money(e.amount), "Note": e.note or "", "Run": e.run_id or "",
+             "Approval": e.approval_id or ""}
+            for e in sorted(entries, key=lambda e: e.id, reverse=True)]
+    return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+
+
+def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
+    """The audit log as CSV (newest first), with every field including the chain hashes."""
+    frame = pd.DataFrame([e.model_dump() for e in sorted(entries, key=lambda e: e.id,
+                                                         reverse=True)])
+    return frame.to_csv(index=False).encode()
+
+
+def audit_lines(entries: Sequence[AuditEntry]) -> list[str]:
+    """One plain sentence per audit entry, newest first (for readers and tests)."""
+    out = []
+    for e in sorted(entries, key=lambda e: e.id, reverse=True):
+        amount = f" {money(e.amount)}" if e.amount is not None else ""
+        order = f" on {e.order_id}" if e.order_id else ""
+        out.append(f"{e.event}{amount}{order} by {e.actor} (pid {e.pid})")
+    return out

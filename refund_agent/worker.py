@@ -1,0 +1,260 @@
+"""The web app's background worker: advances runs in threads owned by the server process.
+
+A Streamlit script reruns for every click and every page refresh, and a browser tab can close
+at any moment, so runs cannot live inside a page. One :class:`Worker` per server process owns
+them instead: each active run gets a thread, a :class:`~refund_agent.agent.Cancel` for the Stop
+button, and a small in-memory buffer of the deltas the model is streaming, which any page may
+read. Everything durable is in the store; the buffer is only for watching a turn as it happens.
+
+The worker never calls Streamlit. At start-up it resumes the runs an earlier process left
+behind: runs cut off mid-turn, and runs whose refund was decided while nobody advanced them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .agent import Agent, Cancel, LiveEvent
+from .customer import converse
+from .errors import RefundAgentError, RunNotReady
+from .models import Approval, Run, RunStatus
+from .views import LiveSegment
+
+log = logging.getLogger(__name__)
+
+# The persona model keeps an angry customer going; a person's reply does not (see cli._drive).
+SIMULATED_KINDS = frozenset({"angry"})
+
+
+@dataclass
+class _Job:
+    """One run's thread and what the page may want to know about it while it works."""
+
+    cancel: Cancel = field(default_factory=Cancel)
+    thread: threading.Thread | None = None
+    segments: list[LiveSegment] = field(default_factory=list)
+    # Set when someone asks to advance the run while this thread is finishing (an approval
+    # clicked in the instant between the run pausing and its thread returning).
+    again: bool | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+class Worker:
+    """Runs the agent for every browser session of one server process.
+
+    Args:
+        agent: the agent whose store, model and shop the runs use.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.pid = os.getpid()
+        self.started_at: float | None = None
+        self.recovered: list[str] = []
+        self._jobs: dict[str, _Job] = {}
+        self._problems: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self._running = False
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Start taking work and resume what an earlier process left unfinished.
+
+        Returns:
+            The ids of the runs it resumed.
+        """
+        with self._lock:
+            if self._running:
+                return self.recovered
+            self._running = True
+            self.started_at = time.time()
+        # Open the model once here, so the run threads do not race to open it lazily.
+        _ = self.agent.model
+        self.recovered = [run.id for run in self.agent.resumable() if self._launch(run.id)]
+        if self.recovered:
+            log.info("Resumed %d run(s) left by an earlier process: %s", len(self.recovered),
+                     ", ".join(self.recovered))
+        return self.recovered
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every active run at its last stored response and wait for the threads."""
+        with self._lock:
+            self._running = False
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel.set()
+        deadline = time.monotonic() + timeout
+        for job in jobs:
+            if job.thread is not None:
+                job.thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- what pages ask for --------------------------------------------------------------------
+
+    def submit_sample(self, key: str) -> Run:
+        """Start one of the shop's sample tickets."""
+        self._check_running()
+        run = self.agent.start_sample(key)
+        self._launch(run.id)
+        return run
+
+    def submit_email(self, sender: str, body: str, *, subject: str = "Refund request",
+                     sender_name: str = "") -> Run:
+        """Start a ticket from an email typed into the page.
+
+        Raises:
+            RunNotReady: the address or the email is not usable.
+        """
+        self._check_running()
+        run = self.agent.start(sender, body, subject=subject, sender_name=sender_name)
+        self._launch(run.id)
+        return run
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None
+               ) -> Approval:
+        """Record a decision, then continue its run in the background.
+
+        Raises:
+            AlreadyDecided: someone decided first (its message names who).
+            DecisionRefused: no name, a rejection without a note, or a policy that no longer
+                allows the refund.
+        """
+        self._check_running()
+        decided = self.agent.decide(approval_id, approve, by, note)
+        self._launch(decided.run_id)
+        return decided
+
+    def stop(self, run_id: str) -> bool:
+        """Abort the run's in-flight model request; True if this process was advancing it."""
+        with self._lock:
+            job = self._jobs.get(run_id)
+        if job is None or not job.alive():
+            return False
+        job.again = None
+        job.cancel.set()
+        return True
+
+    def resume(self, run_id: str) -> bool:
+        """Continue a stopped, failed or orphaned run.
+
+        Raises:
+            RunNotReady: the run is waiting for a person, finished, or already active.
+        """
+        self._check_running()
+        run = self.agent.store.run(run_id)
+        if run.status == RunStatus.WAITING:
+            raise RunNotReady("This run is waiting for a person to approve or reject its refund.")
+        if run.status == RunStatus.DONE:
+            raise RunNotReady("This run has finished; reply as the customer to continue it.")
+        if self.is_active(run_id):
+            raise RunNotReady("This run is already working.")
+        return self._launch(run_id)
+
+    def reply(self, run_id: str, text: str) -> None:
+        """Save a customer's reply (typed by a person) and continue the run with it.
+
+        Raises:
+            RunNotReady: the reply is empty, or the run has not finished.
+        """
+        self._check_running()
+        self.agent.add_reply(run_id, text)
+        self._launch(run_id, simulate=False)
+
+    def is_active(self, run_id: str) -> bool:
+        """True while a thread of this process is advancing the run."""
+        with self._lock:
+            job = self._jobs.get(run_id)
+        return job is not None and job.alive()
+
+    def active_runs(self) -> list[str]:
+        with self._lock:
+            return [run_id for run_id, job in self._jobs.items() if job.alive()]
+
+    def live(self, run_id: str) -> list[LiveSegment]:
+        """What the model has streamed so far in the run's current turn (empty between turns)."""
+        with self._lock:
+            job = self._jobs.get(run_id)
+        if job is None:
+            return []
+        with job.lock:
+            return list(job.segments)
+
+    def problem(self, run_id: str) -> str | None:
+        """Why this process could not advance the run last time (e.g. another process had it)."""
+        return self._problems.get(run_id)
+
+    # -- threads -------------------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise RunNotReady("The background worker is not running; restart the server.")
+
+    def _launch(self, run_id: str, simulate: bool = True) -> bool:
+        """Advance the run in a new thread; False if one is already on it (it will go again)."""
+        with self._lock:
+            if not self._running:
+                return False
+            job = self._jobs.get(run_id)
+            if job is not None and job.alive():
+                job.again = simulate if job.again is None else job.again or simulate
+                return False
+            job = _Job()
+            job.thread = threading.Thread(target=self._work, args=(run_id, job, simulate),
+                                          name=f"refund-run-{run_id}", daemon=True)
+            self._jobs[run_id] = job
+            self._problems.pop(run_id, None)
+            job.thread.start()
+            return True
+
+    def _work(self, run_id: str, job: _Job, simulate: bool) -> None:
+        def on_event(event: LiveEvent) -> None:
+            with job.lock:
+                if event.kind == "step":
+                    # The turn is committed: the page reads it from the store from now on.
+                    job.segments.clear()
+                elif event.kind == "call":
+                    job.segments.append(LiveSegment("call", name=event.text))
+                elif event.kind == "arguments" and job.segments and \
+                        job.segments[-1].kind == "call":
+                    last = job.segments[-1]
+                    job.segments[-1] = LiveSegment("call", last.text + event.text, last.name)
+                elif event.kind in ("reasoning", "text"):
+                    if job.segments and job.segments[-1].kind == event.kind:
+                        last = job.segments[-1]
+                        job.segments[-1] = LiveSegment(event.kind, last.text + event.text)
+                    else:
+                        job.segments.append(LiveSegment(event.kind, event.text))
+
+        try:
+            run = self.agent.store.run(run_id)
+            if simulate and run.kind in SIMULATED_KINDS:
+                converse(self.agent, run_id, on_event, job.cancel)
+            else:
+                self.agent.advance(run_id, on_event, job.cancel)
+        except RefundAgentError as exc:  # e.g. RunBusy: a terminal process has the run
+            self._problems[run_id] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a thread has nobody to raise to
+            # advance() has already marked the run failed with this message; keep it for the
+            # page too, and log the traceback for whoever runs the server.
+            log.exception("Run %s failed", run_id)
+            self._problems[run_id] = f"{type(exc).__name__}: {exc}"
+        finally:
+            with job.lock:
+                job.segments.clear()
+            with self._lock:
+                again = job.again
+                if self._jobs.get(run_id) is job:
+                    del self._jobs[run_id]
+            if again is not None and not job.cancel.is_set():
+                self._launch(run_id, simulate=again)
