@@ -1,0 +1,384 @@
+"""Crash matrix: kill the real command at every named crash point, start again, check nothing
+happened twice and nothing was lost.
+
+Each scenario is a chain of terminal commands, each a new ``python -m refund_agent`` process,
+exactly as a user types them. For every command of every scenario and every crash point that
+command passes, the test
+
+1. restores the output folder as it was just before that command (taken from a crash-free
+   baseline run of the same scenario, so earlier commands are not repeated for every case),
+2. runs the command with ``REFUND_AGENT_CRASH_AT=<point>`` and asserts it died by SIGKILL,
+3. starts again with ``refund-agent resume`` and runs the rest of the chain,
+4. compares everything against the crash-free baseline (see :func:`check_invariants`).
+
+The helpers here are shared with ``test_soak.py``. With ``REFUND_AGENT_RELIABILITY_LOG`` set,
+every case appends one JSON line with what it measured; ``scripts/reliability_report.py``
+turns those lines into ``docs/RELIABILITY.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+from refund_agent.crash import CRASH_POINTS
+from refund_agent.store import Store
+
+# -- the scenarios -----------------------------------------------------------------------------
+
+APPROVER = "Dana Kim"
+SCENARIOS: dict[str, list[tuple[str, ...]]] = {
+    "approve": [("sample", "damaged"), ("approve", "--as", APPROVER)],
+    "reject": [("sample", "damaged"),
+               ("reject", "--as", APPROVER, "--note", "The carafe is not covered; it was used.")],
+    "past_window": [("sample", "past-window")],
+    "reply": [("sample", "damaged"), ("approve", "--as", APPROVER),
+              ("reply", "Thanks. Do I need to send the broken one back?")],
+    "angry": [("angry",), ("approve", "--as", APPROVER)],
+}
+
+# The crash points each command passes, in the order it passes them (first time only: a point
+# fires the first time a process reaches it). Written out by hand on purpose: if a command stops
+# passing a point, its case fails because the process was not killed, and this table is wrong.
+_START_WAITS = ("after_run_created", "after_response", "before_tool", "after_tool",
+                "after_approval_queued")
+_APPROVE = ("after_decision", "before_tool", "before_refund", "after_refund", "after_tool",
+            "after_response", "after_email")
+PASSES: dict[tuple[str, int], tuple[str, ...]] = {
+    ("approve", 0): _START_WAITS,
+    ("approve", 1): _APPROVE,
+    ("reject", 0): _START_WAITS,
+    ("reject", 1): ("after_decision", "before_tool", "after_tool", "after_response",
+                    "after_email"),
+    ("past_window", 0): ("after_run_created", "after_response", "before_tool", "after_tool",
+                         "after_email"),
+    ("reply", 0): _START_WAITS,
+    ("reply", 1): _APPROVE,
+    ("reply", 2): ("after_response", "before_tool", "after_email", "after_tool"),
+    ("angry", 0): _START_WAITS,
+    ("angry", 1): (*_APPROVE, "after_simulated_reply"),
+}
+
+CASES = [(scenario, index, point) for (scenario, index), points in PASSES.items()
+         for point in points]
+
+
+# -- the reliability log -------------------------------------------------------------------------
+
+def record(suite: str, **fields: Any) -> None:
+    """Append one JSON line to ``$REFUND_AGENT_RELIABILITY_LOG`` (if set) for the report."""
+    path = os.environ.get("REFUND_AGENT_RELIABILITY_LOG")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"suite": suite, "at": time.time(), **fields}) + "\n")
+
+
+# -- reading an output folder ----------------------------------------------------------------------
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            out.append({"torn": line})
+    return out
+
+
+@dataclass
+class Outcome:
+    """Everything the invariants look at, read straight from the files a run leaves behind."""
+
+    runs: list[dict[str, Any]]
+    steps: dict[str, list[str]]              # run id -> step kinds, oldest first
+    calls: list[dict[str, Any]]
+    approvals: list[dict[str, Any]]
+    audit: list[dict[str, Any]]
+    replies: list[dict[str, Any]]
+    refunds: list[dict[str, Any]]
+    emails: list[dict[str, Any]]
+    integrity: str
+    audit_problem: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def read_outcome(output: Path) -> Outcome:
+    db_path = output / "refund-agent.sqlite3"
+    store = Store(db_path)
+    try:
+        audit_problem = store.verify_audit()
+    finally:
+        store.close()
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        rows = lambda sql: [dict(r) for r in db.execute(sql)]  # noqa: E731
+        runs = rows("SELECT * FROM runs ORDER BY created_at")
+        steps: dict[str, list[str]] = {r["id"]: [] for r in runs}
+        for s in rows("SELECT run_id, kind FROM steps ORDER BY id"):
+            steps[s["run_id"]].append(s["kind"])
+        return Outcome(
+            runs=runs, steps=steps,
+            calls=rows("SELECT * FROM calls ORDER BY rowid"),
+            approvals=rows("SELECT * FROM approvals ORDER BY requested_at"),
+            audit=rows("SELECT * FROM audit ORDER BY id"),
+            replies=rows("SELECT * FROM replies ORDER BY id"),
+            refunds=_jsonl(output / "refunds.log"),
+            emails=_jsonl(output / "outbox.log"),
+            integrity=db.execute("PRAGMA integrity_check").fetchone()[0],
+            audit_problem=audit_problem,
+        )
+    finally:
+        db.close()
+
+
+IGNORED_STEPS = {"restart", "stopped", "error"}
+
+
+def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
+    """Count every way the exactly-once promise could have been broken (all zero = held)."""
+    by_call = {c["call_id"]: c for c in out.calls}
+    approvals = {a["id"]: a for a in out.approvals}
+    refund_keys = Counter(r.get("idempotency_key") for r in out.refunds)
+    email_keys = Counter(e.get("idempotency_key") for e in out.emails)
+    sender = {r["id"]: r["sender"] for r in out.runs}
+    audit_by: dict[str, Counter] = {}
+    for e in out.audit:
+        if e["approval_id"]:
+            audit_by.setdefault(e["approval_id"], Counter())[e["event"]] += 1
+    m = {
+        # Side effects: at most one per approval / per send call, and only for the right ones.
+        "torn_log_lines": sum("torn" in r for r in out.refunds + out.emails),
+        "duplicate_refunds": sum(n - 1 for n in refund_keys.values()),
+        "refunds_without_approval": sum(
+            1 for k in refund_keys
+            if k not in approvals or approvals[k]["status"] != "approved"),
+        "refund_amount_mismatch": sum(
+            1 for r in out.refunds if r.get("idempotency_key") in approvals
+            and round(r["request"]["amount"], 2)
+            != round(approvals[r["idempotency_key"]]["amount"], 2)),
+        "approved_not_refunded": sum(1 for a in out.approvals
+                                     if a["status"] == "approved" and a["id"] not in refund_keys),
+        "duplicate_emails": sum(n - 1 for n in email_keys.values()),
+        "emails_without_call": sum(1 for k in email_keys
+                                   if k not in by_call
+                                   or by_call[k]["name"] != "send_customer_message"),
+        "emails_to_someone_else": sum(
+            1 for e in out.emails
+            if e.get("idempotency_key") in by_call
+            and e["request"]["to"] != sender[by_call[e["idempotency_key"]]["run_id"]]),
+        "send_calls_not_sent": sum(1 for c in out.calls if c["name"] == "send_customer_message"
+                                   and c["output"] and c["call_id"] not in email_keys),
+        # Decisions: none lost, none doubled, each audited once.
+        "pending_approvals": sum(1 for a in out.approvals if a["status"] == "pending"),
+        "lost_decisions": sum(1 for a in out.approvals if a["status"] != "pending"
+                              and audit_by.get(a["id"], Counter())[a["status"]] != 1),
+        "audit_requested_not_once": sum(1 for a in out.approvals
+                                        if audit_by.get(a["id"], Counter())["requested"] != 1),
+        "audit_refund_not_once": sum(
+            1 for a in out.approvals if a["status"] == "approved"
+            and audit_by.get(a["id"], Counter())["issued"]
+            + audit_by.get(a["id"], Counter())["reused"] != 1),
+        # Runs: finished, every call answered, every reply sent, store sound.
+        "runs_not_done": sum(1 for r in out.runs if r["status"] != "done"),
+        "calls_without_output": sum(1 for c in out.calls if c["output"] is None),
+        "replies_not_sent": sum(1 for r in out.replies if r["response_id"] is None),
+        "timeline_refund_steps_off": sum(
+            1 for run_id, kinds in out.steps.items()
+            if kinds.count("refund") != sum(1 for a in out.approvals
+                                            if a["run_id"] == run_id and a["id"] in refund_keys)),
+        "audit_chain_broken": int(out.audit_problem is not None),
+        "integrity_not_ok": int(out.integrity != "ok"),
+    }
+    if baseline is not None:
+        # The same conversation as without a crash: no extra or missing model requests, emails,
+        # refunds or timeline entries (a repeated call would show up in every one of these).
+        def kinds(o: Outcome) -> list[list[str]]:
+            return [[k for k in o.steps[r["id"]] if k not in IGNORED_STEPS] for r in o.runs]
+        m["runs_differ_from_baseline"] = int(len(out.runs) != len(baseline.runs))
+        m["requests_differ_from_baseline"] = int(
+            [r["requests"] for r in out.runs] != [r["requests"] for r in baseline.runs])
+        m["timeline_differs_from_baseline"] = int(kinds(out) != kinds(baseline))
+        m["emails_differ_from_baseline"] = int(
+            [(e["request"]["to"], e["request"]["body"]) for e in out.emails]
+            != [(e["request"]["to"], e["request"]["body"]) for e in baseline.emails])
+        m["refunds_differ_from_baseline"] = int(
+            sorted((r["request"]["order_id"], r["request"]["amount"]) for r in out.refunds)
+            != sorted((r["request"]["order_id"], r["request"]["amount"])
+                      for r in baseline.refunds))
+        m["decisions_differ_from_baseline"] = int(
+            [(a["status"], a["decided_by"]) for a in out.approvals]
+            != [(a["status"], a["decided_by"]) for a in baseline.approvals])
+    return m
+
+
+def assert_held(metrics: dict[str, int], context: str) -> None:
+    broken = {k: v for k, v in metrics.items() if v}
+    assert not broken, f"{context}: exactly-once broken: {broken}"
+
+
+# -- baselines -----------------------------------------------------------------------------------
+
+@dataclass
+class Baseline:
+    before: list[Path]        # the output folder just before each command
+    outcome: Outcome
+
+
+def copy_output(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def cli(output: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(output, *args, timeout=60, **env)
+
+
+def expect_ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    assert proc.returncode == 0, (f"{what} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                                  f"stderr:\n{proc.stderr}")
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+class Baselines:
+    """Crash-free runs of each scenario, made once per test session and on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[str, Baseline] = {}
+
+    def get(self, scenario: str) -> Baseline:
+        if scenario not in self._made:
+            work = self.root / scenario / "work"
+            work.mkdir(parents=True)
+            before = []
+            for i, command in enumerate(SCENARIOS[scenario]):
+                before.append(copy_output(work, self.root / scenario / f"before-{i}"))
+                expect_ok(cli(work, *command), f"baseline {scenario}: {' '.join(command)}")
+            outcome = read_outcome(work)
+            assert_held(measure(outcome), f"baseline {scenario}")
+            self._made[scenario] = Baseline(before, outcome)
+        return self._made[scenario]
+
+
+@pytest.fixture(scope="session")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
+    return Baselines(tmp_path_factory.mktemp("baselines"))
+
+
+def finish_chain(output: Path, scenario: str, after: int) -> list[str]:
+    """After a crash in command ``after``: resume, then the rest of the chain; the commands run."""
+    ran = []
+    resumed = cli(output, "resume")
+    expect_ok(resumed, "resume after the crash")
+    ran.append("resume")
+    for command in SCENARIOS[scenario][after + 1:]:
+        expect_ok(cli(output, *command), " ".join(command))
+        ran.append(" ".join(command))
+    return ran
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+def test_every_crash_point_is_in_the_matrix():
+    """A crash point added to crash.py without a case here would go untested."""
+    assert {p for _s, _i, p in CASES} == set(CRASH_POINTS)
+
+
+@pytest.mark.parametrize(("scenario", "index", "point"), CASES,
+                         ids=[f"{s}-{SCENARIOS[s][i][0]}-{p}" for s, i, p in CASES])
+def test_crash_then_resume(scenario: str, index: int, point: str, baselines: Baselines,
+                           tmp_path: Path):
+    base = baselines.get(scenario)
+    output = copy_output(base.before[index], tmp_path / "output")
+    command = SCENARIOS[scenario][index]
+
+    crashed = cli(output, *command, REFUND_AGENT_CRASH_AT=point)
+    assert crashed.returncode == -9, (
+        f"{' '.join(command)} was meant to die at {point} but exited {crashed.returncode}:\n"
+        f"{crashed.stdout}\n{crashed.stderr}")
+    assert f"[crash point {point}:" in crashed.stderr
+    assert "Traceback" not in crashed.stderr
+
+    finish_chain(output, scenario, index)
+    outcome = read_outcome(output)
+    metrics = measure(outcome, base.outcome)
+    record("crash_matrix", scenario=scenario, command=" ".join(command), point=point,
+           killed=True, **metrics)
+    assert_held(metrics, f"{scenario} / {' '.join(command)} / {point}")
+
+
+def test_crash_twice_in_a_row(baselines: Baselines, tmp_path: Path):
+    """The resume itself dies (right after the refund, again), and a third process finishes."""
+    base = baselines.get("approve")
+    output = copy_output(base.before[1], tmp_path / "output")
+    first = cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
+    assert first.returncode == -9
+    second = cli(output, "resume", REFUND_AGENT_CRASH_AT="after_refund")
+    assert second.returncode == -9
+    third = cli(output, "resume", REFUND_AGENT_CRASH_AT="after_email")
+    assert third.returncode == -9
+    expect_ok(cli(output, "resume"), "final resume")
+    outcome = read_outcome(output)
+    metrics = measure(outcome, base.outcome)
+    events = [e["event"] for e in outcome.audit]
+    # The payment provider made the refund once; both later processes got it back.
+    assert events == ["requested", "approved", "reused"], events
+    record("crash_matrix", scenario="approve", command="approve, resume, resume",
+           point="after_refund x2 + after_email", killed=True, kills=3, **metrics)
+    assert_held(metrics, "three crashes in a row")
+
+
+def test_restart_after_crash_is_reported_in_the_timeline(baselines: Baselines, tmp_path: Path):
+    """The new process marks where it picked the run up, and the audit names both processes."""
+    base = baselines.get("approve")
+    output = copy_output(base.before[1], tmp_path / "output")
+    crashed = cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
+    assert crashed.returncode == -9
+    resumed = cli(output, "resume")
+    expect_ok(resumed, "resume")
+    assert "picked up by a new process" in resumed.stdout
+    assert "already made; reused, not repeated" in resumed.stdout
+    outcome = read_outcome(output)
+    refund = outcome.refunds[0]
+    reuse = next(e for e in outcome.audit if e["event"] == "reused")
+    approved = next(e for e in outcome.audit if e["event"] == "approved")
+    assert refund["pid"] == approved["pid"] != reuse["pid"]  # made by the process that died
+    assert reuse["note"] == refund["refund_id"]
+
+
+def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Path):
+    """The invariants are only worth something if they fail on a broken outcome."""
+    base = baselines.get("approve")
+    output = copy_output(base.before[1], tmp_path / "output")
+    expect_ok(cli(output, "approve", "--as", APPROVER), "approve")
+    assert not any(measure(read_outcome(output), base.outcome).values())
+
+    refunds, outbox = output / "refunds.log", output / "outbox.log"
+    line = refunds.read_text().splitlines()[0]
+    refunds.write_text(f"{line}\n{line}\n")          # the provider paid twice
+    email = outbox.read_text().splitlines()[0]
+    outbox.write_text(outbox.read_text() + email + "\n")  # the first email went out twice
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    db.execute("UPDATE audit SET note = 'edited' WHERE event = 'approved'")
+    db.execute("UPDATE runs SET status = 'waiting'")
+    db.commit()
+    db.close()
+    broken = measure(read_outcome(output), base.outcome)
+    for name in ("duplicate_refunds", "duplicate_emails", "audit_chain_broken", "runs_not_done",
+                 "emails_differ_from_baseline", "refunds_differ_from_baseline"):
+        assert broken[name], name
