@@ -1,0 +1,507 @@
+"""What the harness costs, and how it scales: the refund-agent benchmarks.
+
+    python bench/run.py                  # everything (several minutes), prints a table
+    python bench/run.py --quick          # a small smoke run for CI (< ~60 s); asserts no speed
+    python bench/run.py --json out.json  # also save every number
+    python bench/run.py --plots docs     # also draw docs/store-scale.png, docs/bytes-per-turn.png
+
+Everything runs against the offline stand-in model at zero latency, in a temporary folder that
+is removed afterwards; nothing is written into the repository unless ``--plots`` or ``--json``
+name a place there. See docs/PERFORMANCE.md for the method and the results.
+
+1. harness    harness time per model turn and its share of a Grok-like run
+2. scale      approve + resume, and list the queue, with 10 .. 100,000 runs stored; the same
+              with the original guide's one-JSON-file design (bench/jsonstate.py), for comparison
+3. throughput tickets resolved end to end per second, one and two worker processes
+4. bytes      bytes and tokens sent per turn of the angry-customer conversation, with
+              previous_response_id and as if the whole history were resent
+5. recovery   a new process after a crash, to its first model request
+6. page       a decision in another process, to the browser showing it (full runs only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from benchlib import (APPROVER, DATA, OrderPool, TimedAgent, bench_settings,  # noqa: E402
+                      full_ticket, machine, make_bench_shop, median, ms, pct,
+                      pending_approval_id, start_ticket, timed_advance)
+
+from refund_agent import RunStatus, converse  # noqa: E402
+from refund_agent.config import PROJECT_ROOT  # noqa: E402
+from refund_agent.model import ModelAccess, open_model  # noqa: E402
+
+GROK_REQUESTS, GROK_SECONDS = 5, 2.0  # a Grok-like run: 5 requests of 2 s each
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- 1. harness overhead per turn ----------------------------------------------------------
+
+def bench_harness(root: Path, data: Path, pool: OrderPool, tickets: int, warmup: int) -> dict:
+    agent = TimedAgent(bench_settings(root / "harness", data))
+    for _ in range(warmup):
+        full_ticket(agent, pool.take())
+    timings = [full_ticket(agent, pool.take()) for _ in range(tickets)]
+    turns = [t for x in timings for t in x.turns]
+    outside = [t - s.cpu for x in timings for a in x.advances
+               for t, s in zip(a.per_turn(), a.spans)]
+    sdk = [s.cpu for x in timings for a in x.advances for s in a.spans]
+    per_ticket = [x.harness for x in timings]
+    model = [sum(a.model for a in x.advances) for x in timings]
+    grok = GROK_REQUESTS * GROK_SECONDS
+    share = [h / (h + grok) for h in per_ticket]
+    return {
+        "tickets": tickets, "turns": len(turns),
+        "requests_per_ticket": timings[0].requests,
+        "turn_ms": {"p50": ms(pct(turns, 50)), "p99": ms(pct(turns, 99)),
+                    "max": ms(max(turns))},
+        "turn_outside_request_ms": {"p50": ms(pct(outside, 50)), "p99": ms(pct(outside, 99))},
+        "sdk_cpu_per_request_ms": {"p50": ms(pct(sdk, 50)), "p99": ms(pct(sdk, 99))},
+        "ticket_harness_ms": {"p50": ms(median(per_ticket)), "p99": ms(pct(per_ticket, 99))},
+        "ticket_start_ms": ms(median([x.start for x in timings])),
+        "ticket_decide_ms": ms(median([x.decide for x in timings])),
+        "offline_model_ms_per_ticket": ms(median(model)),
+        "share_of_grok_run_pct": {"p50": round(100 * median(share), 3),
+                                  "p99": round(100 * pct(share, 99), 3)},
+    }
+
+
+# -- 2. store scale ---------------------------------------------------------------------------
+
+class ScaleCase:
+    """One store of one design holding ``n`` finished tickets plus some waiting for approval."""
+
+    def __init__(self, design: str, n: int, root: Path, data: Path, template, pool: OrderPool,
+                 pending: int) -> None:
+        from jsonstate import JsonStateStore
+        from seeding import seed_json, seed_sqlite
+
+        from refund_agent import Store
+
+        self.design, self.n = design, n
+        self.out = root / f"scale-{design}-{n}"
+        settings = bench_settings(self.out, data)
+        t0 = time.perf_counter()
+        if design == "sqlite":
+            store = Store(settings.db_path)
+            seed_sqlite(store, self.out, template, n)
+            store.close()
+        else:
+            seed_json(self.out / "state.json", self.out, template, n)
+        self.seed_seconds = time.perf_counter() - t0
+        self.agent = TimedAgent(settings)
+        t0 = time.perf_counter()
+        if design == "json":
+            self.agent.store = JsonStateStore(self.out / "state.json")
+        self.open_seconds = time.perf_counter() - t0
+        self.waiting: list[str] = []
+        for _ in range(pending):
+            run = self.agent.advance(start_ticket(self.agent, pool.take()).id)
+            assert run.status == RunStatus.WAITING, (run.status, run.error)
+            self.waiting.append(run.id)
+        self.approve: list[dict] = []
+        self.queue: list[float] = []
+
+    def measure_queue(self) -> None:
+        t0 = time.perf_counter()
+        pending = self.agent.store.approvals("pending")
+        self.queue.append(time.perf_counter() - t0)
+        assert len(pending) == len(self.waiting), (len(pending), len(self.waiting))
+
+    def measure_approve(self) -> None:
+        run_id = self.waiting.pop(0)
+        approval_id = pending_approval_id(self.agent, run_id)
+        t0 = time.perf_counter()
+        self.agent.decide(approval_id, True, APPROVER)
+        run, timed = timed_advance(self.agent, run_id)
+        wall = time.perf_counter() - t0
+        assert run.status == RunStatus.DONE, (run.status, run.error)
+        self.approve.append({"wall": wall, "outside": wall - timed.model})
+
+    def result(self, warmup: int) -> dict:
+        approve = self.approve[warmup:]
+        size = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file()
+                   and not f.name.startswith("offline-model"))
+        return {"design": self.design, "runs": self.n, "seed_s": round(self.seed_seconds, 2),
+                "open_ms": ms(self.open_seconds), "bytes_on_disk": size,
+                "approve_resume_ms": ms(median([a["wall"] for a in approve])),
+                "approve_resume_outside_model_ms": ms(median([a["outside"] for a in approve])),
+                "list_queue_ms": ms(median(self.queue[warmup:])),
+                "samples": len(approve)}
+
+
+def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_sizes: list[int],
+                reps: int, json_reps: dict[int, int], warmup: int) -> dict:
+    from seeding import read_template
+
+    # The template: one real ticket, run to the end by the agent.
+    tmpl_agent = TimedAgent(bench_settings(root / "template", data))
+    tmpl = full_ticket(tmpl_agent, pool.take())
+    del tmpl
+    run_id = tmpl_agent.store.runs(1)[0].id
+    template = read_template(tmpl_agent.store, run_id, root / "template")
+
+    results = []
+    for n in sizes:
+        cases = []
+        for design in ("sqlite", "json"):
+            if design == "json" and n not in json_sizes:
+                continue
+            r = json_reps.get(n, reps) if design == "json" else reps
+            log(f"  scale: seeding {design} with {n:,} runs")
+            case = ScaleCase(design, n, root, data, template, pool, pending=r + warmup + 1)
+            cases.append((case, r))
+        # Interleave the designs, so a noisy moment on the machine hits both.
+        for i in range(max(r for _, r in cases) + warmup):
+            for case, r in cases:
+                if i < r + warmup:
+                    case.measure_queue()
+                    case.measure_approve()
+        for case, _ in cases:
+            results.append(case.result(warmup))
+            log(f"  scale: {case.design} {n:,}: {results[-1]}")
+            case.agent.store.close()
+            shutil.rmtree(case.out, ignore_errors=True)
+    out: dict[str, Any] = {"cases": results}
+    for design in ("sqlite", "json"):
+        rows = {r["runs"]: r for r in results if r["design"] == design}
+        if len(rows) >= 2:
+            lo, hi = rows[min(rows)], rows[max(rows)]
+            out[f"{design}_ratio"] = {
+                "from": lo["runs"], "to": hi["runs"],
+                "approve_resume": round(hi["approve_resume_ms"] / lo["approve_resume_ms"], 2),
+                "approve_resume_outside_model": round(
+                    hi["approve_resume_outside_model_ms"]
+                    / lo["approve_resume_outside_model_ms"], 2),
+                "list_queue": round(hi["list_queue_ms"] / lo["list_queue_ms"], 2),
+            }
+    both = {r["runs"] for r in results if r["design"] == "json"}
+    out["json_over_sqlite"] = {
+        n: {"approve_resume": round(j["approve_resume_ms"] / s["approve_resume_ms"], 2),
+            "list_queue": round(j["list_queue_ms"] / s["list_queue_ms"], 2)}
+        for n in sorted(both)
+        for s in [next(r for r in results if r["design"] == "sqlite" and r["runs"] == n)]
+        for j in [next(r for r in results if r["design"] == "json" and r["runs"] == n)]}
+    return out
+
+
+# -- 3. throughput ----------------------------------------------------------------------------
+
+def bench_throughput(root: Path, data: Path, first_order: int, workers_list: list[int],
+                     duration: float, per_worker_orders: int) -> dict:
+    results = {}
+    next_order = first_order
+    for workers in workers_list:
+        out = root / f"throughput-{workers}"
+        start_at = time.time() + 6.0  # time for every worker to start and warm up
+        procs = []
+        for _ in range(workers):
+            cmd = [sys.executable, str(HERE / "tput_worker.py"), "--output", str(out),
+                   "--data", str(data), "--first", str(next_order),
+                   "--last", str(next_order + per_worker_orders),
+                   "--start-at", str(start_at), "--duration", str(duration)]
+            next_order += per_worker_orders
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=_offline_env()))
+        done = 0
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=duration + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"throughput worker failed:\n{stderr}")
+            done += json.loads(stdout.strip().splitlines()[-1])["done"]
+        results[str(workers)] = {"workers": workers, "tickets": done, "seconds": duration,
+                                 "tickets_per_s": round(done / duration, 2)}
+        log(f"  throughput: {results[str(workers)]}")
+        shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
+def _offline_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
+    env.update(XAI_API_KEY="", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+# -- 4. bytes and tokens per turn ---------------------------------------------------------------
+
+def bench_bytes(root: Path) -> dict:
+    import httpx2
+    import openai
+
+    from refund_agent import Agent
+    from refund_agent.offline.events import estimate_tokens
+
+    settings = bench_settings(root / "bytes", DATA)
+    server = open_model(settings).server
+    sent: list[int] = []
+    http = httpx2.Client(event_hooks={"request": [lambda req: sent.append(len(req.content))]})
+    client = openai.OpenAI(base_url=server.base_url, api_key="offline-stand-in", max_retries=0,
+                           http_client=http)
+    agent = Agent(settings, model=ModelAccess(client, settings.model_label, server))
+    first = len(server.requests)
+    run = agent.start_sample("angry")
+    run = converse(agent, run.id)
+    agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+    run = converse(agent, run.id)
+    bodies = server.requests[first:]
+    assert len(bodies) == len(sent), (len(bodies), len(sent))
+    responses = [s.data for s in agent.store.steps(run.id) if s.kind == "response"]
+
+    def size(body: dict) -> int:
+        # The SDK's own serialisation, checked against the bytes it really sent.
+        return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
+
+    rows, history = [], []
+    agent_turn = 0
+    for body, nbytes in zip(bodies, sent):
+        if body.get("store") is False:  # the simulated customer: no chain, always the transcript
+            rows.append({"who": "customer (simulated)", "bytes": nbytes,
+                         "bytes_full_history": nbytes,
+                         "tokens_sent": estimate_tokens(body["input"]),
+                         "tokens_sent_full_history": estimate_tokens(body["input"])})
+            continue
+        resp = responses[agent_turn]
+        agent_turn += 1
+        items = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        full_input = history + items
+        full_body = {k: v for k, v in body.items() if k != "previous_response_id"}
+        full_body["input"] = full_input
+        output = server.retrieve(resp["response_id"])["output"]
+        history = full_input + output
+        rows.append({"who": "agent", "turn": agent_turn, "bytes": nbytes,
+                     "bytes_check": size(body), "bytes_full_history": size(full_body),
+                     "tokens_sent": estimate_tokens(items),
+                     "tokens_sent_full_history": estimate_tokens(full_input),
+                     "input_tokens": resp.get("input_tokens"),
+                     "cached_tokens": resp.get("cached_tokens")})
+    agent_rows = [r for r in rows if r["who"] == "agent"]
+    totals = {k: sum(r[k] for r in rows)
+              for k in ("bytes", "bytes_full_history", "tokens_sent", "tokens_sent_full_history")}
+    server.close()
+    return {"requests": rows, "agent_turns": len(agent_rows), "totals": totals,
+            "last_turn_ratio": round(agent_rows[-1]["bytes_full_history"]
+                                     / agent_rows[-1]["bytes"], 1)}
+
+
+# -- 5. recovery ------------------------------------------------------------------------------
+
+def bench_recovery(out: Path, data: Path, reps: int, label: str) -> dict:
+    """Crash a run at ``after_response``, then time ``resume`` in a new process to its first POST.
+
+    The model is an offline server hosted by this benchmark process, reached by the CLI through
+    ``REFUND_AGENT_BASE_URL`` as Grok would be: the timestamp of the first POST it receives is
+    taken here, on the same clock as the moment the new process was spawned.
+    """
+    from refund_agent.offline import start_offline_server
+
+    server = start_offline_server(out / "bench-model.sqlite3")
+    posts: list[float] = []
+    record = server.record
+
+    def stamped(body: dict) -> str | None:
+        posts.append(time.time())
+        return record(body)
+
+    server.record = stamped  # type: ignore[method-assign]
+    env = _offline_env(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data),
+                       XAI_API_KEY="bench-offline-model", REFUND_AGENT_BASE_URL=server.base_url,
+                       REFUND_AGENT_MAX_RETRIES="0")
+    python = [sys.executable]
+    first_post, total, bare, imports = [], [], [], []
+    try:
+        for _ in range(reps):
+            crashed = subprocess.run([*python, "-m", "refund_agent"], env={
+                **env, "REFUND_AGENT_CRASH_AT": "after_response"}, capture_output=True, text=True,
+                cwd=PROJECT_ROOT, timeout=120)
+            if crashed.returncode != -9:
+                raise RuntimeError(f"the crash run did not crash:\n{crashed.stdout}\n"
+                                   f"{crashed.stderr}")
+            posts.clear()
+            t0 = time.time()
+            resumed = subprocess.run([*python, "-m", "refund_agent", "resume"], env=env,
+                                     capture_output=True, text=True, cwd=PROJECT_ROOT,
+                                     timeout=120)
+            t1 = time.time()
+            if resumed.returncode != 0 or "Resuming run" not in resumed.stdout or not posts:
+                raise RuntimeError(f"resume failed:\n{resumed.stdout}\n{resumed.stderr}")
+            first_post.append(posts[0] - t0)
+            total.append(t1 - t0)
+            for sink, code in ((bare, "pass"), (imports, "import refund_agent.cli")):
+                t0 = time.perf_counter()
+                subprocess.run([*python, "-c", code], env=env, check=True, cwd=PROJECT_ROOT)
+                sink.append(time.perf_counter() - t0)
+    finally:
+        server.close()
+    return {"store": label, "samples": reps,
+            "to_first_request_ms": {"p50": ms(median(first_post)), "max": ms(max(first_post))},
+            "resume_process_total_ms": ms(median(total)),
+            "python_startup_ms": ms(median(bare)),
+            "python_plus_imports_ms": ms(median(imports))}
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+def table(results: dict) -> str:
+    rows: list[tuple[str, str, str, str]] = []
+    h = results.get("harness")
+    if h:
+        rows += [
+            ("harness", "per turn, outside the model request (p50 / p99)",
+             f"{h['turn_outside_request_ms']['p50']:.2f} / "
+             f"{h['turn_outside_request_ms']['p99']:.2f} ms", "5 / 25 ms"),
+            ("harness", "per turn, incl. SDK CPU inside the request (p50 / p99)",
+             f"{h['turn_ms']['p50']:.2f} / {h['turn_ms']['p99']:.2f} ms", "(5 / 25 ms)"),
+            ("harness", "SDK CPU per request: build, HTTP, SSE parse (p50)",
+             f"{h['sdk_cpu_per_request_ms']['p50']:.2f} ms", ""),
+            ("harness", f"per ticket ({h['requests_per_ticket']} requests, start + decide incl.)",
+             f"{h['ticket_harness_ms']['p50']:.1f} ms", ""),
+            ("harness", f"share of a Grok-like run ({GROK_REQUESTS} x {GROK_SECONDS:.0f} s) p50/p99",
+             f"{h['share_of_grok_run_pct']['p50']:.2f} / {h['share_of_grok_run_pct']['p99']:.2f} %",
+             "< 1 %"),
+        ]
+    s = results.get("scale")
+    if s:
+        for c in s["cases"]:
+            name = "SQLite (project)" if c["design"] == "sqlite" else "JSON file (guide; bench only)"
+            rows.append(("scale", f"{name}, {c['runs']:,} runs: approve+resume / list queue",
+                         f"{c['approve_resume_ms']:.1f} / {c['list_queue_ms']:.2f} ms", ""))
+        for design in ("sqlite", "json"):
+            r = s.get(f"{design}_ratio")
+            if r:
+                name = "SQLite" if design == "sqlite" else "JSON file"
+                rows.append(("scale", f"{name} {r['to']:,} vs {r['from']:,} runs: approve+resume"
+                             " / outside model / queue",
+                             f"{r['approve_resume']:.2f}x / {r['approve_resume_outside_model']:.2f}x"
+                             f" / {r['list_queue']:.2f}x",
+                             "<= 1.5x" if design == "sqlite" else ""))
+        for n, r in s.get("json_over_sqlite", {}).items():
+            rows.append(("scale", f"JSON file / SQLite at {int(n):,} runs: approve+resume / queue",
+                         f"{r['approve_resume']:.1f}x / {r['list_queue']:.1f}x", ""))
+    t = results.get("throughput")
+    if t:
+        for w in t.values():
+            rows.append(("throughput", f"tickets end to end, {w['workers']} worker process(es)",
+                         f"{w['tickets_per_s']:.1f} /s", ""))
+    b = results.get("bytes")
+    if b:
+        agent_rows = [r for r in b["requests"] if r["who"] == "agent"]
+        rows.append(("bytes", f"angry customer, {len(agent_rows)} agent turns: bytes sent, last turn",
+                     f"{agent_rows[-1]['bytes']:,} (full history: "
+                     f"{agent_rows[-1]['bytes_full_history']:,})", ""))
+        tt = b["totals"]
+        rows.append(("bytes", "whole conversation incl. simulated customer: bytes / tokens sent",
+                     f"{tt['bytes']:,} / {tt['tokens_sent']:,} (full history: "
+                     f"{tt['bytes_full_history']:,} / {tt['tokens_sent_full_history']:,})", ""))
+    for rec in results.get("recovery", []):
+        rows.append(("recovery", f"new process to first model request ({rec['store']})",
+                     f"{rec['to_first_request_ms']['p50']:.0f} ms (python+imports "
+                     f"{rec['python_plus_imports_ms']:.0f} ms)", ""))
+    p = results.get("page")
+    if p:
+        if p.get("skipped"):
+            rows.append(("page", "decision to browser", p["skipped"], "p95 <= 1 s"))
+        else:
+            rows.append(("page", "decision in another process to browser (p50 / p95)",
+                         f"{p['p50_ms']:.0f} / {p['p95_ms']:.0f} ms", "p95 <= 1000 ms"))
+    w = [max(len(r[i]) for r in rows) for i in range(4)] if rows else [0] * 4
+    lines = [f"{'item':<{w[0]}}  {'measure':<{w[1]}}  {'result':<{w[2]}}  target",
+             "-" * (sum(w) + 6 + 6)]
+    lines += [f"{a:<{w[0]}}  {b_:<{w[1]}}  {c:<{w[2]}}  {d}" for a, b_, c, d in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small CI smoke run (< ~60 s)")
+    p.add_argument("--json", type=Path, help="save the results here")
+    p.add_argument("--plots", type=Path, help="draw the PNG plots into this folder")
+    p.add_argument("--only", nargs="*", help="run only these items (harness scale throughput "
+                   "bytes recovery page)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--sizes", nargs="*", type=int, help="store sizes for the scale item")
+    p.add_argument("--json-sizes", nargs="*", type=int,
+                   help="sizes at which to also measure the JSON-file design")
+    p.add_argument("--reps", type=int, default=15, help="approvals measured per store size")
+    args = p.parse_args(argv)
+    quick = args.quick
+    items = args.only or ["harness", "scale", "throughput", "bytes", "recovery", "page"]
+    if quick and "page" in items:
+        items.remove("page")
+
+    root = Path(tempfile.mkdtemp(prefix="refund-agent-bench-"))
+    clones = 400 if quick else 4000
+    data = make_bench_shop(root / "data", clones)
+    pool = OrderPool(1, clones // 2)  # the second half is for the throughput workers
+    results: dict[str, Any] = {"machine": machine(), "quick": quick,
+                               "command": "python bench/run.py" + (" --quick" if quick else "")}
+    log(f"bench folder: {root}")
+    started = time.time()
+    try:
+        if "harness" in items:
+            log("1. harness overhead per turn")
+            results["harness"] = bench_harness(root, data, pool, tickets=8 if quick else 60,
+                                               warmup=2 if quick else 5)
+        if "scale" in items:
+            log("2. store scale")
+            if quick:
+                results["scale"] = bench_scale(root, data, pool, sizes=[10, 300],
+                                               json_sizes=[10, 300], reps=2, json_reps={},
+                                               warmup=1)
+            else:
+                sizes = args.sizes or [10, 1_000, 10_000, 100_000]
+                json_sizes = sizes if args.json_sizes is None else args.json_sizes
+                results["scale"] = bench_scale(root, data, pool, sizes=sizes,
+                                               json_sizes=json_sizes, reps=args.reps,
+                                               json_reps={10_000: 5, 100_000: 2}, warmup=2)
+        if "throughput" in items:
+            log("3. throughput")
+            results["throughput"] = bench_throughput(
+                root, data, first_order=clones // 2 + 1, workers_list=[1, 2],
+                duration=2.0 if quick else 15.0, per_worker_orders=(clones // 2 - 10) // 3)
+        if "bytes" in items:
+            log("4. bytes and tokens per turn")
+            results["bytes"] = bench_bytes(root)
+        if "recovery" in items:
+            log("5. recovery")
+            results["recovery"] = [bench_recovery(root / "recovery", DATA, 1 if quick else 8,
+                                                  "empty store")]
+        if "page" in items:
+            log("6. page freshness")
+            from page_freshness import bench_page
+            results["page"] = bench_page(root / "page", reps=20)
+    finally:
+        results["seconds"] = round(time.time() - started, 1)
+        if args.keep:
+            log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(table(results))
+    print(f"\n{results['machine']['nproc']} cores, {results['machine']['cpu']}, Python "
+          f"{results['machine']['python']}; {results['seconds']} s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    if args.plots:
+        from plots import draw
+        for path in draw(results, args.plots):
+            log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

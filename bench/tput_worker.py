@@ -1,0 +1,49 @@
+"""One throughput worker process (started by ``bench/run.py``; not meant to be run by hand).
+
+Resolves Maya-style tickets end to end (email, 3 requests, approval by a script, 2 requests)
+against the shared store in ``--output`` for ``--duration`` seconds from ``--start-at``, and
+prints a JSON line with how many finished in that window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--first", type=int, required=True, help="first clone order number to use")
+    p.add_argument("--last", type=int, required=True, help="one past the last clone to use")
+    p.add_argument("--start-at", type=float, required=True, help="epoch seconds")
+    p.add_argument("--duration", type=float, required=True)
+    p.add_argument("--warmup", type=int, default=2)
+    args = p.parse_args()
+
+    agent = TimedAgent(bench_settings(args.output, args.data))
+    pool = OrderPool(args.first, args.last)
+    for _ in range(args.warmup):  # imports, first connection, lazily loaded shop data
+        full_ticket(agent, pool.take())
+    while time.time() < args.start_at:
+        time.sleep(0.002)
+    end = args.start_at + args.duration
+    done = 0
+    while True:
+        full_ticket(agent, pool.take())
+        if time.time() > end:
+            break
+        done += 1
+    print(json.dumps({"done": done, "duration": args.duration, "orders_used": pool.next - args.first}))
+
+
+if __name__ == "__main__":
+    main()
