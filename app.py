@@ -254,7 +254,8 @@ def render_inbox(worker: Worker) -> None:
             st.text_input("Subject", key="mail_subject", value="Refund request")
             st.text_area("Email", key="mail_body", height=120,
                          placeholder="My order A1058 arrived broken...")
-            st.form_submit_button("Send to the agent", on_click=on_send_email, args=(worker,),
+            st.form_submit_button("Send to the agent", key="mail_send", on_click=on_send_email,
+                                  args=(worker,),
                                   type="primary", icon=":material/send:")
     show_notice("inbox")
     run_list(worker)
@@ -324,7 +325,8 @@ def ticket(worker: Worker) -> None:
         with st.form(f"reply_form_{run.id}", border=True):
             st.text_area("Reply as the customer", key=f"reply_{run.id}", height=90,
                          placeholder="That's not enough, I want the whole order refunded.")
-            st.form_submit_button("Send reply", on_click=on_reply, args=(worker, run.id),
+            st.form_submit_button("Send reply", key=f"reply_send_{run.id}", on_click=on_reply,
+                                  args=(worker, run.id),
                                   icon=":material/reply:")
 
 
@@ -394,7 +396,8 @@ def render_queue_side(worker: Worker) -> None:
         with st.form("approver_form", border=True):
             st.text_input("Your name (signs every decision in the audit log)",
                           key="approver_input", placeholder="Dana Kim")
-            st.form_submit_button("Save name", on_click=on_save_name, icon=":material/badge:")
+            st.form_submit_button("Save name", key="save_name", on_click=on_save_name,
+                                  icon=":material/badge:")
     queue(worker)
     audit(worker)
 

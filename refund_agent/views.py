@@ -373,12 +373,3 @@ def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
                                                          reverse=True)])
     return frame.to_csv(index=False).encode()
 
-
-def audit_lines(entries: Sequence[AuditEntry]) -> list[str]:
-    """One plain sentence per audit entry, newest first (for readers and tests)."""
-    out = []
-    for e in sorted(entries, key=lambda e: e.id, reverse=True):
-        amount = f" {money(e.amount)}" if e.amount is not None else ""
-        order = f" on {e.order_id}" if e.order_id else ""
-        out.append(f"{e.event}{amount}{order} by {e.actor} (pid {e.pid})")
-    return out

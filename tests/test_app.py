@@ -1,0 +1,401 @@
+"""The helpdesk page (Streamlit's AppTest, no browser) and its background worker.
+
+AppTest runs ``app.py`` in this process, so the page's worker threads and the offline model run
+here too. Runs are asynchronous, so tests re-run the page until what they wait for shows up.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from conftest import DATA, run_cli
+from streamlit.testing.v1 import AppTest
+
+from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
+from refund_agent.config import PROJECT_ROOT
+from refund_agent.store import Store
+from refund_agent.worker import Worker
+
+APP = PROJECT_ROOT / "app.py"
+TIMEOUT = 20.0
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def eventually(check: Callable[[], object], timeout: float = TIMEOUT,
+               what: str | Callable[[], str] = "") -> object:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            detail = what() if callable(what) else what
+            pytest.fail(f"Timed out after {timeout:.0f} s waiting for {detail or check}")
+        time.sleep(0.02)
+
+
+def plain(text: str) -> str:
+    """Markdown source without bold marks and the escapes the page adds to customer text."""
+    return text.replace("\\", "").replace("**", "")
+
+
+def texts(at: AppTest, *kinds: str) -> list[str]:
+    kinds = kinds or ("markdown", "caption", "success", "warning", "error", "info")
+    return [plain(str(el.value)) for kind in kinds for el in at.get(kind)]
+
+
+def shows(at: AppTest, fragment: str, *kinds: str) -> bool:
+    return any(fragment in t for t in texts(at, *kinds))
+
+
+def rerun_until(at: AppTest, fragment: str, *kinds: str, timeout: float = TIMEOUT) -> AppTest:
+    """Re-run the page (as its refresh timer would) until ``fragment`` is on it."""
+
+    def check() -> bool:
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return shows(at, fragment, *kinds)
+
+    eventually(check, timeout, lambda: f"{fragment!r} on the page; it shows {texts(at, *kinds)}")
+    return at
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def output(tmp_path: Path, monkeypatch) -> Path:
+    """Point the page at a fresh output folder; shut its worker down afterwards."""
+    out = tmp_path / "output"
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(out))
+    monkeypatch.setenv("REFUND_AGENT_DATA", str(DATA))
+    monkeypatch.setenv("REFUND_AGENT_OFFLINE_LATENCY", "0")
+    monkeypatch.setenv("REFUND_AGENT_MAX_RETRIES", "2")
+    yield out
+    st.cache_resource.clear()  # releases the cached worker, which stops its threads
+
+
+@pytest.fixture
+def store(output: Path) -> Store:
+    return Store(output / "refund-agent.sqlite3")
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def start_damaged(at: AppTest, store: Store):
+    """Click the damaged-item sample and wait for its refund card; returns the approval."""
+    at.button(key="sample_damaged").click().run()
+    rerun_until(at, "$48.00 for order A1043", "markdown")
+    (approval,) = store.approvals("pending")
+    return approval
+
+
+def save_name(at: AppTest, name: str) -> AppTest:
+    at.text_input(key="approver_input").input(name)
+    return at.button(key="save_name").click().run()
+
+
+# -- the page -------------------------------------------------------------------------------
+
+
+def test_page_shows_the_shop_the_model_and_the_server(output):
+    at = open_page()
+    header = " ".join(texts(at, "markdown"))
+    assert "Juniper & Pine Home Goods" in header
+    assert "offline stand-in model (no XAI_API_KEY set)" in header
+    assert f"Server pid {os.getpid()}" in header and "Worker running" in header
+    labels = {b.label for b in at.button}
+    assert {"Cracked on arrival", "Past 30 days", "Angry customer"} <= labels
+    assert shows(at, "Pick a ticket in the inbox", "info")
+
+
+def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
+    at = open_page()
+    approval = start_damaged(at, store)
+    run_id = at.session_state["selected"]
+    assert approval.run_id == run_id and approval.amount == 48.0
+    # The ticket shows the proposal, the inbox lists the run, the card its facts and limit.
+    at.run()
+    assert shows(at, "Proposed refund $48.00 on order A1043", "warning")
+    assert shows(at, "Maya Chen · Coffee maker arrived cracked", "markdown") or any(
+        "Maya Chen" in plain(b.label) for b in at.button)
+    assert shows(at, "Most the policy allows: $80.95", "markdown")
+    assert shows(at, "1 day ago, inside the 30-day window", "markdown")
+    assert at.dataframe[0].value["Event"].tolist() == ["requested"]
+    assert store.run(run_id).status == RunStatus.WAITING
+
+
+def test_approve_card_finishes_the_run(output, store):
+    at = open_page()
+    approval = start_damaged(at, store)
+    save_name(at, "Dana Kim")
+    assert shows(at, "Deciding as Dana Kim", "markdown")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim", "success")
+    rerun_until(at, "Note for the team", "info")
+    run = store.run(approval.run_id)
+    assert run.status == RunStatus.DONE
+    assert shows(at, "Approved by Dana Kim", "success")
+    assert shows(at, "issued: $48.00", "success")
+    assert shows(at, "Email to maya.chen@example.com", "markdown")
+    assert [e.event for e in store.audit()] == ["requested", "approved", "issued"]
+    assert at.dataframe[0].value["Event"].tolist() == ["issued", "approved", "requested"]
+    # A finished run offers the customer's reply box, and a reply continues the run.
+    at.text_area(key=f"reply_{run.id}").input("Thanks! When will it arrive?")
+    at.button(key=f"reply_send_{run.id}").click().run()
+    rerun_until(at, "Customer replied", "markdown")
+    eventually(lambda: store.run(run.id).status == RunStatus.DONE and
+               store.run(run.id).requests > run.requests, what="the reply's turn")
+
+
+def test_reject_needs_a_note(output, store):
+    at = open_page()
+    approval = start_damaged(at, store)
+    save_name(at, "Dana Kim")
+    at.button(key=f"reject_{approval.id}").click().run()
+    assert shows(at, "A rejection needs a note", "error")
+    assert store.approval(approval.id).status == "pending"
+    at.text_input(key=f"note_{approval.id}").input("The carafe is covered by the courier claim.")
+    at.button(key=f"reject_{approval.id}").click().run()
+    assert shows(at, "Rejected $48.00 for order A1043 as Dana Kim", "success")
+    decided = store.approval(approval.id)
+    assert decided.status == "rejected" and decided.note.startswith("The carafe is covered")
+    rerun_until(at, "Rejected by Dana Kim", "error")
+    eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
+
+
+def test_approver_name_is_needed(output, store):
+    at = open_page()
+    approval = start_damaged(at, store)
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Enter your name above before deciding", "error")
+    assert store.approval(approval.id).status == "pending"
+    save_name(at, "   ")
+    assert shows(at, "Enter your name first", "error")
+    save_name(at, "Dana Kim")
+    assert not at.error
+    # Asked once: the name is kept for the session and used for the next decision.
+    at.run()
+    assert shows(at, "Deciding as Dana Kim", "markdown")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert store.approval(approval.id).decided_by == "Dana Kim"
+
+
+def test_two_sessions_approving_yield_one_decision(output, store):
+    first, second = open_page(), open_page()
+    approval = start_damaged(first, store)
+    for at, name in ((first, "Dana Kim"), (second, "Sam Lee")):
+        save_name(at, name)
+        rerun_until(at, "$48.00 for order A1043", "markdown")
+    first.button(key=f"approve_{approval.id}").click().run()
+    second.button(key=f"approve_{approval.id}").click().run()
+    assert shows(second, "This refund was already approved by Dana Kim", "warning")
+    assert not second.exception
+    events = [e.event for e in store.audit()]
+    assert events.count("approved") == 1 and events.count("ignored") == 1
+
+
+def test_mistakes_show_messages_not_tracebacks(output, store):
+    at = open_page()
+    at.text_input(key="mail_from").input("not an address")
+    at.text_area(key="mail_body").input("My order A1058 arrived broken.")
+    at.button(key="mail_send").click().run()
+    assert shows(at, "is not an email address", "error")
+    at.text_input(key="mail_from").input("leo.martins@example.com")
+    at.text_area(key="mail_body").input("   ")
+    at.button(key="mail_send").click().run()
+    assert shows(at, "The email is empty", "error")
+    assert not at.exception and store.runs() == []
+
+
+def test_custom_email_starts_a_run(output, store):
+    at = open_page()
+    at.text_input(key="mail_from").input("leo.martins@example.com")
+    at.text_input(key="mail_name").input("Leo Martins")
+    at.text_area(key="mail_body").input("My order A1058 arrived with a broken lid.")
+    at.button(key="mail_send").click().run()
+    (run,) = store.runs()
+    assert run.sender == "leo.martins@example.com" and at.session_state["selected"] == run.id
+    assert at.session_state["mail_body"] == ""
+    eventually(lambda: store.run(run.id).status != RunStatus.WORKING, what="the run to settle")
+
+
+def test_corrupt_database_is_a_message(output):
+    output.mkdir(parents=True)
+    (output / "refund-agent.sqlite3").write_bytes(b"this is not a database" * 100)
+    at = open_page()
+    assert shows(at, "is not a readable refund-agent database", "error")
+
+
+def test_bad_settings_are_a_message(output, monkeypatch):
+    monkeypatch.setenv("REFUND_AGENT_TIMEOUT", "soon")
+    at = open_page()
+    assert shows(at, "REFUND_AGENT_TIMEOUT must be a number", "error")
+
+
+def test_stop_and_resume_from_the_page(output, store, monkeypatch):
+    # Slow enough to press Stop while the first request streams.
+    monkeypatch.setenv("REFUND_AGENT_OFFLINE_LATENCY", "0.6")
+    at = open_page()
+    at.button(key="sample_damaged").click().run()
+    rerun_until(at, "Thinking…", "markdown")  # the first request is streaming
+    at.button(key="stop").click().run()
+    run_id = at.session_state["selected"]
+    eventually(lambda: store.run(run_id).status == RunStatus.STOPPED, what="the stop")
+    rerun_until(at, "Stopped. Resume continues", "warning")
+    assert store.run(run_id).requests == 0  # the aborted request was never recorded
+    assert not at.button(key="resume").disabled
+    at.button(key="resume").click().run()
+    eventually(lambda: store.run(run_id).status == RunStatus.WAITING, what="the resumed run")
+
+
+# -- the worker on its own ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker(agent: Agent):
+    w = Worker(agent)
+    w.start()
+    yield w
+    w.shutdown()
+
+
+def wait_status(store: Store, run_id: str, status: RunStatus, timeout: float = TIMEOUT) -> None:
+    eventually(lambda: store.run(run_id).status == status and True, timeout,
+               f"run {run_id} to be {status.value}")
+
+
+def settle(worker: Worker, run_id: str) -> None:
+    eventually(lambda: not worker.is_active(run_id), what=f"run {run_id}'s thread to finish")
+
+
+def test_worker_runs_a_sample_to_the_queue_and_finishes_it(worker, agent):
+    run = worker.submit_sample("damaged")
+    wait_status(agent.store, run.id, RunStatus.WAITING)
+    settle(worker, run.id)
+    (approval,) = agent.store.approvals("pending")
+    worker.decide(approval.id, True, "Dana")
+    wait_status(agent.store, run.id, RunStatus.DONE)
+    kinds = [s.kind for s in agent.store.steps(run.id)]
+    assert "refund" in kinds and "message" in kinds and kinds[-2] == "note"
+
+
+def test_worker_decisions_race_to_one(worker, agent):
+    run = worker.submit_sample("damaged")
+    wait_status(agent.store, run.id, RunStatus.WAITING)
+    (approval,) = agent.store.approvals("pending")
+    outcomes: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def click(name: str) -> None:
+        barrier.wait()
+        try:
+            worker.decide(approval.id, True, name)
+            outcomes.append("ok")
+        except AlreadyDecided as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=click, args=(f"approver {i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("ok") == 1
+    winner = agent.store.approval(approval.id).decided_by
+    assert sorted(outcomes)[:3] == [f"This refund was already approved by {winner}."] * 3
+    wait_status(agent.store, run.id, RunStatus.DONE)
+    assert len(agent.payments.refunds()) == 1
+
+
+def test_worker_streams_live_deltas_and_stops_mid_request(settings: Settings, tmp_path):
+    slow = Agent(settings.with_(output_dir=tmp_path / "slow", offline_latency=1.0))
+    worker = Worker(slow)
+    worker.start()
+    try:
+        run = worker.submit_sample("damaged")
+        segments = eventually(lambda: worker.live(run.id), what="streamed deltas")
+        assert segments[0].kind == "reasoning" and segments[0].text
+        assert worker.stop(run.id)
+        wait_status(slow.store, run.id, RunStatus.STOPPED)
+        settle(worker, run.id)
+        assert worker.live(run.id) == [] and slow.store.run(run.id).requests == 0
+        assert slow.store.steps(run.id)[-1].kind == "stopped"
+        with pytest.raises(RunNotReady):
+            worker.reply(run.id, "Hello?")  # only a finished run takes a reply
+        assert worker.resume(run.id)
+        wait_status(slow.store, run.id, RunStatus.WAITING, timeout=30)
+    finally:
+        worker.shutdown()
+
+
+def test_worker_resumes_a_run_a_crashed_process_left_mid_turn(settings: Settings, tmp_path):
+    out = tmp_path / "crashed"
+    result = run_cli(out, REFUND_AGENT_CRASH_AT="after_response")
+    assert result.returncode != 0  # killed by its own crash point
+    agent = Agent(settings.with_(output_dir=out))
+    (orphan,) = agent.store.orphaned_runs()
+    worker = Worker(agent)
+    try:
+        assert worker.start() == [orphan.id]
+        wait_status(agent.store, orphan.id, RunStatus.WAITING)
+        assert any(s.kind == "restart" for s in agent.store.steps(orphan.id))
+    finally:
+        worker.shutdown()
+
+
+def test_worker_reuses_the_refund_after_a_crash_after_refund(settings: Settings, tmp_path):
+    out = tmp_path / "after-refund"
+    assert run_cli(out).returncode == 0  # stops at the approval
+    crashed = run_cli(out, "approve", "--as", "Dana", CRASH_AFTER_REFUND="1")
+    assert crashed.returncode != 0
+    agent = Agent(settings.with_(output_dir=out))
+    assert len(agent.payments.refunds()) == 1
+    worker = Worker(agent)
+    try:
+        (run_id,) = worker.start()
+        wait_status(agent.store, run_id, RunStatus.DONE)
+    finally:
+        worker.shutdown()
+    assert len(agent.payments.refunds()) == 1  # reused, not repeated
+    assert [e.event for e in agent.store.audit()] == ["requested", "approved", "reused"]
+
+
+def test_worker_converses_for_the_angry_sample(worker, agent):
+    run = worker.submit_sample("angry")
+    wait_status(agent.store, run.id, RunStatus.WAITING)
+    (approval,) = agent.store.approvals("pending")
+    worker.decide(approval.id, True, "Dana")
+    wait_status(agent.store, run.id, RunStatus.DONE)
+    settle(worker, run.id)
+    finished = agent.store.run(run.id)
+    assert finished.simulated_replies >= 1
+    assert any(s.kind == "reply" and s.data["simulated"] for s in agent.store.steps(run.id))
+
+
+def test_worker_refuses_work_it_cannot_do(worker, agent):
+    run = worker.submit_sample("damaged")
+    wait_status(agent.store, run.id, RunStatus.WAITING)
+    settle(worker, run.id)
+    with pytest.raises(RunNotReady, match="waiting for a person"):
+        worker.resume(run.id)
+    (approval,) = agent.store.approvals("pending")
+    with pytest.raises(DecisionRefused, match="name"):
+        worker.decide(approval.id, True, "  ")
+    assert not worker.stop(run.id)  # nothing in flight
+    worker.shutdown()
+    assert not worker.running
+    with pytest.raises(RunNotReady, match="not running"):
+        worker.submit_sample("damaged")
