@@ -341,8 +341,8 @@ class Agent:
     # -- running calls -----------------------------------------------------------------------
 
     def _tools(self, run: Run, except_key: str | None = None) -> ShopTools:
-        return ShopTools(self.shop, run.sender,
-                         refunded_by_order(self.payments.refunds(), except_key))
+        # A lazy per-order view: adding up every refund ever made would cost O(refunds) per call.
+        return ShopTools(self.shop, run.sender, self.payments.refunded_by_order(except_key))
 
     def _run_call(self, run: Run, call: Call) -> str:
         """Run one saved call and save its output at once (boundary 3)."""
@@ -427,15 +427,9 @@ class Agent:
         if not approve and not note:
             raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
                                   "decision to the customer.")
-        approval = self.store.approval(approval_id)
-        if approve and approval.status == "pending":
-            problem = self.approval_problem(approval)
-            if problem:
-                self.store.audit_event("refused", by, run_id=approval.run_id,
-                                       approval_id=approval.id, order_id=approval.order_id,
-                                       amount=approval.amount, note=problem)
-                raise DecisionRefused(f"Cannot approve: {problem}")
-        decided = self.store.decide(approval_id, approve, by, note)
+        # The policy is re-checked inside the decision's transaction (see Store.decide).
+        decided = self.store.decide(approval_id, approve, by, note,
+                                    check=self.approval_problem if approve else None)
         crash_point("after_decision", self._crash)
         return decided
 
@@ -448,7 +442,16 @@ class Agent:
         run = self.store.run(approval.run_id)
         args = IssueRefund(order_id=approval.order_id, amount=approval.amount,
                            reason=approval.reason)
-        return self._tools(run, except_key=approval.id).refund_problem(args)
+        refunds = self.payments.refunds()
+        refunded = refunded_by_order(refunds, except_key=approval.id)
+        # Another approval on this order that its run has not paid yet (say its process died
+        # after the decision) will be paid on resume, so it counts as refunded already.
+        paid = {r.get("idempotency_key") for r in refunds}
+        for other_id, amount in self.store.approved_unpaid(approval.order_id, approval.id):
+            if other_id not in paid:
+                refunded[approval.order_id] = round(refunded.get(approval.order_id, 0.0)
+                                                    + amount, 2)
+        return ShopTools(self.shop, run.sender, refunded).refund_problem(args)
 
     def policy_facts(self, approval: Approval) -> dict[str, Any]:
         """The policy facts for an approval's order, for the approver's card."""

@@ -14,15 +14,17 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import AlreadyDecided, NotFound, RunBusy, StoreError
+from .errors import AlreadyDecided, DecisionRefused, NotFound, RunBusy, StoreError
 from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
 
-SCHEMA_VERSION = 1
+# 2 added the approvals_by_run and approvals_by_order indexes; every statement in the schema is
+# idempotent, so an older store is brought up to date by running it again.
+SCHEMA_VERSION = 2
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
 # process with the same pid exists (pids are reused after a reboot).
@@ -58,6 +60,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     decided_by TEXT, decided_at REAL, decided_pid INTEGER, note TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
+CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id);
+CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
 CREATE TABLE IF NOT EXISTS replies (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, text TEXT NOT NULL,
     simulated INTEGER NOT NULL, response_id TEXT
@@ -384,19 +388,39 @@ class Store:
                               " ORDER BY requested_at LIMIT ?", (status, limit))
         return [Approval.model_validate(dict(r)) for r in rows]
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None) -> Approval:
+    def approved_unpaid(self, order_id: str, except_id: str) -> list[tuple[str, float]]:
+        """Other approved refunds on an order whose run has not carried them out yet."""
+        rows = self._read("SELECT a.id, a.amount FROM approvals a"
+                          " LEFT JOIN calls c ON c.call_id = a.call_id"
+                          " WHERE a.order_id = ? AND a.status = 'approved' AND a.id != ?"
+                          " AND c.output IS NULL", (order_id, except_id))
+        return [(r["id"], r["amount"]) for r in rows]
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
+               check: Callable[[Approval], str | None] | None = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
+
+        ``check`` (for an approval) runs inside the same transaction, so two approvals that
+        only fit the policy one at a time cannot both pass it at once.
 
         Raises:
             NotFound: no such approval.
             AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
+            DecisionRefused: ``check`` gave a reason; audited as 'refused', still pending.
         """
         status = "approved" if approve else "rejected"
         with self._tx() as db:
             row = db.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
             if row is None:
                 raise NotFound(f"No refund approval with id {approval_id!r}.")
-            if row["status"] != "pending":
+            problem = None
+            if approve and check and row["status"] == "pending":
+                problem = check(Approval.model_validate(dict(row)))
+            if problem:
+                self._audit(db, "refused", by, run_id=row["run_id"], approval_id=approval_id,
+                            order_id=row["order_id"], amount=row["amount"], note=problem)
+                late = DecisionRefused(f"Cannot approve: {problem}")
+            elif row["status"] != "pending":
                 self._audit(db, "ignored", by, run_id=row["run_id"], approval_id=approval_id,
                             order_id=row["order_id"], amount=row["amount"],
                             note=f"tried to {'approve' if approve else 'reject'}; already "
