@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,24 +20,76 @@ from .errors import IdempotencyConflict
 
 
 class IdempotentLog:
-    """A JSONL file where each line is one record with a unique ``idempotency_key``."""
+    """A JSONL file where each line is one record with a unique ``idempotency_key``.
+
+    Parsed records are kept in memory and only the lines appended since the last read are
+    parsed, so a lookup costs the same with ten records or a hundred thousand. The file is only
+    ever appended to; if it is replaced or truncated, the cache starts over from the new file.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()
+        self._records: list[dict[str, Any]] = []
+        self._by_key: dict[str, dict[str, Any]] = {}
+        self._offset = 0  # bytes of complete lines already parsed
+        self._file_id: tuple[int, int] | None = None
+        self._tail: list[dict[str, Any]] = []  # a last line without its newline, if it parses
+        self._torn = False  # the file ends in a line without its newline
+        #: Bumped whenever the cache starts over, so derived indexes know to start over too.
+        self.generation = 0
+
+    def scan(self) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+        """Read what was appended since the last call: (generation, records, tail).
+
+        ``records`` is the cache itself (oldest first; callers must not modify it): it only
+        grows until ``generation`` changes. ``tail`` holds the file's last line when it has no
+        newline yet (a crash mid-write) but parses anyway, which the file's readers count.
+        """
+        with self._lock:
+            try:
+                fh = open(self.path, "rb")
+            except FileNotFoundError:
+                self._start_over(None)
+                return self.generation, self._records, []
+            with fh:
+                st = os.fstat(fh.fileno())
+                file_id = (st.st_dev, st.st_ino)
+                if file_id != self._file_id or st.st_size < self._offset:
+                    self._start_over(file_id)
+                fh.seek(self._offset)
+                chunk = fh.read()
+            end = chunk.rfind(b"\n") + 1
+            for line in chunk[:end].split(b"\n"):
+                record = _parse(line)
+                if record is not None:
+                    self._records.append(record)
+                    self._by_key.setdefault(record.get("idempotency_key"), record)
+            self._offset += end
+            self._torn = end < len(chunk)
+            tail = _parse(chunk[end:])
+            self._tail = [tail] if tail is not None else []
+            return self.generation, self._records, self._tail
+
+    def _start_over(self, file_id: tuple[int, int] | None) -> None:
+        if self._offset or self._records or file_id != self._file_id:
+            self.generation += 1
+        self._records, self._by_key, self._tail, self._torn = [], {}, [], False
+        self._offset, self._file_id = 0, file_id
 
     def records(self) -> list[dict[str, Any]]:
         """Every record, oldest first (a torn last line from a crash is skipped)."""
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+        _, records, tail = self.scan()
+        return [*records, *tail]
+
+    def find(self, key: str) -> dict[str, Any] | None:
+        """The first record with this idempotency key, or None."""
+        _, _, tail = self.scan()
+        with self._lock:
+            record = self._by_key.get(key)
+        if record is None:
+            record = next((r for r in tail if r.get("idempotency_key") == key), None)
+        return record
 
     def once(self, key: str, request: dict[str, Any],
              make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
@@ -50,17 +103,30 @@ class IdempotentLog:
         with open(self.path, "a+", encoding="utf-8") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                for record in self.records():
-                    if record.get("idempotency_key") == key:
-                        if record.get("request") != request:
-                            raise IdempotencyConflict(
-                                f"Idempotency key {key} was already used with other arguments.")
-                        return record, True
+                record = self.find(key)  # reads the file's new lines, under the file lock
+                if record is not None:
+                    if record.get("request") != request:
+                        raise IdempotencyConflict(
+                            f"Idempotency key {key} was already used with other arguments.")
+                    return record, True
                 record = {"idempotency_key": key, "request": request, **make(),
                           "created_at": time.time(), "pid": os.getpid()}
-                fh.write(json.dumps(record) + "\n")
+                # A crash mid-write can leave a last line without its newline; start a fresh
+                # line so this record is not glued to it (and lost with it).
+                fh.write(("\n" if self._torn else "") + json.dumps(record) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
                 return record, False
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+

@@ -8,7 +8,9 @@ agent, which owns the approval flow and the idempotency keys; here they are only
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -75,13 +77,22 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """The tools in the Responses API's function-tool format."""
-    return [
+@functools.cache
+def _tool_schemas_json() -> str:
+    return json.dumps([
         {"type": "function", "name": t.name, "description": t.description,
          "parameters": _strict(t.args.model_json_schema()), "strict": True}
         for t in TOOLS.values()
-    ]
+    ])
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The tools in the Responses API's function-tool format (a fresh copy each call).
+
+    Generating the schemas takes pydantic a few hundred microseconds and every turn sends them,
+    so they are generated once and copied from their JSON text.
+    """
+    return json.loads(_tool_schemas_json())
 
 
 def parse_args(name: str, arguments: str) -> _Args | str:
@@ -111,7 +122,8 @@ class ShopTools:
             data was exported (so "left to refund" stays true after this agent's refunds).
     """
 
-    def __init__(self, shop: Shop, sender: str, refunded_elsewhere: dict[str, float]) -> None:
+    def __init__(self, shop: Shop, sender: str, refunded_elsewhere: Mapping[str, float]
+                 ) -> None:
         self.shop, self.sender, self.refunded_elsewhere = shop, sender, refunded_elsewhere
 
     def _owned_order(self, order_id: str) -> Order | str:
