@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
+
 from .agent import Agent, Cancel, LiveEvent, OnEvent, _usage
 from .crash import crash_point
 from .models import Run, RunStatus
@@ -70,7 +72,15 @@ def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
         if (run.status != RunStatus.DONE or run.simulated_replies >= max_replies
                 or customer_is_done(agent, run_id)):
             return run
-        text = simulate_reply(agent, run)
+        try:
+            text = simulate_reply(agent, run)
+        except openai.APIError as exc:
+            # The run itself is finished and saved; say why the conversation paused, so the
+            # front end shows it and a resume asks the customer again instead of it being lost.
+            agent.store.set_status(run_id, RunStatus.FAILED,
+                                   f"The simulated customer's reply failed ({type(exc).__name__}:"
+                                   f" {exc}). Resume asks for it again.")
+            return agent.store.run(run_id)
         if text is None:
             return agent.store.run(run_id)
         agent.add_reply(run_id, text, simulated=True)
