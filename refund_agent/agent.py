@@ -7,6 +7,7 @@ stop in one process and continue in another, days later.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -33,7 +34,6 @@ from .tools import (
     ShopTools,
     as_output,
     parse_args,
-    refunded_by_order,
     tool_schemas,
 )
 
@@ -249,8 +249,23 @@ class Agent:
         calls = self.store.calls(run.last_response_id)
         if calls:
             outputs = []
+            refund_not_made = False
             for call in calls:
-                output = call.output if call.output is not None else self._run_call(run, call)
+                if call.output is not None:
+                    output = call.output
+                elif refund_not_made and call.name == "send_customer_message":
+                    # Written in the same response as a refund proposal, before anyone decided
+                    # it: it may promise a refund that was not made, so it does not go out.
+                    output = as_output({"error": "Not sent: this email was written before the "
+                                        "refund in the same response was decided, and that "
+                                        "refund was not made. Write it again with the outcome."})
+                    self.store.record_output(run.id, call.call_id, output, [
+                        ("result", {"call_id": call.call_id, "name": call.name,
+                                    "output": json.loads(output)})])
+                else:
+                    output = self._run_call(run, call)
+                if call.name == "issue_refund":
+                    refund_not_made = json.loads(output).get("status") != "refunded"
                 outputs.append({"type": "function_call_output", "call_id": call.call_id,
                                 "output": output})
             return outputs, []
@@ -442,15 +457,15 @@ class Agent:
         run = self.store.run(approval.run_id)
         args = IssueRefund(order_id=approval.order_id, amount=approval.amount,
                            reason=approval.reason)
-        refunds = self.payments.refunds()
-        refunded = refunded_by_order(refunds, except_key=approval.id)
+        # Asked per order and per key: the payments log is indexed, so this costs the same
+        # with ten refunds on record or a hundred thousand.
+        total = self.payments.refunded(approval.order_id, except_key=approval.id)
         # Another approval on this order that its run has not paid yet (say its process died
         # after the decision) will be paid on resume, so it counts as refunded already.
-        paid = {r.get("idempotency_key") for r in refunds}
         for other_id, amount in self.store.approved_unpaid(approval.order_id, approval.id):
-            if other_id not in paid:
-                refunded[approval.order_id] = round(refunded.get(approval.order_id, 0.0)
-                                                    + amount, 2)
+            if self.payments.find(other_id) is None:
+                total = round(total + amount, 2)
+        refunded = {approval.order_id: total} if total else {}
         return ShopTools(self.shop, run.sender, refunded).refund_problem(args)
 
     def policy_facts(self, approval: Approval) -> dict[str, Any]:
