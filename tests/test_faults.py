@@ -1,0 +1,359 @@
+"""Faults from the model's side: refused requests, cut streams, and a model that misbehaves.
+
+The offline model injects HTTP faults (429, 500) before the answer starts and cuts streams
+half way, exactly where the real API can fail. A fault matrix puts each fault at each turn of
+the approve flow; a scripted model (``OfflineServer(brain=...)``) sends malformed arguments,
+unknown tools and several calls in one response although parallel calls are off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import openai
+import pytest
+from conftest import DATA, run_cli
+from test_crash_matrix import Outcome, assert_held, measure, read_outcome, record
+
+from refund_agent import Agent, Settings
+from refund_agent.customer import converse
+from refund_agent.model import ModelAccess, open_model
+from refund_agent.models import RunStatus
+from refund_agent.offline import OfflineServer
+from refund_agent.offline import events as offline_events
+from refund_agent.offline.brain import Reply
+
+MAX_RETRIES = 2   # the test settings' budget: one attempt plus two retries
+
+
+def _settings(output: Path) -> Settings:
+    return Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=MAX_RETRIES,
+                    timeout=30.0)
+
+
+class FaultAt:
+    """Injects faults into the offline model just before turn ``turn`` (0-based) is requested.
+
+    The hook is the agent's own live events: a committed "response" step means the previous
+    turn is saved and the next request is about to go out.
+    """
+
+    def __init__(self, model: ModelAccess, turn: int, faults: list[str]) -> None:
+        self.model, self.turn, self.faults, self.responses = model, turn, faults, 0
+        if turn == 0:
+            model.server.inject(*faults)
+
+    def __call__(self, event) -> None:
+        if event.kind == "step" and event.step.kind == "response":
+            self.responses += 1
+            if self.responses == self.turn:
+                self.model.server.inject(*self.faults)
+
+
+def _approve_flow(agent: Agent, on_event=None) -> list[str]:
+    """Drive Maya's request to the end, resuming after every failure; returns the statuses."""
+    seen = []
+    run = agent.start_sample("damaged")
+    while True:
+        status = agent.advance(run.id, on_event).status
+        seen.append(status.value)
+        if status == RunStatus.WAITING:
+            (approval,) = agent.store.approvals("pending")
+            agent.decide(approval.id, True, "Dana Kim")
+        elif status == RunStatus.DONE:
+            return seen
+        else:
+            assert status == RunStatus.FAILED and len(seen) < 10
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Outcome:
+    output = tmp_path_factory.mktemp("fault-baseline") / "output"
+    settings = _settings(output)
+    model = open_model(settings)
+    _approve_flow(Agent(settings, model=model))
+    model.server.close()
+    return read_outcome(output)
+
+
+TURNS = 5   # Maya's approve flow: lookup, policy, refund proposal | email, note
+FAULTS = {"429": ["429"] * (MAX_RETRIES + 1), "500": ["500"] * (MAX_RETRIES + 1),
+          "cut": ["cut"]}
+CASES = [(kind, turn) for kind in FAULTS for turn in range(TURNS)]
+
+
+@pytest.mark.parametrize(("kind", "turn"), CASES, ids=[f"{k}-turn{t}" for k, t in CASES])
+def test_fault_at_every_turn_fails_cleanly_and_resumes_without_repeats(
+        kind: str, turn: int, baseline: Outcome, tmp_path: Path):
+    output = tmp_path / "output"
+    settings = _settings(output)
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    hook = FaultAt(model, turn, FAULTS[kind])
+    failures: list[dict] = []
+
+    def watch(event) -> None:
+        hook(event)
+        if event.kind == "step" and event.step.kind == "error":
+            failures.append(event.step.data)
+
+    statuses = _approve_flow(agent, watch)
+    model.server.close()
+
+    assert statuses.count("failed") == 1, statuses
+    (failure,) = failures
+    expected = {"429": "RateLimitError", "500": "InternalServerError",
+                "cut": "APIConnectionError"}[kind]
+    assert expected in failure["message"] and "Resume" in failure["message"]
+    bodies = model.server.requests
+    # Retried up to the limit before the answer starts, never after it started.
+    attempts = Counter(json.dumps(b["input"], sort_keys=True) for b in bodies)
+    assert max(attempts.values()) == len(FAULTS[kind]) + 1   # the failed tries + the resume
+    # The resumed request is the failed one again: the same saved outputs, the same previous
+    # response. A call that had run is not run again, so its output is resent, not redone.
+    failed_at = len(FAULTS[kind]) - 1 + turn
+    assert bodies[failed_at]["input"] == bodies[failed_at + 1]["input"]
+    assert bodies[failed_at].get("previous_response_id") == \
+        bodies[failed_at + 1].get("previous_response_id")
+
+    outcome = read_outcome(output)
+    metrics = measure(outcome, baseline)
+    results = Counter(c["call_id"] for c in outcome.calls if c["output"] is not None)
+    metrics["calls_run_twice"] = sum(
+        1 for run_id, kinds in outcome.steps.items() if kinds.count("result")
+        != len([c for c in outcome.calls if c["run_id"] == run_id]))
+    metrics["refund_reused_after_fault"] = sum(e["event"] == "reused" for e in outcome.audit)
+    assert len(results) == len(outcome.calls)
+    record("faults", fault=kind, turn=turn, attempts=len(bodies), **metrics)
+    assert_held(metrics, f"{kind} at turn {turn}")
+
+
+def test_faults_within_the_retry_budget_do_not_fail_the_run(tmp_path: Path):
+    settings = _settings(tmp_path / "output")
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    model.server.inject(*["429", "500"] * 1)
+    assert _approve_flow(agent) == ["waiting", "done"]
+    assert len(model.server.requests) == TURNS + 2
+    model.server.close()
+    record("faults", fault="429+500 within budget", turn=0, attempts=TURNS + 2, runs_failed=0)
+
+
+def test_a_cut_stream_leaves_nothing_half_recorded(tmp_path: Path):
+    """The response of a cut stream is neither stored by the model nor recorded by the run."""
+    settings = _settings(tmp_path / "output")
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    run = agent.start_sample("damaged")
+    model.server.inject("cut")
+    seen: list[str] = []
+    failed = agent.advance(run.id, lambda e: seen.append(e.kind))
+    assert failed.status == RunStatus.FAILED
+    assert "reasoning" in seen   # part of the answer had streamed before the cut
+    assert failed.requests == 0 and failed.last_response_id is None
+    assert [s.kind for s in agent.store.steps(run.id)] == ["email", "error"]
+    assert agent.resumable() == [] and agent.store.latest_run({RunStatus.FAILED}).id == run.id
+    assert agent.advance(run.id).status == RunStatus.WAITING
+    model.server.close()
+
+
+def test_the_terminal_reports_a_model_failure_and_resume_finishes(tmp_path: Path):
+    output = tmp_path / "output"
+    failed = run_cli(output, "sample", "damaged", REFUND_AGENT_OFFLINE_FAULTS="429,429,429")
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "failed: The model request failed (RateLimitError" in failed.stdout
+    assert "`refund-agent resume` retries" in failed.stdout
+    resumed = run_cli(output, "resume")
+    assert resumed.returncode == 0 and "waiting for approval" in resumed.stdout
+    cut = run_cli(output, "approve", "--as", "Dana", REFUND_AGENT_OFFLINE_FAULTS="cut")
+    assert cut.returncode == 1 and "APIConnectionError" in cut.stdout
+    assert run_cli(output, "resume").returncode == 0
+    out = read_outcome(output)
+    assert [r["status"] for r in out.runs] == ["done"]
+    assert len(out.refunds) == 1 and len(out.emails) == 1
+    assert [e["event"] for e in out.audit] == ["requested", "approved", "issued"]
+
+
+def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path):
+    """The angry customer's reply is a model request too; when it fails, the run must say so and
+    resume must carry on the conversation, not crash out of the front end."""
+    settings = _settings(tmp_path / "output")
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    run = agent.advance(agent.start_sample("angry").id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana")
+
+    def fail_the_persona(event) -> None:
+        if event.kind == "step" and event.step.kind == "note":   # the run is about to finish
+            model.server.inject(*["429"] * (MAX_RETRIES + 1))
+
+    after = converse(agent, run.id, fail_the_persona)
+    assert after.status == RunStatus.FAILED and "RateLimitError" in after.error
+    assert agent.store.latest_run({RunStatus.FAILED}).id == run.id
+    finished = converse(agent, run.id)
+    assert finished.status == RunStatus.DONE and finished.simulated_replies == 2
+    out = read_outcome(settings.output_dir)
+    metrics = measure(out)
+    record("faults", fault="429 on the simulated customer", turn=-1, **metrics)
+    assert_held(metrics, "simulated customer failure")
+    model.server.close()
+
+
+# -- a model that misbehaves ------------------------------------------------------------------------
+
+RAW = "__raw_arguments__"
+
+
+class Script:
+    """A model that answers with the replies it was given, in order, then finishes."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies, self.seen = list(replies), []
+
+    def __call__(self, conversation, tools):
+        self.seen.append(conversation)
+        return self.replies.pop(0) if self.replies else Reply("done", "Finished.")
+
+
+@pytest.fixture
+def scripted(settings, monkeypatch):
+    """An agent whose model follows a script; ``{RAW: "..."}`` sends arguments verbatim."""
+    build = offline_events.build_output_items
+
+    def raw_arguments(reply):
+        items = build(reply)
+        for item in items:
+            if item["type"] == "function_call" and RAW in item["arguments"]:
+                item["arguments"] = json.loads(item["arguments"])[RAW]
+        return items
+
+    monkeypatch.setattr(offline_events, "build_output_items", raw_arguments)
+    servers = []
+
+    def make(*replies: Reply) -> tuple[Agent, Script, OfflineServer]:
+        script = Script(*replies)
+        server = OfflineServer(settings.output_dir / "scripted.sqlite3", brain=script).start()
+        servers.append(server)
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        return Agent(settings, model=ModelAccess(client, "scripted", server)), script, server
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+def _outputs(body: dict) -> list[tuple[str, dict]]:
+    return [(i["call_id"], json.loads(i["output"])) for i in body["input"]
+            if i.get("type") == "function_call_output"]
+
+
+REFUND = ("issue_refund", {"order_id": "A1043", "amount": 48.0, "reason": "Cracked carafe."})
+
+
+def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted):
+    agent, _script, server = scripted(
+        Reply("truncated JSON", calls=[("lookup_order", {RAW: '{"order_id": "A10'})]),
+        Reply("not an object", calls=[("check_refund_policy", {RAW: '["A1043"]'})]),
+        Reply("empty", calls=[("issue_refund", {RAW: ""})]),
+        Reply("missing amount", calls=[("issue_refund", {"order_id": "A1043",
+                                                         "reason": "x"})]),
+        Reply("extra field", calls=[("send_customer_message",
+                                     {"message": "hi", "to": "friend@example.com"})]),
+        Reply("made up", calls=[("delete_order", {"order_id": "A1043"})]),
+        Reply("null name", calls=[("", {})]),
+    )
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.DONE
+    errors = [out["error"] for body in server.requests[1:] for _c, out in _outputs(body)]
+    assert len(errors) == 7
+    assert "Invalid arguments for lookup_order" in errors[0]
+    assert "Invalid arguments for check_refund_policy" in errors[1]
+    assert "Invalid arguments for issue_refund" in errors[2]
+    assert "amount" in errors[3] and "Field required" in errors[3]
+    assert "to: Extra inputs are not permitted" in errors[4]
+    assert "no tool called 'delete_order'" in errors[5]
+    assert "no tool called ''" in errors[6]
+    # Nothing with a side effect happened, and every call has its output saved.
+    assert agent.store.approvals(status=None) == []
+    assert agent.payments.refunds() == [] and agent.outbox.messages() == []
+    out = read_outcome(agent.settings.output_dir)
+    assert not any(c["output"] is None for c in out.calls)
+    record("faults", fault="malformed/unknown/missing arguments", turn=-1, bad_calls=7,
+           side_effects=0)
+
+
+def test_two_calls_in_one_response_run_the_safe_one_and_pause_on_the_refund(scripted):
+    agent, _script, server = scripted(
+        Reply("both at once", calls=[("lookup_order", {"order_id": "A1043"}), REFUND]))
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.WAITING and len(server.requests) == 1
+    lookup, refund = agent.store.calls(run.last_response_id)
+    assert lookup.output is not None and refund.output is None   # ran / waits for a person
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana")
+    assert agent.advance(run.id).status == RunStatus.DONE
+    # Every output of that response goes back together, in order, in one request.
+    sent = _outputs(server.requests[1])
+    assert [c for c, _o in sent] == [lookup.call_id, refund.call_id]
+    assert sent[1][1]["status"] == "refunded"
+    kinds = [s.kind for s in agent.store.steps(run.id)]
+    assert kinds.count("result") == 2 and kinds.count("refund") == 1
+    assert len(agent.payments.refunds()) == 1
+    record("faults", fault="two calls in one response", turn=-1, duplicate_refunds=0)
+
+
+def test_calls_after_a_refund_in_the_same_response_wait_for_the_decision(scripted):
+    """An email written in the same breath as the proposal must not reach the customer before
+    a person decides, and must not go out at all if the refund is rejected (it was written
+    without knowing the outcome). The model is told so and writes a new one."""
+    promise = ("send_customer_message", {"message": "Good news: your $48.00 refund is done!"})
+    agent, _script, server = scripted(
+        Reply("refund and announce it", calls=[REFUND, promise]),
+        Reply("explain", calls=[("send_customer_message",
+                                 {"message": "Sorry, we can't refund this one."})]))
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.WAITING
+    assert agent.outbox.messages() == []                      # nothing sent while waiting
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, False, "Dana", "The carafe was dropped by the customer.")
+    assert agent.advance(run.id).status == RunStatus.DONE
+    bodies = [m["request"]["body"] for m in agent.outbox.messages()]
+    assert len(bodies) == 1 and "can't refund" in bodies[0]    # the promise never went out
+    refund_out, email_out = (o for _c, o in _outputs(server.requests[1]))
+    assert refund_out["status"] == "rejected"
+    assert email_out["error"].startswith("Not sent")
+    record("faults", fault="email after a rejected refund in one response", turn=-1,
+           false_emails=0)
+
+
+def test_calls_after_an_approved_refund_in_the_same_response_run_after_it(scripted):
+    promise = ("send_customer_message", {"message": "Your $48.00 refund is on its way."})
+    agent, _script, server = scripted(Reply("refund and announce it", calls=[REFUND, promise]))
+    run = agent.advance(agent.start_sample("damaged").id)
+    (approval,) = agent.store.approvals("pending")
+    assert agent.outbox.messages() == []
+    agent.decide(approval.id, True, "Dana")
+    assert agent.advance(run.id).status == RunStatus.DONE
+    assert len(agent.payments.refunds()) == 1 and len(agent.outbox.messages()) == 1
+    refund_out, email_out = (o for _c, o in _outputs(server.requests[1]))
+    assert refund_out["status"] == "refunded" and email_out["status"] == "sent"
+
+
+def test_two_refunds_in_one_response_need_two_approvals_and_the_policy_still_holds(scripted):
+    agent, _script, server = scripted(Reply("twice", calls=[REFUND, REFUND]))
+    run = agent.advance(agent.start_sample("damaged").id)
+    first = agent.store.approvals("pending")
+    assert len(first) == 1            # one proposal at a time
+    agent.decide(first[0].id, True, "Dana")
+    run = agent.advance(run.id)
+    # The second $48 would take the order past what the policy allows: refused, never queued.
+    assert run.status == RunStatus.DONE
+    assert len(agent.store.approvals(status=None)) == 1
+    assert len(agent.payments.refunds()) == 1
+    outs = [o for _c, o in _outputs(server.requests[1])]
+    assert outs[0]["status"] == "refunded" and "at most $32.95" in outs[1]["error"]
+    record("faults", fault="two refunds in one response", turn=-1, duplicate_refunds=0,
+           over_policy=0)
