@@ -7,9 +7,13 @@ notebook starts) inherits the environment set here.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+_scratch: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,3 +31,29 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.option.nbval_sanitize_with
     if path and not Path(path).is_file() and (config.rootpath / path).is_file():
         config.option.nbval_sanitize_with = str(config.rootpath / path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Start the kernel with TMPDIR in a scratch folder that is deleted after the session.
+
+    The notebook writes into a fresh temporary folder each time it runs, which is right for a
+    reader; under pytest, this keeps test runs from piling those folders up.
+    """
+    if item.path.suffix != ".ipynb" or getattr(item.parent, "kernel", True) is not None:
+        return (yield)
+    old = os.environ.get("TMPDIR")
+    _scratch.append(tempfile.mkdtemp(prefix="nbval-walkthrough-"))
+    os.environ["TMPDIR"] = _scratch[-1]
+    try:
+        return (yield)
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _scratch:
+        shutil.rmtree(path, ignore_errors=True)
