@@ -1,0 +1,199 @@
+"""The helpdesk end to end: `streamlit run app.py` as a real process, driven by headless Chromium.
+
+These tests kill and restart the server the way a user would (Ctrl+C is gentler than the
+SIGKILL used here), and check what the page shows and what the store recorded. They use
+Debian's Chromium; they are skipped, never downloading a browser, when it is not installed.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import cli_env
+from playwright.sync_api import expect, sync_playwright
+
+from refund_agent.config import PROJECT_ROOT
+from refund_agent.store import Store
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's Chromium at /usr/bin/chromium (apt-get install chromium); these "
+           "tests never download a browser")
+
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 30_000
+CARD = "[class*='st-key-card_']"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AppServer:
+    """``streamlit run app.py`` in its own process, on a fixed port so it can be restarted."""
+
+    def __init__(self, output: Path, log: Path) -> None:
+        self.output, self.log = output, log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> AppServer:
+        env = cli_env(self.output, REFUND_AGENT_OFFLINE_LATENCY="0")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port",
+                 str(self.port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                 "--browser.gatherUsageStats", "false"],
+                cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:  # the health endpoint answers once the server accepts pages
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited early:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "_stcore/health", timeout=1) as reply:
+                    if reply.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or a power cut would: nothing gets to clean up."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def context():
+    """One Chromium and one context for the module: pages share its cache of the page's
+    scripts, which saves seconds per page; each page is still its own Streamlit session."""
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        context = chromium.new_context(viewport={"width": 1500, "height": 1000})
+        context.set_default_timeout(WAIT_MS)
+        yield context
+        context.close()
+        chromium.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[AppServer]:
+    app = AppServer(tmp_path / "output", tmp_path / "streamlit.log")
+    app.start()
+    yield app
+    app.kill()
+
+
+def new_page(context, url: str):
+    page = context.new_page()
+    page.goto(url)
+    page.get_by_role("button", name="Cracked on arrival").wait_for()
+    return page
+
+
+def save_name(page, name: str) -> None:
+    page.get_by_label("Your name (signs every decision in the audit log)").fill(name)
+    page.get_by_role("button", name="Save name").click()
+    page.get_by_text("Deciding as").wait_for()
+
+
+def downloaded_audit(page, entries: int) -> list[dict[str, str]]:
+    """Wait for the audit table to hold ``entries`` rows, then download it as CSV."""
+    page.get_by_text(f"Hash chain intact · {entries} entries").wait_for()
+    table = page.locator("[data-testid='stDataFrame'] table")
+    expect(table).to_have_attribute("aria-rowcount", str(entries + 1))  # plus the header
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download CSV").click()
+    with open(download.value.path(), newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_refund_survives_a_server_restart(context, server: AppServer):
+    page = new_page(context, server.url)
+    old_pid = server.pid
+    expect(page.get_by_text(f"Server pid {old_pid}")).to_be_visible()
+    save_name(page, "Dana Kim")
+
+    started = time.monotonic()
+    page.get_by_role("button", name="Cracked on arrival").click()
+    card = page.locator(CARD).filter(has_text="$48.00 for order A1043")
+    card.wait_for()
+    print(f"\nproposal card visible {time.monotonic() - started:.2f} s after the click")
+    expect(page.get_by_text("Proposed refund $48.00 on order A1043")).to_be_visible()
+
+    # The server dies and comes back as a new process; the page reconnects by itself and
+    # reopens the same ticket with the same approver (both live in the page's URL).
+    server.kill()
+    server.start()
+    assert server.pid != old_pid
+    page.get_by_text(f"Server pid {server.pid}").wait_for()
+    expect(page.get_by_text("Deciding as")).to_be_visible()
+    card.get_by_role("button", name="Approve").click()
+
+    page.get_by_text("Note for the team", exact=True).wait_for()
+    expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
+    expect(page.get_by_text("Approved by Dana Kim", exact=True)).to_be_visible()
+    expect(page.get_by_text("issued: $48.00")).to_be_visible()
+    expect(page.get_by_text("Email to maya.chen@example.com")).to_be_visible()
+    expect(page.locator(CARD)).to_have_count(0)
+
+    rows = [(r["event"], r["actor"], int(r["pid"])) for r in downloaded_audit(page, 3)]
+    assert rows == [("issued", "payments", server.pid), ("approved", "Dana Kim", server.pid),
+                    ("requested", "agent", old_pid)]
+    store = Store(server.output / "refund-agent.sqlite3")
+    assert [(e.event, e.pid) for e in store.audit()] == [
+        ("requested", old_pid), ("approved", server.pid), ("issued", server.pid)]
+    assert store.verify_audit() is None
+
+
+def test_two_pages_approving_at_once_make_one_decision(context, server: AppServer):
+    first, second = new_page(context, server.url), new_page(context, server.url)
+    save_name(first, "Dana Kim")
+    save_name(second, "Sam Lee")
+    first.get_by_role("button", name="Cracked on arrival").click()
+    buttons = []
+    for page in (first, second):  # every open tab shows the same queue
+        card = page.locator(CARD).filter(has_text="$48.00 for order A1043")
+        button = card.get_by_role("button", name="Approve")
+        button.wait_for()
+        buttons.append(button)
+    for button in buttons:  # back to back, before either page hears about the other
+        button.click()
+
+    store = Store(server.output / "refund-agent.sqlite3")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not [e for e in store.audit() if e.event == "ignored"]:
+        assert time.monotonic() < deadline, "the second approval never reached the server"
+        first.wait_for_timeout(50)
+    events = [e.event for e in store.audit()]
+    assert events.count("approved") == 1 and events.count("ignored") == 1
+    winner = store.approvals(None)[0].decided_by
+    winning, losing = (first, second) if winner == "Dana Kim" else (second, first)
+    losing.get_by_text(f"This refund was already approved by {winner}.").wait_for()
+    winning.get_by_text(f"Approved $48.00 for order A1043 as {winner}.", exact=False).wait_for()
+    winning.get_by_text("Note for the team", exact=True).wait_for()
+    assert len(store.audit()) == 4  # requested, approved, ignored, issued: one refund
