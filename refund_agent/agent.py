@@ -97,6 +97,16 @@ class _Stopped(Exception):
     """Raised inside a turn when someone pressed Stop."""
 
 
+def _require_utf8(*texts: str) -> None:
+    """Refuse text that cannot be stored or sent (undecodable bytes from a terminal or file)."""
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RunNotReady("The text is not valid UTF-8 (it has undecodable bytes); save it "
+                              "as UTF-8 and send it again.") from None
+
+
 def _user_message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": text}
 
@@ -145,7 +155,10 @@ class Agent:
               sender_name: str = "", kind: str = "custom") -> Run:
         """Save a customer's email as a new run (nothing is sent to the model yet)."""
         sender, body = sender.strip(), body.strip()
-        if "@" not in sender or " " in sender or len(sender) > 254:
+        _require_utf8(sender, body, subject, sender_name)
+        # No whitespace or control characters: a newline in an address is a header injection.
+        if ("@" not in sender or len(sender) > 254
+                or any(c.isspace() or not c.isprintable() for c in sender)):
             raise RunNotReady(f"{sender!r} is not an email address.")
         if not body:
             raise RunNotReady("The email is empty.")
@@ -478,6 +491,7 @@ class Agent:
     def add_reply(self, run_id: str, text: str, simulated: bool = False) -> Reply:
         """Save a customer's reply to a finished run; the next advance sends it."""
         text = text.strip()
+        _require_utf8(text)
         if not text:
             raise RunNotReady("The reply is empty.")
         if len(text) > MAX_EMAIL_CHARS:

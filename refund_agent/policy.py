@@ -7,6 +7,7 @@ count days or add up earlier refunds, and so code can hold the line whatever the
 
 from __future__ import annotations
 
+import math
 from datetime import date
 
 from pydantic import BaseModel
@@ -114,7 +115,9 @@ def refund_problem(order: Order, amount: float, today: date) -> str | None:
     """Why a refund of ``amount`` for ``order`` cannot be proposed, or None if it can."""
     if amount != amount or amount <= 0:  # amount != amount catches NaN
         return "The amount must be a positive number of dollars."
-    if abs(amount * 100 - round(amount * 100)) > 1e-6:
+    if math.isinf(amount * 100):  # infinity, or so large the cents overflow: no integer exists
+        return f"The amount is more than the policy allows for order {order.order_id}."
+    if abs(amount * 100 - round(amount * 100)) > 1e-6 or cents(amount) == 0:
         return "The amount must be in whole cents."
     ceiling = refund_ceiling(order, today)
     if ceiling == 0:

@@ -72,11 +72,16 @@ class Sample(BaseModel):
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"Missing data file: {path}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path} is not valid UTF-8 JSON: {exc}") from None
+    except OSError as exc:  # a folder in its place, no permission, an I/O error
+        raise ConfigError(f"Cannot read the data file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object, not {type(data).__name__}.")
+    return data
 
 
 def _order_from_raw(raw: dict, today: date) -> Order:
@@ -117,7 +122,7 @@ class Shop:
         raw = _read_json(self.data_dir / "orders.json").get("orders", [])
         try:
             orders = [_order_from_raw(o, self.today) for o in raw]
-        except (KeyError, TypeError, ValidationError) as exc:
+        except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ConfigError(f"orders.json has an invalid order: {exc}") from None
         return {o.order_id.upper(): o for o in orders}
 
@@ -132,8 +137,11 @@ class Shop:
     @cached_property
     def samples(self) -> dict[str, Sample]:
         raw = _read_json(self.data_dir / "sample-emails.json").get("samples", [])
-        samples = [self._validated(Sample, {**s, "sender": s.get("from")}, "sample-emails.json")
-                   for s in raw]
+        try:
+            samples = [self._validated(Sample, {**s, "sender": s.get("from")},
+                                       "sample-emails.json") for s in raw]
+        except (TypeError, AttributeError) as exc:  # not a list of objects
+            raise ConfigError(f"sample-emails.json is invalid: {exc}") from None
         return {s.key: s for s in samples}
 
     def order(self, order_id: str) -> Order | None:
