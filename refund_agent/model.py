@@ -27,6 +27,11 @@ def offline_server(settings: Settings) -> OfflineServer:
     state = settings.output_dir / "offline-model.sqlite3"
     with _lock:
         server = _servers.get(str(state))
+        if server is not None and not state.exists():
+            # The output folder was deleted under us (a test or notebook starting afresh);
+            # the old server would keep writing to a file nobody else can see.
+            server.close()
+            server = None
         if server is None:
             server = start_offline_server(state, latency=settings.offline_latency)
             _servers[str(state)] = server

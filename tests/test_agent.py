@@ -299,3 +299,14 @@ def test_concurrent_decisions_in_threads_yield_one_winner(agent):
         t.join()
     assert sorted(results) == ["lost"] * 5 + ["won"]
     assert audit_events(agent).count("ignored") == 5
+
+
+def test_a_second_ticket_for_a_refunded_item_is_not_paid_again(agent):
+    run = agent.advance(agent.start_sample("damaged").id)
+    [approval] = agent.store.approvals("pending")
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.advance(run.id)
+    again = agent.advance(agent.start_sample("damaged").id)
+    assert again.status == RunStatus.DONE
+    assert agent.store.approvals("pending") == [] and len(agent.payments.refunds()) == 1
+    assert "already been refunded" in agent.outbox.messages()[-1]["request"]["body"]

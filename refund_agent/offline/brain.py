@@ -155,6 +155,15 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
                              final_sale=[i["name"] for i in wanted if i.get("final_sale")])
     else:
         return _Proposal(0, [], "unclear")
+    earlier = facts.get("refunded_so_far", 0.0)
+    if proposal.amount > facts.get("max_refund", 0.0) and earlier:
+        # Refunds are tracked per order, not per item: when what the customer describes no
+        # longer fits, the likeliest reason is that it was refunded already. Capping the amount
+        # would pay a second time for the same item, so decline and let a person look.
+        proposal.amount = 0
+        proposal.why_not = (f"{_money(earlier)} of this order has already been refunded, which "
+                            "covers what you describe")
+        return proposal
     proposal.amount = round(min(proposal.amount, facts.get("max_refund", 0.0)), 2)
     if proposal.amount <= 0:
         proposal.why_not = ("the items asked about are final sale" if proposal.final_sale
