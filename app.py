@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -28,6 +29,16 @@ from refund_agent.worker import Worker
 DEMO_LATENCY = 1.0   # seconds per offline request when REFUND_AGENT_OFFLINE_LATENCY is unset
 LIVE_EVERY = 0.5     # how often the open ticket refreshes (streamed text shows this fast)
 SYNC_EVERY = 1.0     # how often the inbox, the queue and the audit log re-read the store
+NOTICE_SECONDS = 12  # how long a success message stays (refusals stay until the next action)
+
+# Streamlit's default top margin is made for documents; a desk wants its tools on screen.
+PAGE_CSS = """
+<style>
+[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; padding-bottom: 2rem; }
+[data-testid="stExpander"] details summary p { font-size: 0.9rem; }
+[data-testid="stChatMessage"] { padding: 0.6rem 0.8rem; }
+</style>
+"""
 
 log = logging.getLogger("refund_agent.app")
 
@@ -80,19 +91,22 @@ def guarded(render: Callable[..., None]) -> Callable[..., None]:
 
 
 def notify(area: str, kind: str = "", text: str = "") -> None:
-    """Leave a message for one area of the page (or clear it, with no text).
-
-    A message stays until that area's next action, so nobody misses a refusal.
-    """
-    st.session_state[f"notice_{area}"] = (kind, text) if text else None
+    """Leave a message for one area of the page (or clear it, with no text)."""
+    st.session_state[f"notice_{area}"] = (kind, text, time.time()) if text else None
 
 
 def show_notice(area: str) -> None:
+    """Show the area's message: a refusal until the next action there, a success briefly."""
     notice = st.session_state.get(f"notice_{area}")
-    if notice:
-        kind, text = notice
-        {"success": st.success, "warning": st.warning, "error": st.error}.get(kind, st.info)(
-            text)
+    if not notice:
+        return
+    kind, text, at = notice
+    if kind == "success" and time.time() - at > NOTICE_SECONDS:
+        st.session_state[f"notice_{area}"] = None
+        return
+    show = {"success": st.success, "warning": st.warning, "error": st.error}.get(kind, st.info)
+    show(text, icon={"success": ":material/check_circle:", "warning": ":material/info:",
+                     "error": ":material/error:"}.get(kind))
 
 
 def select(run_id: str | None) -> None:
@@ -208,7 +222,7 @@ def on_decide(worker: Worker, approval_id: str, approve: bool) -> None:
         return
     verb = "Approved" if approve else "Rejected"
     notify("queue", "success", f"{verb} {views.money(decided.amount)} for order "
-                               f"{decided.order_id} as {by}. The agent is finishing the ticket.")
+                               f"{decided.order_id} as {by}. The agent carries on with the ticket.")
     select(decided.run_id)
     st.rerun()
 
@@ -218,9 +232,10 @@ def on_decide(worker: Worker, approval_id: str, approve: bool) -> None:
 
 def render_header(worker: Worker) -> None:
     settings = worker.agent.settings
-    left, right = st.columns([3, 2], vertical_alignment="bottom")
-    left.markdown(f"## :material/support_agent: {md(worker.agent.shop.info.name)}  \n"
-                  "Refund desk: the agent proposes, a person approves.")
+    left, right = st.columns([3, 2], vertical_alignment="center")
+    left.markdown(f"### :material/support_agent: {md(worker.agent.shop.info.name)}")
+    left.caption("Refund desk · the agent proposes a refund, a person approves it, the agent "
+                 "finishes the ticket")
     with right:
         header_status(worker, settings)
 
@@ -289,9 +304,9 @@ def ticket(worker: Worker) -> None:
     active = worker.is_active(run.id)
     status = views.status_view(run.status)
 
-    title, buttons = st.columns([4, 2], vertical_alignment="bottom")
-    title.markdown(f"#### {md(run.subject)}  \n{status.badge} · {md(run.sender)} · "
-                   f"`{run.id}`")
+    st.markdown(f"#### {md(run.subject)}")
+    line, buttons = st.columns([3, 2], vertical_alignment="center")
+    line.markdown(f"{status.badge} · {md(run.sender_name)} · `{run.id}`")
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button("Stop", key="stop", icon=":material/stop:", on_click=on_stop,
                   args=(worker, run.id), disabled=not active)
@@ -471,6 +486,7 @@ def main() -> None:
     except RefundAgentError as exc:
         st.error(f"The helpdesk cannot start: {exc}", icon=":material/error:")
         st.stop()
+    st.html(PAGE_CSS)
     render_header(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.1, 2.3, 1.6], gap="medium")
     with inbox_col:

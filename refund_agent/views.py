@@ -359,7 +359,8 @@ AUDIT_COLUMNS = ["Time", "Event", "By", "Process", "Order", "Amount", "Note", "R
 
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """The audit log as a table, newest first."""
-    rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%Y-%m-%d %H:%M:%S"),
+    # Month and day without the year keep the column narrow; the CSV has exact timestamps.
+    rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
              "Event": e.event, "By": e.actor, "Process": e.pid, "Order": e.order_id or "",
              "Amount": money(e.amount), "Note": e.note or "", "Run": e.run_id or "",
              "Approval": e.approval_id or ""}

@@ -144,6 +144,9 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
     card.wait_for()
     print(f"\nproposal card visible {time.monotonic() - started:.2f} s after the click")
     expect(page.get_by_text("Proposed refund $48.00 on order A1043")).to_be_visible()
+    # Let the audit table's scripts load first: a browser remembers a script import that
+    # failed while the server was down, and would show the table as broken until a reload.
+    expect(page.get_by_role("button", name="Download CSV")).to_be_visible()
 
     # The server dies and comes back as a new process; the page reconnects by itself and
     # reopens the same ticket with the same approver (both live in the page's URL).

@@ -1,0 +1,147 @@
+"""Regenerate docs/screenshot.png: the helpdesk after a refund that survived a server restart.
+
+    python scripts/screenshot.py [--out docs/screenshot.png]
+
+It starts ``streamlit run app.py`` on a free port with a throwaway output folder and the
+offline stand-in model, drives it with Debian's headless Chromium (never a downloaded
+browser), and saves one PNG: Maya's ticket from her email to the team note, with the
+"Server restarted" mark between the approval and the refund, plus the angry customer's refund
+waiting in the queue and the audit log showing both server processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from PIL import Image
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WIDTH = 1480
+MAX_BYTES = 500_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int, output: Path, log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XAI_API_KEY", "CRASH_AFTER_REFUND", "REFUND_AGENT_CRASH_AT")}
+    # Latency 0: the picture is the same at any speed, and it is taken sooner.
+    env.update(REFUND_AGENT_OUTPUT=str(output), REFUND_AGENT_OFFLINE_LATENCY="0",
+               XAI_API_KEY="")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1):
+                return proc
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"streamlit did not start; see {log}")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def card(page: Page, text: str):
+    return page.locator("[class*='st-key-card_']").filter(has_text=text)
+
+
+def fit_height(page: Page) -> None:
+    """Grow the window to the page's content, since Streamlit scrolls inside its main area."""
+    height = page.evaluate(
+        "() => document.querySelector('[data-testid=\"stMainBlockContainer\"]').scrollHeight")
+    page.set_viewport_size({"width": WIDTH, "height": int(height) + 40})
+
+
+def save_png(png: bytes, out: Path) -> int:
+    """Write the PNG, reduced to a 256-colour palette if it would exceed the size budget."""
+    if len(png) > MAX_BYTES:
+        image = Image.open(io.BytesIO(png)).convert("RGB")
+        buffer = io.BytesIO()
+        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
+            buffer, "PNG", optimize=True)
+        png = buffer.getvalue()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(png)
+    return len(png)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshot.png")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:
+        output, log = Path(tmp) / "output", Path(tmp) / "streamlit.log"
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/"
+        server = start_server(port, output, log)
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+                page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+                page.set_default_timeout(30_000)
+                page.goto(url)
+                page.get_by_label("Your name (signs every decision in the audit log)").fill(
+                    "Dana Kim")
+                page.get_by_role("button", name="Save name").click()
+                page.get_by_text("Deciding as").wait_for()
+
+                page.get_by_role("button", name="Cracked on arrival").click()
+                card(page, "$48.00 for order A1043").wait_for()
+                # The audit table's scripts must load before the kill: a browser remembers a
+                # script import that failed while the server was down.
+                page.get_by_role("button", name="Download CSV").wait_for()
+                kill(server)  # the restart the screenshot is about
+                server = start_server(port, output, log)
+                page.get_by_text(f"Server pid {server.pid}").wait_for()
+                card(page, "$48.00 for order A1043").get_by_role("button", name="Approve").click()
+                page.get_by_text("Note for the team", exact=True).wait_for()
+
+                page.get_by_role("button", name="Angry customer").click()
+                card(page, "for order A1066").wait_for()
+                page.get_by_role("button", name="Maya Chen").click()
+                page.get_by_text("Note for the team", exact=True).wait_for()
+                fit_height(page)
+                page.get_by_text("Server restarted").wait_for()
+                page.wait_for_timeout(1500)  # let the refresh timers settle the layout
+                png = page.screenshot()
+                browser.close()
+        finally:
+            kill(server)
+    size = save_png(png, args.out)
+    print(f"Saved {args.out} ({size / 1024:.0f} KB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
