@@ -108,7 +108,10 @@ class Store:
         self.path = Path(path)
         self.pid = os.getpid()
         self._local = threading.local()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder should be, no permission, ...
+            raise StoreError(f"Cannot use {self.path.parent} as the output folder: {exc}") from None
         version = self._read("PRAGMA user_version")[0][0]
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
@@ -189,6 +192,8 @@ class Store:
                amount: float | None = None, note: str | None = None) -> None:
         row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
         prev = row[0] if row else GENESIS_HASH
+        if amount is not None and amount != amount:
+            amount = None  # SQLite stores NaN as NULL; hash what is stored, or it looks edited
         entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
                  "run_id": run_id, "approval_id": approval_id, "order_id": order_id,
                  "amount": amount, "note": note}

@@ -202,7 +202,7 @@ def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path)
     model.server.close()
 
 
-# -- a model that misbehaves ------------------------------------------------------------------------
+# -- a model that misbehaves -----------------------------------------------------------------
 
 RAW = "__raw_arguments__"
 
