@@ -58,8 +58,8 @@ class AppServer:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = 30.0) -> AppServer:
-        env = cli_env(self.output, REFUND_AGENT_OFFLINE_LATENCY="0")
+    def start(self, timeout: float = 30.0, **extra_env: str) -> AppServer:
+        env = cli_env(self.output, REFUND_AGENT_OFFLINE_LATENCY="0", **extra_env)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port",
@@ -101,11 +101,16 @@ def context():
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[AppServer]:
+def app_server(tmp_path: Path) -> Iterator[AppServer]:
+    """A server not yet started (tests start it with the environment they need)."""
     app = AppServer(tmp_path / "output", tmp_path / "streamlit.log")
-    app.start()
     yield app
     app.kill()
+
+
+@pytest.fixture
+def server(app_server: AppServer) -> AppServer:
+    return app_server.start()
 
 
 def new_page(context, url: str):
@@ -174,9 +179,9 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
 
 
 def test_two_pages_approving_at_once_make_one_decision(context, server: AppServer):
-    first, second = new_page(context, server.url), new_page(context, server.url)
-    save_name(first, "Dana Kim")
-    save_name(second, "Sam Lee")
+    # Names come in the URL here (the first test types one into the form).
+    first = new_page(context, server.url + "?approver=Dana%20Kim")
+    second = new_page(context, server.url + "?approver=Sam%20Lee")
     first.get_by_role("button", name="Cracked on arrival").click()
     buttons = []
     for page in (first, second):  # every open tab shows the same queue
@@ -200,3 +205,29 @@ def test_two_pages_approving_at_once_make_one_decision(context, server: AppServe
     winning.get_by_text(f"Approved $48.00 for order A1043 as {winner}.", exact=False).wait_for()
     winning.get_by_text("Note for the team", exact=True).wait_for()
     assert len(store.audit()) == 4  # requested, approved, ignored, issued: one refund
+
+
+def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: AppServer):
+    app_server.start(CRASH_AFTER_REFUND="1")
+    page = new_page(context, app_server.url + "?approver=Dana%20Kim")
+    page.get_by_role("button", name="Cracked on arrival").click()
+    card = page.locator(CARD).filter(has_text="$48.00 for order A1043")
+    card.wait_for()
+    expect(page.get_by_role("button", name="Download CSV")).to_be_visible()
+    crashed_pid = app_server.pid
+    card.get_by_role("button", name="Approve").click()
+    # The crash point kills the server right after the payment provider made the refund.
+    assert app_server.proc.wait(30) == -signal.SIGKILL
+
+    app_server.start()  # without the crash point, as a person would restart it
+    page.get_by_text(f"Server pid {app_server.pid}").wait_for()
+    page.get_by_text("Note for the team", exact=True).wait_for()
+    expect(page.get_by_text("reused, not repeated", exact=False)).to_be_visible()
+    expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
+    page.get_by_text("Hash chain intact · 3 entries").wait_for()
+
+    store = Store(app_server.output / "refund-agent.sqlite3")
+    assert [(e.event, e.pid) for e in store.audit()] == [
+        ("requested", crashed_pid), ("approved", crashed_pid), ("reused", app_server.pid)]
+    refunds = (app_server.output / "refunds.log").read_text().splitlines()
+    assert len(refunds) == 1  # one refund at the payment provider, however many attempts
