@@ -495,13 +495,36 @@ class Store:
         return [AuditEntry.model_validate(dict(r)) for r in rows]
 
     def verify_audit(self) -> str | None:
-        """Check the audit chain; None if intact, else a sentence naming the first bad entry."""
+        """Check the audit chain; None if intact, else a sentence naming the first bad entry.
+
+        The chain catches an edited, reordered or removed entry anywhere but at the end. The
+        facts the log records (approvals, their decisions, refunds in the timeline) are then
+        checked against it, which catches a removed last entry, or an edit whose hashes were
+        recomputed, as long as the other tables were left alone.
+        """
         prev = GENESIS_HASH
-        for entry in self.audit():
+        entries = self.audit()
+        for entry in entries:
             if entry.prev_hash != prev:
                 return (f"Audit entry {entry.id} does not follow the entry before it: an entry "
                         "was removed or reordered just before it.")
             if audit_hash(prev, entry.model_dump()) != entry.hash:
                 return f"Audit entry {entry.id} ({entry.event}) was edited after it was written."
             prev = entry.hash
+        lines = {(e.event, e.approval_id, e.actor) for e in entries}
+        requested = {e.approval_id for e in entries if e.event == "requested"}
+        for a in self.approvals(status=None, limit=-1):
+            if a.id not in requested:
+                return (f"Approval {a.id} ({a.order_id}, ${a.amount:.2f}) has no 'requested' "
+                        "entry in the audit log: an entry was removed.")
+            if a.status != "pending" and (a.status, a.id, a.decided_by) not in lines:
+                return (f"Approval {a.id} was {a.status} by {a.decided_by}, but the audit log has "
+                        f"no '{a.status}' entry by {a.decided_by}: an entry was removed or edited.")
+        paid = {e.note for e in entries if e.event in ("issued", "reused")}
+        for row in self._read("SELECT run_id, data FROM steps WHERE kind = 'refund' ORDER BY id"):
+            refund_id = json.loads(row["data"]).get("refund_id")
+            if refund_id not in paid:
+                return (f"Refund {refund_id} is in run {row['run_id']}'s timeline, but the audit "
+                        "log has no 'issued' or 'reused' entry for it: an entry was removed or "
+                        "edited.")
         return None

@@ -1,0 +1,154 @@
+"""Tamper evidence: `refund-agent audit --verify` names the first edited, reordered or missing
+entry. The tests edit, delete and reorder rows with sqlite3 directly, as someone with access to
+the file would, and run the real command on the result.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import DATA, run_cli
+from test_crash_matrix import record
+
+from refund_agent import Agent, Settings
+from refund_agent.errors import AlreadyDecided
+from refund_agent.model import open_model
+from refund_agent.store import GENESIS_HASH, audit_hash
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory) -> Path:
+    """An output folder whose audit log has every kind of entry the agent writes."""
+    output = tmp_path_factory.mktemp("audited") / "output"
+    settings = Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=2, timeout=30)
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    first = agent.advance(agent.start_sample("damaged").id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana Kim")                 # approved
+    agent.advance(first.id)                                     # issued
+    with pytest.raises(AlreadyDecided):
+        agent.decide(approval.id, False, "Sam", "Too late")     # ignored
+    second = agent.advance(agent.start_sample("angry").id)      # requested
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, False, "Sam", "Final sale.")      # rejected
+    agent.advance(second.id)
+    model.server.close()
+    events = [e.event for e in agent.store.audit()]
+    assert events == ["requested", "approved", "issued", "ignored", "requested", "rejected"]
+    return output
+
+
+@pytest.fixture
+def output(audited: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(audited, tmp_path / "output"))
+
+
+def _sql(output: Path, *statements: tuple) -> None:
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    for statement in statements:
+        db.execute(*statement)
+    db.commit()
+    db.close()
+
+
+def _verify(output: Path) -> tuple[int, str]:
+    result = run_cli(output, "audit", "--verify")
+    assert "Traceback" not in result.stderr
+    return result.returncode, result.stdout.strip()
+
+
+def _caught(case: str, output: Path, expected: str) -> None:
+    code, text = _verify(output)
+    record("audit", case=case, caught=int(code == 1 and expected in text))
+    assert code == 1, text
+    assert expected in text, text
+
+
+def test_an_intact_log_verifies(output: Path):
+    assert _verify(output) == (0, "Audit log intact: 6 entries, chain ok.")
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("note", "approved after a phone call"), ("actor", "Eve"), ("amount", 4800.0),
+    ("event", "rejected"), ("at", 0.0), ("pid", 1), ("order_id", "A1066"),
+    ("approval_id", "call_other"), ("run_id", "run_other"),
+])
+def test_an_edited_field_is_caught_at_its_entry(output: Path, column: str, value):
+    _sql(output, (f"UPDATE audit SET {column} = ? WHERE id = 2", (value,)))
+    _caught(f"edited {column}", output, "Audit entry 2 (")
+    assert "was edited after it was written" in _verify(output)[1]
+
+
+def test_an_edited_hash_is_caught(output: Path):
+    _sql(output, ("UPDATE audit SET hash = ? WHERE id = 3", ("f" * 64,)))
+    _caught("edited hash", output, "Audit entry 3 (issued) was edited")
+
+
+@pytest.mark.parametrize(("deleted", "reported"), [(1, 2), (3, 4), (5, 6)])
+def test_a_removed_entry_is_caught_at_the_next_one(output: Path, deleted: int, reported: int):
+    _sql(output, ("DELETE FROM audit WHERE id = ?", (deleted,)))
+    _caught(f"removed entry {deleted} of 6", output,
+            f"Audit entry {reported} does not follow the entry before it")
+
+
+def test_a_removed_last_entry_is_caught_by_the_facts_it_records(output: Path):
+    """A hash chain alone cannot see its last entry go; the approvals table still says who
+    decided, so the missing decision line is reported."""
+    _sql(output, ("DELETE FROM audit WHERE id = 6",))
+    _caught("removed the last entry", output, "no 'rejected' entry by Sam")
+
+
+def test_removing_every_entry_is_caught(output: Path):
+    _sql(output, ("DELETE FROM audit",))
+    _caught("emptied the log", output, "no 'requested' entry")
+
+
+def test_swapped_entries_are_caught(output: Path):
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    cols = [r[1] for r in db.execute("PRAGMA table_info(audit)") if r[1] != "id"]
+    two = db.execute(f"SELECT {', '.join(cols)} FROM audit WHERE id IN (2, 3) ORDER BY id"
+                     ).fetchall()
+    sets = ", ".join(f"{c} = ?" for c in cols)
+    db.execute(f"UPDATE audit SET {sets} WHERE id = 2", two[1])
+    db.execute(f"UPDATE audit SET {sets} WHERE id = 3", two[0])
+    db.commit()
+    db.close()
+    _caught("swapped entries 2 and 3", output, "Audit entry 2 ")
+
+
+def test_an_edit_with_the_whole_chain_recomputed_is_caught_by_the_facts(output: Path):
+    """Someone who knows the hashing rewrites the approver and recomputes every hash after it.
+    The chain is then consistent; the approvals table still names the real approver."""
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    db.row_factory = sqlite3.Row
+    db.execute("UPDATE audit SET actor = 'Eve' WHERE event = 'approved'")
+    prev = GENESIS_HASH
+    for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
+        entry = dict(row)
+        new = audit_hash(prev, entry)
+        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
+                   (prev, new, entry["id"]))
+        prev = new
+    db.commit()
+    db.close()
+    _caught("edited and re-hashed", output, "no 'approved' entry by Dana Kim")
+
+
+def test_a_removed_refund_entry_is_caught(output: Path):
+    """The run's timeline records the refund; its 'issued' line must be in the audit log."""
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    db.row_factory = sqlite3.Row
+    db.execute("DELETE FROM audit WHERE event = 'issued'")
+    prev = GENESIS_HASH   # and re-hash, so the chain itself looks fine
+    for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
+        new = audit_hash(prev, dict(row))
+        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
+                   (prev, new, row["id"]))
+        prev = new
+    db.commit()
+    db.close()
+    _caught("removed the refund line and re-hashed", output, "no 'issued' or 'reused' entry")
