@@ -20,10 +20,11 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from refund_agent.errors import AlreadyDecided, NotFound
+from refund_agent.errors import AlreadyDecided, DecisionRefused, NotFound
 from refund_agent.models import Approval, Call, Reply, Run, RunStatus, Step
 
 _RUN_FIELDS = ("id", "created_at", "kind", "sender", "sender_name", "subject", "email", "status",
@@ -213,10 +214,26 @@ class JsonStateStore:
         rows.sort(key=lambda a: a["requested_at"], reverse=status is None)
         return [Approval.model_validate(a) for a in rows[:limit]]
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None) -> Approval:
+    def approved_unpaid(self, order_id: str, except_id: str) -> list[tuple[str, float]]:
+        out = []
+        for a in self.state["approvals"].values():
+            if a["order_id"] == order_id and a["status"] == "approved" and a["id"] != except_id:
+                calls = self._run(a["run_id"])["calls"]
+                if not any(c["call_id"] == a["call_id"] and c["output"] for c in calls):
+                    out.append((a["id"], a["amount"]))
+        return out
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
+               check: Callable[[Approval], str | None] | None = None) -> Approval:
         row = self.state["approvals"].get(approval_id)
         if row is None:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
+        if approve and check and row["status"] == "pending":
+            problem = check(Approval.model_validate(row))
+            if problem:
+                self._audit("refused", by, run_id=row["run_id"], approval_id=approval_id,
+                            note=problem)
+                raise DecisionRefused(f"Cannot approve: {problem}")
         if row["status"] != "pending":
             self._audit("ignored", by, run_id=row["run_id"], approval_id=approval_id)
             raise AlreadyDecided(approval_id, row["status"], row["decided_by"])

@@ -104,7 +104,8 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
         run = {**t.run, "id": new_ids[t.run["id"]], "email": email,
                "last_response_id": new_ids.get(t.run["last_response_id"]),
                "created_at": t.run["created_at"] + shift, "updated_at": t.run["updated_at"] + shift}
-        steps = [(s["at"] + shift, s["pid"], s["kind"], d) for s, d in zip(t.steps, step_data)]
+        steps = [(s["at"] + shift, s["pid"], s["kind"], d)
+                 for s, d in zip(t.steps, step_data, strict=True)]
         calls = [{**c, "call_id": new_ids[c["call_id"]], "run_id": run["id"],
                   "response_id": new_ids[c["response_id"]], "arguments": call_texts[2 * j],
                   "output": call_texts[2 * j + 1] or None} for j, c in enumerate(t.calls)]
@@ -115,7 +116,7 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
                     "requested_at": t.approval["requested_at"] + shift,
                     "decided_at": (t.approval["decided_at"] or base) + shift}
         audit = []
-        for entry, note in zip(t.audit, notes):
+        for entry, note in zip(t.audit, notes, strict=True):
             entry = {**entry, "at": entry["at"] + shift, "run_id": run["id"],
                      "approval_id": approval["id"], "order_id": approval["order_id"],
                      "note": note or None}

@@ -37,12 +37,15 @@ def main() -> None:
         time.sleep(0.002)
     end = args.start_at + args.duration
     done = 0
+    cpu0 = time.process_time()  # every thread of this process: agent, SDK and offline model
     while True:
         full_ticket(agent, pool.take())
         if time.time() > end:
             break
         done += 1
-    print(json.dumps({"done": done, "duration": args.duration, "orders_used": pool.next - args.first}))
+    cpu = time.process_time() - cpu0
+    print(json.dumps({"done": done, "duration": args.duration, "cpu_s": round(cpu, 3),
+                      "orders_used": pool.next - args.first}))
 
 
 if __name__ == "__main__":

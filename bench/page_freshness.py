@@ -1,0 +1,156 @@
+"""Page freshness: a decision made in another process, to the helpdesk page showing it.
+
+``streamlit run app.py`` runs as its own process on a bench store that already holds refunds
+waiting for approval; headless Debian Chromium (never a downloaded browser) shows the page.
+This process then approves the waiting refunds one by one through the agent, as the terminal
+or a second server would, and the page reports when each approved card leaves its queue.
+
+The browser timestamps the change itself: a MutationObserver notes ``Date.now()`` the moment a
+card's element is gone, which is compared with ``time.time()`` right after the decision's
+commit here (one machine, one clock). The pauses between decisions are random, so the page's
+polling phase is sampled evenly.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from benchlib import (
+    APPROVER,
+    OrderPool,
+    TimedAgent,
+    bench_settings,
+    make_bench_shop,
+    ms,
+    pct,
+    pending_approval_id,
+    start_ticket,
+)
+
+from refund_agent import RunStatus
+from refund_agent.config import PROJECT_ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+WATCH = """
+(ids) => {
+  window.__gone = {};
+  const check = () => {
+    const now = Date.now();
+    for (const id of ids) {
+      if (!(id in window.__gone) && !document.querySelector('.st-key-card_' + id)) {
+        window.__gone[id] = now;
+      }
+    }
+  };
+  new MutationObserver(check).observe(document.body, {childList: true, subtree: true});
+}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_streamlit(out: Path, data: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
+    env.update(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data), XAI_API_KEY="",
+               REFUND_AGENT_OFFLINE_LATENCY="0", PYTHONUNBUFFERED="1")
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true",
+             "--browser.gatherUsageStats", "false"],
+            cwd=PROJECT_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited early:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as reply:
+                if reply.status == 200:
+                    return proc, url
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0) -> dict:
+    """Decision-to-page delays; ``stored`` finished tickets are seeded into the store first."""
+    if not CHROMIUM.exists():
+        return {"skipped": "no Debian Chromium at /usr/bin/chromium"}
+    if not (PROJECT_ROOT / "app.py").exists():
+        return {"skipped": "app.py does not exist yet"}
+    from playwright.sync_api import sync_playwright
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = make_bench_shop(root / "data", reps + 5)
+    out = root / "output"
+    agent = TimedAgent(bench_settings(out, data))
+    pool = OrderPool(1, reps + 5)
+    if stored:
+        from seeding import read_template, seed_sqlite
+
+        tmpl = TimedAgent(bench_settings(root / "template", data))
+        run = tmpl.advance(start_ticket(tmpl, pool.take()).id)
+        tmpl.decide(pending_approval_id(tmpl, run.id), True, APPROVER)
+        tmpl.advance(run.id)
+        template = read_template(tmpl.store, run.id, root / "template")
+        seed_sqlite(agent.store, out, template, stored)
+    waiting = []
+    for _ in range(reps):
+        run = agent.advance(start_ticket(agent, pool.take()).id)
+        assert run.status == RunStatus.WAITING, (run.status, run.error)
+        waiting.append(pending_approval_id(agent, run.id))
+
+    proc, url = _start_streamlit(out, data, root / "streamlit.log")
+    rng = random.Random(seed)
+    delays: list[float] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.goto(url)
+            page.locator(f".st-key-card_{waiting[-1]}").wait_for()
+            page.evaluate(WATCH, waiting)
+            time.sleep(2.0)  # let the first fragment runs settle
+            for approval_id in waiting:
+                time.sleep(rng.uniform(0.2, 1.2))
+                agent.decide(approval_id, True, APPROVER)
+                decided_ms = time.time() * 1000
+                deadline = time.monotonic() + 20
+                while True:
+                    gone = page.evaluate(f"window.__gone['{approval_id}']")
+                    if gone is not None:
+                        delays.append((gone - decided_ms) / 1000)
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the page never dropped card {approval_id}")
+                    time.sleep(0.02)
+            browser.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    return {"stored_runs": stored, "samples": len(delays), "p50_ms": ms(pct(delays, 50)),
+            "p95_ms": ms(pct(delays, 95)),
+            "max_ms": ms(max(delays)), "min_ms": ms(min(delays)),
+            "delays_ms": [ms(d) for d in delays]}
