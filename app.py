@@ -7,7 +7,7 @@ request so the streaming is visible (set REFUND_AGENT_OFFLINE_LATENCY=0 to turn 
 
 The page only reads the store and calls the worker. Runs belong to the server process's
 :class:`~refund_agent.worker.Worker`, so closing a tab never stops one, and every tab (and the
-terminal) sees the same store, which the fragments below re-read about once a second.
+terminal) sees the same store, which one fragment below re-reads twice a second.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import wraps
 from typing import Any
 
@@ -27,8 +28,8 @@ from refund_agent.views import md
 from refund_agent.worker import Worker
 
 DEMO_LATENCY = 1.0   # seconds per offline request when REFUND_AGENT_OFFLINE_LATENCY is unset
-LIVE_EVERY = 0.5     # how often the open ticket refreshes (streamed text shows this fast)
-SYNC_EVERY = 1.0     # how often the inbox, the queue and the audit log re-read the store
+LIVE_EVERY = 0.5     # seconds between re-reads while this server advances a run (streaming)
+IDLE_EVERY = 1.0     # otherwise: other tabs' and the terminal's changes show within a second
 NOTICE_SECONDS = 12  # how long a success message stays (refusals stay until the next action)
 
 # Streamlit's default top margin is made for documents; a desk wants its tools on screen.
@@ -230,19 +231,47 @@ def on_decide(worker: Worker, approval_id: str, approve: bool) -> None:
 # -- the page -------------------------------------------------------------------------------
 
 
-def render_header(worker: Worker) -> None:
-    settings = worker.agent.settings
+@dataclass(frozen=True)
+class Boxes:
+    """The places on the page that show the store, refreshed together by :func:`desk`."""
+
+    status: Any
+    runs: Any
+    ticket: Any
+    queue: Any
+    audit: Any
+
+
+def desk(worker: Worker, boxes: Boxes) -> None:
+    """Re-read the store and redraw everything that depends on it (a fragment, see main).
+
+    One fragment for the whole desk rather than one per panel: each rerun has a fixed cost in
+    the server, so one refresh that draws five panels costs a fifth of five refreshes.
+    """
+    if bool(worker.active_runs()) != st.session_state.get("desk_live"):
+        st.rerun()  # a run started or ended here: a full run sets the refresh to the new pace
+    with boxes.status:
+        guarded(header_status)(worker)
+    with boxes.runs:
+        guarded(run_list)(worker)
+    with boxes.ticket:
+        guarded(ticket)(worker)
+    with boxes.queue:
+        guarded(queue)(worker)
+    with boxes.audit:
+        guarded(audit)(worker)
+
+
+def render_header(worker: Worker) -> Any:
     left, right = st.columns([3, 2], vertical_alignment="center")
     left.markdown(f"### :material/support_agent: {md(worker.agent.shop.info.name)}")
     left.caption("Refund desk · the agent proposes a refund, a person approves it, the agent "
                  "finishes the ticket")
-    with right:
-        header_status(worker, settings)
+    return right.container()
 
 
-@st.fragment(run_every=2.0)
-@guarded
-def header_status(worker: Worker, settings: Settings) -> None:
+def header_status(worker: Worker) -> None:
+    settings = worker.agent.settings
     model = md(settings.model_label)
     if settings.offline and settings.offline_latency:
         model += f" · {settings.offline_latency:g} s per request"
@@ -273,11 +302,8 @@ def render_inbox(worker: Worker) -> None:
                                   args=(worker,),
                                   type="primary", icon=":material/send:")
     show_notice("inbox")
-    run_list(worker)
 
 
-@st.fragment(run_every=SYNC_EVERY)
-@guarded
 def run_list(worker: Worker) -> None:
     runs = worker.agent.store.runs(limit=50)
     st.caption(f"Tickets, newest first ({len(runs)})")
@@ -290,8 +316,6 @@ def run_list(worker: Worker) -> None:
                   type="primary" if run.id == selected else "secondary")
 
 
-@st.fragment(run_every=LIVE_EVERY)
-@guarded
 def ticket(worker: Worker) -> None:
     run_id = selected_run_id()
     if not run_id:
@@ -401,7 +425,8 @@ def render_block(block: views.Block) -> None:
         st.caption(f":material/done_all: {title}")
 
 
-def render_queue_side(worker: Worker) -> None:
+def render_approver() -> None:
+    """Ask for the approver's name once; every decision in this browser session uses it."""
     name = approver()
     if name:
         line, change = st.columns([3, 1], vertical_alignment="center")
@@ -413,12 +438,8 @@ def render_queue_side(worker: Worker) -> None:
                           key="approver_input", placeholder="Dana Kim")
             st.form_submit_button("Save name", key="save_name", on_click=on_save_name,
                                   icon=":material/badge:")
-    queue(worker)
-    audit(worker)
 
 
-@st.fragment(run_every=SYNC_EVERY)
-@guarded
 def queue(worker: Worker) -> None:
     pending = worker.agent.store.approvals("pending")
     st.markdown(f"#### :material/pending_actions: Waiting for approval ({len(pending)})")
@@ -458,8 +479,6 @@ def render_card(worker: Worker, card: views.Card) -> None:
                                       args=(worker, card.approval_id, False), width="stretch")
 
 
-@st.fragment(run_every=SYNC_EVERY)
-@guarded
 def audit(worker: Worker) -> None:
     store = worker.agent.store
     entries = store.audit()
@@ -470,8 +489,10 @@ def audit(worker: Worker) -> None:
     else:
         st.caption(f":material/verified: Hash chain intact · {len(entries)} entries")
     if entries:
-        st.dataframe(views.audit_frame(entries), hide_index=True, height=260,
-                     column_order=["Time", "Event", "By", "Process", "Order", "Amount", "Note"])
+        # Tall enough for ten rows without blank ones; a longer log scrolls inside the table.
+        st.dataframe(views.audit_frame(entries), hide_index=True,
+                     height=38 + 35 * min(len(entries), 10),
+                     column_order=["Time", "Event", "By", "PID", "Order", "Amount", "Note"])
         st.download_button("Download CSV", views.audit_csv(entries), "refund-audit.csv",
                            "text/csv", on_click="ignore", icon=":material/download:")
     else:
@@ -487,14 +508,19 @@ def main() -> None:
         st.error(f"The helpdesk cannot start: {exc}", icon=":material/error:")
         st.stop()
     st.html(PAGE_CSS)
-    render_header(worker)
+    status = render_header(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.1, 2.3, 1.6], gap="medium")
     with inbox_col:
         guarded(render_inbox)(worker)
-    with ticket_col:
-        ticket(worker)
+        runs = st.container()
     with queue_col:
-        guarded(render_queue_side)(worker)
+        guarded(render_approver)()
+        queue_box, audit_box = st.container(), st.container()
+    # The refresh pace is set each full run: fast while a run streams here, calm otherwise.
+    live = st.session_state["desk_live"] = bool(worker.active_runs())
+    st.fragment(run_every=LIVE_EVERY if live else IDLE_EVERY)(desk)(
+        worker, Boxes(status=status, runs=runs, ticket=ticket_col.container(), queue=queue_box,
+                      audit=audit_box))
 
 
 main()

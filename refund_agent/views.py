@@ -354,14 +354,14 @@ def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None
 
 # -- the audit log ----------------------------------------------------------------------
 
-AUDIT_COLUMNS = ["Time", "Event", "By", "Process", "Order", "Amount", "Note", "Run", "Approval"]
+AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Note", "Run", "Approval"]
 
 
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """The audit log as a table, newest first."""
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.
     rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
-             "Event": e.event, "By": e.actor, "Process": e.pid, "Order": e.order_id or "",
+             "Event": e.event, "By": e.actor, "PID": e.pid, "Order": e.order_id or "",
              "Amount": money(e.amount), "Note": e.note or "", "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
             for e in sorted(entries, key=lambda e: e.id, reverse=True)]

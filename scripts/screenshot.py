@@ -131,6 +131,10 @@ def main() -> int:
                 card(page, "for order A1066").wait_for()
                 page.get_by_role("button", name="Maya Chen").click()
                 page.get_by_text("Note for the team", exact=True).wait_for()
+                # A fresh session drops the "Approved ..." notice; the URL keeps the ticket
+                # and the approver.
+                page.reload()
+                page.get_by_text("Note for the team", exact=True).wait_for()
                 fit_height(page)
                 page.get_by_text("Server restarted").wait_for()
                 page.wait_for_timeout(1500)  # let the refresh timers settle the layout

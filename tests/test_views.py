@@ -183,7 +183,7 @@ def test_audit_frame_and_csv_are_newest_first():
     frame = views.audit_frame(entries)
     assert list(frame.columns) == views.AUDIT_COLUMNS
     assert list(frame["Event"]) == ["issued", "approved", "requested"]
-    assert list(frame["Process"]) == [200, 200, 100]
+    assert list(frame["PID"]) == [200, 200, 100]
     assert frame["Amount"][0] == "$48.00"
     csv = pd.read_csv(io.BytesIO(views.audit_csv(entries)))
     assert list(csv["event"]) == ["issued", "approved", "requested"]
