@@ -129,6 +129,7 @@ class ScaleCase:
             self.waiting.append(run.id)
         self.approve: list[dict] = []
         self.queue: list[float] = []
+        self.cli: list[float] = []
 
     def measure_queue(self) -> None:
         t0 = time.perf_counter()
@@ -148,6 +149,19 @@ class ScaleCase:
         self.approve.append({"wall": wall, "outside": wall - timed.model,
                              "saves": getattr(self.agent.store, "saves", 0) - saves})
 
+    def measure_cli_approve(self, data: Path) -> None:
+        """``refund-agent approve`` as a new process: the terminal's way, cold caches included."""
+        run_id = self.waiting.pop(0)
+        approval_id = pending_approval_id(self.agent, run_id)
+        env = _offline_env(REFUND_AGENT_OUTPUT=str(self.out), REFUND_AGENT_DATA=str(data))
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "refund_agent", "approve", "--id",
+                               approval_id, "--as", APPROVER], env=env, capture_output=True,
+                              text=True, cwd=PROJECT_ROOT, timeout=300)
+        self.cli.append(time.perf_counter() - t0)
+        if done.returncode != 0 or self.agent.store.run(run_id).status != RunStatus.DONE:
+            raise RuntimeError(f"CLI approve failed:\n{done.stdout}\n{done.stderr}")
+
     def result(self, warmup: int) -> dict:
         approve = self.approve[warmup:]
         size = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file()
@@ -158,12 +172,13 @@ class ScaleCase:
                 "approve_resume_outside_model_ms": ms(median([a["outside"] for a in approve])),
                 "list_queue_ms": ms(median(self.queue[warmup:])),
                 "file_rewrites_per_approve": approve[-1]["saves"] if self.design == "json" else 0,
-                "samples": len(approve)}
+                "samples": len(approve),
+                "cli_approve_ms": ms(median(self.cli)) if self.cli else None}
 
 
 def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_sizes: list[int],
                 reps: int, json_plan: dict[int, tuple[int, int]], warmup: int,
-                recovery_reps: int = 0) -> dict:
+                recovery_reps: int = 0, cli_reps: int = 0) -> dict:
     """Approve + resume and list the queue at each store size, SQLite then the JSON file.
 
     The designs run one after the other (not interleaved), each after an ``os.sync()``: the
@@ -185,11 +200,14 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
                 continue
             r, w = json_plan.get(n, (reps, warmup)) if design == "json" else (reps, warmup)
             log(f"  scale: seeding {design} with {n:,} runs")
-            case = ScaleCase(design, n, root, data, template, pool, pending=r + w + 1)
+            cli = cli_reps if design == "sqlite" else 0
+            case = ScaleCase(design, n, root, data, template, pool, pending=r + w + cli + 1)
             os.sync()
             for _ in range(r + w):
                 case.measure_queue()
                 case.measure_approve()
+            for _ in range(cli):
+                case.measure_cli_approve(data)
             results.append(case.result(w))
             log(f"  scale: {design} {n:,}: {results[-1]}")
             if design == "sqlite" and n == max(sizes) and recovery_reps:
@@ -215,6 +233,9 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
                     / lo["approve_resume_outside_model_ms"], 2),
                 "list_queue": round(hi["list_queue_ms"] / lo["list_queue_ms"], 2),
             }
+            if lo.get("cli_approve_ms") and hi.get("cli_approve_ms"):
+                out[f"{design}_ratio"]["cli_approve"] = round(
+                    hi["cli_approve_ms"] / lo["cli_approve_ms"], 2)
     both = {r["runs"] for r in results if r["design"] == "json"}
     out["json_over_sqlite"] = {
         n: {"approve_resume": round(j["approve_resume_ms"] / s["approve_resume_ms"], 2),
@@ -427,6 +448,9 @@ def table(results: dict) -> str:
                     else "JSON file (guide; bench only)")
             rows.append(("scale", f"{name}, {c['runs']:,} runs: approve+resume / list queue",
                          f"{c['approve_resume_ms']:.1f} / {c['list_queue_ms']:.2f} ms", ""))
+            if c.get("cli_approve_ms"):
+                rows.append(("scale", f"{name}, {c['runs']:,} runs: `refund-agent approve` "
+                             "(new process)", f"{c['cli_approve_ms']:.0f} ms", ""))
         for design in ("sqlite", "json"):
             r = s.get(f"{design}_ratio")
             if r:
@@ -436,6 +460,10 @@ def table(results: dict) -> str:
                              f"{r['approve_resume']:.2f}x / "
                              f"{r['approve_resume_outside_model']:.2f}x / {r['list_queue']:.2f}x",
                              "<= 1.5x" if design == "sqlite" else ""))
+                if r.get("cli_approve"):
+                    rows.append(("scale", f"{name} {r['to']:,} vs {r['from']:,} runs: "
+                                 "`refund-agent approve` (new process)",
+                                 f"{r['cli_approve']:.2f}x", ""))
         for n, r in s.get("json_over_sqlite", {}).items():
             rows.append(("scale", f"JSON file / SQLite at {int(n):,} runs: approve+resume / queue",
                          f"{r['approve_resume']:.1f}x / {r['list_queue']:.1f}x", ""))
@@ -486,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json-sizes", nargs="*", type=int,
                    help="sizes at which to also measure the JSON-file design")
     p.add_argument("--reps", type=int, default=15, help="approvals measured per store size")
+    p.add_argument("--cli-reps", type=int, default=5,
+                   help="approvals through `refund-agent approve` (new process) per size")
     args = p.parse_args(argv)
     quick = args.quick
     items = args.only or ["harness", "scale", "throughput", "bytes", "recovery", "page"]
@@ -520,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["scale"] = bench_scale(
                     root, data, pool, sizes=sizes, json_sizes=json_sizes, reps=args.reps,
                     json_plan={10_000: (3, 1), 100_000: (1, 0)}, warmup=2,
-                    recovery_reps=5 if "recovery" in items else 0)
+                    recovery_reps=5 if "recovery" in items else 0, cli_reps=args.cli_reps)
         if "throughput" in items:
             log("3. throughput")
             results["throughput"] = bench_throughput(
