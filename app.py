@@ -7,7 +7,8 @@ request so the streaming is visible (set REFUND_AGENT_OFFLINE_LATENCY=0 to turn 
 
 The page only reads the store and calls the worker. Runs belong to the server process's
 :class:`~refund_agent.worker.Worker`, so closing a tab never stops one, and every tab (and the
-terminal) sees the same store, which one fragment below re-reads twice a second.
+terminal) sees the same store, which one fragment below re-reads every half second while a
+run streams here, and every second otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any
 
 import streamlit as st
 
-from refund_agent import Agent, AlreadyDecided, RefundAgentError, RunStatus, Settings, views
+from refund_agent import (
+    Agent,
+    AlreadyDecided,
+    NotFound,
+    RefundAgentError,
+    RunStatus,
+    Settings,
+    views,
+)
 from refund_agent.config import load_settings
 from refund_agent.views import md
 from refund_agent.worker import Worker
@@ -115,6 +124,8 @@ def select(run_id: str | None) -> None:
     # The URL remembers the ticket, so a reload or a server restart reopens it.
     if run_id:
         st.query_params["run"] = run_id
+    else:
+        st.query_params.pop("run", None)
 
 
 def selected_run_id() -> str | None:
@@ -276,7 +287,8 @@ def header_status(worker: Worker) -> None:
     if settings.offline and settings.offline_latency:
         model += f" · {settings.offline_latency:g} s per request"
     active = len(worker.active_runs())
-    state = (f":green-badge[:material/play_circle: Worker running · {active} active]"
+    busy = f"{active} run{'s' if active != 1 else ''} in progress" if active else "idle"
+    state = (f":green-badge[:material/play_circle: Worker running · {busy}]"
              if worker.running else ":red-badge[:material/stop_circle: Worker stopped]")
     st.markdown(f":material/smart_toy: **Model:** {model}  \n"
                 f":material/dns: **Server pid {worker.pid}** · {state}",
@@ -324,7 +336,13 @@ def ticket(worker: Worker) -> None:
                 icon=":material/arrow_back:")
         return
     store = worker.agent.store
-    run = store.run(run_id)
+    try:
+        run = store.run(run_id)
+    except NotFound:  # a bookmarked ticket from an output folder that was cleared since
+        select(None)
+        st.info(f"Ticket {run_id} is not in this desk's store. Pick one in the inbox.",
+                icon=":material/search_off:")
+        return
     active = worker.is_active(run.id)
     status = views.status_view(run.status)
 
@@ -397,10 +415,12 @@ def render_block(block: views.Block) -> None:
                 st.caption("Arguments")
                 st.json(block.arguments, expanded=True)
             st.caption("Result")
-            if block.result is None:
-                st.caption("Not run yet.")
-            else:
+            if block.result is not None:
                 st.json(block.result, expanded=1)
+            elif block.result_below:
+                st.caption("Further down: it ran once a person had decided.")
+            else:
+                st.caption("Not run yet.")
     elif kind == "response":
         st.caption(f":material/bolt: {title}")
     elif kind == "proposal":
@@ -414,7 +434,7 @@ def render_block(block: views.Block) -> None:
     elif kind == "note":
         st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
     elif kind == "text":
-        st.markdown(f":gray[{body}]")
+        st.caption(body)
     elif kind == "restart":
         st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
     elif kind == "error":

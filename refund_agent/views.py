@@ -11,7 +11,7 @@ import json
 import string
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -115,6 +115,7 @@ class Block:
         subtitle: a second line (an email's subject, a tool's name).
         arguments: a tool call's arguments (parsed JSON when possible).
         result: a tool call's output once it ran, else None.
+        result_below: the call's result is its own block further down (a refund that waited).
         simulated: for replies: written by the model playing the customer.
         at: when the step was committed.
         pid: the process that committed it.
@@ -126,6 +127,7 @@ class Block:
     subtitle: str = ""
     arguments: Any = None
     result: Any = None
+    result_below: bool = False
     simulated: bool = False
     at: float = 0.0
     pid: int = 0
@@ -202,11 +204,12 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
     """
     blocks: list[Block] = []
     open_calls: dict[str, int] = {}  # call id -> index of its block, while it can still pair
+    all_calls: dict[str, int] = {}   # call id -> index of its block
     turn = 0
     for step in steps:
         d, k = step.data, step.kind
         base = {"at": step.at, "pid": step.pid}
-        if k not in ("response", "result"):
+        if k not in ("response", "result", "text"):  # a turn's commentary sits beside its call
             open_calls.clear()
         if k == "email":
             blocks.append(Block("email", f"{d.get('name') or d['from']} <{d['from']}>",
@@ -218,16 +221,18 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             blocks.append(Block("tool", call_summary(d["name"], args), arguments=args,
                                 subtitle=d["name"], **base))
             open_calls = {d["call_id"]: len(blocks) - 1}
+            all_calls[d["call_id"]] = len(blocks) - 1
         elif k == "result":
             output = _parse(d["output"])
             index = open_calls.pop(d["call_id"], None)
             if index is not None:
                 call = blocks[index]
-                title = call.title + " → " + result_summary(d["name"], output)
-                blocks[index] = Block("tool", title, subtitle=call.subtitle,
-                                      arguments=call.arguments, result=output, at=call.at,
-                                      pid=call.pid)
+                blocks[index] = replace(call, result=output, title=call.title + " → "
+                                        + result_summary(d["name"], output))
             else:
+                if d["call_id"] in all_calls:
+                    index = all_calls[d["call_id"]]
+                    blocks[index] = replace(blocks[index], result_below=True)
                 blocks.append(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
                                     subtitle=d["name"], result=output, **base))
         elif k == "response":

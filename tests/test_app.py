@@ -240,6 +240,14 @@ def test_corrupt_database_is_a_message(output):
     assert shows(at, "is not a readable refund-agent database", "error")
 
 
+def test_unknown_ticket_in_the_url_is_a_message(output):
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["run"] = "run_gone"
+    at.run()
+    assert shows(at, "Ticket run_gone is not in this desk's store", "info")
+    assert at.session_state["selected"] is None and not at.exception
+
+
 def test_bad_settings_are_a_message(output, monkeypatch):
     monkeypatch.setenv("REFUND_AGENT_TIMEOUT", "soon")
     at = open_page()

@@ -115,7 +115,7 @@ def test_timeline_of_a_refund_across_a_restart():
                      "message", "note", "error", "stopped"]
     by_kind = {b.kind: b for b in blocks}
     # The refund call waits for a person, so its result is shown where it happened.
-    assert by_kind["tool"].result is None
+    assert by_kind["tool"].result is None and by_kind["tool"].result_below
     assert by_kind["result"].title == "issue_refund → refunded $48.00 (re_1)"
     assert by_kind["proposal"].title.startswith("Proposed refund $48.00 on order A1043")
     assert by_kind["proposal"].body == "Cracked carafe"
@@ -124,6 +124,17 @@ def test_timeline_of_a_refund_across_a_restart():
     assert by_kind["restart"].pid == 200
     assert "reused, not repeated" in by_kind["refund"].title
     assert by_kind["message"].title == "Email to maya@example.com"
+
+
+def test_commentary_next_to_a_call_does_not_split_it_from_its_result():
+    blocks = views.timeline([
+        step(1, "call", call_id="c1", name="lookup_order", arguments='{"order_id": "A1"}'),
+        step(2, "text", text="Let me check that order."),
+        step(3, "response", response_id="r1"),
+        step(4, "result", call_id="c1", name="lookup_order", output={"error": "No order A1"}),
+    ])
+    assert [b.kind for b in blocks] == ["tool", "text", "response"]
+    assert blocks[0].title.endswith("→ error: No order A1") and not blocks[0].result_below
 
 
 def test_timeline_marks_simulated_replies():
