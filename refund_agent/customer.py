@@ -8,11 +8,12 @@ goes into the run exactly like one a person typed, and the run continues.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import openai
 
-from .agent import Agent, Cancel, LiveEvent, OnEvent, _usage
+from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent, _usage
 from .crash import crash_point
 from .models import Run, RunStatus
 from .prompts import customer_brief
@@ -72,18 +73,28 @@ def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
         if (run.status != RunStatus.DONE or run.simulated_replies >= max_replies
                 or customer_is_done(agent, run_id)):
             return run
+        # Hold the run while the customer "writes": if the process dies now, the run is left
+        # working with a dead owner, so resume asks again instead of the conversation ending.
+        token = uuid.uuid4().hex
+        agent.store.acquire(run_id, token)
         try:
             text = simulate_reply(agent, run)
         except openai.APIError as exc:
-            # The run itself is finished and saved; say why the conversation paused, so the
-            # front end shows it and a resume asks the customer again instead of it being lost.
-            agent.store.set_status(run_id, RunStatus.FAILED,
-                                   f"The simulated customer's reply failed ({type(exc).__name__}:"
-                                   f" {exc}). Resume asks for it again.")
+            # Say why the conversation paused, so the front end shows it and resume retries.
+            error = (f"The simulated customer's reply failed ({type(exc).__name__}: {exc}). "
+                     "Resume asks for it again.")
+            agent.store.release(run_id, token, RunStatus.FAILED, error,
+                                ("error", {"message": error}))
             return agent.store.run(run_id)
+        except BaseException:
+            agent.store.release(run_id, token, RunStatus.DONE)
+            raise
         if text is None:
+            agent.store.release(run_id, token, RunStatus.DONE)
             return agent.store.run(run_id)
-        agent.add_reply(run_id, text, simulated=True)
+        # Saved while still holding the run (Agent.add_reply wants a finished run).
+        agent.store.add_reply(run_id, text[:MAX_EMAIL_CHARS], simulated=True)
+        agent.store.release(run_id, token, RunStatus.WORKING)
         if on_event:
             on_event(LiveEvent(run_id, "step", step=agent.store.steps(run_id)[-1]))
         crash_point("after_simulated_reply", agent.settings.crash_at)

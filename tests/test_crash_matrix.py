@@ -23,6 +23,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import cli_env, run_cli
 
 from refund_agent.crash import CRASH_POINTS
 from refund_agent.store import Store
@@ -382,3 +383,32 @@ def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Pat
     for name in ("duplicate_refunds", "duplicate_emails", "audit_chain_broken", "runs_not_done",
                  "emails_differ_from_baseline", "refunds_differ_from_baseline"):
         assert broken[name], name
+
+
+_DIE_WHILE_THE_CUSTOMER_WRITES = r"""
+import os, signal, sys
+import refund_agent.customer as customer
+def die(agent, run):
+    sys.stderr.write("[killed while the simulated customer writes]\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+customer.simulate_reply = die
+from refund_agent.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_killed_while_the_simulated_customer_writes(baselines: Baselines, tmp_path: Path):
+    """Not a named crash point: the process dies during the request for the customer's reply.
+    The conversation must not end there; resume asks for the reply again."""
+    base = baselines.get("angry")
+    output = copy_output(base.before[1], tmp_path / "output")
+    proc = subprocess.run([sys.executable, "-c", _DIE_WHILE_THE_CUSTOMER_WRITES, "approve",
+                           "--as", APPROVER], capture_output=True, text=True, timeout=60,
+                          env=cli_env(output))
+    assert proc.returncode == -9 and "[killed while the simulated customer" in proc.stderr
+    finish_chain(output, "angry", 1)
+    metrics = measure(read_outcome(output), base.outcome)
+    record("crash_matrix", scenario="angry", command="approve",
+           point="during the simulated customer's request", killed=True, **metrics)
+    assert_held(metrics, "killed while the simulated customer writes")

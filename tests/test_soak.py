@@ -1,0 +1,160 @@
+"""Soak: many runs with the process killed at random moments, then the same invariants.
+
+Each run picks a scenario at random and types its commands one by one. Every process (the
+command itself, and every ``resume`` that follows a kill) is, at random, killed at a random named
+crash point, killed by a real SIGKILL from this test after a random delay (which can land
+anywhere: mid-import, mid-stream, mid-write), or left alone. After a kill the test does what a
+user would: ``resume``, and if the command's own effect (the new run, the decision, the reply)
+never happened, type the command again. When the chain is done, the run is held to the crash
+matrix's invariants and compared with a crash-free run of the same scenario.
+
+Small by default (CI: about 20 kills). Larger, e.g. two hundred runs::
+
+    REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/test_soak.py -q -s
+
+Reproduce a failure with the seed it prints (``REFUND_AGENT_SOAK_SEED=...``). The random choices
+(scenario, crash point, delay) replay exactly; where a timed kill lands also depends on how fast
+the machine is at that moment, so a timed kill replays only approximately.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from conftest import cli_env
+from test_crash_matrix import (  # noqa: F401 - baselines is a fixture used by name
+    SCENARIOS,
+    Baselines,
+    assert_held,
+    baselines,
+    measure,
+    read_outcome,
+    record,
+)
+
+from refund_agent.config import PROJECT_ROOT
+from refund_agent.crash import CRASH_POINTS
+
+RUNS = int(os.environ.get("REFUND_AGENT_SOAK_RUNS", "6"))
+SEED = int(os.environ.get("REFUND_AGENT_SOAK_SEED") or random.SystemRandom().randrange(10**9))
+MAX_ATTEMPTS = 12       # per command; a chain that needs more is a failure, not a retry loop
+KILL_DELAY = (0.25, 0.8)  # seconds after start; a command lives about 0.4 to 1 s
+
+
+def _counts(output: Path) -> dict[str, int]:
+    """Runs, pending approvals and replies so far (zeros before the store exists)."""
+    db_path = output / "refund-agent.sqlite3"
+    if not db_path.exists():
+        return {"runs": 0, "pending": 0, "replies": 0}
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+        return {"runs": one("SELECT COUNT(*) FROM runs"),
+                "pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
+                "replies": one("SELECT COUNT(*) FROM replies")}
+    except sqlite3.OperationalError:   # killed before the schema was committed
+        return {"runs": 0, "pending": 0, "replies": 0}
+    finally:
+        db.close()
+
+
+def _took_effect(command: tuple[str, ...], before: dict[str, int], now: dict[str, int]) -> bool:
+    name = command[0]
+    if name in ("sample", "angry", "send"):
+        return now["runs"] > before["runs"]
+    if name in ("approve", "reject"):
+        return now["pending"] < before["pending"]
+    if name == "reply":
+        return now["replies"] > before["replies"]
+    raise AssertionError(name)
+
+
+def _attempt(output: Path, args: tuple[str, ...], rng: random.Random) -> tuple[str, int, str]:
+    """Run one process, maybe killing it; returns (how, return code, stderr)."""
+    how = rng.choices(["point", "timer", "alone"], weights=[5, 5, 1])[0]
+    point = rng.choice(sorted(CRASH_POINTS))
+    delay = rng.uniform(*KILL_DELAY)
+    env = cli_env(output)
+    if how == "point":
+        env["REFUND_AGENT_CRASH_AT"] = point
+    proc = subprocess.Popen([sys.executable, "-m", "refund_agent", *args], env=env,
+                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _out, err = proc.communicate(timeout=delay if how == "timer" else 120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        _out, err = proc.communicate()
+    label = f"{how}:{point}" if how == "point" else (f"timer:{delay:.2f}s" if how == "timer"
+                                                     else "alone")
+    return label, proc.returncode, err
+
+
+def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> int:
+    """Type the scenario's commands, killing and restarting at random; returns the kills."""
+    kills = 0
+    for command in SCENARIOS[scenario]:
+        before = _counts(output)
+        args = command
+        for _ in range(MAX_ATTEMPTS):
+            how, code, err = _attempt(output, args, rng)
+            log.append(f"{' '.join(args[:1])} [{how}] -> {code}")
+            assert "Traceback" not in err, err
+            if code == -signal.SIGKILL:
+                kills += 1
+                args = ("resume",)
+                continue
+            assert code == 0, f"{' '.join(args)} exited {code}: {err}"
+            if args == command or _took_effect(command, before, _counts(output)):
+                break
+            args = command     # the kill came before the command did anything: type it again
+        else:
+            raise AssertionError(f"{scenario}: {command} did not finish in {MAX_ATTEMPTS} tries")
+    return kills
+
+
+def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noqa: F811
+    rng = random.Random(SEED)
+    with capsys.disabled():
+        print(f"\nsoak: REFUND_AGENT_SOAK_SEED={SEED} REFUND_AGENT_SOAK_RUNS={RUNS}",
+              file=sys.stderr)
+    started = time.monotonic()
+    total_kills, held, scenarios = 0, Counter(), Counter()
+    for i in range(RUNS):
+        scenario = rng.choice(sorted(SCENARIOS))
+        base = baselines.get(scenario)
+        output = tmp_path / f"run-{i}"
+        log: list[str] = []
+        context = (f"soak run {i} ({scenario}), REFUND_AGENT_SOAK_SEED={SEED} "
+                   f"REFUND_AGENT_SOAK_RUNS={RUNS}")
+        try:
+            kills = _chain(output, scenario, rng, log)
+        except AssertionError as exc:
+            raise AssertionError(f"{context}: {exc}\n" + "\n".join(log)) from None
+        outcome = read_outcome(output)
+        metrics = measure(outcome, base.outcome)
+        # A model request repeated after a kill (a stream cut short, or the simulated customer's
+        # reply asked again) costs a request but does nothing twice; fewer would mean a lost turn.
+        metrics.pop("requests_differ_from_baseline")
+        extra = [r["requests"] - b["requests"]
+                 for r, b in zip(outcome.runs, base.outcome.runs, strict=False)]
+        metrics["fewer_requests_than_baseline"] = sum(1 for x in extra if x < 0)
+        record("soak", seed=SEED, run=i, scenario=scenario, kills=kills,
+               processes=len(log), repeated_requests=sum(x for x in extra if x > 0), **metrics)
+        assert_held(metrics, context + "\n" + "\n".join(log))
+        total_kills += kills
+        scenarios[scenario] += 1
+        held.update(k for k, v in metrics.items() if not v)
+    seconds = time.monotonic() - started
+    with capsys.disabled():
+        print(f"soak: {RUNS} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
+              f"{seconds:.0f} s", file=sys.stderr)
+    assert total_kills > 0, "nothing was killed: the soak tested nothing"
