@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import cli_env
 from test_crash_matrix import (  # noqa: F401 - baselines is a fixture used by name
     SCENARIOS,
@@ -121,6 +122,8 @@ def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> i
     return kills
 
 
+# The suite's per-test timeout is for ordinary tests; a soak's budget grows with its size.
+@pytest.mark.timeout(120 + 60 * RUNS)
 def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noqa: F811
     rng = random.Random(SEED)
     with capsys.disabled():

@@ -1,0 +1,303 @@
+"""Render docs/RELIABILITY.md from what the reliability tests measured.
+
+The adversarial tests (crash matrix, soak, races, faults, hostile input, audit tampering,
+decision re-checks) append one JSON line per case to the file named by
+``REFUND_AGENT_RELIABILITY_LOG``. This script turns those lines into tables, so every number in
+the document comes from a test run, not from someone's memory.
+
+    python scripts/reliability_report.py --run                  # run the tests, then write it
+    python scripts/reliability_report.py --run --soak-runs 200  # with a bigger soak
+    python scripts/reliability_report.py --log results.jsonl    # render an existing log
+
+``--run`` runs each test file in its own pytest process (timing each) with the log pointed at a
+temporary file, then writes ``docs/RELIABILITY.md`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from refund_agent.crash import CRASH_POINTS
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",
+         "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py"]
+# Keys in a record that describe the case rather than count a violation.
+DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", "run", "kills",
+               "processes", "repeated_requests", "case", "rounds", "racers", "winners",
+               "decisions_per_round", "advanced_per_round", "told_busy", "fault", "turn",
+               "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
+               "file", "seconds", "result"}
+
+NOT_COVERED = """\
+- **Power loss and the disk's honesty.** SIGKILL stops the process, not the machine: data the
+  kernel has accepted survives it. SQLite runs with WAL and `synchronous=FULL`, and the refunds
+  and outbox logs call `fsync` on every record, but nothing here cuts power, and a disk or
+  virtual disk that acknowledges writes it has not made can still lose a committed decision.
+  The logs' directory entry is not fsynced when they are first created.
+- **Several machines sharing the store.** Leases use the holder's pid and `kill(pid, 0)`,
+  which only mean something on one machine; SQLite's locking is unreliable on network file
+  systems. One host (or one container with one volume) is the supported shape.
+- **The real payment provider and mail server.** The stand-ins are files with the same
+  idempotency contract as real providers (same key: same result; same key, other arguments:
+  refused). A real provider that forgets keys after some hours, or a mail server that
+  delivers and then times out, is outside what these tests can show.
+- **Grok itself.** Every test uses the offline stand-in model. The fault injection reproduces
+  the failures the Responses API documents (429/5xx before the answer starts, a stream cut
+  mid-answer, an expired stored response), not every way a hosted model can misbehave.
+  Hostile model output is scripted, not generated.
+- **The web front end.** The same `Agent` calls are exercised here through the terminal;
+  `app.py` and its worker have their own tests.
+- **Someone who can write every table.** The audit chain and its cross-checks catch an edited,
+  reordered or removed entry, including a re-hashed edit, as long as the approvals table and
+  the timeline were left alone. Someone who rewrites all of them consistently is caught only
+  by an anchor outside the file (a copy of the latest hash elsewhere, or a signing key), which
+  this project does not keep.
+- **Pid reuse within the lease window.** A lease whose holder died is taken over at once if the
+  pid is gone; if the pid was reused by an unrelated process, the lease is treated as live
+  until it is 15 minutes stale.
+- **The simulated customer's own request.** A process killed while the model writes the
+  simulated customer's reply is resumed (the conversation continues), but that request is then
+  counted twice in the run's request total and cost.
+"""
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _violations(record: dict[str, Any]) -> dict[str, int]:
+    return {k: v for k, v in record.items()
+            if k not in DESCRIPTIVE and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(records: list[dict[str, Any]]) -> str:
+    by_suite: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_suite[r["suite"]].append(r)
+    files = {r["file"]: r for r in by_suite.pop("_file", [])}
+    crash, soak = by_suite.get("crash_matrix", []), by_suite.get("soak", [])
+    races, faults = by_suite.get("races", []), by_suite.get("faults", [])
+    hostile, audit = by_suite.get("hostile", []), by_suite.get("audit", [])
+    recheck = by_suite.get("decision_recheck", [])
+
+    def broken(rs: list[dict[str, Any]]) -> int:
+        return sum(sum(_violations(r).values()) for r in rs)
+
+    def sum_of(rs: list[dict[str, Any]], key: str) -> int:
+        return sum(r.get(key, 0) for r in rs)
+
+    out = ["# Reliability: what was tried, and what held", ""]
+    out.append("Generated by `scripts/reliability_report.py` from the JSON lines the tests "
+               "wrote while they ran (`REFUND_AGENT_RELIABILITY_LOG`); regenerate with "
+               "`python scripts/reliability_report.py --run`. Every count of problems below is "
+               "a count the tests measured, and each test also fails if it is not zero.")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out += ["", f"Last generated {stamp} on {platform.system()} {platform.machine()}, "
+            f"Python {platform.python_version()}, {os.cpu_count()} CPUs.", ""]
+
+    # -- summary -----------------------------------------------------------------------
+    named = [r for r in crash if r["point"] in CRASH_POINTS]
+    extra = [r for r in crash if r["point"] not in CRASH_POINTS]
+    points = sorted({r["point"] for r in named})
+    scenarios = sorted({r["scenario"] for r in crash})
+    seeds = sorted({r["seed"] for r in soak})
+    race_rounds = sum_of(races, "rounds")
+    rows = [
+        ["Crash matrix: real CLI process killed (SIGKILL) at a named point, then resumed",
+         f"{len(named)} cases ({len(points)} of {len(CRASH_POINTS)} crash points x "
+         f"{len(scenarios)} scenarios, each point in every command that passes it) + "
+         f"{len(extra)} extra (repeated crashes, a kill outside the named points); "
+         f"{sum(r.get('kills', 1) for r in crash)} kills", broken(crash)],
+        ["Soak: random crash points and timed SIGKILLs, restart until done",
+         f"{len(soak)} runs, {sum_of(soak, 'kills')} kills, {sum_of(soak, 'processes')} "
+         f"processes (seeds {', '.join(map(str, seeds)) or '-'})", broken(soak)],
+        ["Races between processes (decide one approval; advance one run; lease takeover)",
+         f"{race_rounds} rounds in {len(races)} tests", broken(races)],
+        ["Model faults (429, 500, cut stream at every turn; malformed and parallel calls)",
+         f"{len(faults)} cases", broken(faults)],
+        ["Hostile customer emails", f"{sum(1 for r in hostile if r['kind'] == 'email')} emails",
+         broken([r for r in hostile if r["kind"] == "email"])],
+        ["Hostile model output (scripted tool calls)",
+         f"{sum(r.get('calls', 1) for r in hostile if r['kind'] == 'model')} calls",
+         broken([r for r in hostile if r["kind"] == "model"])],
+        ["Bad input at the terminal (ids, names, notes, encodings, sizes, database, data files,"
+         " settings)", f"{sum(1 for r in hostile if r['kind'] == 'cli')} cases",
+         broken([r for r in hostile if r["kind"] == "cli"])],
+        ["Audit log tampering (edit, delete, reorder, re-hash)",
+         f"{len(audit)} tampered logs, {sum_of(audit, 'caught')} caught",
+         len(audit) - sum_of(audit, "caught")],
+        ["Policy re-checked when a person decides", f"{len(recheck)} cases", broken(recheck)],
+    ]
+    out += ["## Summary", "", _table(["What", "Tried", "Problems found"], rows), ""]
+
+    # -- what held ----------------------------------------------------------------------
+    totals: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for r in records:
+        for k, v in _violations(r).items():
+            totals[k] += v
+            seen[k] += 1
+    labels = {
+        "duplicate_refunds": "Refunds made twice for one approval",
+        "duplicate_emails": "Emails sent twice for one send call",
+        "lost_decisions": "Decisions lost or recorded twice in the audit log",
+        "pending_approvals": "Approvals left pending at the end",
+        "refunds_without_approval": "Refunds without an approval",
+        "approved_not_refunded": "Approved refunds never paid",
+        "runs_not_done": "Runs not finished (`done`) at the end",
+        "calls_without_output": "Tool calls left without a saved output",
+        "replies_not_sent": "Customer replies never sent to the model",
+        "audit_chain_broken": "Audit chain failing verification",
+        "integrity_not_ok": "`PRAGMA integrity_check` not ok",
+        "torn_log_lines": "Torn lines in refunds.log / outbox.log",
+        "emails_to_someone_else": "Emails to anyone but the sender",
+        "timeline_differs_from_baseline": "Timelines differing from a crash-free run",
+        "emails_differ_from_baseline": "Emails differing from a crash-free run",
+        "refunds_differ_from_baseline": "Refunds differing from a crash-free run",
+        "requests_differ_from_baseline": "Model requests differing from a crash-free run",
+        "leaks": "Another customer's data reaching the model or the sender",
+        "proposals_over_policy_or_not_owned": "Refunds proposed over the policy or on another's"
+                                              " order",
+        "decided_without_a_person": "Refunds decided without a person",
+        "double_decisions": "Approvals decided twice in a race",
+        "over_approved": "Approvals over the policy when approved at once",
+        "half_executed": "Decisions half executed",
+        "calls_run_twice": "Tool calls run twice after a model fault",
+    }
+    order = [k for k in labels if k in seen] + sorted(k for k in seen if k not in labels)
+    held = [[labels.get(k, k.replace("_", " ").capitalize()), seen[k], totals[k]]
+            for k in order]
+    out += ["## What held", "",
+            "Each invariant, how many test cases measured it, and the total it came to.", "",
+            _table(["Invariant", "Cases that checked it", "Total"], held), ""]
+
+    # -- crash matrix grid -------------------------------------------------------------
+    if crash:
+        grid = defaultdict(lambda: defaultdict(int))
+        for r in crash:
+            grid[r["point"]][r["scenario"]] += 1
+        rows = [[f"`{p}`", *[grid[p][s] or "" for s in scenarios]] for p in points]
+        rows += [[p, *[grid[p][s] or "" for s in scenarios]]
+                 for p in sorted({r["point"] for r in extra})]
+        out += ["## Crash matrix", "",
+                "Kills per crash point and scenario (a scenario is a chain of commands; a "
+                "point is tried in every command of the chain that reaches it). After each, "
+                "`refund-agent resume` and the rest of the chain ran, and the result was "
+                "compared with a crash-free run of the same scenario: same model requests, "
+                "timeline, emails, refunds and decisions.", "",
+                _table(["Crash point", *scenarios], rows), ""]
+
+    # -- soak -------------------------------------------------------------------------------
+    if soak:
+        per = defaultdict(lambda: [0, 0, 0])
+        for r in soak:
+            per[r["scenario"]][0] += 1
+            per[r["scenario"]][1] += r["kills"]
+            per[r["scenario"]][2] += r.get("repeated_requests", 0)
+        out += ["## Soak", "",
+                _table(["Scenario", "Runs", "Kills", "Model requests repeated after a kill"],
+                       [[s, *v] for s, v in sorted(per.items())]), "",
+                "A repeated model request is a stream cut off by the kill (never recorded, so "
+                "asked again) or the simulated customer's reply asked again; neither repeats a "
+                "tool call.", ""]
+
+    # -- races ---------------------------------------------------------------------------------
+    if races:
+        out += ["## Races", "", _table(
+            ["Race", "Rounds", "Processes at once", "Outcome"],
+            [[r["case"], r["rounds"], r["racers"],
+              "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in r.items()
+                        if k in ("decisions_per_round", "advanced_per_round", "told_busy",
+                                 "lost_decisions", "double_decisions", "duplicate_requests",
+                                 "duplicate_refunds"))]
+             for r in races]), ""]
+
+    # -- faults, hostile, audit, recheck -----------------------------------------------------------
+    if faults:
+        kinds = Counter(r["fault"] for r in faults)
+        out += ["## Model faults", "", _table(
+            ["Fault", "Cases", "Problems"],
+            [[k, n, broken([r for r in faults if r["fault"] == k])] for k, n in kinds.items()]),
+            ""]
+    if hostile:
+        out += ["## Hostile and bad input", "", _table(
+            ["Kind", "Case", "Problems"],
+            [[r["kind"], r["case"], sum(_violations(r).values())] for r in hostile]), ""]
+    if audit:
+        out += ["## Audit tampering", "", _table(
+            ["Tampering", "Caught by `audit --verify`"],
+            [[r["case"], "yes" if r["caught"] else "**no**"] for r in audit]), ""]
+    if recheck:
+        out += ["## Policy re-checked at decision time", "", _table(
+            ["Case", "Problems"], [[r["case"], sum(_violations(r).values())] for r in recheck]),
+            ""]
+
+    # -- runtimes -----------------------------------------------------------------------------
+    if files:
+        out += ["## Test files", "", _table(
+            ["File", "Wall time", "Result"],
+            [[f"`tests/{f}`", f"{r['seconds']:.0f} s", r["result"]] for f, r in files.items()]),
+            ""]
+
+    out += ["## What these tests do not cover", "", NOT_COVERED]
+    return "\n".join(out)
+
+
+def run_tests(log: Path, soak_runs: int | None) -> None:
+    env = {**os.environ, "REFUND_AGENT_RELIABILITY_LOG": str(log)}
+    if soak_runs:
+        env["REFUND_AGENT_SOAK_RUNS"] = str(soak_runs)
+    for name in FILES:
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pytest", f"tests/{name}", "-q"],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+        result = lines[-1].strip("= ") if lines else f"exit {proc.returncode}"
+        print(f"{name}: {result} ({seconds:.0f} s)", file=sys.stderr)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"suite": "_file", "file": name, "seconds": seconds,
+                                 "result": result}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", type=Path, help="render this JSON-lines file")
+    parser.add_argument("--run", action="store_true", help="run the tests first")
+    parser.add_argument("--soak-runs", type=int, help="REFUND_AGENT_SOAK_RUNS for --run")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "RELIABILITY.md")
+    args = parser.parse_args(argv)
+    if not args.run and not args.log:
+        parser.error("give --run, or --log FILE")
+    log = args.log
+    if args.run:
+        log = log or Path(tempfile.mkdtemp()) / "reliability.jsonl"
+        run_tests(log, args.soak_runs)
+    text = render(_load(log))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} from {log}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
