@@ -130,7 +130,16 @@ class Store:
             try:
                 db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
                 db.row_factory = sqlite3.Row
-                db.execute("PRAGMA journal_mode=WAL")
+                for attempt in range(50):
+                    try:
+                        db.execute("PRAGMA journal_mode=WAL")
+                        break
+                    except sqlite3.OperationalError as exc:
+                        # Processes switching a new file to WAL at the same moment are told
+                        # "locked" at once (SQLite skips its busy handler there): retry briefly.
+                        if "locked" not in str(exc) or attempt == 49:
+                            raise
+                        time.sleep(0.01 * (1 + attempt % 5))
                 db.execute("PRAGMA synchronous=FULL")
                 db.execute("PRAGMA busy_timeout=10000")
                 db.execute("PRAGMA foreign_keys=ON")

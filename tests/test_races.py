@@ -44,9 +44,9 @@ def agent_for(output):
 print(json.dumps({"ready": os.getpid()}), flush=True)
 for line in sys.stdin:
     cmd = json.loads(line)
-    agent = agent_for(cmd["output"])
     result = {"pid": os.getpid(), "by": cmd.get("by")}
     try:
+        agent = agent_for(cmd["output"])
         if cmd["op"] == "warm":
             agent.model
             agent.shop.orders
@@ -64,6 +64,8 @@ for line in sys.stdin:
             result.update(ok=True)
     except RefundAgentError as exc:
         result.update(ok=False, kind=type(exc).__name__, error=str(exc))
+    except Exception as exc:
+        result.update(ok=False, kind=type(exc).__name__, error=repr(exc))
     print(json.dumps(result), flush=True)
 """
 
@@ -128,9 +130,27 @@ def _queue_refund(output: Path) -> tuple[str, str]:
     return run.id, call_id
 
 
+RACERS = 4
+
+
+# -- opening ------------------------------------------------------------------------------------
+
+def test_many_processes_open_a_new_store_at_once(workers, tmp_path: Path):
+    """The first use of an output folder, by several processes at the same moment (the web app
+    and a terminal, say). Switching a new SQLite file to WAL answers "locked" at once instead
+    of waiting, so without a retry one of them would fail."""
+    rounds, w = 25, workers(RACERS)
+    for i in range(rounds):
+        output = tmp_path / f"fresh-{i}"
+        results = w.all_at_once([{"op": "warm", "output": str(output)}] * RACERS)
+        assert all(r["ok"] for r in results), (i, results)
+        assert Store(output / "refund-agent.sqlite3").integrity_ok()
+    record("races", case="open a new store at once", rounds=rounds, racers=RACERS,
+           failed_opens=0)
+
+
 # -- deciding ------------------------------------------------------------------------------------
 
-RACERS = 4
 DECIDE_ROUNDS = 30
 
 
