@@ -455,6 +455,10 @@ class Agent:
         if not approve and not note:
             raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
                                   "decision to the customer.")
+        if approve:
+            # The check below reads the payments log; read what is new in it now, outside the
+            # store's write lock (in a new process that is the whole log).
+            self.payments.refresh()
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         decided = self.store.decide(approval_id, approve, by, note,
                                     check=self.approval_problem if approve else None)

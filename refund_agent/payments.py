@@ -37,8 +37,13 @@ class Payments:
         """The refund made with this idempotency key, or None."""
         return self.log.find(key)
 
-    def refunded(self, order_id: str, except_key: str | None = None) -> float:
-        """Dollars refunded on ``order_id`` so far, leaving out the refund made with one key."""
+    def refresh(self) -> list[dict[str, Any]]:
+        """Read the refunds made since the last call into the per-order index.
+
+        In a new process this parses the whole log once, so callers about to take a lock (a
+        decision's transaction) call it first. Returns a last line without its newline that
+        still parses, if any (counted by readers, but not indexed until it is complete).
+        """
         with self._lock:
             generation, records, tail = self.log.scan()
             if generation != self._generation:
@@ -48,6 +53,12 @@ class Payments:
                 order, amount = _order_cents(record)
                 self._cents[order] = self._cents.get(order, 0) + amount
             self._counted += len(new)
+            return tail
+
+    def refunded(self, order_id: str, except_key: str | None = None) -> float:
+        """Dollars refunded on ``order_id`` so far, leaving out the refund made with one key."""
+        tail = self.refresh()
+        with self._lock:
             total = self._cents.get(order_id, 0)
         for record in tail:
             order, amount = _order_cents(record)
