@@ -181,9 +181,11 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
                 recovery_reps: int = 0, cli_reps: int = 0) -> dict:
     """Approve + resume and list the queue at each store size, SQLite then the JSON file.
 
-    The designs run one after the other (not interleaved), each after an ``os.sync()``: the
-    JSON design writes its whole file on every save, and its writeback would otherwise slow the
-    SQLite commits measured next to it.
+    The SQLite stores of every size are open together and measured in turns (10, 1,000, ...,
+    then again, starting one size later each round): on a shared machine a commit's fsync can
+    take 0.1 ms one minute and 3 ms the next, and taking turns spreads that over all sizes.
+    The JSON design runs afterwards, one size at a time after an ``os.sync()``, since its
+    whole-file writes would slow the SQLite commits measured next to them.
     """
     from seeding import read_template
 
@@ -194,32 +196,46 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
     template = read_template(tmpl_agent.store, run_id, root / "template")
 
     results, recovery = [], []
+    cases = []
     for n in sizes:
-        for design in ("sqlite", "json"):
-            if design == "json" and n not in json_sizes:
-                continue
-            r, w = json_plan.get(n, (reps, warmup)) if design == "json" else (reps, warmup)
-            log(f"  scale: seeding {design} with {n:,} runs")
-            cli = cli_reps if design == "sqlite" else 0
-            case = ScaleCase(design, n, root, data, template, pool, pending=r + w + cli + 1)
-            os.sync()
-            for _ in range(r + w):
-                case.measure_queue()
-                case.measure_approve()
-            for _ in range(cli):
-                case.measure_cli_approve(data)
-            results.append(case.result(w))
-            log(f"  scale: {design} {n:,}: {results[-1]}")
-            if design == "sqlite" and n == max(sizes) and recovery_reps:
-                log(f"  recovery with {n:,} runs stored")
-                # The sample shop's data, as for the empty store: the crashed ticket is Maya's
-                # A1043, and the bench shop's thousands of cloned orders would only add
-                # their parsing to the new process's start.
-                recovery.append(bench_recovery(case.out, DATA, recovery_reps,
-                                               f"{n:,} runs stored"))
-            case.agent.store.close()
-            shutil.rmtree(case.out, ignore_errors=True)
-            os.sync()
+        log(f"  scale: seeding sqlite with {n:,} runs")
+        cases.append(ScaleCase("sqlite", n, root, data, template, pool,
+                               pending=reps + warmup + cli_reps + 1))
+    os.sync()
+    for i in range(reps + warmup):
+        for case in cases[i % len(cases):] + cases[:i % len(cases)]:
+            case.measure_queue()
+            case.measure_approve()
+    for i in range(cli_reps):
+        for case in cases[i % len(cases):] + cases[:i % len(cases)]:
+            case.measure_cli_approve(data)
+    for case in cases:
+        results.append(case.result(warmup))
+        log(f"  scale: sqlite {case.n:,}: {results[-1]}")
+    if recovery_reps:
+        # The sample shop's data: the crashed ticket is Maya's A1043, and the bench shop's
+        # thousands of cloned orders would only add their parsing to the new process's start.
+        targets = [(root / "recovery-empty", "empty store")]
+        if len(cases) > 1:
+            targets.append((cases[-1].out, f"{cases[-1].n:,} runs stored"))
+        log(f"  recovery: {', '.join(label for _, label in targets)}")
+        recovery = bench_recovery(targets, DATA, recovery_reps)
+    for case in cases:
+        case.agent.store.close()
+        shutil.rmtree(case.out, ignore_errors=True)
+    os.sync()
+    for n in json_sizes:
+        r, w = json_plan.get(n, (reps, warmup))
+        log(f"  scale: seeding json with {n:,} runs")
+        case = ScaleCase("json", n, root, data, template, pool, pending=r + w + 1)
+        os.sync()
+        for _ in range(r + w):
+            case.measure_queue()
+            case.measure_approve()
+        results.append(case.result(w))
+        log(f"  scale: json {n:,}: {results[-1]}")
+        shutil.rmtree(case.out, ignore_errors=True)
+        os.sync()
     out: dict[str, Any] = {"cases": results}
     for design in ("sqlite", "json"):
         rows = {r["runs"]: r for r in results if r["design"] == design}
@@ -366,16 +382,17 @@ def bench_bytes(root: Path) -> dict:
 
 # -- 5. recovery ------------------------------------------------------------------------------
 
-def bench_recovery(out: Path, data: Path, reps: int, label: str) -> dict:
+def bench_recovery(targets: list[tuple[Path, str]], data: Path, reps: int) -> list[dict]:
     """Crash a run at ``after_response``, then time ``resume`` in a new process to its first POST.
 
     The model is an offline server hosted by this benchmark process, reached by the CLI through
     ``REFUND_AGENT_BASE_URL`` as Grok would be: the timestamp of the first POST it receives is
-    taken here, on the same clock as the moment the new process was spawned.
+    taken here, on the same clock as the moment the new process was spawned. With several
+    output folders (stores of different sizes) the repetitions take turns between them.
     """
     from refund_agent.offline import start_offline_server
 
-    server = start_offline_server(out / "bench-model.sqlite3")
+    server = start_offline_server(targets[0][0] / "bench-model.sqlite3")
     posts: list[float] = []
     record = server.record
 
@@ -384,40 +401,46 @@ def bench_recovery(out: Path, data: Path, reps: int, label: str) -> dict:
         return record(body)
 
     server.record = stamped  # type: ignore[method-assign]
-    env = _offline_env(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data),
-                       XAI_API_KEY="bench-offline-model", REFUND_AGENT_BASE_URL=server.base_url,
-                       REFUND_AGENT_MAX_RETRIES="0")
     python = [sys.executable]
-    first_post, total, bare, imports = [], [], [], []
+    samples: dict[str, dict[str, list[float]]] = {
+        label: {"first_post": [], "total": [], "bare": [], "imports": []} for _, label in targets}
     try:
         for _ in range(reps):
-            crashed = subprocess.run([*python, "-m", "refund_agent"], env={
-                **env, "REFUND_AGENT_CRASH_AT": "after_response"}, capture_output=True, text=True,
-                cwd=PROJECT_ROOT, timeout=120)
-            if crashed.returncode != -9:
-                raise RuntimeError(f"the crash run did not crash:\n{crashed.stdout}\n"
-                                   f"{crashed.stderr}")
-            posts.clear()
-            t0 = time.time()
-            resumed = subprocess.run([*python, "-m", "refund_agent", "resume"], env=env,
-                                     capture_output=True, text=True, cwd=PROJECT_ROOT,
-                                     timeout=120)
-            t1 = time.time()
-            if resumed.returncode != 0 or "Resuming run" not in resumed.stdout or not posts:
-                raise RuntimeError(f"resume failed:\n{resumed.stdout}\n{resumed.stderr}")
-            first_post.append(posts[0] - t0)
-            total.append(t1 - t0)
-            for sink, code in ((bare, "pass"), (imports, "import refund_agent.cli")):
-                t0 = time.perf_counter()
-                subprocess.run([*python, "-c", code], env=env, check=True, cwd=PROJECT_ROOT)
-                sink.append(time.perf_counter() - t0)
+            for out, label in targets:
+                got = samples[label]
+                env = _offline_env(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data),
+                                   XAI_API_KEY="bench-offline-model",
+                                   REFUND_AGENT_BASE_URL=server.base_url,
+                                   REFUND_AGENT_MAX_RETRIES="0")
+                crashed = subprocess.run([*python, "-m", "refund_agent"], env={
+                    **env, "REFUND_AGENT_CRASH_AT": "after_response"}, capture_output=True,
+                    text=True, cwd=PROJECT_ROOT, timeout=120)
+                if crashed.returncode != -9:
+                    raise RuntimeError(f"the crash run did not crash:\n{crashed.stdout}\n"
+                                       f"{crashed.stderr}")
+                posts.clear()
+                t0 = time.time()
+                resumed = subprocess.run([*python, "-m", "refund_agent", "resume"], env=env,
+                                         capture_output=True, text=True, cwd=PROJECT_ROOT,
+                                         timeout=120)
+                t1 = time.time()
+                if resumed.returncode != 0 or "Resuming run" not in resumed.stdout or not posts:
+                    raise RuntimeError(f"resume failed:\n{resumed.stdout}\n{resumed.stderr}")
+                got["first_post"].append(posts[0] - t0)
+                got["total"].append(t1 - t0)
+                for sink, code in (("bare", "pass"), ("imports", "import refund_agent.cli")):
+                    t0 = time.perf_counter()
+                    subprocess.run([*python, "-c", code], env=env, check=True, cwd=PROJECT_ROOT)
+                    got[sink].append(time.perf_counter() - t0)
     finally:
         server.close()
-    return {"store": label, "samples": reps,
-            "to_first_request_ms": {"p50": ms(median(first_post)), "max": ms(max(first_post))},
-            "resume_process_total_ms": ms(median(total)),
-            "python_startup_ms": ms(median(bare)),
-            "python_plus_imports_ms": ms(median(imports))}
+    return [{"store": label, "samples": reps,
+             "to_first_request_ms": {"p50": ms(median(got["first_post"])),
+                                     "max": ms(max(got["first_post"]))},
+             "resume_process_total_ms": ms(median(got["total"])),
+             "python_startup_ms": ms(median(got["bare"])),
+             "python_plus_imports_ms": ms(median(got["imports"]))}
+            for label, got in samples.items()]
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -550,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["scale"] = bench_scale(
                     root, data, pool, sizes=sizes, json_sizes=json_sizes, reps=args.reps,
                     json_plan={10_000: (3, 1), 100_000: (1, 0)}, warmup=2,
-                    recovery_reps=5 if "recovery" in items else 0, cli_reps=args.cli_reps)
+                    recovery_reps=8 if "recovery" in items else 0, cli_reps=args.cli_reps)
         if "throughput" in items:
             log("3. throughput")
             results["throughput"] = bench_throughput(
@@ -562,9 +585,9 @@ def main(argv: list[str] | None = None) -> int:
             results["bytes"] = bench_bytes(root)
         if "recovery" in items:
             log("5. recovery")
-            results["recovery"] = [bench_recovery(root / "recovery", DATA, 1 if quick else 8,
-                                                  "empty store")]
-            results["recovery"] += results.get("scale", {}).get("recovery", [])
+            results["recovery"] = (results.get("scale", {}).get("recovery")
+                                   or bench_recovery([(root / "recovery", "empty store")], DATA,
+                                                     1 if quick else 8))
         if "page" in items:
             log("6. page freshness")
             from page_freshness import bench_page
