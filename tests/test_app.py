@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.model import offline_server
 from refund_agent.store import Store
 from refund_agent.worker import Worker
 
@@ -255,8 +256,8 @@ def test_bad_settings_are_a_message(output, monkeypatch):
 
 
 def test_stop_and_resume_from_the_page(output, store, monkeypatch):
-    # Slow enough to press Stop while the first request streams.
-    monkeypatch.setenv("REFUND_AGENT_OFFLINE_LATENCY", "0.6")
+    # Slow enough that Stop lands while the first request streams, even on a busy machine.
+    monkeypatch.setenv("REFUND_AGENT_OFFLINE_LATENCY", "4")
     at = open_page()
     at.button(key="sample_damaged").click().run()
     rerun_until(at, "Thinking…", "markdown")  # the first request is streaming
@@ -266,6 +267,8 @@ def test_stop_and_resume_from_the_page(output, store, monkeypatch):
     rerun_until(at, "Stopped. Resume continues", "warning")
     assert store.run(run_id).requests == 0  # the aborted request was never recorded
     assert not at.button(key="resume").disabled
+    # The page's offline model (shared per output folder in this process) may be fast now.
+    offline_server(Settings(output_dir=output)).latency = 0
     at.button(key="resume").click().run()
     eventually(lambda: store.run(run_id).status == RunStatus.WAITING, what="the resumed run")
 
@@ -329,7 +332,8 @@ def test_worker_decisions_race_to_one(worker, agent):
 
 
 def test_worker_streams_live_deltas_and_stops_mid_request(settings: Settings, tmp_path):
-    slow = Agent(settings.with_(output_dir=tmp_path / "slow", offline_latency=1.0))
+    # Slow enough that Stop lands mid-request even on a busy machine; fast again to resume.
+    slow = Agent(settings.with_(output_dir=tmp_path / "slow", offline_latency=4.0))
     worker = Worker(slow)
     worker.start()
     try:
@@ -343,6 +347,7 @@ def test_worker_streams_live_deltas_and_stops_mid_request(settings: Settings, tm
         assert slow.store.steps(run.id)[-1].kind == "stopped"
         with pytest.raises(RunNotReady):
             worker.reply(run.id, "Hello?")  # only a finished run takes a reply
+        slow.model.server.latency = 0
         assert worker.resume(run.id)
         wait_status(slow.store, run.id, RunStatus.WAITING, timeout=30)
     finally:
