@@ -139,6 +139,16 @@ def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
     assert store.run(run_id).status == RunStatus.WAITING
 
 
+def test_past_window_sample_is_declined_without_a_person(output, store):
+    at = open_page()
+    at.button(key="sample_past-window").click().run()
+    rerun_until(at, "Email to tom.becker@example.com", "markdown")
+    rerun_until(at, "Note for the team", "info")
+    run = store.run(at.session_state["selected"])
+    assert run.status == RunStatus.DONE and store.approvals(None) == []
+    assert shows(at, "Waiting for approval (0)", "markdown")
+
+
 def test_approve_card_finishes_the_run(output, store):
     at = open_page()
     approval = start_damaged(at, store)
