@@ -139,9 +139,9 @@ class Worker:
         """Abort the run's in-flight model request; True if this process was advancing it."""
         with self._lock:
             job = self._jobs.get(run_id)
-        if job is None or not job.alive():
-            return False
-        job.again = None
+            if job is None or not job.alive():
+                return False
+            job.again = None  # a stop also cancels a pending go-again
         job.cancel.set()
         return True
 
