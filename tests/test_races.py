@@ -65,7 +65,10 @@ for line in sys.stdin:
     except RefundAgentError as exc:
         result.update(ok=False, kind=type(exc).__name__, error=str(exc))
     except Exception as exc:
-        result.update(ok=False, kind=type(exc).__name__, error=repr(exc))
+        import traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result.update(ok=False, kind=type(exc).__name__,
+                      error=f"{exc!r} at {where.filename}:{where.lineno}")
     print(json.dumps(result), flush=True)
 """
 
@@ -143,7 +146,7 @@ def test_many_processes_open_a_new_store_at_once(workers, tmp_path: Path):
     for i in range(rounds):
         output = tmp_path / f"fresh-{i}"
         results = w.all_at_once([{"op": "warm", "output": str(output)}] * RACERS)
-        assert all(r["ok"] for r in results), (i, results)
+        assert all(r["ok"] for r in results), (i, [r.get("error") for r in results])
         assert Store(output / "refund-agent.sqlite3").integrity_ok()
     record("races", case="open a new store at once", rounds=rounds, racers=RACERS,
            failed_opens=0)

@@ -95,7 +95,16 @@ class ResponseStore:
         self._lock = threading.Lock()
         # One connection shared by handler threads; the lock serialises use.
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        for attempt in range(50):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                # Processes switching a new file to WAL at the same moment are told "locked"
+                # at once (SQLite skips its busy handler there): retry briefly.
+                if "locked" not in str(exc) or attempt == 49:
+                    raise
+                time.sleep(0.01 * (1 + attempt % 5))
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS responses ("
             " id TEXT PRIMARY KEY, previous_response_id TEXT, created_at REAL NOT NULL,"
