@@ -64,7 +64,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_streamlit(out: Path, data: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def _start_streamlit(out: Path, data: Path, log: Path, app: Path
+                     ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
@@ -72,7 +73,7 @@ def _start_streamlit(out: Path, data: Path, log: Path) -> tuple[subprocess.Popen
                REFUND_AGENT_OFFLINE_LATENCY="0", PYTHONUNBUFFERED="1")
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+            [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
              "--browser.gatherUsageStats", "false"],
             cwd=PROJECT_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -93,12 +94,16 @@ def _start_streamlit(out: Path, data: Path, log: Path) -> tuple[subprocess.Popen
         time.sleep(0.1)
 
 
-def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0) -> dict:
-    """Decision-to-page delays; ``stored`` finished tickets are seeded into the store first."""
+def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
+               app: Path = PROJECT_ROOT / "app.py") -> dict:
+    """Decision-to-page delays; ``stored`` finished tickets are seeded into the store first.
+
+    ``app`` may name a modified copy of app.py, to try a change before proposing it.
+    """
     if not CHROMIUM.exists():
         return {"skipped": "no Debian Chromium at /usr/bin/chromium"}
-    if not (PROJECT_ROOT / "app.py").exists():
-        return {"skipped": "app.py does not exist yet"}
+    if not app.exists():
+        return {"skipped": f"{app.name} does not exist yet"}
     from playwright.sync_api import sync_playwright
 
     root.mkdir(parents=True, exist_ok=True)
@@ -121,7 +126,7 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0) -> di
         assert run.status == RunStatus.WAITING, (run.status, run.error)
         waiting.append(pending_approval_id(agent, run.id))
 
-    proc, url = _start_streamlit(out, data, root / "streamlit.log")
+    proc, url = _start_streamlit(out, data, root / "streamlit.log", app)
     rng = random.Random(seed)
     delays: list[float] = []
     try:

@@ -312,6 +312,11 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
     return results
 
 
+def _load() -> list[float]:
+    """The 1- and 5-minute load averages: how busy the (shared) machine was."""
+    return [round(x, 2) for x in os.getloadavg()[:2]]
+
+
 def _offline_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
@@ -445,7 +450,7 @@ def bench_recovery(targets: list[tuple[Path, str]], data: Path, reps: int) -> li
 
 # -- reporting --------------------------------------------------------------------------------
 
-def table(results: dict) -> str:
+def table(results: dict, markdown: bool = False) -> str:
     rows: list[tuple[str, str, str, str]] = []
     h = results.get("harness")
     if h:
@@ -518,6 +523,10 @@ def table(results: dict) -> str:
             rows.append(("page", f"decision in another process to browser, "
                          f"{p['stored_runs']:,} runs stored (p50 / p95)",
                          f"{p['p50_ms']:.0f} / {p['p95_ms']:.0f} ms", "p95 <= 1000 ms"))
+    if markdown:
+        out = ["| item | measure | result | target |", "|---|---|---|---|"]
+        out += [f"| {a} | {b_} | {c} | {d} |" for a, b_, c, d in rows]
+        return "\n".join(out)
     w = [max(len(r[i]) for r in rows) for i in range(4)] if rows else [0] * 4
     lines = [f"{'item':<{w[0]}}  {'measure':<{w[1]}}  {'result':<{w[2]}}  target",
              "-" * (sum(w) + 6 + 6)]
@@ -530,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small CI smoke run (< ~60 s)")
     p.add_argument("--json", type=Path, help="save the results here")
     p.add_argument("--plots", type=Path, help="draw the PNG plots into this folder")
+    p.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    p.add_argument("--from-json", type=Path,
+                   help="measure nothing: print (and plot) the results saved in this file")
     p.add_argument("--only", nargs="*", help="run only these items (harness scale throughput "
                    "bytes recovery page)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
@@ -540,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cli-reps", type=int, default=5,
                    help="approvals through `refund-agent approve` (new process) per size")
     args = p.parse_args(argv)
+    if args.from_json:
+        return report(json.loads(args.from_json.read_text()), args)
     quick = args.quick
     items = args.only or ["harness", "scale", "throughput", "bytes", "recovery", "page"]
     if quick and "page" in items:
@@ -549,16 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     clones = 400 if quick else 6000
     data = make_bench_shop(root / "data", clones)
     pool = OrderPool(1, clones // 2)  # the second half is for the throughput workers
-    results: dict[str, Any] = {"machine": machine(), "quick": quick,
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "load_avg": {},
                                "command": "python bench/run.py" + (" --quick" if quick else "")}
     log(f"bench folder: {root}")
     started = time.time()
     try:
         if "harness" in items:
+            results["load_avg"]["harness"] = _load()
             log("1. harness overhead per turn")
             results["harness"] = bench_harness(root, data, pool, tickets=8 if quick else 60,
                                                warmup=2 if quick else 5)
         if "scale" in items:
+            results["load_avg"]["scale"] = _load()
             log("2. store scale")
             if quick:
                 results["scale"] = bench_scale(root, data, pool, sizes=[10, 300],
@@ -575,20 +591,24 @@ def main(argv: list[str] | None = None) -> int:
                     json_plan={10_000: (3, 1), 100_000: (1, 0)}, warmup=2,
                     recovery_reps=8 if "recovery" in items else 0, cli_reps=args.cli_reps)
         if "throughput" in items:
+            results["load_avg"]["throughput"] = _load()
             log("3. throughput")
             results["throughput"] = bench_throughput(
                 root, data, first_order=clones // 2 + 1, workers_list=[1, 2],
                 duration=2.0 if quick else 10.0, rounds=1 if quick else 2,
                 per_worker_orders=(clones // 2 - 10) // (3 if quick else 6))
         if "bytes" in items:
+            results["load_avg"]["bytes"] = _load()
             log("4. bytes and tokens per turn")
             results["bytes"] = bench_bytes(root)
         if "recovery" in items:
+            results["load_avg"]["recovery"] = _load()
             log("5. recovery")
             results["recovery"] = (results.get("scale", {}).get("recovery")
                                    or bench_recovery([(root / "recovery", "empty store")], DATA,
                                                      1 if quick else 8))
         if "page" in items:
+            results["load_avg"]["page"] = _load()
             log("6. page freshness")
             from page_freshness import bench_page
             results["page"] = [bench_page(root / "page", reps=30)]
@@ -600,11 +620,21 @@ def main(argv: list[str] | None = None) -> int:
             log(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print(table(results))
-    print(f"\n{results['machine']['nproc']} cores, {results['machine']['cpu']}, Python "
-          f"{results['machine']['python']}; {results['seconds']} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    return report(results, args)
+
+
+def report(results: dict, args: argparse.Namespace) -> int:
+    print(table(results))
+    m = results["machine"]
+    print(f"\n{m['nproc']} cores, {m['cpu']}, Python {m['python']}; {results['seconds']} s")
+    loads = results.get("load_avg") or {}
+    if loads:
+        print("load average (1 min, 5 min) when each item started: "
+              + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in loads.items()))
+    if args.markdown:
+        args.markdown.write_text(table(results, markdown=True) + "\n")
     if args.plots:
         from plots import draw
         for path in draw(results, args.plots):
