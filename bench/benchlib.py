@@ -71,6 +71,7 @@ class Span:
     start: float
     end: float
     cpu: float  # client-side CPU (SDK: build request, HTTP, SSE parsing, pydantic events)
+    cpu_start: float = 0.0  # this thread's CPU clock when the request started
 
 
 class TimedAgent(Agent):
@@ -96,7 +97,7 @@ class TimedAgent(Agent):
         try:
             return super()._stream(run_id, params, emit, cancel)
         finally:
-            self.spans.append(Span(t0, time.perf_counter(), time.thread_time() - c0))
+            self.spans.append(Span(t0, time.perf_counter(), time.thread_time() - c0, c0))
 
 
 @dataclass
@@ -106,6 +107,8 @@ class Timed:
     start: float
     end: float
     spans: list[Span]
+    cpu_start: float = 0.0
+    cpu_end: float = 0.0
 
     @property
     def model(self) -> float:
@@ -135,13 +138,24 @@ class Timed:
             out[-1] += self.end - prev
         return out
 
+    def per_turn_cpu(self) -> list[float]:
+        """Like :meth:`per_turn`, in this thread's CPU time: no waiting for the disk or for a
+        core the machine gave to someone else (the noise of a shared machine)."""
+        out, prev = [], self.cpu_start
+        for span in self.spans:
+            out.append(span.cpu_start - prev + span.cpu)
+            prev = span.cpu_start + span.cpu
+        if out:
+            out[-1] += self.cpu_end - prev
+        return out
+
 
 def timed_advance(agent: TimedAgent, run_id: str):
     n = len(agent.spans)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     run = agent.advance(run_id)
-    t1 = time.perf_counter()
-    return run, Timed(t0, t1, agent.spans[n:])
+    t1, c1 = time.perf_counter(), time.thread_time()
+    return run, Timed(t0, t1, agent.spans[n:], c0, c1)
 
 
 def email_for(order_id: str) -> str:
@@ -210,6 +224,34 @@ def full_ticket(agent: TimedAgent, order_id: str) -> TicketTiming:
         raise RuntimeError(f"Expected the run to finish, got {run.status}: {run.error}")
     timing.advances = [first, second]
     return timing
+
+
+def fsync_ms(folder: Path, n: int = 40) -> float:
+    """Median time of one small append + fsync in ``folder``: what a durable commit waits for."""
+    path = Path(folder) / "fsync-probe"
+    times = []
+    with open(path, "ab") as fh:
+        for _ in range(n):
+            fh.write(b"x" * 200)
+            fh.flush()
+            t0 = time.perf_counter()
+            os.fsync(fh.fileno())
+            times.append(time.perf_counter() - t0)
+    path.unlink()
+    return round(statistics.median(times) * 1000, 3)
+
+
+def count_commits(agent: Agent) -> list[int]:
+    """Count the store's write transactions from now on (a one-element list, for reading)."""
+    counter = [0]
+    tx = agent.store._tx  # noqa: SLF001 - the bench only counts, the store is unchanged
+
+    def counted():
+        counter[0] += 1
+        return tx()
+
+    agent.store._tx = counted  # type: ignore[method-assign]
+    return counter
 
 
 # -- statistics --------------------------------------------------------------------------------
