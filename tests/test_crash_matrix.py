@@ -281,6 +281,35 @@ def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
     return Baselines(tmp_path_factory.mktemp("baselines"))
 
 
+# After a crash at one of these, the next process gets past it (the step it follows is saved),
+# so `resume` with the same crash point dies at its next occurrence, and so on: every occurrence
+# of the point in the rest of the command gets its own kill.
+PROGRESSING = {"after_response", "after_tool", "after_approval_queued", "after_simulated_reply"}
+# After a crash at one of these, the next process reaches the very same point again (the work
+# before it is not recorded yet): `resume` with it must die there once more, harmlessly.
+REPEATING = {"before_tool", "before_refund", "after_refund", "after_email"}
+
+
+def crash_again(output: Path, point: str) -> int:
+    """Resume with the same crash point: at every later occurrence, or once more at the same
+    spot. Returns the extra kills."""
+    kills = 0
+    if point in REPEATING:
+        again = cli(output, "resume", REFUND_AGENT_CRASH_AT=point)
+        assert again.returncode == -9, f"resume did not reach {point} again:\n{again.stdout}"
+        kills += 1
+    elif point in PROGRESSING:
+        for _ in range(20):
+            again = cli(output, "resume", REFUND_AGENT_CRASH_AT=point)
+            if again.returncode != -9:
+                expect_ok(again, f"resume with {point}")
+                break
+            kills += 1
+        else:
+            raise AssertionError(f"{point} never stopped firing: no progress between kills")
+    return kills
+
+
 def finish_chain(output: Path, scenario: str, after: int) -> list[str]:
     """After a crash in command ``after``: resume, then the rest of the chain; the commands run."""
     ran = []
@@ -315,11 +344,12 @@ def test_crash_then_resume(scenario: str, index: int, point: str, baselines: Bas
     assert f"[crash point {point}:" in crashed.stderr
     assert "Traceback" not in crashed.stderr
 
+    kills = 1 + crash_again(output, point)
     finish_chain(output, scenario, index)
     outcome = read_outcome(output)
     metrics = measure(outcome, base.outcome)
     record("crash_matrix", scenario=scenario, command=" ".join(command), point=point,
-           killed=True, **metrics)
+           killed=True, kills=kills, **metrics)
     assert_held(metrics, f"{scenario} / {' '.join(command)} / {point}")
 
 
