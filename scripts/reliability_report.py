@@ -8,6 +8,7 @@ the document comes from a test run, not from someone's memory.
     python scripts/reliability_report.py --run                  # run the tests, then write it
     python scripts/reliability_report.py --run --soak-runs 200  # with a bigger soak
     python scripts/reliability_report.py --log results.jsonl    # render an existing log
+    python scripts/reliability_report.py --run --log soak.jsonl # plus a big soak's lines
 
 ``--run`` runs each test file in its own pytest process (timing each) with the log pointed at a
 temporary file, then writes ``docs/RELIABILITY.md`` (or ``--out``).
@@ -35,6 +36,7 @@ FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.p
          "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py"]
 # Keys in a record that describe the case rather than count a violation.
 DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", "run", "kills",
+               "point_kills", "timer_kills",
                "processes", "repeated_requests", "case", "rounds", "racers", "winners",
                "decisions_per_round", "advanced_per_round", "told_busy", "fault", "turn",
                "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
@@ -208,17 +210,22 @@ def render(records: list[dict[str, Any]]) -> str:
 
     # -- soak -------------------------------------------------------------------------------
     if soak:
-        per = defaultdict(lambda: [0, 0, 0])
+        per = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
         for r in soak:
-            per[r["scenario"]][0] += 1
-            per[r["scenario"]][1] += r["kills"]
-            per[r["scenario"]][2] += r.get("repeated_requests", 0)
+            row = per[r["scenario"]]
+            row[0] += 1
+            row[1] += r.get("processes", 0)
+            row[2] += r["kills"]
+            row[3] += r.get("point_kills", 0)
+            row[4] += r.get("timer_kills", 0)
+            row[5] += r.get("repeated_requests", 0)
         out += ["## Soak", "",
-                _table(["Scenario", "Runs", "Kills", "Model requests repeated after a kill"],
+                _table(["Scenario", "Runs", "Processes", "Kills", "at a crash point",
+                        "by a timed SIGKILL", "Extra requests counted"],
                        [[s, *v] for s, v in sorted(per.items())]), "",
-                "A repeated model request is a stream cut off by the kill (never recorded, so "
-                "asked again) or the simulated customer's reply asked again; neither repeats a "
-                "tool call.", ""]
+                "Extra requests counted: the simulated customer's reply asked for again after "
+                "a kill (its cost is counted twice; no tool call is repeated). A stream cut off "
+                "by a kill is never recorded, so it is not counted at all.", ""]
 
     # -- races ---------------------------------------------------------------------------------
     if races:
@@ -281,21 +288,22 @@ def run_tests(log: Path, soak_runs: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", type=Path, help="render this JSON-lines file")
+    parser.add_argument("--log", type=Path, action="append", default=[],
+                        help="a JSON-lines file to include (repeatable; e.g. a big soak's)")
     parser.add_argument("--run", action="store_true", help="run the tests first")
     parser.add_argument("--soak-runs", type=int, help="REFUND_AGENT_SOAK_RUNS for --run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "RELIABILITY.md")
     args = parser.parse_args(argv)
     if not args.run and not args.log:
         parser.error("give --run, or --log FILE")
-    log = args.log
+    logs = list(args.log)
     if args.run:
-        log = log or Path(tempfile.mkdtemp()) / "reliability.jsonl"
-        run_tests(log, args.soak_runs)
-    text = render(_load(log))
+        logs.append(Path(tempfile.mkdtemp()) / "reliability.jsonl")
+        run_tests(logs[-1], args.soak_runs)
+    text = render([r for log in logs for r in _load(log)])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} from {log}", file=sys.stderr)
+    print(f"wrote {args.out} from {', '.join(map(str, logs))}", file=sys.stderr)
     return 0
 
 

@@ -160,6 +160,8 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
                  for r, b in zip(outcome.runs, base.outcome.runs, strict=False)]
         metrics["fewer_requests_than_baseline"] = sum(1 for x in extra if x < 0)
         record("soak", seed=SEED, run=i, scenario=scenario, kills=kills,
+               point_kills=sum(1 for e in log if "[point:" in e and e.endswith("-> -9")),
+               timer_kills=sum(1 for e in log if "[timer:" in e and e.endswith("-> -9")),
                processes=len(log), repeated_requests=sum(x for x in extra if x > 0), **metrics)
         assert_held(metrics, context + "\n" + "\n".join(log))
         total_kills += kills
