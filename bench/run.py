@@ -313,7 +313,7 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
                 cpu += report["cpu_s"]
             runs[workers].append({"tickets_per_s": done / duration,
                                   "cpu_ms_per_ticket": 1000 * cpu / max(done, 1),
-                                  "load": load})
+                                  "cores_used": cpu / duration, "load": load})
             log(f"  throughput: {workers} worker(s): {runs[workers][-1]}")
             shutil.rmtree(out, ignore_errors=True)
     results = {}
@@ -322,6 +322,8 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
             "workers": workers, "seconds": duration, "rounds": len(rs),
             "tickets_per_s": round(median([r["tickets_per_s"] for r in rs]), 2),
             "cpu_ms_per_ticket": round(median([r["cpu_ms_per_ticket"] for r in rs]), 1),
+            # CPU seconds per second of all workers: 2 workers on 2 free cores would show ~2.
+            "cores_used": round(median([r["cores_used"] for r in rs]), 2),
             "load_avg_1min_before": [round(r["load"], 2) for r in rs]}
     return results
 
@@ -519,9 +521,10 @@ def table(results: dict, markdown: bool = False) -> str:
     t = results.get("throughput")
     if t:
         for w in t.values():
+            cores = f", {w['cores_used']:.2f} cores busy" if "cores_used" in w else ""
             rows.append(("throughput", f"tickets end to end, {w['workers']} worker process(es)",
-                         f"{w['tickets_per_s']:.1f} /s ({w['cpu_ms_per_ticket']:.0f} ms CPU each)",
-                         ""))
+                         f"{w['tickets_per_s']:.1f} /s ({w['cpu_ms_per_ticket']:.0f} ms CPU each"
+                         f"{cores})", ""))
     b = results.get("bytes")
     if b:
         agent_rows = [r for r in b["requests"] if r["who"] == "agent"]
