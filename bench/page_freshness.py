@@ -159,3 +159,52 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
             "p95_ms": ms(pct(delays, 95)),
             "max_ms": ms(max(delays)), "min_ms": ms(min(delays)),
             "delays_ms": [ms(d) for d in delays]}
+
+
+# -- trying a change to app.py before proposing it ---------------------------------------------
+
+VARIANTS = {
+    # The page re-reads the store every IDLE_EVERY seconds when idle.
+    "refresh every 0.5 s": [("IDLE_EVERY = 1.0", "IDLE_EVERY = 0.5")],
+    # ... and, on each refresh, only the newest audit entries, without re-hashing the chain.
+    "refresh every 0.5 s, last 200 audit entries, chain not re-verified per refresh": [
+        ("IDLE_EVERY = 1.0", "IDLE_EVERY = 0.5"),
+        ("    entries = store.audit()\n", "    entries = store.audit(limit=200)\n"),
+        ("    problem = store.verify_audit()\n", "    problem = None\n")],
+}
+
+
+def variant(root: Path, name: str) -> Path:
+    """A copy of app.py with one variant's substitutions (each must match exactly once)."""
+    text = (PROJECT_ROOT / "app.py").read_text(encoding="utf-8")
+    for old, new in VARIANTS[name]:
+        if text.count(old) != 1:
+            raise SystemExit(f"app.py changed: {old!r} no longer appears exactly once")
+        text = text.replace(old, new)
+    path = root / f"app_variant_{len(list(root.glob('app_variant_*')))}.py"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def main() -> None:
+    """Page freshness of app.py as it is and of the variants above, at 0 and 10,000 runs."""
+    import json
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="refund-agent-page-"))
+    rows = []
+    for stored, reps in ((0, 20), (10_000, 8)):
+        apps = [("app.py as it is", PROJECT_ROOT / "app.py")]
+        apps += [(name, variant(root, name)) for name in VARIANTS
+                 if stored or "audit" not in name]
+        for name, app in apps:
+            r = bench_page(root / f"{stored}-{app.stem}", reps=reps, stored=stored, app=app)
+            rows.append({"app": name, **{k: v for k, v in r.items() if k != "delays_ms"}})
+            print(json.dumps(rows[-1]), flush=True)
+    import shutil
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
