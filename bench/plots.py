@@ -49,10 +49,9 @@ def store_scale(results: dict[str, Any], path: Path) -> Path:
     json_max = max((c["runs"] for c in cases if c["design"] == "json"), default=None)
     sqlite_max = max((c["runs"] for c in cases if c["design"] == "sqlite"), default=None)
     if json_max and sqlite_max and json_max < sqlite_max:
-        left.annotate(f"JSON design not run beyond {json_max:,}:\nits state file would be "
-                      "~1.5 GB,\nrewritten 7 times per approval", xy=(json_max, 1),
-                      xycoords=("data", "axes fraction"), xytext=(-150, -60),
-                      textcoords="offset points", va="top", fontsize=7, color=JSON_FILE)
+        left.text(0.97, 0.30, f"JSON design not run beyond {json_max:,} runs:\nits state file "
+                  "would be ~1.5 GB,\nrewritten 7 times per approval", transform=left.transAxes,
+                  ha="right", va="center", fontsize=7, color=JSON_FILE)
     left.set_title("Approve one refund and resume its run")
     right.set_title("List the pending queue")
     for ax in (left, right):
@@ -79,17 +78,17 @@ def store_scale(results: dict[str, Any], path: Path) -> Path:
 def bytes_per_turn(b: dict[str, Any], path: Path) -> Path:
     rows = [r for r in b["requests"] if r["who"] == "agent"]
     turns = [r["turn"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=100)
     left.plot(turns, [r["bytes"] / 1000 for r in rows], "o-", color=SQLITE,
               label="previous_response_id (what the agent sends)")
     left.plot(turns, [r["bytes_full_history"] / 1000 for r in rows], "s--", color=JSON_FILE,
               label="whole history resent (computed)")
     right.plot(turns, [r["tokens_sent"] for r in rows], "o-", color=SQLITE,
-               label="tokens in the request")
+               label="in the request (previous_response_id)")
     right.plot(turns, [r["tokens_sent_full_history"] for r in rows], "s--", color=JSON_FILE,
-               label="whole history resent (= input tokens the model reads either way)")
+               label="in the request, whole history resent\n(= what the model reads either way)")
     right.plot(turns, [r["cached_tokens"] for r in rows], ":", color="#2ca02c",
-               label="input tokens served from the cache (reported)")
+               label="read from the prompt cache (reported)")
     left.set_title("Request body per agent turn")
     left.set_ylabel("kB sent")
     right.set_title("Tokens per agent turn (offline estimate, 4 chars = 1)")
@@ -99,7 +98,7 @@ def bytes_per_turn(b: dict[str, Any], path: Path) -> Path:
         ax.set_xticks(turns)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=7.5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
