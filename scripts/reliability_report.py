@@ -69,6 +69,11 @@ NOT_COVERED = """\
 - **Pid reuse within the lease window.** A lease whose holder died is taken over at once if the
   pid is gone; if the pid was reused by an unrelated process, the lease is treated as live
   until it is 15 minutes stale.
+- **A full disk, a read-only disk, a wall clock that jumps.** None is simulated. A failed write
+  inside a store transaction rolls back, but the refunds and outbox logs have not been tested
+  against `ENOSPC`; the 30-day expiry and the lease's staleness use the wall clock.
+- **SIGTERM, Ctrl+C and Stop.** Covered elsewhere (the CLI and agent tests stop a run mid-stream
+  and resume it); here every death is SIGKILL, which gives the process no chance to clean up.
 - **The simulated customer's own request.** A process killed while the model writes the
   simulated customer's reply is resumed (the conversation continues), but that request is then
   counted twice in the run's request total and cost.
@@ -184,6 +189,25 @@ def render(records: list[dict[str, Any]]) -> str:
         "over_approved": "Approvals over the policy when approved at once",
         "half_executed": "Decisions half executed",
         "calls_run_twice": "Tool calls run twice after a model fault",
+        "refund_reused_after_fault": "Refunds asked of the provider again after a model fault",
+        "fewer_requests_than_baseline": "Model turns lost (fewer than a crash-free run)",
+        "runs_differ_from_baseline": "Runs differing from a crash-free run",
+        "decisions_differ_from_baseline": "Decisions differing from a crash-free run",
+        "audit_requested_not_once": "Approvals without exactly one 'requested' audit line",
+        "audit_refund_not_once": "Paid refunds without exactly one 'issued'/'reused' audit line",
+        "refund_amount_mismatch": "Refunds for another amount than was approved",
+        "emails_without_call": "Emails with no send call behind them",
+        "send_calls_not_sent": "Send calls marked sent that the outbox never got",
+        "timeline_refund_steps_off": "Refund entries in a timeline not matching the refunds",
+        "refunds_without_a_person": "Refunds paid on a hostile run without a person",
+        "run_failed": "Runs crashed by hostile input",
+        "side_effects": "Side effects of malformed or unknown calls",
+        "false_emails": "Emails promising a refund that was rejected",
+        "over_policy": "Refunds over the policy from two calls in one response",
+        "duplicate_requests": "Model requests made twice by racing processes",
+        "failed_opens": "Processes failing to open a new store together",
+        "runs_failed": "Runs failed by faults within the retry budget",
+        "lost": "Bad input that changed or lost stored data",
     }
     order = [k for k in labels if k in seen] + sorted(k for k in seen if k not in labels)
     held = [[labels.get(k, k.replace("_", " ").capitalize()), seen[k], totals[k]]
@@ -234,6 +258,7 @@ def render(records: list[dict[str, Any]]) -> str:
             [[r["case"], r["rounds"], r["racers"],
               "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in r.items()
                         if k in ("decisions_per_round", "advanced_per_round", "told_busy",
+                                 "failed_opens",
                                  "lost_decisions", "double_decisions", "duplicate_requests",
                                  "duplicate_refunds"))]
              for r in races]), ""]

@@ -292,7 +292,8 @@ def test_bad_decisions_are_refused_and_nothing_changes(output: Path, args, messa
     after = read_outcome(output)
     assert after.approvals == before.approvals and after.refunds == before.refunds == []
     assert [e["event"] for e in after.audit] == ["requested"]
-    record("hostile", kind="cli", case=" ".join(args[:1]) + ": " + message, lost=0)
+    shown = " ".join(repr(a) if not a.strip() else a for a in args)
+    record("hostile", kind="cli", case=f"`{shown}`: {message}", lost=0)
 
 
 def test_bad_emails_are_refused_before_anything_is_saved(tmp_path: Path):
