@@ -12,9 +12,10 @@ Small by default (CI: about 20 kills). Larger, e.g. two hundred runs::
 
     REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/test_soak.py -q -s
 
-Reproduce a failure with the seed it prints (``REFUND_AGENT_SOAK_SEED=...``). The random choices
-(scenario, crash point, delay) replay exactly; where a timed kill lands also depends on how fast
-the machine is at that moment, so a timed kill replays only approximately.
+Reproduce a failure with the seed it prints (``REFUND_AGENT_SOAK_SEED=...``). Each run draws from
+its own generator seeded with (seed, run number), so its scenario and its sequence of choices
+(crash point or timed kill, which point, what delay) replay exactly; where a timed kill lands
+also depends on how busy the machine is, so a timed kill replays only approximately.
 """
 
 from __future__ import annotations
@@ -134,13 +135,15 @@ def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> i
 # The suite's per-test timeout is for ordinary tests; a soak's budget grows with its size.
 @pytest.mark.timeout(120 + 60 * RUNS)
 def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noqa: F811
-    rng = random.Random(SEED)
     with capsys.disabled():
         print(f"\nsoak: REFUND_AGENT_SOAK_SEED={SEED} REFUND_AGENT_SOAK_RUNS={RUNS}",
               file=sys.stderr)
     started = time.monotonic()
     total_kills, held, scenarios = 0, Counter(), Counter()
     for i in range(RUNS):
+        # Each run has its own generator, so how long one run's kills took to land (which
+        # changes how many choices it uses) cannot shift what the later runs do.
+        rng = random.Random(f"{SEED}:{i}")
         scenario = rng.choice(sorted(SCENARIOS))
         base = baselines.get(scenario)
         output = tmp_path / f"run-{i}"
