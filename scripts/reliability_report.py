@@ -243,7 +243,17 @@ def render(records: list[dict[str, Any]]) -> str:
             row[3] += r.get("point_kills", 0)
             row[4] += r.get("timer_kills", 0)
             row[5] += r.get("repeated_requests", 0)
+        by_seed = defaultdict(lambda: [0, 0, 0])
+        for r in soak:
+            by_seed[r["seed"]][0] += 1
+            by_seed[r["seed"]][1] += r.get("processes", 0)
+            by_seed[r["seed"]][2] += r["kills"]
         out += ["## Soak", "",
+                "Each soak is reproducible from its seed: `REFUND_AGENT_SOAK_SEED=<seed> "
+                "REFUND_AGENT_SOAK_RUNS=<runs> python -m pytest tests/test_soak.py -q -s`.", "",
+                _table(["Seed", "Runs", "Processes", "Kills"],
+                       [[seed, *v] for seed, v in sorted(by_seed.items(), key=lambda x: -x[1][0])]),
+                "",
                 _table(["Scenario", "Runs", "Processes", "Kills", "at a crash point",
                         "by a timed SIGKILL", "Extra requests counted"],
                        [[s, *v] for s, v in sorted(per.items())]), "",
