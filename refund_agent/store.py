@@ -454,6 +454,11 @@ class Store:
             raise late
         return self.approval(approval_id)
 
+    def audit_head(self) -> tuple[int, int]:
+        """(number of entries, id of the newest): cheap, to notice that the log changed."""
+        count, last = self._read("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM audit")[0]
+        return count, last
+
     def audit_event(self, event: str, actor: str, **fields: Any) -> None:
         with self._tx() as db:
             self._audit(db, event, actor, **fields)
