@@ -171,6 +171,7 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         scenarios[scenario] += 1
         held.update(k for k, v in metrics.items() if not v)
     seconds = time.monotonic() - started
+    record("soak_total", seed=SEED, runs=RUNS, kills=total_kills, seconds=round(seconds, 1))
     with capsys.disabled():
         print(f"soak: {RUNS} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
               f"{seconds:.0f} s", file=sys.stderr)
