@@ -226,18 +226,27 @@ def render(records: list[dict[str, Any]]) -> str:
 
     # -- crash matrix grid -------------------------------------------------------------
     if crash:
-        grid = defaultdict(lambda: defaultdict(int))
+        grid = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         for r in crash:
-            grid[r["point"]][r["scenario"]] += 1
-        rows = [[f"`{p}`", *[grid[p][s] or "" for s in scenarios]] for p in points]
-        rows += [[p, *[grid[p][s] or "" for s in scenarios]]
+            grid[r["point"]][r["scenario"]][0] += 1
+            grid[r["point"]][r["scenario"]][1] += r.get("kills", 1)
+
+        def cell(p: str, s: str) -> str:
+            cases, kills = grid[p][s]
+            return f"{cases} ({kills})" if cases else ""
+
+        rows = [[f"`{p}`", *[cell(p, s) for s in scenarios]] for p in points]
+        rows += [[p, *[cell(p, s) for s in scenarios]]
                  for p in sorted({r["point"] for r in extra})]
         out += ["## Crash matrix", "",
-                "Kills per crash point and scenario (a scenario is a chain of commands; a "
-                "point is tried in every command of the chain that reaches it). After each, "
-                "`refund-agent resume` and the rest of the chain ran, and the result was "
-                "compared with a crash-free run of the same scenario: same model requests, "
-                "timeline, emails, refunds and decisions.", "",
+                "Cases per crash point and scenario, with the kills they made in brackets. A "
+                "scenario is a chain of commands; a point is tried in every command of the "
+                "chain that reaches it. After the kill, `resume` runs with the same crash point "
+                "again, dying at each later occurrence (or, for a point the next process "
+                "reaches again, once more at the same spot); then a clean `resume` and the rest "
+                "of the chain run, and the result is compared with a crash-free run of the "
+                "same scenario: same model requests, timeline, emails, refunds and decisions.",
+                "",
                 _table(["Crash point", *scenarios], rows), ""]
 
     # -- soak -------------------------------------------------------------------------------
