@@ -8,7 +8,8 @@ user would: ``resume``, and if the command's own effect (the new run, the decisi
 never happened, type the command again. When the chain is done, the run is held to the crash
 matrix's invariants and compared with a crash-free run of the same scenario.
 
-Small by default (CI: about 20 kills). Larger, e.g. two hundred runs::
+Small by default: six runs, more if needed to reach twenty kills (``REFUND_AGENT_SOAK_KILLS``).
+Larger, e.g. two hundred runs::
 
     REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/test_soak.py -q -s
 
@@ -46,6 +47,9 @@ from refund_agent.config import PROJECT_ROOT
 from refund_agent.crash import CRASH_POINTS
 
 RUNS = int(os.environ.get("REFUND_AGENT_SOAK_RUNS", "6"))
+# Short chains (a declined request is one command) die less often: keep adding runs until this
+# many kills, so even the small CI soak kills about twenty processes.
+MIN_KILLS = int(os.environ.get("REFUND_AGENT_SOAK_KILLS", "20"))
 SEED = int(os.environ.get("REFUND_AGENT_SOAK_SEED") or random.SystemRandom().randrange(10**9))
 MAX_ATTEMPTS = 12       # per command; a chain that needs more is a failure, not a retry loop
 KILLS_IN_A_ROW = 4      # then the next processes run alone until the command gets through
@@ -133,14 +137,15 @@ def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> i
 
 
 # The suite's per-test timeout is for ordinary tests; a soak's budget grows with its size.
-@pytest.mark.timeout(120 + 60 * RUNS)
+@pytest.mark.timeout(120 + 60 * 5 * RUNS)
 def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noqa: F811
     with capsys.disabled():
         print(f"\nsoak: REFUND_AGENT_SOAK_SEED={SEED} REFUND_AGENT_SOAK_RUNS={RUNS}",
               file=sys.stderr)
     started = time.monotonic()
     total_kills, held, scenarios = 0, Counter(), Counter()
-    for i in range(RUNS):
+    i = -1
+    while (i := i + 1) < RUNS or (total_kills < MIN_KILLS and i < 5 * RUNS):
         # Each run has its own generator, so how long one run's kills took to land (which
         # changes how many choices it uses) cannot shift what the later runs do.
         rng = random.Random(f"{SEED}:{i}")
@@ -171,8 +176,8 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         scenarios[scenario] += 1
         held.update(k for k, v in metrics.items() if not v)
     seconds = time.monotonic() - started
-    record("soak_total", seed=SEED, runs=RUNS, kills=total_kills, seconds=round(seconds, 1))
+    record("soak_total", seed=SEED, runs=i, kills=total_kills, seconds=round(seconds, 1))
     with capsys.disabled():
-        print(f"soak: {RUNS} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
+        print(f"soak: {i} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
               f"{seconds:.0f} s", file=sys.stderr)
     assert total_kills > 0, "nothing was killed: the soak tested nothing"
