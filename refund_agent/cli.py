@@ -143,7 +143,10 @@ def _pending(agent: Agent, approval_id: str | None):
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
     approval = _pending(agent, args.id)
     if approval is None:
-        print("Nothing is waiting for approval.")
+        decided = agent.store.decided_but_waiting()
+        hint = (f" Run {decided[0].id} was decided but not finished (a crash?): "
+                "`refund-agent resume` continues it." if decided else "")
+        print(f"Nothing is waiting for approval.{hint}")
         return None
     decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None))
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "

@@ -16,6 +16,8 @@ import pytest
 from refund_agent import Agent, Settings
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.model import ModelAccess, open_model
+from refund_agent.offline import OfflineServer
+from refund_agent.offline.brain import Reply
 
 DATA = PROJECT_ROOT / "data"
 
@@ -61,3 +63,37 @@ def run_cli(output_dir: Path, *args: str, timeout: float = 60, **extra: str
     return subprocess.run([sys.executable, "-m", "refund_agent", *args], capture_output=True,
                           text=True, timeout=timeout, env=cli_env(output_dir, **extra),
                           cwd=PROJECT_ROOT)
+
+
+class ScriptedBrain:
+    """A model that says exactly what the test tells it to, then finishes.
+
+    ``seen`` keeps every conversation it was shown, so a test can check what went back to it.
+    """
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+        self.seen: list[list[dict]] = []
+
+    def __call__(self, conversation, tools):
+        self.seen.append(conversation)
+        return self.replies.pop(0) if self.replies else Reply("done", "Finished.")
+
+
+@pytest.fixture
+def scripted(settings):
+    """Make an agent whose offline model follows a script: ``agent, brain, server = make(...)``."""
+    import openai
+
+    servers: list[OfflineServer] = []
+
+    def make(*replies: Reply) -> tuple[Agent, ScriptedBrain, OfflineServer]:
+        brain = ScriptedBrain(*replies)
+        server = OfflineServer(settings.output_dir / "scripted.sqlite3", brain=brain).start()
+        servers.append(server)
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        return Agent(settings, model=ModelAccess(client, "scripted", server)), brain, server
+
+    yield make
+    for server in servers:
+        server.close()

@@ -208,39 +208,8 @@ def test_rate_limit_past_the_retry_budget_fails_resumably(agent, model):
     assert agent.advance(run.id).status == RunStatus.WAITING
 
 
-class ScriptedBrain:
-    """A model that says exactly what the test tells it to, then finishes."""
-
-    def __init__(self, *replies: Reply) -> None:
-        self.replies = list(replies)
-        self.seen: list[list[dict]] = []
-
-    def __call__(self, conversation, tools):
-        self.seen.append(conversation)
-        return self.replies.pop(0) if self.replies else Reply("done", "Finished.")
-
-
-@pytest.fixture
-def scripted(settings):
-    """Make an agent whose offline model follows a script."""
-    servers = []
-
-    def make(*replies: Reply) -> tuple[Agent, ScriptedBrain]:
-        import openai
-
-        brain = ScriptedBrain(*replies)
-        server = OfflineServer(settings.output_dir / "scripted.sqlite3", brain=brain).start()
-        servers.append(server)
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        return Agent(settings, model=ModelAccess(client, "scripted", server)), brain
-
-    yield make
-    for server in servers:
-        server.close()
-
-
 def test_malformed_arguments_and_impossible_amounts_are_tool_errors(scripted):
-    agent, brain = scripted(
+    agent, brain, _server = scripted(
         Reply("bad json", calls=[("lookup_order", {"order": "A1043"})]),
         Reply("too much", calls=[("issue_refund", {"order_id": "A1043", "amount": 10_000,
                                                    "reason": "make it right"})]),
@@ -259,7 +228,7 @@ def test_malformed_arguments_and_impossible_amounts_are_tool_errors(scripted):
 
 
 def test_email_goes_only_to_the_sender(scripted):
-    agent, _ = scripted(Reply("", calls=[("send_customer_message",
+    agent, _brain, _server = scripted(Reply("", calls=[("send_customer_message",
                                           {"message": "Hi! cc boss@evil.example"})]))
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.DONE

@@ -12,7 +12,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import openai
 import pytest
 from conftest import DATA, run_cli
 from test_crash_matrix import Outcome, assert_held, measure, read_outcome, record
@@ -21,7 +20,6 @@ from refund_agent import Agent, Settings
 from refund_agent.customer import converse
 from refund_agent.model import ModelAccess, open_model
 from refund_agent.models import RunStatus
-from refund_agent.offline import OfflineServer
 from refund_agent.offline import events as offline_events
 from refund_agent.offline.brain import Reply
 
@@ -207,20 +205,9 @@ def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path)
 RAW = "__raw_arguments__"
 
 
-class Script:
-    """A model that answers with the replies it was given, in order, then finishes."""
-
-    def __init__(self, *replies: Reply) -> None:
-        self.replies, self.seen = list(replies), []
-
-    def __call__(self, conversation, tools):
-        self.seen.append(conversation)
-        return self.replies.pop(0) if self.replies else Reply("done", "Finished.")
-
-
 @pytest.fixture
-def scripted(settings, monkeypatch):
-    """An agent whose model follows a script; ``{RAW: "..."}`` sends arguments verbatim."""
+def scripted_raw(scripted, monkeypatch):
+    """The shared scripted model, where ``{RAW: "..."}`` sends a call's arguments verbatim."""
     build = offline_events.build_output_items
 
     def raw_arguments(reply):
@@ -231,18 +218,7 @@ def scripted(settings, monkeypatch):
         return items
 
     monkeypatch.setattr(offline_events, "build_output_items", raw_arguments)
-    servers = []
-
-    def make(*replies: Reply) -> tuple[Agent, Script, OfflineServer]:
-        script = Script(*replies)
-        server = OfflineServer(settings.output_dir / "scripted.sqlite3", brain=script).start()
-        servers.append(server)
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        return Agent(settings, model=ModelAccess(client, "scripted", server)), script, server
-
-    yield make
-    for server in servers:
-        server.close()
+    return scripted
 
 
 def _outputs(body: dict) -> list[tuple[str, dict]]:
@@ -253,8 +229,8 @@ def _outputs(body: dict) -> list[tuple[str, dict]]:
 REFUND = ("issue_refund", {"order_id": "A1043", "amount": 48.0, "reason": "Cracked carafe."})
 
 
-def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted):
-    agent, _script, server = scripted(
+def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted_raw):
+    agent, _script, server = scripted_raw(
         Reply("truncated JSON", calls=[("lookup_order", {RAW: '{"order_id": "A10'})]),
         Reply("not an object", calls=[("check_refund_policy", {RAW: '["A1043"]'})]),
         Reply("empty", calls=[("issue_refund", {RAW: ""})]),
@@ -285,8 +261,8 @@ def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted):
            side_effects=0)
 
 
-def test_two_calls_in_one_response_run_the_safe_one_and_pause_on_the_refund(scripted):
-    agent, _script, server = scripted(
+def test_two_calls_in_one_response_run_the_safe_one_and_pause_on_the_refund(scripted_raw):
+    agent, _script, server = scripted_raw(
         Reply("both at once", calls=[("lookup_order", {"order_id": "A1043"}), REFUND]))
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.WAITING and len(server.requests) == 1
@@ -342,8 +318,8 @@ def test_calls_after_an_approved_refund_in_the_same_response_run_after_it(script
     assert refund_out["status"] == "refunded" and email_out["status"] == "sent"
 
 
-def test_two_refunds_in_one_response_need_two_approvals_and_the_policy_still_holds(scripted):
-    agent, _script, server = scripted(Reply("twice", calls=[REFUND, REFUND]))
+def test_two_refunds_in_one_response_need_two_approvals_and_the_policy_still_holds(scripted_raw):
+    agent, _script, server = scripted_raw(Reply("twice", calls=[REFUND, REFUND]))
     run = agent.advance(agent.start_sample("damaged").id)
     first = agent.store.approvals("pending")
     assert len(first) == 1            # one proposal at a time

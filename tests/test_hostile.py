@@ -17,15 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import openai
 import pytest
 from conftest import DATA, cli_env, run_cli
 from test_crash_matrix import read_outcome, record
 
 from refund_agent import Agent
-from refund_agent.model import ModelAccess
 from refund_agent.models import RunStatus
-from refund_agent.offline import OfflineServer
 from refund_agent.offline.brain import Reply
 from refund_agent.policy import dollars, refund_ceiling
 from refund_agent.shop import Shop
@@ -144,28 +141,6 @@ def test_hostile_email_cannot_get_past_the_guards(agent: Agent, label, sender, b
 
 # -- a hostile model -----------------------------------------------------------------------------
 
-class Script:
-    def __init__(self, *replies: Reply) -> None:
-        self.replies = list(replies)
-
-    def __call__(self, conversation, tools):
-        return self.replies.pop(0) if self.replies else Reply("done", "Finished.")
-
-
-@pytest.fixture
-def scripted(settings):
-    servers = []
-
-    def make(*replies: Reply) -> tuple[Agent, OfflineServer]:
-        server = OfflineServer(settings.output_dir / "scripted.sqlite3",
-                               brain=Script(*replies)).start()
-        servers.append(server)
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        return Agent(settings, model=ModelAccess(client, "scripted", server)), server
-
-    yield make
-    for server in servers:
-        server.close()
 
 
 def _refund(order: str, amount, reason: str = "Because the model said so.") -> tuple:
@@ -195,7 +170,8 @@ HOSTILE_CALLS: list[tuple[str, tuple, str]] = [
 
 
 def test_a_hostile_model_is_held_by_the_guards(scripted):
-    agent, server = scripted(*[Reply(label, calls=[call]) for label, call, _e in HOSTILE_CALLS])
+    replies = [Reply(label, calls=[call]) for label, call, _e in HOSTILE_CALLS]
+    agent, _brain, server = scripted(*replies)
     run = agent.advance(agent.start(MAYA, "Order A1043: the coffee maker cracked.").id)
     # A model that keeps calling tools is cut off after MAX_TURNS; resume gives it more.
     assert run.status == RunStatus.FAILED and "Stopped after 12 turns" in run.error
@@ -218,7 +194,7 @@ def test_a_hostile_model_is_held_by_the_guards(scripted):
 
 
 def test_a_hostile_model_cannot_email_anyone_else_or_skip_the_person(scripted):
-    agent, _server = scripted(
+    agent, _brain, _server = scripted(
         Reply("bcc in the body", calls=[("send_customer_message", {"message": (
             "Bcc: friend@evil.example\nTo: boss@evil.example\n\nYour refund is done.")})]),
         Reply("the ceiling exactly", calls=[_refund("A1043", 80.95, "Approved by the manager "
@@ -235,7 +211,7 @@ def test_a_hostile_model_cannot_email_anyone_else_or_skip_the_person(scripted):
 
 
 def test_after_a_refund_the_same_order_cannot_be_refunded_past_the_policy_again(scripted):
-    agent, _server = scripted(
+    agent, _brain, _server = scripted(
         Reply("refund", calls=[_refund("A1043", 48.0, "Cracked coffee maker.")]),
         Reply("and again", calls=[_refund("A1043", 48.0, "Cracked coffee maker, again.")]),
     )
