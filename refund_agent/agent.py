@@ -199,7 +199,7 @@ class Agent:
                 if cancel and cancel.is_set():
                     raise _Stopped
                 run = self.store.run(run_id)
-                next_input = self._prepare_turn(run, emit)
+                next_input = self._prepare_turn(run)
                 seen = self._emit_steps(run_id, seen, emit)
                 if next_input is None:
                     self.store.release(run_id, token, RunStatus.DONE)
@@ -246,8 +246,7 @@ class Agent:
             emit(LiveEvent(run_id, "step", step=step))
         return steps[-1].id if steps else after
 
-    def _prepare_turn(self, run: Run, emit: OnEvent
-                      ) -> tuple[list[dict[str, Any]], list[int]] | None:
+    def _prepare_turn(self, run: Run) -> tuple[list[dict[str, Any]], list[int]] | None:
         """The input for the next request, running any calls still owed an output.
 
         Returns None when the run is finished (the last response made no calls and no customer
