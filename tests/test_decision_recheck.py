@@ -75,13 +75,16 @@ def test_approved_elsewhere_but_not_yet_paid_counts_too(agent: Agent):
            half_executed=0)
 
 
+def _age(agent: Agent, approval_id: str, days: int) -> None:
+    """Make an approval look as if it was requested ``days`` ago."""
+    with sqlite3.connect(agent.settings.db_path) as db:
+        db.execute("UPDATE approvals SET requested_at = ? WHERE id = ?",
+                   (time.time() - days * 86400, approval_id))
+
+
 def test_expired_stored_response_is_refused_on_approve(agent: Agent):
     run, approval = _waiting(agent)
-    db = sqlite3.connect(agent.settings.db_path)
-    db.execute("UPDATE approvals SET requested_at = ? WHERE id = ?",
-               (time.time() - 31 * 86400, approval.id))
-    db.commit()
-    db.close()
+    _age(agent, approval.id, days=31)
     with pytest.raises(DecisionRefused) as refused:
         agent.decide(approval.id, True, "Dana")
     assert "expired" in str(refused.value)
@@ -96,11 +99,7 @@ def test_expired_stored_response_is_refused_on_approve(agent: Agent):
 def test_a_refusal_does_not_count_as_the_decision(agent: Agent):
     """After a refused approve, the approval can still be decided, and a late click is told."""
     _run, approval = _waiting(agent)
-    db = sqlite3.connect(agent.settings.db_path)
-    db.execute("UPDATE approvals SET requested_at = ? WHERE id = ?",
-               (time.time() - 31 * 86400, approval.id))
-    db.commit()
-    db.close()
+    _age(agent, approval.id, days=31)
     with pytest.raises(DecisionRefused):
         agent.decide(approval.id, True, "Dana")
     agent.decide(approval.id, False, "Dana", "Too old; please open a new ticket.")
