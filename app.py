@@ -510,6 +510,13 @@ def chain_check(db_path: str, head: tuple[int, int], _store: Any) -> str | None:
     return _store.verify_audit()
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def audit_csv(db_path: str, head: tuple[int, int], _store: Any) -> bytes:
+    """The whole log as CSV, rebuilt only when the log changes (a deferred download would race
+    the page's twice-a-second refresh, which replaces the button under the click)."""
+    return views.audit_csv(_store.audit())
+
+
 def audit(worker: Worker) -> None:
     store = worker.agent.store
     head = store.audit_head()
@@ -525,7 +532,7 @@ def audit(worker: Worker) -> None:
         st.dataframe(views.audit_frame(entries), hide_index=True,
                      height=38 + 35 * min(len(entries), 10),
                      column_order=["Time", "Event", "By", "PID", "Order", "Amount", "Note"])
-        st.download_button("Download CSV", lambda: views.audit_csv(store.audit()),
+        st.download_button("Download CSV", audit_csv(str(store.path), head, store),
                            "refund-audit.csv",
                            "text/csv", on_click="ignore", icon=":material/download:")
     else:
