@@ -248,9 +248,6 @@ class JsonStateStore:
                     order_id=row["order_id"], amount=row["amount"], note=note)
         return self.approval(approval_id)
 
-    def audit_event(self, event: str, actor: str, **fields: Any) -> None:
-        self._audit(event, actor, **fields)
-
     # -- replies and timeline ---------------------------------------------------------------
 
     def replies(self, run_id: str, unsent_only: bool = False,

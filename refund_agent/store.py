@@ -302,10 +302,6 @@ class Store:
             if step:
                 self._step(db, run_id, *step)
 
-    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> None:
-        with self._tx() as db:
-            self._touch(db, run_id, status=status, error=error)
-
     # -- the model's responses and calls ---------------------------------------------------
 
     def record_response(self, run_id: str, *, response_id: str, calls: list[tuple[str, str, str]],
@@ -458,10 +454,6 @@ class Store:
         """(number of entries, id of the newest): cheap, to notice that the log changed."""
         count, last = self._read("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM audit")[0]
         return count, last
-
-    def audit_event(self, event: str, actor: str, **fields: Any) -> None:
-        with self._tx() as db:
-            self._audit(db, event, actor, **fields)
 
     # -- replies ---------------------------------------------------------------------------
 

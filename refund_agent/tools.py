@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .policy import cents, dollars, policy_facts, refund_problem
+from .policy import policy_facts, refund_problem
 from .shop import Order, PastRefund, Shop
 
 
@@ -165,14 +165,3 @@ class ShopTools:
             return "Give a reason for the refund, for the person who approves it."
         return refund_problem(order, args.amount, self.today)
 
-
-def refunded_by_order(refunds: list[dict[str, Any]], except_key: str | None = None
-                      ) -> dict[str, float]:
-    """Sum the payment provider's refunds per order, leaving out one idempotency key."""
-    totals: dict[str, int] = {}
-    for r in refunds:
-        if r.get("idempotency_key") == except_key:
-            continue
-        order_id = r["request"]["order_id"]
-        totals[order_id] = totals.get(order_id, 0) + cents(r["request"]["amount"])
-    return {k: dollars(v) for k, v in totals.items()}

@@ -11,7 +11,18 @@ import os
 
 from refund_agent.ledger import IdempotentLog
 from refund_agent.payments import Payments
-from refund_agent.tools import refunded_by_order
+from refund_agent.policy import cents, dollars
+
+
+def refunded_by_order(refunds: list[dict], except_key: str | None = None) -> dict[str, float]:
+    """The reference answer: refunds per order from a fresh read, leaving out one key."""
+    totals: dict[str, int] = {}
+    for r in refunds:
+        if r.get("idempotency_key") == except_key:
+            continue
+        order_id = r["request"]["order_id"]
+        totals[order_id] = totals.get(order_id, 0) + cents(r["request"]["amount"])
+    return {k: dollars(v) for k, v in totals.items()}
 
 
 def fresh(path) -> list[dict]:
