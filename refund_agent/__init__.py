@@ -15,16 +15,17 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
-from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
-from .policy import PolicyFacts, policy_facts, refund_ceiling, refund_problem
-from .shop import Order, Shop
+from .models import Approval, ApprovalLine, AuditEntry, Call, Reply, Run, RunStatus, Step
+from .policy import PolicyFacts, Quote, policy_facts, quote_refund
+from .shop import Order, PolicyTerms, Shop, canonical_order_id
 from .store import Store
 from .tools import tool_schemas
 
 __all__ = [
-    "Agent", "AlreadyDecided", "Approval", "AuditEntry", "Call", "Cancel", "ConfigError",
-    "DecisionRefused", "IdempotencyConflict", "LiveEvent", "NotFound", "Order", "PolicyFacts",
-    "RefundAgentError", "Reply", "Run", "RunBusy", "RunNotReady", "RunStatus", "Settings", "Shop",
-    "Step", "Store", "StoreError", "converse", "load_settings", "policy_facts", "refund_ceiling",
-    "refund_problem", "tool_schemas",
+    "Agent", "AlreadyDecided", "Approval", "ApprovalLine", "AuditEntry", "Call", "Cancel",
+    "ConfigError", "DecisionRefused", "IdempotencyConflict", "LiveEvent", "NotFound", "Order",
+    "PolicyFacts", "PolicyTerms", "Quote", "RefundAgentError", "Reply", "Run", "RunBusy",
+    "RunNotReady", "RunStatus", "Settings", "Shop", "Step", "Store", "StoreError",
+    "canonical_order_id", "converse", "load_settings", "policy_facts", "quote_refund",
+    "tool_schemas",
 ]

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,19 +23,13 @@ from .crash import crash_point
 from .errors import DecisionRefused, RunNotReady
 from .model import ModelAccess, open_model
 from .models import Approval, Call, Reply, Run, RunStatus, Step
+from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .outbox import Outbox, with_signature
 from .payments import Payments
 from .prompts import system_prompt
 from .shop import Shop
 from .store import Store
-from .tools import (
-    CheckRefundPolicy,
-    IssueRefund,
-    ShopTools,
-    as_output,
-    parse_args,
-    tool_schemas,
-)
+from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30
@@ -123,6 +117,14 @@ def _usage(response: Any) -> dict[str, int]:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cached_tokens": getattr(details, "cached_tokens", 0) or 0,
             "cost_ticks": int(ticks or 0)}
+
+
+def paid_quote(approval: Approval) -> Quote:
+    """The refund a decided approval pays: the lines the person kept, at their amounts."""
+    return Quote(order_id=approval.order_id, lines=[
+        QuotedLine(line=line.line, name=line.name, reason=line.reason,
+                   amount_cents=line.amount_cents, allowed_cents=line.allowed_cents,
+                   fee_cents=line.fee_cents) for line in approval.kept])
 
 
 class Agent:
@@ -367,9 +369,8 @@ class Agent:
 
     # -- running calls -----------------------------------------------------------------------
 
-    def _tools(self, run: Run, except_key: str | None = None) -> ShopTools:
-        # A lazy per-order view: adding up every refund ever made would cost O(refunds) per call.
-        return ShopTools(self.shop, run.sender, self.payments.refunded_by_order(except_key))
+    def _tools(self, run: Run) -> ShopTools:
+        return ShopTools(self.shop, run.sender, self.store.held_lines)
 
     def _run_call(self, run: Run, call: Call) -> str:
         """Run one saved call and save its output at once (boundary 3)."""
@@ -396,37 +397,44 @@ class Agent:
                 ) -> tuple[dict[str, Any], list, dict[str, Any] | None]:
         """issue_refund: queue it for a person, or carry out the person's decision."""
         approval = self.store.find_approval(call.call_id)
-        tools = self._tools(run, except_key=call.call_id)
-        problem = tools.refund_problem(args)
         if approval is None:
-            if problem:
+            tools = self._tools(run)
+            queued = self.store.queue_approval(
+                run_id=run.id, response_id=call.response_id, call_id=call.call_id,
+                order_id=args.order_id, summary=args.summary.strip(), customer=run.sender,
+                price=lambda held: tools.quote(args, held))
+            if isinstance(queued, str):
                 audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
-                         "amount": args.amount, "note": problem}
-                return {"error": problem}, [], audit
-            self.store.queue_approval(run_id=run.id, response_id=call.response_id,
-                                      call_id=call.call_id, order_id=args.order_id.upper(),
-                                      amount=round(args.amount, 2), reason=args.reason,
-                                      customer=run.sender)
+                         "note": queued, "lines": [{"line": line, "reason": reason}
+                                                   for line, reason in args.requested()]}
+                return {"error": queued}, [], audit
             crash_point("after_approval_queued", self._crash)
             raise _Pause
         if approval.status == "pending":
             raise _Pause
+        lines = [{"line": line.line, "item": line.name, "reason": line.reason,
+                  "amount": line.amount} for line in approval.lines]
         if approval.status == "rejected":
             return ({"status": "rejected", "rejected_by": approval.decided_by,
-                     "note": approval.note or ""}, [], None)
-        if problem:  # approved, but the policy no longer allows it (refunded elsewhere)
-            audit = {"event": "refused", "actor": "agent", "approval_id": approval.id,
-                     "order_id": approval.order_id, "amount": approval.amount, "note": problem}
-            return {"status": "not_issued", "error": problem}, [], audit
+                     "note": approval.note or "", "lines": lines}, [], None)
+        # Approved: pay exactly what the person approved. The policy was checked inside the
+        # decision's transaction and the lines stay held, so nothing can have taken them since.
+        quote = paid_quote(approval)
         crash_point("before_refund", self._crash)
-        refund, reused = self.payments.refund(approval.id, approval.order_id, approval.amount,
-                                              approval.reason)
+        refund, reused = self.payments.refund(approval.id, quote, approval.summary)
         crash_point("after_refund", self._crash)
         audit = {"event": "reused" if reused else "issued", "actor": "payments",
                  "approval_id": approval.id, "order_id": approval.order_id,
-                 "amount": approval.amount, "note": refund["refund_id"]}
+                 "amount": approval.amount, "note": refund["refund_id"],
+                 "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents}
+                           for q in quote.lines]}
         output = {"status": "refunded", "refund_id": refund["refund_id"],
-                  "amount": approval.amount, "approved_by": approval.decided_by}
+                  "amount": approval.amount, "approved_by": approval.decided_by,
+                  "lines": [line for line in lines if line["line"] in quote.line_ids()]}
+        if approval.declined:
+            output["declined"] = [{"line": line.line, "item": line.name}
+                                  for line in approval.declined]
+            output["note"] = approval.note or ""
         return output, [("refund", {**output, "reused": reused})], audit
 
     def _email(self, run: Run, call: Call, message: str) -> tuple[dict[str, Any], list]:
@@ -439,13 +447,18 @@ class Agent:
 
     # -- people ---------------------------------------------------------------------------
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None
-               ) -> Approval:
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
+               keep: list[str] | None = None) -> Approval:
         """Record a person's decision. The run continues on the next :meth:`advance`.
 
+        Args:
+            keep: for an approval, the lines (skus) to refund; the others are declined.
+                None keeps every proposed line.
+
         Raises:
-            DecisionRefused: no name, a rejection without a note, or a policy that no longer
-                allows the refund (refunded elsewhere meanwhile, or the stored response expired).
+            DecisionRefused: no name, a rejection without a note, lines that are not the
+                proposal's, or a policy that no longer allows the refund (the stored response
+                expired, say).
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = (by or "").strip(), (note or "").strip() or None
@@ -454,42 +467,40 @@ class Agent:
         if not approve and not note:
             raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
                                   "decision to the customer.")
-        if approve:
-            # The check below reads the payments log; read what is new in it now, outside the
-            # store's write lock (in a new process that is the whole log).
-            self.payments.refresh()
         # The policy is re-checked inside the decision's transaction (see Store.decide).
-        decided = self.store.decide(approval_id, approve, by, note,
-                                    check=self.approval_problem if approve else None)
+        decided = self.store.decide(approval_id, approve, by, note, keep=keep,
+                                    requote=self._requote if approve else None)
         crash_point("after_decision", self._crash)
         return decided
 
-    def approval_problem(self, approval: Approval) -> str | None:
-        """Why approving this refund now would fail, re-checked against today's facts."""
+    def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held]
+                 ) -> Quote | str:
+        """What approving these lines of ``approval`` pays today, or why it may not."""
         age_days = (time.time() - approval.requested_at) / 86400
         if age_days > STORED_RESPONSE_DAYS:
             return (f"the run's stored response is older than {STORED_RESPONSE_DAYS} days and "
                     "has expired, so the run cannot continue; start a new ticket.")
-        run = self.store.run(approval.run_id)
-        args = IssueRefund(order_id=approval.order_id, amount=approval.amount,
-                           reason=approval.reason)
-        # Asked per order and per key: the payments log is indexed, so this costs the same
-        # with ten refunds on record or a hundred thousand.
-        total = self.payments.refunded(approval.order_id, except_key=approval.id)
-        # Another approval on this order that its run has not paid yet (say its process died
-        # after the decision) will be paid on resume, so it counts as refunded already.
-        for other_id, amount in self.store.approved_unpaid(approval.order_id, approval.id):
-            if self.payments.find(other_id) is None:
-                total = round(total + amount, 2)
-        refunded = {approval.order_id: total} if total else {}
-        return ShopTools(self.shop, run.sender, refunded).refund_problem(args)
+        order = self._tools(self.store.run(approval.run_id)).owned_order(approval.order_id)
+        if isinstance(order, str):
+            return order
+        reasons = {line.line: line.reason for line in approval.item_lines}
+        shipping = any(line.reason == "shipping" for line in approval.lines)
+        return quote_refund(order, self.shop.terms, [(line, reasons[line]) for line in kept],
+                            held, self.shop.today, shipping=shipping)
+
+    def approval_problem(self, approval: Approval) -> str | None:
+        """Why approving this refund in full now would be refused, or None."""
+        held = self.store.held_lines(approval.order_id, except_id=approval.id)
+        quote = self._requote(approval, [line.line for line in approval.item_lines], held)
+        return quote if isinstance(quote, str) else None
 
     def policy_facts(self, approval: Approval) -> dict[str, Any]:
-        """The policy facts for an approval's order, for the approver's card."""
-        run = self.store.run(approval.run_id)
-        out = self._tools(run, except_key=approval.id).check_refund_policy(
-            CheckRefundPolicy(order_id=approval.order_id))
-        return out.get("facts", {})
+        """The policy facts for an approval's order (its own lines left out), for the card."""
+        order = self.shop.order(approval.order_id)
+        if order is None:
+            return {}
+        held = self.store.held_lines(approval.order_id, except_id=approval.id)
+        return policy_facts(order, self.shop.terms, held, self.shop.today).model_dump(mode="json")
 
     def add_reply(self, run_id: str, text: str, simulated: bool = False) -> Reply:
         """Save a customer's reply to a finished run; the next advance sends it."""

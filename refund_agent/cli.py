@@ -18,13 +18,14 @@ from typing import TextIO
 
 from .agent import Agent, LiveEvent
 from .customer import converse
-from .errors import NotFound, RefundAgentError
-from .models import Run, RunStatus, Step
+from .errors import DecisionRefused, NotFound, RefundAgentError
+from .models import Approval, Run, RunStatus, Step
 
 EPILOG = """\
 examples:
   refund-agent                              the damaged-item sample, up to the approval
   refund-agent approve --as "Dana Kim"      approve it in a new process and finish the run
+  refund-agent approve --only SKU --note "The mugs were used"   approve some lines only
   refund-agent reject --note "Used item"    reject it instead
   refund-agent sample past-window           a request the policy declines without a person
   refund-agent angry                        the angry customer, played by the model
@@ -76,8 +77,12 @@ class Printer:
             "call": lambda: f"  -> {d['name']}({d['arguments']})",
             "result": lambda: f"  <- {d['name']}: {_short(d['output'])}",
             "approval": lambda: f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
-                                f"{d['reason']}\n  ** Waiting for approval ({d['approval_id']})",
+                                f"{d.get('summary') or d.get('reason', '')}\n"
+                                + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
+                                + f"  ** Waiting for approval ({d['approval_id']})",
             "decision": lambda: f"  ** {d['decision'].capitalize()} by {d['by']}"
+                                + (f" (declined {', '.join(d['declined'])})"
+                                   if d.get("declined") else "")
                                 + (f": {d['note']}" if d.get("note") else ""),
             "refund": lambda: f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
                               + (" (already made; reused, not repeated)" if d["reused"] else ""),
@@ -94,6 +99,13 @@ class Printer:
         render = lines.get(step.kind)
         if render:
             self.out.write(render() + "\n")
+
+
+def _line(line: dict) -> str:
+    """One refund line: sku, reason and amount (audit lines carry cents)."""
+    cents = line.get("amount_cents")
+    amount = cents / 100 if cents is not None else line.get("amount", 0)
+    return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}"
 
 
 def _quote(text: str, prefix: str) -> str:
@@ -131,26 +143,41 @@ def _start(agent: Agent, run: Run, printer: Printer) -> Run:
     return _drive(agent, run.id, printer)
 
 
-def _pending(agent: Agent, approval_id: str | None):
+def _target(agent: Agent, approval_id: str | None) -> Approval | None:
+    """The approval a decision is about: the one named, or the only one waiting.
+
+    With several refunds waiting, a decision without an id would be a guess about which one a
+    person looked at, so it is refused with the list to choose from.
+    """
     if approval_id:
         return agent.store.approval(approval_id)
     pending = agent.store.approvals("pending")
-    if not pending:
-        return None
-    return pending[0]
+    if len(pending) > 1:
+        listing = "\n".join(f"  {_describe(a)}" for a in pending)
+        raise DecisionRefused(f"{len(pending)} refunds are waiting; name one with --id:\n"
+                              f"{listing}")
+    return pending[0] if pending else None
+
+
+def _describe(a: Approval) -> str:
+    return (f"{a.id}  {a.customer}  order {a.order_id}  ${a.amount:,.2f}  "
+            f"({', '.join(line.line for line in a.item_lines)})")
 
 
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
-    approval = _pending(agent, args.id)
+    approval = _target(agent, args.id)
     if approval is None:
         decided = agent.store.decided_but_waiting()
         hint = (f" Run {decided[0].id} was decided but not finished (a crash?): "
                 "`refund-agent resume` continues it." if decided else "")
         print(f"Nothing is waiting for approval.{hint}")
         return None
-    decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None))
+    decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None),
+                           keep=getattr(args, "only", None))
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
-          f"({decided.customer}) as {decided.decided_by}. Continuing run {decided.run_id}.")
+          f"({decided.customer}) as {decided.decided_by}: "
+          + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
+          + f". Continuing run {decided.run_id}.")
     return _drive(agent, decided.run_id, printer)
 
 
@@ -180,7 +207,9 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     if what == "queue":
         pending = agent.store.approvals("pending")
         for a in pending:
-            print(f"{a.id}  {a.order_id}  ${a.amount:.2f}  {a.customer}  {a.reason}")
+            print(f"{_describe(a)}  {a.summary}")
+            for line in a.lines:
+                print(f"    {_line(line.model_dump())}  {line.name}")
         print(f"{len(pending)} waiting for approval.")
     elif what == "runs":
         for r in agent.store.runs(limit=args.limit):
@@ -198,8 +227,9 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
+            lines = " ".join(f"{line['line']}:{line['reason']}" for line in e.lines or [])
             print(f"{_time(e.at)}  {e.event:9} {e.actor:14} pid {e.pid:<7} {e.order_id or '':6} "
-                  f"{amount:>9}  {e.note or ''}")
+                  f"{amount:>9}  {lines + '  ' if lines else ''}{e.note or ''}")
     return 0
 
 
@@ -218,11 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--from", dest="sender", required=True, help="the customer's address")
     send.add_argument("--name", default="", help="the customer's name")
     send.add_argument("--subject", default="Refund request")
-    for name, help_text in (("approve", "approve the oldest waiting refund and finish its run"),
+    for name, help_text in (("approve", "approve the waiting refund and finish its run"),
                             ("reject", "reject it with a note the agent passes on")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--as", dest="by", default=getpass.getuser(), help="who decides")
-        p.add_argument("--id", help="the approval id (default: the oldest waiting)")
+        p.add_argument("--id", help="the approval id (needed when more than one is waiting)")
+        if name == "approve":
+            p.add_argument("--only", nargs="+", metavar="LINE",
+                           help="approve only these lines (skus); the others are declined")
+            p.add_argument("--note", help="a note for the agent, e.g. why a line was declined")
         if name == "reject":
             p.add_argument("--note", required=True, help="why; the customer hears it")
     resume = sub.add_parser("resume", help="continue a stopped, failed or crashed run")

@@ -6,6 +6,8 @@ from (a wrong order number, an amount above the policy) are not raised at all: t
 the model as the tool's output.
 """
 
+from datetime import datetime
+
 
 class RefundAgentError(Exception):
     """Base class for every error this package raises deliberately."""
@@ -25,11 +27,17 @@ class AlreadyDecided(RefundAgentError):
     Attributes:
         status: the decision that won ("approved" or "rejected").
         decided_by: who made it.
+        decided_at: when (a Unix time), if known.
     """
 
-    def __init__(self, approval_id: str, status: str, decided_by: str) -> None:
+    def __init__(self, approval_id: str, status: str, decided_by: str,
+                 decided_at: float | None = None) -> None:
         self.approval_id, self.status, self.decided_by = approval_id, status, decided_by
-        super().__init__(f"This refund was already {status} by {decided_by}.")
+        self.decided_at = decided_at
+        when = ""
+        if decided_at:
+            when = f" at {datetime.fromtimestamp(decided_at):%Y-%m-%d %H:%M:%S}"
+        super().__init__(f"This refund was already {status} by {decided_by}{when}.")
 
 
 class DecisionRefused(RefundAgentError):

@@ -66,6 +66,22 @@ class Call(BaseModel):
     output: str | None
 
 
+class ApprovalLine(BaseModel):
+    """One order line of a proposed refund, and what the person decided for it."""
+
+    line: str            # the order line's sku, or SHIPPING
+    name: str
+    reason: str          # damaged, changed_mind, or shipping
+    amount_cents: int
+    allowed_cents: int   # the line's full value: the most any reason could refund
+    fee_cents: int
+    decision: str | None  # approved, declined (unticked), rejected; None while pending
+
+    @property
+    def amount(self) -> float:
+        return round(self.amount_cents / 100, 2)
+
+
 class Approval(BaseModel):
     """A refund the agent proposed, waiting for (or holding) a person's decision."""
 
@@ -73,9 +89,10 @@ class Approval(BaseModel):
     run_id: str
     response_id: str
     call_id: str
-    order_id: str
-    amount: float
-    reason: str
+    order_id: str        # canonical
+    amount_cents: int    # what is (to be) paid: the proposal, or the lines a person kept
+    proposed_cents: int  # what the agent proposed
+    summary: str
     customer: str
     status: str          # pending, approved, rejected
     requested_at: float
@@ -84,6 +101,24 @@ class Approval(BaseModel):
     decided_at: float | None
     decided_pid: int | None
     note: str | None
+    lines: list[ApprovalLine]
+
+    @property
+    def amount(self) -> float:
+        return round(self.amount_cents / 100, 2)
+
+    @property
+    def item_lines(self) -> list[ApprovalLine]:
+        """The lines a person can tick or untick (shipping follows the policy)."""
+        return [line for line in self.lines if line.reason != "shipping"]
+
+    @property
+    def kept(self) -> list[ApprovalLine]:
+        return [line for line in self.lines if line.decision == "approved"]
+
+    @property
+    def declined(self) -> list[ApprovalLine]:
+        return [line for line in self.lines if line.decision == "declined"]
 
 
 class AuditEntry(BaseModel):
@@ -97,6 +132,7 @@ class AuditEntry(BaseModel):
     order_id: str | None
     amount: float | None
     note: str | None
+    lines: list[dict[str, Any]] | None = None  # the refund's lines, on money events
     prev_hash: str
     hash: str
 

@@ -1,37 +1,237 @@
 """The refund policy as pure functions: no I/O, no model, easy to test.
 
-The model reads the policy text, but the numbers it turns on (days since delivery, what is left
-to refund, the most the policy could ever allow) are computed here, so the model never has to
-count days or add up earlier refunds, and so code can hold the line whatever the model says.
+A refund is a set of order lines, each with a reason. What it pays is computed here, from the
+order, the shop's policy terms, the lines and their reasons, and the lines other refunds
+already hold; the model never supplies a number this module has not computed. The ledger's unit
+is the order line: a line is refunded at most once, ever, and a refund waiting for approval
+reserves its lines, so two tickets cannot both spend the same item.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
+from typing import Literal
 
 from pydantic import BaseModel
 
-from .shop import Order
+from .shop import Order, PolicyTerms, Reason, to_cents, to_dollars
 
-WINDOW_DAYS = 30
-RETURN_FEE_CENTS = 750
-
-
-def cents(amount: float) -> int:
-    return round(amount * 100)
+SHIPPING = "SHIPPING"
+REASONS: tuple[Reason, ...] = ("damaged", "changed_mind")
 
 
-def dollars(amount_cents: int) -> float:
-    return round(amount_cents / 100, 2)
+@dataclass(frozen=True)
+class Held:
+    """A line that some refund already holds.
+
+    Attributes:
+        reason: why it was (or is to be) refunded; shipping follows "every item damaged".
+        state: "refunded" (paid, or approved and about to be paid) or "pending" (reserved by a
+            refund waiting for approval).
+        by: which refund holds it (an approval id, or "an earlier refund").
+        amount_cents: what that refund pays for the line.
+    """
+
+    reason: Reason | Literal["shipping"]
+    state: Literal["refunded", "pending"]
+    by: str
+    amount_cents: int
 
 
-class ItemFacts(BaseModel):
+class QuotedLine(BaseModel):
+    """One line of a refund: what it pays and the most the policy allows for it."""
+
+    line: str
+    name: str
+    reason: Reason | Literal["shipping"]
+    amount_cents: int
+    allowed_cents: int   # the line's price times quantity (shipping: the shipping paid)
+    fee_cents: int = 0   # the return fee taken from this line
+
+    @property
+    def amount(self) -> float:
+        return to_dollars(self.amount_cents)
+
+
+class Quote(BaseModel):
+    """A refund the policy allows: its lines (shipping included when due) and its total."""
+
+    order_id: str
+    lines: list[QuotedLine]
+
+    @property
+    def total_cents(self) -> int:
+        return sum(q.amount_cents for q in self.lines)
+
+    @property
+    def amount(self) -> float:
+        return to_dollars(self.total_cents)
+
+    def line_ids(self) -> list[str]:
+        return [q.line for q in self.lines]
+
+
+def days_since_delivery(order: Order, today: date) -> int | None:
+    return None if order.delivered_on is None else (today - order.delivered_on).days
+
+
+def all_held(order: Order, held: Mapping[str, Held]) -> dict[str, Held]:
+    """The lines held by refunds in the store plus those refunded before (the shop's export)."""
+    merged = dict(held)
+    for past in order.refunds:
+        for line in past.lines:
+            item = order.item(line.line)
+            full = item.cents if item else order.shipping_cents
+            amount = full if line.amount is None else to_cents(line.amount)
+            merged[line.line] = Held(line.reason, "refunded", "an earlier refund", amount)
+    return merged
+
+
+def window_problem(order: Order, terms: PolicyTerms, today: date) -> str | None:
+    """Why nothing on this order can be refunded today, or None."""
+    days = days_since_delivery(order, today)
+    if days is None:
+        return (f"Order {order.order_id} has not been delivered yet: offer to cancel it "
+                "instead of a refund.")
+    if days > terms.window_days:
+        text = (f"Order {order.order_id} was delivered {days} days ago, past the "
+                f"{terms.window_days}-day refund window.")
+        covered = [i.name for i in order.items if i.category in terms.warranty_categories]
+        if covered:
+            text += (f" The {' and '.join(covered)} is covered by the manufacturer's warranty: "
+                     "offer a repair or a replacement.")
+        return text
+    return None
+
+
+def _line_problem(order: Order, line: str, held: Mapping[str, Held]) -> str | None:
+    item = order.item(line)
+    if line == SHIPPING:
+        return ("Shipping is not a line to request: it is added by the policy when every item "
+                "of the order is refunded as damaged.")
+    if item is None:
+        lines = ", ".join(f"{i.sku} ({i.name})" for i in order.items)
+        return f"Order {order.order_id} has no line {line!r}. Its lines: {lines}."
+    if item.final_sale:
+        return f"{item.name} ({line}) is final sale and is never refunded."
+    holder = held.get(line)
+    if holder is not None and holder.state == "refunded":
+        return f"{item.name} ({line}) has already been refunded ({holder.by})."
+    if holder is not None:
+        return (f"{item.name} ({line}) is already in a refund waiting for approval "
+                f"({holder.by}); it cannot be requested twice.")
+    return None
+
+
+def _return_fees(lines: Sequence[tuple[int, int]], terms: PolicyTerms) -> list[int]:
+    """The return fee each changed-mind line pays, given (line cents, quantity) per line.
+
+    Charged per item, each unit pays the fee (never more than its line). Charged per refund,
+    the one fee is shared in proportion to the lines' prices (largest remainder), so no line
+    pays for another and none is refunded for nothing unless the whole refund is.
+    """
+    fee = terms.return_fee_cents
+    if terms.return_fee_per == "item":
+        return [min(fee * qty, cents) for cents, qty in lines]
+    subtotal = sum(cents for cents, _ in lines)
+    if not lines or subtotal == 0:
+        return [0] * len(lines)
+    fee = min(fee, subtotal)
+    shares = [fee * cents // subtotal for cents, _ in lines]
+    by_remainder = sorted(range(len(lines)), key=lambda i: -(fee * lines[i][0] % subtotal))
+    for i in by_remainder[: fee - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str, Reason]],
+                 held: Mapping[str, Held], today: date, *, shipping: bool = True
+                 ) -> Quote | str:
+    """What refunding these lines for these reasons pays, or why the policy does not allow it.
+
+    Args:
+        order: the order, with the refunds made before this desk existed.
+        terms: the shop's policy numbers.
+        requested: (line, reason) pairs; lines are skus of the order.
+        held: lines other refunds in the store hold (this refund's own lines left out).
+        today: the day the window is counted to.
+        shipping: whether shipping may be added (a decision re-quotes with the proposal's
+            shipping, so an approval can never pay more than the card showed).
+    """
+    problem = window_problem(order, terms, today)
+    if problem:
+        return problem
+    if not requested:
+        return "Name at least one line of the order to refund."
+    held = all_held(order, held)
+    seen: set[str] = set()
+    for line, reason in requested:
+        if reason not in REASONS:
+            return f"The reason for {line} must be one of {', '.join(REASONS)}, not {reason!r}."
+        if line in seen:
+            return f"Line {line} is named twice; name each line once."
+        seen.add(line)
+        problem = _line_problem(order, line, held)
+        if problem:
+            return problem
+
+    items = [(order.item(line), reason) for line, reason in requested]
+    returned = [item for item, reason in items if reason == "changed_mind"]
+    fees = dict(zip([i.sku for i in returned],
+                    _return_fees([(i.cents, i.quantity) for i in returned], terms), strict=True))
+    if returned and sum(i.cents for i in returned) <= sum(fees.values()):
+        names = " and ".join(i.name for i in returned)
+        return (f"The return fee takes all of what {names} would refund: nothing is left to "
+                "pay for a change of mind on them.")
+    quoted = [QuotedLine(line=item.sku, name=item.name, reason=reason,
+                         amount_cents=item.cents - fees.get(item.sku, 0),
+                         allowed_cents=item.cents, fee_cents=fees.get(item.sku, 0))
+              for item, reason in items]
+
+    damaged_now = {line for line, reason in requested if reason == "damaged"}
+    damaged_before = {line for line, h in held.items()
+                      if h.state == "refunded" and h.reason == "damaged"}
+    every_item_damaged = all(i.sku in damaged_now | damaged_before for i in order.items)
+    if (shipping and order.shipping_cents and SHIPPING not in held and every_item_damaged):
+        quoted.append(QuotedLine(line=SHIPPING, name="Shipping", reason="shipping",
+                                 amount_cents=order.shipping_cents,
+                                 allowed_cents=order.shipping_cents))
+
+    quote = Quote(order_id=order.order_id, lines=quoted)
+    # The per-line rules already keep every refund inside what was paid (an order's total is
+    # its lines plus shipping, checked at load); this is the policy's own ceiling, kept as a
+    # second, independent guard.
+    left = left_to_refund_cents(order, held)
+    if quote.total_cents > left:
+        return (f"${quote.amount:.2f} is more than is left to refund on order "
+                f"{order.order_id} (${to_dollars(left):.2f}).")
+    return quote
+
+
+def refunded_cents(order: Order, held: Mapping[str, Held]) -> int:
+    """What refunds made (or approved, so about to be) pay on this order."""
+    return sum(h.amount_cents for h in all_held(order, held).values() if h.state == "refunded")
+
+
+def left_to_refund_cents(order: Order, held: Mapping[str, Held]) -> int:
+    return max(0, order.total_cents - refunded_cents(order, held))
+
+
+# -- the facts the model reads ------------------------------------------------------------------
+
+class LineFacts(BaseModel):
+    line: str
     name: str
     category: str
     price: float
     quantity: int
+    line_total: float
     final_sale: bool
+    status: str           # refundable, final sale, refunded, waiting for approval, outside window
+    if_damaged: float     # what this line refunds as damaged (0 when not refundable)
+    if_changed_mind: float  # what it refunds for a change of mind, before a per-refund fee
 
 
 class PolicyFacts(BaseModel):
@@ -42,88 +242,61 @@ class PolicyFacts(BaseModel):
     days_since_delivery: int | None
     window_days: int
     within_window: bool
-    items: list[ItemFacts]
-    final_sale_items: list[str]
-    appliances: list[str]
+    lines: list[LineFacts]
     shipping: float
+    shipping_refundable: bool
     return_fee: float
+    return_fee_per: str
     paid: float
     refunded_so_far: float
     left_to_refund: float
-    max_refund: float
     notes: list[str]
 
 
-def _refunded_cents(order: Order) -> int:
-    return sum(cents(r.amount) for r in order.refunds)
-
-
-def refund_ceiling(order: Order, today: date) -> int:
-    """The most the policy could allow for this order, in cents.
-
-    That is every item that is not final sale at full price (the damaged case), plus shipping
-    when nothing in the order is final sale (shipping needs every item to be damaged), capped at
-    what is left of the order total. Zero outside the window or before delivery.
-    """
-    if order.delivered_on is None or (today - order.delivered_on).days > WINDOW_DAYS:
-        return 0
-    refundable = [i for i in order.items if not i.final_sale]
-    ceiling = sum(i.cents for i in refundable)
-    if refundable and len(refundable) == len(order.items):
-        ceiling += cents(order.shipping)
-    left = cents(order.total) - _refunded_cents(order)
-    return max(0, min(ceiling, left))
-
-
-def policy_facts(order: Order, today: date) -> PolicyFacts:
-    """Compute the facts the policy turns on for ``order`` as of ``today``."""
-    days = None if order.delivered_on is None else (today - order.delivered_on).days
-    within = days is not None and days <= WINDOW_DAYS
-    left = max(0, cents(order.total) - _refunded_cents(order))
-    items = [
-        ItemFacts(
-            name=i.name, category=i.category, price=i.price, quantity=i.quantity,
-            final_sale=i.final_sale,
-        )
-        for i in order.items
-    ]
+def policy_facts(order: Order, terms: PolicyTerms, held: Mapping[str, Held],
+                 today: date) -> PolicyFacts:
+    """The facts the policy turns on for ``order`` as of ``today``, line by line."""
+    days = days_since_delivery(order, today)
+    closed = window_problem(order, terms, today)
+    merged = all_held(order, held)
+    lines = []
+    for item in order.items:
+        holder = merged.get(item.sku)
+        if item.final_sale:
+            status = "final sale"
+        elif holder is not None:
+            status = "refunded" if holder.state == "refunded" else "waiting for approval"
+        elif closed:
+            status = "not refundable: outside the window" if days is not None else (
+                "not refundable: not delivered")
+        else:
+            status = "refundable"
+        open_ = status == "refundable"
+        per_item_fee = (min(terms.return_fee_cents * item.quantity, item.cents)
+                        if terms.return_fee_per == "item" else 0)
+        lines.append(LineFacts(
+            line=item.sku, name=item.name, category=item.category, price=item.price,
+            quantity=item.quantity, line_total=to_dollars(item.cents), final_sale=item.final_sale,
+            status=status, if_damaged=to_dollars(item.cents) if open_ else 0.0,
+            if_changed_mind=to_dollars(item.cents - per_item_fee) if open_ else 0.0))
     notes: list[str] = []
-    if days is None:
-        notes.append("Not delivered yet: offer to cancel the order instead of a refund.")
-    elif not within:
-        notes.append(f"Delivered {days} days ago, past the {WINDOW_DAYS}-day window: no refund.")
-        appliances = [i.name for i in order.items if i.category == "appliance"]
-        if appliances:
-            notes.append("Appliances past the window get a warranty repair or replacement.")
+    if closed:
+        notes.append(closed)
     if any(i.final_sale for i in order.items):
-        notes.append("Final-sale items are never refunded.")
-    notes.append("Change of mind: one $7.50 return fee per return, taken from the refund.")
-    if _refunded_cents(order):
-        notes.append("Earlier refunds reduce what is left to refund.")
+        notes.append("Final-sale lines are never refunded.")
+    fee = f"${terms.return_fee:.2f}"
+    notes.append(f"Change of mind: a {fee} return fee "
+                 + ("per refund, shared by the changed-mind lines in it." if
+                    terms.return_fee_per == "refund" else "per item returned."))
+    notes.append("Call issue_refund with the lines and a reason per line; the amount is "
+                 "computed for you.")
+    shipping_open = bool(order.shipping_cents) and SHIPPING not in merged and not any(
+        i.final_sale for i in order.items)
     return PolicyFacts(
         order_id=order.order_id, delivered=days is not None, days_since_delivery=days,
-        window_days=WINDOW_DAYS, within_window=within, items=items,
-        final_sale_items=[i.name for i in order.items if i.final_sale],
-        appliances=[i.name for i in order.items if i.category == "appliance"],
-        shipping=order.shipping, return_fee=dollars(RETURN_FEE_CENTS), paid=order.total,
-        refunded_so_far=dollars(_refunded_cents(order)), left_to_refund=dollars(left),
-        max_refund=dollars(refund_ceiling(order, today)), notes=notes,
+        window_days=terms.window_days, within_window=closed is None, lines=lines,
+        shipping=order.shipping, shipping_refundable=shipping_open and closed is None,
+        return_fee=terms.return_fee, return_fee_per=terms.return_fee_per, paid=order.total,
+        refunded_so_far=to_dollars(refunded_cents(order, held)),
+        left_to_refund=to_dollars(left_to_refund_cents(order, held)), notes=notes,
     )
-
-
-def refund_problem(order: Order, amount: float, today: date) -> str | None:
-    """Why a refund of ``amount`` for ``order`` cannot be proposed, or None if it can."""
-    if amount != amount or amount <= 0:  # amount != amount catches NaN
-        return "The amount must be a positive number of dollars."
-    if math.isinf(amount * 100):  # infinity, or so large the cents overflow: no integer exists
-        return f"The amount is more than the policy allows for order {order.order_id}."
-    if abs(amount * 100 - round(amount * 100)) > 1e-6 or cents(amount) == 0:
-        return "The amount must be in whole cents."
-    ceiling = refund_ceiling(order, today)
-    if ceiling == 0:
-        return (f"Order {order.order_id} cannot be refunded under the policy "
-                "(outside the window, not delivered, final sale, or already fully refunded).")
-    if cents(amount) > ceiling:
-        return (f"${amount:.2f} is more than the policy allows for order {order.order_id}: "
-                f"at most ${dollars(ceiling):.2f}.")
-    return None

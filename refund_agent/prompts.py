@@ -14,12 +14,15 @@ How to work:
 - Call lookup_order, then check_refund_policy. Base every amount on the facts the policy tool
   computes (days since delivery, final-sale items, what is left to refund, the maximum); do not
   count days or add up refunds yourself.
-- Work out what the policy allows for what the customer describes: damaged items in full,
-  unused items minus the return fee, nothing for final-sale items, shipping only when every
-  item arrived damaged.
-- If a refund is allowed, call issue_refund once with that amount and a one-sentence reason. A
-  person on the team approves or rejects it; its output tells you which. If it was rejected,
-  explain the reviewer's decision to the customer kindly, in your own words.
+- Refunds are itemized. Decide, line by line, what the customer asks about and why: damaged
+  (arrived damaged or defective) or changed_mind (unused, no longer wanted). One email can
+  mix both. Final-sale lines and lines already refunded or waiting for approval cannot be
+  refunded; the facts say which.
+- If a refund is allowed, call issue_refund once with the order, the lines and their reasons,
+  amount null (the policy computes it; or the total from the facts, as a check) and a short
+  summary. A person on the team approves, approves only some lines, or rejects it; its output
+  tells you which, with their note. Tell the customer exactly what was refunded, and explain
+  any declined line or rejection kindly, in your own words.
 - If nothing can be refunded, do not call issue_refund: explain why and offer what the policy
   does allow (for example a warranty repair or replacement).
 - Always write to the customer with send_customer_message. It can only reach the person who

@@ -1,62 +1,187 @@
-"""The sample shop: its name, orders and refund policy, loaded from ``data/``.
+"""The sample shop: its name, policy terms, orders and refund policy, loaded from ``data/``.
 
 Order dates are stored as "days ago" so the samples behave the same on any day; loading turns
-them into real dates relative to ``today``.
+them into real dates relative to ``today``. Money is read as dollars and kept as integer cents:
+every sum the policy makes is exact, and a price that is not a finite number of whole cents is
+refused at load with the file, the order and the field.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import unicodedata
 from datetime import date, timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import ConfigError
 
+Reason = Literal["damaged", "changed_mind"]
+#: The largest price or total the shop accepts, in dollars: far above any real order, far below
+#: where floating point stops counting cents exactly.
+MAX_DOLLARS = 1_000_000
 
-class Customer(BaseModel):
+
+def canonical_order_id(raw: str) -> str:
+    """The one spelling of an order number: "#a 1043 " -> "A1043".
+
+    Customers and models copy order numbers with a leading ``#``, stray spaces, lower case or
+    full-width characters. Every id is made canonical once, where it enters, so the ledger can
+    never count one order under two names.
+    """
+    text = unicodedata.normalize("NFKC", raw).strip().lstrip("#")
+    return re.sub(r"\s+", "", text).upper()
+
+
+def _cents(value: float) -> float:
+    """A dollar amount that is finite, not negative, at most MAX_DOLLARS, in whole cents."""
+    if isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError("must be a finite number of dollars")
+    if not 0 <= value <= MAX_DOLLARS:
+        raise ValueError(f"must be between 0 and {MAX_DOLLARS:,}")
+    if abs(value * 100 - round(value * 100)) > 1e-6:
+        raise ValueError("must be in whole cents")
+    return value
+
+
+Dollars = Annotated[float, AfterValidator(_cents)]
+
+
+def to_cents(dollars: float) -> int:
+    return round(dollars * 100)
+
+
+def to_dollars(cents: int) -> float:
+    return round(cents / 100, 2)
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Customer(_Data):
     name: str
     email: str
 
 
-class Item(BaseModel):
-    sku: str
+class Item(_Data):
+    """One order line. Its ``sku`` names the line: an order lists each sku once."""
+
+    sku: str = Field(min_length=1)
     name: str
     category: str
-    price: float
-    quantity: int = 1
+    price: Dollars
+    quantity: int = Field(default=1, ge=1, le=10_000)
     final_sale: bool = False
+
+    @property
+    def line(self) -> str:
+        return self.sku
 
     @property
     def cents(self) -> int:
         """The line total in cents; money is added up in integers to avoid float drift."""
-        return round(self.price * 100) * self.quantity
+        return to_cents(self.price) * self.quantity
 
 
-class PastRefund(BaseModel):
-    amount: float
+class RefundedLine(_Data):
+    line: str
+    reason: Reason | Literal["shipping"]
+    amount: Dollars | None = None  # what was paid for it; None means the whole line
+
+
+class PastRefund(_Data):
+    """A refund made before this desk existed (from the shop's export)."""
+
     on: date
     reason: str
+    lines: list[RefundedLine] = Field(min_length=1)
 
 
-class Order(BaseModel):
+class Order(_Data):
     order_id: str
     customer: Customer
     ordered_on: date
     delivered_on: date | None
     payment_method: str
-    items: list[Item]
-    shipping: float
-    total: float
+    items: list[Item] = Field(min_length=1)
+    shipping: Dollars
+    total: Dollars
     refunds: list[PastRefund]
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Order:
+        skus = [i.sku for i in self.items]
+        if len(set(skus)) != len(skus):
+            raise ValueError("lists a sku twice; give each line its own sku")
+        if "SHIPPING" in skus:
+            raise ValueError("uses the reserved line name SHIPPING as a sku")
+        lines = sum(i.cents for i in self.items) + to_cents(self.shipping)
+        if lines != to_cents(self.total):
+            raise ValueError(f"total {self.total:.2f} is not items plus shipping "
+                             f"({lines / 100:.2f})")
+        refunded = [r.line for p in self.refunds for r in p.lines]
+        unknown = set(refunded) - set(skus) - {"SHIPPING"}
+        if unknown:
+            raise ValueError(f"an earlier refund names lines it does not have: {sorted(unknown)}")
+        if len(set(refunded)) != len(refunded):
+            raise ValueError("earlier refunds refund a line twice")
+        return self
 
-class ShopInfo(BaseModel):
+    def item(self, line: str) -> Item | None:
+        return next((i for i in self.items if i.sku == line), None)
+
+    @property
+    def total_cents(self) -> int:
+        return to_cents(self.total)
+
+    @property
+    def shipping_cents(self) -> int:
+        return to_cents(self.shipping)
+
+
+class PolicyTerms(_Data):
+    """The numbers the refund policy turns on, from ``shop.json``'s ``policy`` section."""
+
+    window_days: int = Field(ge=0, le=3650)
+    return_fee: Dollars
+    return_fee_per: Literal["refund", "item"]
+    warranty_categories: list[str] = Field(default_factory=list)
+
+    @property
+    def return_fee_cents(self) -> int:
+        return to_cents(self.return_fee)
+
+    def placeholders(self) -> dict[str, str]:
+        """What ``refund-policy.md`` may quote, as the customer should read it."""
+        warranty = [c.capitalize() + ("s" if not c.endswith("s") else "")
+                    for c in self.warranty_categories]
+        return {
+            "window_days": str(self.window_days),
+            "return_fee": f"${self.return_fee:,.2f}",
+            "fee_basis": ("charged once per refund" if self.return_fee_per == "refund"
+                          else "charged for each item returned"),
+            "warranty_categories": " and ".join(warranty) or "No items",
+        }
+
+
+class ShopInfo(_Data):
     name: str
     support_email: str
     signature: str
+    policy: PolicyTerms
 
 
 class Sample(BaseModel):
@@ -84,17 +209,36 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _order_from_raw(raw: dict, today: date) -> Order:
-    def ago(days: int | None) -> date | None:
-        return None if days is None else today - timedelta(days=days)
+def _without_comments(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        return {k: _without_comments(v) for k, v in raw.items() if k != "_comment"}
+    return raw
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors())
+
+
+def _order_from_raw(raw: Any, today: date) -> Order:
+    if not isinstance(raw, dict):
+        raise ValueError("is not a JSON object")
+
+    def ago(days: Any) -> date | None:
+        if days is None:
+            return None
+        if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= 36500:
+            raise ValueError(f"days ago must be a whole number of days, got {days!r}")
+        return today - timedelta(days=days)
 
     fields = dict(raw)
-    fields["ordered_on"] = ago(fields.pop("ordered_days_ago"))
+    fields["ordered_on"] = ago(fields.pop("ordered_days_ago", None))
     fields["delivered_on"] = ago(fields.pop("delivered_days_ago", None))
-    fields["refunds"] = [
-        {"amount": r["amount"], "on": ago(r["days_ago"]), "reason": r["reason"]}
-        for r in fields.get("refunds", [])
-    ]
+    refunds = fields.get("refunds", [])
+    if not isinstance(refunds, list) or not all(isinstance(r, dict) for r in refunds):
+        raise ValueError("refunds must be a list of objects")
+    fields["refunds"] = [{**{k: v for k, v in r.items() if k != "days_ago"},
+                          "on": ago(r.get("days_ago"))} for r in refunds]
     return Order.model_validate(fields)
 
 
@@ -115,24 +259,51 @@ class Shop:
 
     @cached_property
     def info(self) -> ShopInfo:
-        return self._validated(ShopInfo, _read_json(self.data_dir / "shop.json"), "shop.json")
+        raw = _without_comments(_read_json(self.data_dir / "shop.json"))
+        return self._validated(ShopInfo, raw, "shop.json")
+
+    @property
+    def terms(self) -> PolicyTerms:
+        return self.info.policy
 
     @cached_property
     def orders(self) -> dict[str, Order]:
         raw = _read_json(self.data_dir / "orders.json").get("orders", [])
-        try:
-            orders = [_order_from_raw(o, self.today) for o in raw]
-        except (KeyError, TypeError, ValueError, ValidationError) as exc:
-            raise ConfigError(f"orders.json has an invalid order: {exc}") from None
-        return {o.order_id.upper(): o for o in orders}
+        if not isinstance(raw, list):
+            raise ConfigError("orders.json: 'orders' must be a list.")
+        orders: dict[str, Order] = {}
+        for n, entry in enumerate(raw, 1):
+            name = entry.get("order_id") if isinstance(entry, dict) else None
+            where = f"orders.json, order {name or f'#{n}'}"
+            try:
+                order = _order_from_raw(entry, self.today)
+            except ValidationError as exc:
+                raise ConfigError(f"{where}: {_problems(exc)}") from None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            key = canonical_order_id(order.order_id)
+            if not key or key != order.order_id:
+                raise ConfigError(f"{where}: write the order id as {key!r} (upper case, no "
+                                  "spaces or #), the one spelling the ledger counts it under.")
+            if key in orders:
+                raise ConfigError(f"{where}: the order id is used twice.")
+            orders[key] = order
+        return orders
 
     @cached_property
     def policy_text(self) -> str:
+        """``refund-policy.md`` with the policy's numbers filled in from ``shop.json``."""
         path = self.data_dir / "refund-policy.md"
         try:
-            return path.read_text(encoding="utf-8")
+            template = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"Cannot read the refund policy {path}: {exc}") from None
+        values = {"shop_name": self.info.name, **self.terms.placeholders()}
+        try:
+            return template.format_map(values)
+        except (KeyError, ValueError, IndexError) as exc:
+            raise ConfigError(f"{path} quotes an unknown placeholder {exc}; known: "
+                              f"{', '.join(sorted(values))}.") from None
 
     @cached_property
     def samples(self) -> dict[str, Sample]:
@@ -145,8 +316,8 @@ class Shop:
         return {s.key: s for s in samples}
 
     def order(self, order_id: str) -> Order | None:
-        """The order with this id (case-insensitive), or None."""
-        return self.orders.get(order_id.strip().upper().lstrip("#"))
+        """The order with this id, in any of its spellings, or None."""
+        return self.orders.get(canonical_order_id(order_id))
 
     def sample(self, key: str) -> Sample:
         try:
@@ -160,4 +331,4 @@ class Shop:
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
-            raise ConfigError(f"{name} is invalid: {exc}") from None
+            raise ConfigError(f"{name} is invalid: {_problems(exc)}") from None

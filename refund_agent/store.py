@@ -21,10 +21,12 @@ from typing import Any
 
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RunBusy, StoreError
 from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
+from .policy import Held, Quote
 
-# 2 added the approvals_by_run and approvals_by_order indexes; every statement in the schema is
-# idempotent, so an older store is brought up to date by running it again.
-SCHEMA_VERSION = 2
+# 3 made refunds itemized: approvals hold order lines (approval_lines), money is kept in cents
+# and audit entries record the lines. Stores from 1 and 2 that hold approvals cannot be mapped
+# to lines without guessing, so they are refused (see _upgrade); empty ones are upgraded.
+SCHEMA_VERSION = 3
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
 # process with the same pid exists (pids are reused after a reboot).
@@ -55,13 +57,25 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq);
 CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
-    order_id TEXT NOT NULL, amount REAL NOT NULL, reason TEXT NOT NULL, customer TEXT NOT NULL,
+    order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL, proposed_cents INTEGER NOT NULL,
+    summary TEXT NOT NULL, customer TEXT NOT NULL,
     status TEXT NOT NULL, requested_at REAL NOT NULL, requested_pid INTEGER NOT NULL,
     decided_by TEXT, decided_at REAL, decided_pid INTEGER, note TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
 CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id);
 CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
+-- The ledger's unit: one row per order line of a proposed refund. A line that is pending or
+-- approved is held; the partial unique index makes "each line held by at most one refund"
+-- a property of the database, not only of the code that checks it first.
+CREATE TABLE IF NOT EXISTS approval_lines (
+    approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
+    name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
+    allowed_cents INTEGER NOT NULL, fee_cents INTEGER NOT NULL, held INTEGER NOT NULL,
+    decision TEXT, PRIMARY KEY (approval_id, line)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
+    WHERE held = 1;
 CREATE TABLE IF NOT EXISTS replies (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, text TEXT NOT NULL,
     simulated INTEGER NOT NULL, response_id TEXT
@@ -70,7 +84,7 @@ CREATE INDEX IF NOT EXISTS replies_by_run ON replies(run_id, id);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY, at REAL NOT NULL, event TEXT NOT NULL, actor TEXT NOT NULL,
     pid INTEGER NOT NULL, run_id TEXT, approval_id TEXT, order_id TEXT, amount REAL, note TEXT,
-    prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL, lines TEXT
 );
 """
 
@@ -79,8 +93,15 @@ _AUDIT_FIELDS = ("at", "event", "actor", "pid", "run_id", "approval_id", "order_
 
 
 def audit_hash(prev_hash: str, entry: dict[str, Any]) -> str:
-    """The chained hash of one audit entry: editing, removing or reordering breaks the chain."""
-    body = json.dumps({k: entry.get(k) for k in _AUDIT_FIELDS}, sort_keys=True)
+    """The chained hash of one audit entry: editing, removing or reordering breaks the chain.
+
+    ``lines`` joins the hashed fields only when an entry has them, so entries written before
+    refunds were itemized keep verifying.
+    """
+    fields = {k: entry.get(k) for k in _AUDIT_FIELDS}
+    if entry.get("lines") is not None:
+        fields["lines"] = entry["lines"]
+    body = json.dumps(fields, sort_keys=True)
     return hashlib.sha256((prev_hash + body).encode()).hexdigest()
 
 
@@ -116,11 +137,29 @@ class Store:
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
         if version < SCHEMA_VERSION:
-            try:  # executescript commits on its own, so the schema gets its own transaction
-                self._db().executescript(
-                    f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-            except sqlite3.Error as exc:
-                raise StoreError(self._explain(exc)) from None
+            self._upgrade(version)
+
+    def _upgrade(self, version: int) -> None:
+        """Create the schema, or bring an older store up to date when that is safe."""
+        script = _SCHEMA
+        if version in (1, 2):
+            count = self._read("SELECT COUNT(*) FROM approvals")[0][0]
+            if count:
+                raise StoreError(
+                    f"{self.path} was written by an older refund-agent (schema {version}) that "
+                    f"recorded refunds as amounts, not order lines. Its {count} approval(s) "
+                    "cannot be turned into lines without guessing, so this version will not "
+                    "use it. Move the output folder aside (for example `mv output "
+                    "output-old`) to start afresh; nothing in it was changed.")
+            # No money was ever proposed there: the runs, replies and audit carry over as they
+            # are, and the empty approvals table is made again with its new columns.
+            script = ("DROP TABLE approvals; ALTER TABLE audit ADD COLUMN lines TEXT; "
+                      + _SCHEMA)
+        try:  # executescript commits on its own, so the schema gets its own transaction
+            self._db().executescript(
+                f"BEGIN IMMEDIATE; {script} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
 
     # -- connection handling -------------------------------------------------------------
 
@@ -198,19 +237,21 @@ class Store:
 
     def _audit(self, db: sqlite3.Connection, event: str, actor: str, *, run_id: str | None = None,
                approval_id: str | None = None, order_id: str | None = None,
-               amount: float | None = None, note: str | None = None) -> None:
+               amount: float | None = None, note: str | None = None,
+               lines: list[dict[str, Any]] | None = None) -> None:
         row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
         prev = row[0] if row else GENESIS_HASH
         if amount is not None and amount != amount:
             amount = None  # SQLite stores NaN as NULL; hash what is stored, or it looks edited
         entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
                  "run_id": run_id, "approval_id": approval_id, "order_id": order_id,
-                 "amount": amount, "note": note}
+                 "amount": amount, "note": note, "lines": lines}
         db.execute(
             "INSERT INTO audit(at, event, actor, pid, run_id, approval_id, order_id, amount, note,"
-            " prev_hash, hash) VALUES (:at,:event,:actor,:pid,:run_id,:approval_id,:order_id,"
-            ":amount,:note,:prev,:hash)",
-            {**entry, "prev": prev, "hash": audit_hash(prev, entry)})
+            " lines, prev_hash, hash) VALUES (:at,:event,:actor,:pid,:run_id,:approval_id,"
+            ":order_id,:amount,:note,:lines_json,:prev,:hash)",
+            {**entry, "lines_json": None if lines is None else json.dumps(lines), "prev": prev,
+             "hash": audit_hash(prev, entry)})
 
     def _touch(self, db: sqlite3.Connection, run_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
@@ -361,94 +402,193 @@ class Store:
     # -- approvals -------------------------------------------------------------------------
 
     def queue_approval(self, *, run_id: str, response_id: str, call_id: str, order_id: str,
-                       amount: float, reason: str, customer: str) -> Approval:
-        """Boundary 4: a pending approval, its audit line and the run's pause, together."""
+                       summary: str, customer: str,
+                       price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
+        """Boundary 4: a pending approval, its lines, its audit line and the run's pause.
+
+        ``price`` is called inside the transaction with the lines other refunds hold on the
+        order, so two tickets cannot both reserve the same line. Returns the approval, or the
+        reason ``price`` gave (nothing is written then: the caller records the refusal).
+        """
         with self._tx() as db:
+            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (call_id,)).fetchone():
+                return self.approval(call_id, db)
+            quote = price(self._held(db, order_id))
+            if isinstance(quote, str):
+                return quote
             db.execute(
-                "INSERT OR IGNORE INTO approvals(id, run_id, response_id, call_id, order_id,"
-                " amount, reason, customer, status, requested_at, requested_pid)"
-                " VALUES (?,?,?,?,?,?,?,?, 'pending', ?, ?)",
-                (call_id, run_id, response_id, call_id, order_id, amount, reason, customer,
-                 time.time(), self.pid))
+                "INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount_cents,"
+                " proposed_cents, summary, customer, status, requested_at, requested_pid)"
+                " VALUES (?,?,?,?,?,?,?,?,?, 'pending', ?, ?)",
+                (call_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
+                 quote.total_cents, summary, customer, time.time(), self.pid))
+            for seq, q in enumerate(quote.lines):
+                db.execute(
+                    "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
+                    " amount_cents, allowed_cents, fee_cents, held) VALUES (?,?,?,?,?,?,?,?,?,1)",
+                    (call_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
+                     q.allowed_cents, q.fee_cents))
+            lines = _audit_lines(quote.lines)
             self._audit(db, "requested", "agent", run_id=run_id, approval_id=call_id,
-                        order_id=order_id, amount=amount, note=reason)
-            self._step(db, run_id, "approval", {"approval_id": call_id, "order_id": order_id,
-                                                "amount": amount, "reason": reason})
+                        order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
+            self._step(db, run_id, "approval", {"approval_id": call_id,
+                                                "order_id": quote.order_id,
+                                                "amount": quote.amount, "summary": summary,
+                                                "lines": lines})
             self._touch(db, run_id, status=RunStatus.WAITING)
         return self.approval(call_id)
 
-    def approval(self, approval_id: str) -> Approval:
-        rows = self._read("SELECT * FROM approvals WHERE id = ?", (approval_id,))
-        if not rows:
+    def _held(self, db: sqlite3.Connection, order_id: str, except_id: str | None = None
+              ) -> dict[str, Held]:
+        """The lines of an order that refunds hold: approved ones as refunded, pending ones."""
+        rows = db.execute(
+            "SELECT l.line, l.reason, l.amount_cents, l.approval_id, a.status FROM approval_lines l"
+            " JOIN approvals a ON a.id = l.approval_id WHERE l.order_id = ? AND l.held = 1",
+            (order_id,)).fetchall()
+        return {r["line"]: Held(r["reason"], "refunded" if r["status"] == "approved" else
+                                "pending", f"approval {r['approval_id']}", r["amount_cents"])
+                for r in rows if r["approval_id"] != except_id}
+
+    def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
+        """The lines of an order held by refunds in this store (made, approved or pending)."""
+        try:
+            return self._held(self._db(), order_id, except_id)
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def approval(self, approval_id: str, db: sqlite3.Connection | None = None) -> Approval:
+        found = self._approvals("WHERE id = ?", (approval_id,), db)
+        if not found:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
-        return Approval.model_validate(dict(rows[0]))
+        return found[0]
 
     def find_approval(self, call_id: str) -> Approval | None:
-        try:
-            return self.approval(call_id)
-        except NotFound:
-            return None
+        found = self._approvals("WHERE id = ?", (call_id,))
+        return found[0] if found else None
 
     def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:
         if status is None:
-            rows = self._read("SELECT * FROM approvals ORDER BY requested_at DESC LIMIT ?",
-                              (limit,))
-        else:
-            rows = self._read("SELECT * FROM approvals WHERE status = ?"
-                              " ORDER BY requested_at LIMIT ?", (status, limit))
-        return [Approval.model_validate(dict(r)) for r in rows]
+            return self._approvals("ORDER BY requested_at DESC LIMIT ?", (limit,))
+        return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?", (status, limit))
 
-    def approved_unpaid(self, order_id: str, except_id: str) -> list[tuple[str, float]]:
-        """Other approved refunds on an order whose run has not carried them out yet."""
-        rows = self._read("SELECT a.id, a.amount FROM approvals a"
-                          " LEFT JOIN calls c ON c.call_id = a.call_id"
-                          " WHERE a.order_id = ? AND a.status = 'approved' AND a.id != ?"
-                          " AND c.output IS NULL", (order_id, except_id))
-        return [(r["id"], r["amount"]) for r in rows]
+    def _approvals(self, where: str, args: tuple, db: sqlite3.Connection | None = None
+                   ) -> list[Approval]:
+        try:
+            db = db or self._db()
+            rows = [dict(r) for r in db.execute(f"SELECT * FROM approvals {where}", args)]
+            lines: dict[str, list[dict[str, Any]]] = {r["id"]: [] for r in rows}
+            ids = list(lines)
+            for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                marks = ",".join("?" * len(chunk))
+                for line in db.execute(f"SELECT * FROM approval_lines WHERE approval_id IN"
+                                       f" ({marks}) ORDER BY approval_id, seq", chunk):
+                    lines[line["approval_id"]].append(dict(line))
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+        return [Approval.model_validate({**r, "lines": lines[r["id"]]}) for r in rows]
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
-               check: Callable[[Approval], str | None] | None = None) -> Approval:
+               keep: list[str] | None = None,
+               requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
+               = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
 
-        ``check`` (for an approval) runs inside the same transaction, so two approvals that
-        only fit the policy one at a time cannot both pass it at once.
+        An approval may keep only some of the proposed lines (``keep``, skus); the others are
+        declined and their lines freed. ``requote`` prices the kept lines inside the same
+        transaction, against the lines other refunds hold right now, so nothing the policy
+        forbids can be approved, however the store changed since the proposal.
 
         Raises:
             NotFound: no such approval.
             AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
-            DecisionRefused: ``check`` gave a reason; audited as 'refused', still pending.
+            DecisionRefused: the kept lines are not the proposal's, or ``requote`` gave a
+                reason (audited as 'refused'; the approval stays pending).
         """
-        status = "approved" if approve else "rejected"
         with self._tx() as db:
-            row = db.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-            if row is None:
+            found = self._approvals("WHERE id = ?", (approval_id,), db)
+            if not found:
                 raise NotFound(f"No refund approval with id {approval_id!r}.")
-            problem = None
-            if approve and check and row["status"] == "pending":
-                problem = check(Approval.model_validate(dict(row)))
-            if problem:
-                self._audit(db, "refused", by, run_id=row["run_id"], approval_id=approval_id,
-                            order_id=row["order_id"], amount=row["amount"], note=problem)
-                late = DecisionRefused(f"Cannot approve: {problem}")
-            elif row["status"] != "pending":
-                self._audit(db, "ignored", by, run_id=row["run_id"], approval_id=approval_id,
-                            order_id=row["order_id"], amount=row["amount"],
+            approval = found[0]
+            late: Exception | None = None
+            where = {"run_id": approval.run_id, "approval_id": approval_id,
+                     "order_id": approval.order_id}
+            if approval.status != "pending":
+                self._audit(db, "ignored", by, **where, amount=approval.amount,
                             note=f"tried to {'approve' if approve else 'reject'}; already "
-                                 f"{row['status']} by {row['decided_by']}")
-                late = AlreadyDecided(approval_id, row["status"], row["decided_by"])
+                                 f"{approval.status} by {approval.decided_by}")
+                late = AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
+                                      approval.decided_at)
+            elif approve:
+                late = self._approve(db, approval, by, note, keep, requote)
             else:
-                late = None
-                db.execute("UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?,"
-                           " decided_pid = ?, note = ? WHERE id = ? AND status = 'pending'",
-                           (status, by, time.time(), self.pid, note, approval_id))
-                self._audit(db, status, by, run_id=row["run_id"], approval_id=approval_id,
-                            order_id=row["order_id"], amount=row["amount"], note=note)
-                self._step(db, row["run_id"], "decision",
-                           {"approval_id": approval_id, "decision": status, "by": by,
+                db.execute("UPDATE approval_lines SET held = 0, decision = 'rejected'"
+                           " WHERE approval_id = ?", (approval_id,))
+                self._set_decision(db, approval, "rejected", by, note, approval.amount_cents)
+                self._audit(db, "rejected", by, **where, amount=approval.amount, note=note,
+                            lines=_audit_lines(approval.lines))
+                self._step(db, approval.run_id, "decision",
+                           {"approval_id": approval_id, "decision": "rejected", "by": by,
                             "note": note})
         if late:
             raise late
         return self.approval(approval_id)
+
+    def _approve(self, db: sqlite3.Connection, approval: Approval, by: str, note: str | None,
+                 keep: list[str] | None, requote: Callable | None) -> Exception | None:
+        proposed = [line.line for line in approval.item_lines]
+        kept = proposed if keep is None else [line.strip() for line in keep]
+        strangers = sorted(set(kept) - set(proposed))
+        if strangers or not kept:
+            return DecisionRefused(
+                f"Keep at least one of the proposed lines ({', '.join(proposed)}); "
+                + (f"{', '.join(strangers)} is not one of them." if strangers else
+                   "to refund nothing, reject with a note instead."))
+        where = {"run_id": approval.run_id, "approval_id": approval.id,
+                 "order_id": approval.order_id}
+        quote: Quote | str | None = None
+        if requote is not None:
+            quote = requote(approval, kept, self._held(db, approval.order_id, approval.id))
+            if isinstance(quote, Quote) and quote.total_cents > approval.proposed_cents:
+                quote = (f"the kept lines now come to ${quote.amount:.2f}, more than the "
+                         f"${approval.amount:.2f} proposed; ask the agent to propose again.")
+        if isinstance(quote, str):
+            self._audit(db, "refused", by, **where, amount=approval.amount, note=quote)
+            return DecisionRefused(f"Cannot approve: {quote}")
+        amounts = ({q.line: q for q in quote.lines} if quote is not None else
+                   {line.line: line for line in approval.lines if line.line in kept
+                    or line.reason == "shipping"})
+        for line in approval.lines:
+            if line.line in amounts:
+                db.execute("UPDATE approval_lines SET decision = 'approved', amount_cents = ?,"
+                           " fee_cents = ? WHERE approval_id = ? AND line = ?",
+                           (amounts[line.line].amount_cents, amounts[line.line].fee_cents,
+                            approval.id, line.line))
+            else:
+                db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
+                           " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
+        total = sum(q.amount_cents for q in amounts.values())
+        self._set_decision(db, approval, "approved", by, note, total)
+        declined = [line for line in approval.lines if line.line not in amounts]
+        edit = ""
+        if declined:
+            edit = (f"Approved {len(amounts)} of {len(approval.lines)} lines; declined "
+                    + ", ".join(f"{line.line} ({line.name})" for line in declined) + ".")
+        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents}
+                      for line in approval.lines if line.line in amounts]
+        self._audit(db, "approved", by, **where, amount=total / 100,
+                    note=" ".join(filter(None, [edit, note])) or None,
+                    lines=_audit_lines(kept_lines))
+        self._step(db, approval.run_id, "decision",
+                   {"approval_id": approval.id, "decision": "approved", "by": by, "note": note,
+                    "amount": total / 100, "declined": [line.line for line in declined]})
+        return None
+
+    def _set_decision(self, db: sqlite3.Connection, approval: Approval, status: str, by: str,
+                      note: str | None, amount_cents: int) -> None:
+        db.execute("UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?,"
+                   " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
+                   " AND status = 'pending'",
+                   (status, by, time.time(), self.pid, note, amount_cents, approval.id))
 
     def audit_head(self) -> tuple[int, int]:
         """(number of entries, id of the newest): cheap, to notice that the log changed."""
@@ -498,7 +638,8 @@ class Store:
         sql = "SELECT * FROM audit ORDER BY id"
         rows = self._read(sql) if limit is None else self._read(
             "SELECT * FROM (SELECT * FROM audit ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,))
-        return [AuditEntry.model_validate(dict(r)) for r in rows]
+        return [AuditEntry.model_validate({**dict(r), "lines": json.loads(r["lines"])
+                                           if r["lines"] else None}) for r in rows]
 
     def verify_audit(self) -> str | None:
         """Check the audit chain; None if intact, else a sentence naming the first bad entry.
@@ -534,3 +675,13 @@ class Store:
                         "log has no 'issued' or 'reused' entry for it: an entry was removed or "
                         "edited.")
         return None
+
+
+def _audit_lines(lines: Any) -> list[dict[str, Any]]:
+    """A refund's lines as the audit records them: line, reason, cents."""
+    out = []
+    for line in lines:
+        data = line if isinstance(line, dict) else line.model_dump()
+        out.append({"line": data["line"], "reason": data["reason"],
+                    "amount_cents": data["amount_cents"]})
+    return out

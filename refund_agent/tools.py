@@ -1,24 +1,29 @@
 """The four function tools the model gets: their argument models, schemas and read-only logic.
 
-Schemas are generated from the pydantic models (strict: every field required, nothing extra),
-so the JSON the model sees and the validation the code does can never drift apart. The two
-tools with side effects (``issue_refund`` and ``send_customer_message``) are carried out by the
-agent, which owns the approval flow and the idempotency keys; here they are only validated.
+Schemas are generated from the pydantic models (strict: every field required, nothing extra,
+no strings or booleans where a number belongs), so the JSON the model sees and the validation
+the code does can never drift apart. Order ids are made canonical while the arguments are
+parsed, so no later code sees a raw spelling. The two tools with side effects
+(``issue_refund`` and ``send_customer_message``) are carried out by the agent, which owns the
+approval flow and the idempotency keys; here they are only validated and priced.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import date
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from .policy import policy_facts, refund_problem
-from .shop import Order, PastRefund, Shop
+from .policy import Held, Quote, policy_facts, quote_refund
+from .shop import MAX_DOLLARS, Order, Reason, Shop, canonical_order_id, to_cents
+
+OrderId = Annotated[str, AfterValidator(canonical_order_id),
+                    Field(description="The order number, for example A1234.")]
 
 
 class _Args(BaseModel):
@@ -26,18 +31,32 @@ class _Args(BaseModel):
 
 
 class LookupOrder(_Args):
-    order_id: str = Field(description="The order number, for example A1234.")
+    order_id: OrderId
 
 
 class CheckRefundPolicy(_Args):
-    order_id: str = Field(description="The order number the refund is about.")
+    order_id: OrderId
+
+
+class RefundLine(_Args):
+    line: str = Field(description="The line's sku, as lookup_order shows it.")
+    reason: Reason = Field(description="damaged: arrived damaged or defective. changed_mind: "
+                                       "unused, and the customer no longer wants it.")
 
 
 class IssueRefund(_Args):
-    order_id: str = Field(description="The order to refund.")
-    amount: float = Field(description="Refund amount in US dollars, at most what the policy "
-                                      "allows.")
-    reason: str = Field(description="One sentence for the approver: what is refunded and why.")
+    order_id: OrderId
+    lines: list[RefundLine] = Field(description="The order lines to refund, each once, each "
+                                                "with its reason.")
+    amount: Annotated[float, Strict()] | None = Field(
+        description="Optional check: the total in US dollars you expect, or null. The amount "
+                    "is computed from the lines by the policy; a different figure fails the "
+                    "call and tells you the computed one.")
+    summary: str = Field(description="One or two sentences for the approver and the customer: "
+                                     "what is refunded and why.")
+
+    def requested(self) -> list[tuple[str, Reason]]:
+        return [(line.line.strip(), line.reason) for line in self.lines]
 
 
 class SendCustomerMessage(_Args):
@@ -53,35 +72,52 @@ class Tool:
 
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (
-    Tool("lookup_order", "Look up an order: items, prices, dates, payment method and earlier "
-         "refunds. Only orders placed by the customer who wrote in are visible.", LookupOrder),
+    Tool("lookup_order", "Look up an order: its lines (sku, item, price, quantity), dates, "
+         "payment method and earlier refunds. Only orders placed by the customer who wrote in "
+         "are visible.", LookupOrder),
     Tool("check_refund_policy", "Get the refund policy plus the facts it depends on for one "
-         "order, computed for you: days since delivery, whether it is inside the window, "
-         "final-sale items, what is left to refund and the most the policy allows.",
+         "order, computed for you line by line: days since delivery, whether it is inside the "
+         "window, each line's status and what it refunds as damaged or for a change of mind.",
          CheckRefundPolicy),
-    Tool("issue_refund", "Propose a refund. A person must approve it first; the output tells "
-         "you whether it was issued or rejected (with the reviewer's note).", IssueRefund),
+    Tool("issue_refund", "Propose a refund of some order lines, each with its reason. The "
+         "amount is computed by the policy. A person must approve it first, and may approve "
+         "only some lines; the output says what was refunded, declined or rejected, with the "
+         "reviewer's note.", IssueRefund),
     Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage),
 )}
 
 
-def _strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """Make a pydantic JSON schema strict-mode friendly: no titles, all fields required."""
-    schema = {k: v for k, v in schema.items() if k != "title"}
-    schema["properties"] = {
-        name: {k: v for k, v in prop.items() if k != "title"}
-        for name, prop in schema["properties"].items()
-    }
-    schema["required"] = list(schema["properties"])
-    schema["additionalProperties"] = False
-    return schema
+def _strict(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """Make a pydantic JSON schema strict-mode friendly, recursively.
+
+    References are inlined, titles dropped, and every object gets all its properties required
+    and no others allowed, which is what strict function calling demands.
+    """
+    if isinstance(schema, list):
+        return [_strict(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return _strict(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    out = {k: _strict(v, defs) for k, v in schema.items()
+           if k not in ("title", "$defs", "default")}
+    if "properties" in schema:
+        out["properties"] = {name: _strict(prop, defs)
+                             for name, prop in schema["properties"].items()}
+        out["required"] = list(schema["properties"])
+        out["additionalProperties"] = False
+    return out
 
 
 @functools.cache
 def _tool_schemas_json() -> str:
+    def parameters(args: type[_Args]) -> dict[str, Any]:
+        schema = args.model_json_schema()
+        return _strict(schema, schema.get("$defs", {}))
+
     return json.dumps([
         {"type": "function", "name": t.name, "description": t.description,
-         "parameters": _strict(t.args.model_json_schema()), "strict": True}
+         "parameters": parameters(t.args), "strict": True}
         for t in TOOLS.values()
     ])
 
@@ -112,56 +148,65 @@ def as_output(value: dict[str, Any]) -> str:
     return json.dumps(value, default=str)
 
 
+HeldLines = Callable[[str], Mapping[str, Held]]
+
+
 class ShopTools:
-    """The read-only tools, bound to one shop and one customer's address.
+    """The read-only tools and the refund pricing, bound to one shop and one customer.
 
     Args:
         shop: the shop's data.
         sender: the address the request came from; only that customer's orders are visible.
-        refunded_elsewhere: order id -> dollars refunded through the payment provider since the
-            data was exported (so "left to refund" stays true after this agent's refunds).
+        held: order id -> the lines refunds in the store hold on it.
     """
 
-    def __init__(self, shop: Shop, sender: str, refunded_elsewhere: Mapping[str, float]
-                 ) -> None:
-        self.shop, self.sender, self.refunded_elsewhere = shop, sender, refunded_elsewhere
+    def __init__(self, shop: Shop, sender: str, held: HeldLines) -> None:
+        self.shop, self.sender, self.held = shop, sender, held
 
-    def _owned_order(self, order_id: str) -> Order | str:
+    def owned_order(self, order_id: str) -> Order | str:
+        """The customer's order, or a message for the model (the same for someone else's)."""
         order = self.shop.order(order_id)
         # An unknown order and someone else's order get the same answer, so a stranger cannot
         # probe which order numbers exist.
         if order is None or order.customer.email.lower() != self.sender.strip().lower():
             return (f"No order {order_id} was found for {self.sender}. Ask the customer to check "
                     "the order number, or to write from the address they ordered with.")
-        extra = self.refunded_elsewhere.get(order.order_id, 0.0)
-        if extra:
-            earlier = PastRefund(amount=extra, on=self.today, reason="Refunded by this desk")
-            order = order.model_copy(update={"refunds": [*order.refunds, earlier]})
         return order
 
-    @property
-    def today(self) -> date:
-        return self.shop.today
-
     def lookup_order(self, args: LookupOrder) -> dict[str, Any]:
-        order = self._owned_order(args.order_id)
+        order = self.owned_order(args.order_id)
         if isinstance(order, str):
             return {"error": order}
         return order.model_dump(mode="json")
 
     def check_refund_policy(self, args: CheckRefundPolicy) -> dict[str, Any]:
-        order = self._owned_order(args.order_id)
+        order = self.owned_order(args.order_id)
         if isinstance(order, str):
             return {"error": order}
-        facts = policy_facts(order, self.today)
+        facts = policy_facts(order, self.shop.terms, self.held(order.order_id), self.shop.today)
         return {"policy": self.shop.policy_text, "facts": facts.model_dump(mode="json")}
 
-    def refund_problem(self, args: IssueRefund) -> str | None:
-        """Why this refund cannot be proposed (or issued), or None if the policy allows it."""
-        order = self._owned_order(args.order_id)
+    def quote(self, args: IssueRefund, held: Mapping[str, Held] | None = None) -> Quote | str:
+        """What this refund pays under the policy, or why it cannot be proposed.
+
+        Args:
+            args: the model's arguments (order id already canonical).
+            held: the lines other refunds hold, when the caller read them inside its own
+                transaction; read from the store otherwise.
+        """
+        order = self.owned_order(args.order_id)
         if isinstance(order, str):
             return order
-        if not args.reason.strip():
-            return "Give a reason for the refund, for the person who approves it."
-        return refund_problem(order, args.amount, self.today)
-
+        if not args.summary.strip():
+            return "Give a summary of the refund, for the person who approves it."
+        held = self.held(order.order_id) if held is None else held
+        quote = quote_refund(order, self.shop.terms, args.requested(), held, self.shop.today)
+        if isinstance(quote, str) or args.amount is None:
+            return quote
+        stated = args.amount
+        if (not math.isfinite(stated) or abs(stated) > MAX_DOLLARS
+                or to_cents(stated) != quote.total_cents):
+            breakdown = "; ".join(f"{q.name} ({q.reason}) ${q.amount:.2f}" for q in quote.lines)
+            return (f"These lines refund ${quote.amount:.2f}, not {stated}: {breakdown}. "
+                    f"Call issue_refund again with amount {quote.amount} or null.")
+        return quote

@@ -14,13 +14,32 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-ORDER_ID = re.compile(r"\b#?([A-Z]{1,3}-?\d{3,8})\b", re.IGNORECASE)
+# -- the lexicon ------------------------------------------------------------------------------
+# Everything the stand-in recognises in a customer's words, in one place. The words are general
+# customer-support language (how people describe a broken delivery, a return, an escalation),
+# not phrases taken from the sample emails: a new email should be read as well as a sample.
+
+ORDER_ID = re.compile(r"(?<![\w@.])#?\s?([A-Z]{1,3}-?\d{3,8})\b(?![@.]\w)", re.IGNORECASE)
 MONEY = re.compile(r"\$\s?(\d[\d,]*(?:\.\d{2})?)")
-DAMAGE = re.compile(r"crack|broke|damag|defect|shatter|chip|dent|leak|torn|faulty|grind|"
-                    r"stops? work|stopped|not work|doesn.t work|won.t (?:turn|start)", re.I)
-FINE = re.compile(r"\b(fine|ok|okay|perfect|great|keep|love)\b", re.I)
-CHANGE_OF_MIND = re.compile(r"chang\w* (?:my|of) mind|don.t (?:want|need)|no longer (?:want|need)"
-                            r"|unused|not used|didn.t (?:like|use)|return", re.I)
+DAMAGE = re.compile(
+    r"crack|broke|break|damag|defect|shatter|chip|dent|leak|torn|\brip|faulty|scratch|stain"
+    r"|split|snapped|bent|in pieces|in two|smash|warp|rust|burn|smok|overheat|noise|rattl"
+    r"|wobbl|missing (?:a )?(?:part|piece)|stops? work|stopped|not work|doesn.t work"
+    r"|won.t (?:turn|start|work)|dead on arrival|arrived wrong", re.I)
+KEEP = re.compile(r"\b(fine|ok|okay|perfect|great|keep|love|happy with)\b", re.I)
+CHANGE_OF_MIND = re.compile(
+    r"chang\w* (?:my|of) mind|don.t (?:want|need|like)|no longer (?:want|need)|unused|not used"
+    r"|never used|didn.t (?:like|use)|\breturn|send (?:it|them) back|not what I expected"
+    r"|too (?:big|small|large)|doesn.t fit", re.I)
+EVERYTHING = re.compile(r"\b(all|whole|everything|entire|full|both)\b", re.I)
+# Words that sit in many product names without naming one product ("set of 2", "10 inch").
+GENERIC = {"set", "inch", "the", "and", "with", "for", "pack", "piece", "size", "small",
+           "large", "medium", "of"}
+# Clauses end at sentence ends, semicolons and line breaks, and where a conjunction starts a
+# new thought (", and", " but ", " also "): "the teapot arrived shattered, and I also don't want
+# the tray" is two requests with two reasons.
+CLAUSE_BREAK = re.compile(r"[.!?]+(?=\s|$)|[;\n]+|,?\s+(?:and|but|also|while|though|plus)\s+",
+                          re.I)
 THREATS = {
     "a chargeback": re.compile(r"charge.?back|dispute|my bank", re.I),
     "a bad review": re.compile(r"review|one.star|1.star|yelp|trustpilot", re.I),
@@ -58,6 +77,13 @@ class _Conversation:
         pool = self.calls if anywhere else self.since_customer
         found = [c for c in pool if c["name"] == name]
         return found[-1] if found else None
+
+
+def _customer_words(message: str) -> str:
+    """A customer message without its From: header: order numbers come from their words only
+    (an address such as ana2024@example.com is not an order number)."""
+    return "\n".join(line for line in message.splitlines()
+                     if not line.lower().startswith("from:"))
 
 
 def _read(conversation: list[dict[str, Any]]) -> _Conversation:
@@ -100,89 +126,134 @@ def _first_name(conv: _Conversation) -> str:
     return name.split()[0] if name and "@" not in name else "there"
 
 
-# -- the refund arithmetic, from the policy tool's facts ------------------------------------
+# -- what the customer asks for, line by line, from the policy tool's facts ------------------
 
 def _stems(text: str) -> set[str]:
     return {w.rstrip("s") for w in re.findall(r"[a-z][a-z\-]{2,}", text.lower())}
 
 
+def _clauses(email: str) -> list[str]:
+    return [c.strip() for c in CLAUSE_BREAK.split(email) if c and c.strip()]
+
+
+def _signal(clause: str) -> str | None:
+    """What one clause says about the items it names: damaged, keep, changed_mind or nothing."""
+    if DAMAGE.search(clause) and not re.search(r"\bnot? (?:damaged|broken)\b", clause, re.I):
+        return "damaged"
+    if KEEP.search(clause):
+        return "keep"
+    if CHANGE_OF_MIND.search(clause):
+        return "changed_mind"
+    return None
+
+
 @dataclass
 class _Proposal:
-    amount: float
-    items: list[str]
-    kind: str              # "damaged", "change of mind", or "none"
+    lines: list[dict[str, Any]]            # {"line", "reason", "name"}
     why_not: str = ""
-    fee: float = 0.0
-    shipping: float = 0.0
     final_sale: list[str] = field(default_factory=list)
+    taken: list[str] = field(default_factory=list)    # already refunded or waiting
+
+    @property
+    def kinds(self) -> set[str]:
+        return {line["reason"] for line in self.lines}
+
+
+def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
+    """Which lines the customer asks about, and why: {line: damaged|changed_mind}."""
+    reasons: dict[str, list[str]] = {}
+    named_any = False
+    previous: list[dict[str, Any]] = []
+    loose: list[str] = []   # signals in clauses that name no item and follow none
+    for clause in _clauses(email):
+        stems = _stems(clause)
+        named = [line for line in lines
+                 if (_stems(line["name"]) - GENERIC) & stems or line["line"].lower() in
+                 clause.lower()]
+        signal = _signal(clause)
+        if named:
+            named_any = True
+            previous = named
+        elif signal and previous and signal == "keep":
+            named = previous    # "... the mugs are fine, I'd like to keep them"
+        for line in named:
+            reasons.setdefault(line["line"], []).append(signal or "asked")
+        if not named and signal in ("damaged", "changed_mind"):
+            loose.append(signal)
+    wanted: dict[str, str] = {}
+    for line_id, said in reasons.items():
+        if "damaged" in said:
+            wanted[line_id] = "damaged"
+        elif "keep" in said:
+            continue
+        elif "changed_mind" in said:
+            wanted[line_id] = "changed_mind"
+        elif loose:     # named without a reason: the email's own reason applies
+            wanted[line_id] = loose[0]
+    everything = EVERYTHING.search(email)
+    if loose and (not named_any or (everything and "changed_mind" in loose)):
+        for line in lines:
+            kept = "keep" in reasons.get(line["line"], [])
+            if line["line"] not in wanted and not kept and (everything or len(lines) == 1
+                                                             or "changed_mind" in loose):
+                wanted[line["line"]] = loose[0]
+    return wanted
 
 
 def _propose(facts: dict[str, Any], email: str) -> _Proposal:
-    """What the policy allows for what the customer describes, from the computed facts."""
-    if not facts.get("delivered"):
-        return _Proposal(0, [], "none", "the order has not been delivered yet")
+    """The lines the policy lets us refund for what the customer describes."""
     if not facts.get("within_window"):
-        return _Proposal(0, [], "none", f"it was delivered {facts.get('days_since_delivery')} "
-                         f"days ago, past the {facts.get('window_days')}-day refund window")
-    items = facts.get("items", [])
-    sentences = [s for s in re.split(r"[.!?\n]+", email) if s.strip()]
-    damaged, mentioned = [], []
-    for item in items:
-        # An item counts as mentioned when a sentence shares a word with its name.
-        name_stems = _stems(item["name"]) - {"set", "inch", "the", "and", "with"}
-        hits = [s for s in sentences if name_stems & _stems(s)]
-        if hits:
-            mentioned.append(item)
-        if any(DAMAGE.search(s) and not FINE.search(s) for s in hits):
-            damaged.append(item)
-    if not damaged and DAMAGE.search(email) and len(items) == 1:
-        damaged = items
-    if damaged:
-        chosen = [i for i in damaged if not i.get("final_sale")]
-        amount = sum(i["price"] * i["quantity"] for i in chosen)
-        shipping = facts.get("shipping", 0.0) if len(damaged) == len(items) else 0.0
-        proposal = _Proposal(amount + shipping, [i["name"] for i in chosen], "damaged",
-                             shipping=shipping, final_sale=[i["name"] for i in damaged
-                                                            if i.get("final_sale")])
-    elif CHANGE_OF_MIND.search(email):
-        everything = re.search(r"\b(all|whole|everything|entire|full)\b", email, re.I)
-        wanted = mentioned if mentioned and not everything else items
-        chosen = [i for i in wanted if not i.get("final_sale")]
-        subtotal = sum(i["price"] * i["quantity"] for i in chosen)
-        fee = facts.get("return_fee", 0.0) if chosen else 0.0
-        proposal = _Proposal(max(0.0, subtotal - fee), [i["name"] for i in chosen],
-                             "change of mind", fee=fee,
-                             final_sale=[i["name"] for i in wanted if i.get("final_sale")])
-    else:
-        return _Proposal(0, [], "unclear")
-    earlier = facts.get("refunded_so_far", 0.0)
-    if proposal.amount > facts.get("max_refund", 0.0) and earlier:
-        # Refunds are tracked per order, not per item: when what the customer describes no
-        # longer fits, the likeliest reason is that it was refunded already. Capping the amount
-        # would pay a second time for the same item, so decline and let a person look.
-        proposal.amount = 0
-        proposal.why_not = (f"{_money(earlier)} of this order has already been refunded, which "
-                            "covers what you describe")
-        return proposal
-    proposal.amount = round(min(proposal.amount, facts.get("max_refund", 0.0)), 2)
-    if proposal.amount <= 0:
-        proposal.why_not = ("the items asked about are final sale" if proposal.final_sale
-                            else "nothing is left to refund on this order")
+        notes = facts.get("notes") or ["the order is outside the refund window"]
+        return _Proposal([], why_not=notes[0])
+    lines = facts.get("lines", [])
+    wanted = _wanted(lines, email)
+    if not wanted:
+        return _Proposal([], why_not="unclear")
+    by_id = {line["line"]: line for line in lines}
+    proposal = _Proposal([])
+    for line_id, reason in wanted.items():
+        line = by_id[line_id]
+        if line.get("final_sale"):
+            proposal.final_sale.append(line["name"])
+        elif line.get("status") != "refundable":
+            proposal.taken.append(f"{line['name']} ({line.get('status')})")
+        else:
+            proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"]})
+    if not proposal.lines:
+        if proposal.taken:
+            proposal.why_not = ("what you describe has already been taken care of: "
+                                + "; ".join(proposal.taken))
+        else:
+            proposal.why_not = "the items asked about are final sale"
     return proposal
 
 
 def _explain(p: _Proposal) -> str:
-    """One or two sentences on how the amount was reached, for emails and the approver."""
-    items = " and ".join(p.items).lower()
-    if p.kind == "damaged":
-        text = f"the {items} in full"
-        if p.shipping:
-            text += f" plus {_money(p.shipping)} shipping, since everything arrived damaged"
-    else:
-        text = f"the {items}, minus the {_money(p.fee)} return fee"
+    """One sentence on what is proposed and why, for the approver and the reasoning."""
+    damaged = [line["name"].lower() for line in p.lines if line["reason"] == "damaged"]
+    returned = [line["name"].lower() for line in p.lines if line["reason"] == "changed_mind"]
+    parts = []
+    if damaged:
+        parts.append(f"the {' and '.join(damaged)} arrived damaged (full price)")
+    if returned:
+        parts.append(f"the {' and '.join(returned)} returned for a change of mind (less the "
+                     "return fee)")
+    text = "; ".join(parts)
     if p.final_sale:
         text += f". The {' and '.join(p.final_sale).lower()} is final sale and can't be refunded"
+    if p.taken:
+        text += f". Not included: {'; '.join(p.taken)}"
     return text
+
+
+def _refunded_lines(outcome: dict[str, Any]) -> str:
+    parts = []
+    for line in outcome.get("lines") or []:
+        how = "in full" if line.get("reason") == "damaged" else (
+            "less the return fee" if line.get("reason") == "changed_mind" else "")
+        parts.append(f"{str(line.get('item', '')).lower()} {_money(line.get('amount', 0))}"
+                     + (f" ({how})" if how else ""))
+    return ", ".join(parts)
 
 
 # -- the support agent's next step ------------------------------------------------------------
@@ -201,8 +272,18 @@ def _support(conv: _Conversation) -> Reply:
     latest = conv.customer[-1] if conv.customer else ""
     if latest.startswith(WROTE_BACK):
         return _pushback(conv, first, latest, sent)
-    email = conv.customer[0] if conv.customer else ""
-    ids = [m.upper().replace("-", "") for m in ORDER_ID.findall(" ".join(conv.customer))]
+    email = _customer_words(conv.customer[0]) if conv.customer else ""
+    words = " ".join(_customer_words(c) for c in conv.customer)
+    ids = list(dict.fromkeys(m.upper().replace("-", "") for m in ORDER_ID.findall(words)))
+    if len(ids) > 1 and not conv.last("lookup_order"):
+        if sent:
+            return Reply("I asked which order the customer means.", f"The customer named "
+                         f"{' and '.join(ids)}; asked which one the request is about.")
+        return _send("The email names more than one order, and I can't tell which is meant. "
+                     "I'll ask rather than guess.",
+                     f"Hi {first},\n\nThanks for writing. Your email mentions orders "
+                     f"{' and '.join(ids)}. Which one is this about? Once I know, I'll look "
+                     "into it right away.")
     if not ids:
         if sent:
             return Reply("I asked the customer for their order number; nothing else to do.",
@@ -229,22 +310,23 @@ def _support(conv: _Conversation) -> Reply:
         return Reply("I have the order. Next, the refund policy and the facts it depends on.",
                      calls=[("check_refund_policy", {"order_id": order_id})])
     facts = policy["output"].get("facts", {})
-    proposal = _propose(facts, email)
     refund = conv.last("issue_refund")
-    if proposal.amount <= 0:
+    if refund is not None and refund["output"] is not None:
+        return _after_refund(conv, first, order_id, refund["output"], sent)
+    proposal = _propose(facts, email)
+    if not proposal.lines:
         return _decline(conv, first, order_id, facts, proposal, sent)
-    if refund is None:
-        reason = f"Refund {_explain(proposal)} ({proposal.kind}, order {order_id})."
-        return Reply(f"The policy allows {_money(proposal.amount)}: {_explain(proposal)}. "
-                     "A refund needs a person's approval, so I'll propose it.",
-                     calls=[("issue_refund", {"order_id": order_id, "amount": proposal.amount,
-                                              "reason": reason})])
-    return _after_refund(conv, first, order_id, proposal, refund["output"] or {}, sent)
+    lines = [{"line": line["line"], "reason": line["reason"]} for line in proposal.lines]
+    return Reply(f"What the policy covers here: {_explain(proposal)}. The policy computes the "
+                 "amount; a refund needs a person's approval, so I'll propose it.",
+                 calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,
+                                          "summary": f"Refund on order {order_id}: "
+                                                     f"{_explain(proposal)}."})])
 
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],
              proposal: _Proposal, sent: dict | None) -> Reply:
-    if proposal.kind == "unclear":
+    if proposal.why_not == "unclear":
         if sent:
             return Reply("I've asked what went wrong.", f"Order {order_id}: the customer did "
                          "not say what is wrong. Asked them; no refund proposed yet.")
@@ -253,10 +335,10 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                      "Could you tell me what happened: did an item arrive damaged, or would "
                      "you like to return something unused?")
     offer = ""
-    if facts.get("appliances") and not facts.get("within_window"):
-        offer = (f" The {' and '.join(facts['appliances']).lower()} is covered by the "
-                 "manufacturer's warranty, so we can arrange a repair or a replacement instead. "
-                 "Just reply and I'll set it up.")
+    if "warranty" in proposal.why_not:
+        proposal.why_not = proposal.why_not.split(" The ")[0].rstrip(".")
+        offer = (" The item is covered by the manufacturer's warranty, so we can arrange a "
+                 "repair or a replacement instead. Just reply and I'll set it up.")
     if sent:
         return Reply("I've explained the decision; only the team note is left.",
                      f"Declined order {order_id} without a refund proposal: {proposal.why_not}. "
@@ -268,31 +350,39 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                  f"{proposal.why_not}.{offer}")
 
 
-def _after_refund(conv: _Conversation, first: str, order_id: str, proposal: _Proposal,
-                  outcome: dict[str, Any], sent: dict | None) -> Reply:
+def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[str, Any],
+                  sent: dict | None) -> Reply:
     status = outcome.get("status")
+    declined = ", ".join(str(d.get("item", "")).lower() for d in outcome.get("declined") or [])
     if sent:
         if status == "refunded":
-            note = (f"Refunded {_money(outcome.get('amount', proposal.amount))} on order "
-                    f"{order_id} ({outcome.get('refund_id')}), approved by "
-                    f"{outcome.get('approved_by')}. Emailed the customer. Nothing else to watch.")
+            note = (f"Refunded {_money(outcome.get('amount', 0))} on order {order_id} "
+                    f"({outcome.get('refund_id')}), approved by {outcome.get('approved_by')}: "
+                    f"{_refunded_lines(outcome)}."
+                    + (f" Declined by the approver: {declined}." if declined else "")
+                    + " Emailed the customer. Nothing else to watch.")
         elif status == "rejected":
             note = (f"{outcome.get('rejected_by')} rejected the refund on order {order_id}. "
                     "Explained their note to the customer.")
         else:
-            note = (f"The refund on order {order_id} could not be issued: "
+            note = (f"The refund on order {order_id} could not be proposed or issued: "
                     f"{outcome.get('error')} Told the customer the team will follow up.")
         return Reply("The customer has their answer; I'll leave a note for the team.", note)
     if status == "refunded":
-        amount = _money(outcome.get("amount", proposal.amount))
-        return _send("The refund went through. I'll let the customer know.",
-                     f"Hi {first},\n\nI'm sorry about this. I've refunded {amount} to your "
-                     f"original payment method: {_explain(proposal)}. It should show up within "
-                     "5 to 10 business days."
-                     + (" You don't need to send anything back." if proposal.kind == "damaged"
-                        else ""))
+        damaged = any(line.get("reason") == "damaged" for line in outcome.get("lines") or [])
+        text = (f"Hi {first},\n\nI'm sorry about this. I've refunded "
+                f"{_money(outcome.get('amount', 0))} to your original payment method: "
+                f"{_refunded_lines(outcome)}. It should show up within 5 to 10 business days."
+                + (" You don't need to send the damaged item back." if damaged else ""))
+        if declined:
+            note = (outcome.get("note") or "").strip()
+            text += (f"\n\nOur team could not refund the {declined}"
+                     + (f". Their note: {note}" if note else "") + ". If that seems wrong, just "
+                     "reply and we'll take another look.")
+        return _send("The refund went through. I'll tell the customer exactly what was "
+                     "refunded" + (" and what was not." if declined else "."), text)
     if status == "rejected":
-        note = outcome.get("note", "").strip()
+        note = (outcome.get("note") or "").strip()
         return _send("A reviewer rejected the refund. I'll explain their reasoning kindly.",
                      f"Hi {first},\n\nThank you for your patience. A member of our team "
                      f"reviewed your request for order {order_id}, and we aren't able to issue "
