@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     model_validator,
 )
@@ -56,7 +57,7 @@ def _cents(value: float) -> float:
     return value
 
 
-Dollars = Annotated[float, AfterValidator(_cents)]
+Dollars = Annotated[float, Strict(), AfterValidator(_cents)]
 
 
 def to_cents(dollars: float) -> int:

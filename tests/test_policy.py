@@ -1,12 +1,15 @@
 """The refund policy's arithmetic, tested without any model."""
 
+import json
+import shutil
 from datetime import date, timedelta
 
 import pytest
 
-from refund_agent import Shop, policy_facts, refund_ceiling, refund_problem
+from refund_agent import ConfigError, Shop, policy_facts, quote_refund
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.shop import Item, Order
+from refund_agent.policy import Held, Quote
+from refund_agent.shop import Item, Order, PolicyTerms, canonical_order_id
 
 TODAY = date(2026, 6, 15)
 
@@ -14,6 +17,11 @@ TODAY = date(2026, 6, 15)
 @pytest.fixture(scope="module")
 def shop() -> Shop:
     return Shop(PROJECT_ROOT / "data", today=TODAY)
+
+
+def quote(shop: Shop, order_id: str, *lines, held=None, terms=None) -> Quote | str:
+    return quote_refund(shop.order(order_id), terms or shop.terms, list(lines), held or {},
+                        TODAY)
 
 
 def test_sample_orders_reproduce_the_guide(shop):
@@ -24,58 +32,150 @@ def test_sample_orders_reproduce_the_guide(shop):
     assert (TODAY - tom.delivered_on).days == 47 and tom.items[0].category == "appliance"
 
 
-def test_facts_for_damaged_order(shop):
-    facts = policy_facts(shop.order("A1043"), TODAY)
-    assert facts.days_since_delivery == 1 and facts.within_window
-    assert facts.left_to_refund == 80.95
-    # Every item could be damaged and nothing is final sale, so shipping can come back too.
-    assert facts.max_refund == 80.95
+@pytest.mark.parametrize("spelling", ["A1043", "#A1043", " A1043", "A1043 ", "a1043", "#a 1043",
+                                      "A 1043", "\tA1043\n", "Ａ１０４３", "# A1043"])
+def test_every_spelling_of_an_order_id_is_one_id(shop, spelling):
+    assert canonical_order_id(spelling) == "A1043"
+    assert shop.order(spelling).order_id == "A1043"
 
 
-def test_final_sale_caps_the_ceiling(shop):
-    facts = policy_facts(shop.order("A1066"), TODAY)
-    assert facts.final_sale_items == ["Gift card, $50"]
-    assert facts.max_refund == 39.00  # the skillet only; no shipping with a final-sale item
-    assert refund_problem(shop.order("A1066"), 94.95, TODAY).startswith("$94.95 is more")
-    assert refund_problem(shop.order("A1066"), 31.50, TODAY) is None
+def test_damaged_line_is_refunded_in_full(shop):
+    q = quote(shop, "A1043", ("POUR-GLS-01", "damaged"))
+    assert q.total_cents == 4800 and q.line_ids() == ["POUR-GLS-01"]
 
 
-def test_past_window_allows_nothing(shop):
-    order = shop.order("A1021")
-    facts = policy_facts(order, TODAY)
-    assert not facts.within_window and facts.max_refund == 0
-    assert any("warranty" in n for n in facts.notes)
-    assert "cannot be refunded" in refund_problem(order, 10, TODAY)
+def test_shipping_only_when_every_item_is_damaged(shop):
+    assert quote(shop, "A1043", ("POUR-GLS-01", "damaged"),
+                 ("MUG-STN-2", "damaged")).total_cents == 8095
+    # The coffee maker refunded as damaged earlier, the mugs damaged now: shipping comes too.
+    held = {"POUR-GLS-01": Held("damaged", "refunded", "approval x", 4800)}
+    q = quote(shop, "A1043", ("MUG-STN-2", "damaged"), held=held)
+    assert q.line_ids() == ["MUG-STN-2", "SHIPPING"] and q.total_cents == 2600 + 695
+    # ...but not while that earlier refund is only waiting for approval.
+    pending = {"POUR-GLS-01": Held("damaged", "pending", "approval x", 4800)}
+    assert quote(shop, "A1043", ("MUG-STN-2", "damaged"), held=pending).total_cents == 2600
 
 
-def test_earlier_refunds_reduce_what_is_left(shop):
-    facts = policy_facts(shop.order("A1058"), TODAY)
-    assert (facts.refunded_so_far, facts.left_to_refund) == (32.00, 59.95)
-    assert facts.max_refund == 59.95
+def test_mixed_request_charges_the_fee_only_on_the_returned_line(shop):
+    q = quote(shop, "A1043", ("POUR-GLS-01", "damaged"), ("MUG-STN-2", "changed_mind"))
+    assert [(x.line, x.amount_cents, x.fee_cents) for x in q.lines] == [
+        ("POUR-GLS-01", 4800, 0), ("MUG-STN-2", 1850, 750)]
 
 
-def test_window_edge_and_undelivered(shop):
-    order = shop.order("A1043")
-    assert refund_ceiling(order, order.delivered_on + timedelta(days=30)) > 0
-    assert refund_ceiling(order, order.delivered_on + timedelta(days=31)) == 0
-    assert refund_ceiling(shop.order("A1074"), TODAY) == 0
+def test_final_sale_never_and_no_shipping_with_a_final_sale_item(shop):
+    assert "final sale" in quote(shop, "A1066", ("GIFT-50", "damaged"))
+    assert quote(shop, "A1066", ("SKL-CI-10", "damaged")).total_cents == 3900
+    assert quote(shop, "A1066", ("SKL-CI-10", "changed_mind")).total_cents == 3150
 
 
-@pytest.mark.parametrize("amount,problem", [
-    (0, "positive"), (-5, "positive"), (float("nan"), "positive"), (10.005, "whole cents"),
-    (80.96, "more than the policy allows"), (80.95, None), (0.01, None),
+def test_a_line_is_refunded_once_and_reserved_while_pending(shop):
+    refunded = {"SKL-CI-10": Held("damaged", "refunded", "approval a", 3900)}
+    assert "already been refunded" in quote(shop, "A1066", ("SKL-CI-10", "damaged"),
+                                            held=refunded)
+    pending = {"SKL-CI-10": Held("damaged", "pending", "approval b", 3900)}
+    assert "waiting for approval (approval b)" in quote(shop, "A1066", ("SKL-CI-10", "damaged"),
+                                                         held=pending)
+    # A refund from the shop's own export holds its line too.
+    assert "already been refunded" in quote(shop, "A1058", ("NAP-LIN-4", "damaged"))
+
+
+@pytest.mark.parametrize("lines,problem", [
+    ([], "at least one line"),
+    ([("POUR-GLS-01", "damaged"), ("POUR-GLS-01", "changed_mind")], "named twice"),
+    ([("NOPE", "damaged")], "has no line 'NOPE'"),
+    ([("SHIPPING", "damaged")], "Shipping is not a line"),
+    ([("POUR-GLS-01", "because")], "must be one of"),
 ])
-def test_refund_problem_amounts(shop, amount, problem):
-    result = refund_problem(shop.order("A1043"), amount, TODAY)
-    assert (result is None) if problem is None else (problem in result)
+def test_malformed_requests_are_explained(shop, lines, problem):
+    assert problem in quote(shop, "A1043", *lines)
 
 
-def test_money_is_added_in_cents():
-    # 0.1 + 0.2 style drift must not let a refund slip a cent over the ceiling.
-    items = [Item(sku=f"S{i}", name=f"Thing {i}", category="x", price=0.1) for i in range(3)]
+def test_past_window_and_undelivered_allow_nothing(shop):
+    text = quote(shop, "A1021", ("MIX-STD-5Q", "damaged"))
+    assert "past the 30-day refund window" in text and "warranty" in text
+    assert "not been delivered" in quote(shop, "A1074", ("KTL-ENM-2L", "damaged"))
+    order = shop.order("A1043")
+    edge = order.delivered_on + timedelta(days=30)
+    assert isinstance(quote_refund(order, shop.terms, [("MUG-STN-2", "damaged")], {}, edge), Quote)
+    assert isinstance(quote_refund(order, shop.terms, [("MUG-STN-2", "damaged")], {},
+                                   edge + timedelta(days=1)), str)
+
+
+def test_facts_line_by_line(shop):
+    facts = policy_facts(shop.order("A1058"), shop.terms, {}, TODAY)
+    status = {line.line: (line.status, line.if_damaged, line.if_changed_mind)
+              for line in facts.lines}
+    assert status == {"NAP-LIN-4": ("refunded", 0.0, 0.0),
+                      "BRD-OAK-M": ("refundable", 54.0, 54.0)}
+    assert (facts.refunded_so_far, facts.left_to_refund) == (32.00, 59.95)
+
+
+def test_per_refund_fee_is_shared_in_proportion_and_never_zeroes_a_line():
+    terms = PolicyTerms(window_days=30, return_fee=7.50, return_fee_per="refund")
+    items = [Item(sku="A", name="Mug", category="x", price=5.00),
+             Item(sku="B", name="Bowl", category="x", price=5.00),
+             Item(sku="C", name="Vase", category="x", price=0.01)]
     order = Order(order_id="Z1", customer={"name": "Z", "email": "z@example.com"},
                   ordered_on=TODAY, delivered_on=TODAY, payment_method="card", items=items,
-                  shipping=0.2, total=0.5, refunds=[])
-    assert refund_ceiling(order, TODAY) == 50
-    assert refund_problem(order, 0.5, TODAY) is None
-    assert refund_problem(order, 0.51, TODAY) is not None
+                  shipping=0, total=10.01, refunds=[])
+    q = quote_refund(order, terms, [("A", "changed_mind"), ("B", "changed_mind")], {}, TODAY)
+    assert [x.amount_cents for x in q.lines] == [125, 125] and q.total_cents == 250
+    assert "return fee takes all" in quote_refund(order, terms, [("C", "changed_mind")], {},
+                                                  TODAY)
+
+
+def test_per_item_fee_is_charged_per_unit():
+    terms = PolicyTerms(window_days=30, return_fee=2.00, return_fee_per="item")
+    items = [Item(sku="A", name="Glass", category="x", price=4.00, quantity=3)]
+    order = Order(order_id="Z2", customer={"name": "Z", "email": "z@example.com"},
+                  ordered_on=TODAY, delivered_on=TODAY, payment_method="card", items=items,
+                  shipping=0, total=12.00, refunds=[])
+    q = quote_refund(order, terms, [("A", "changed_mind")], {}, TODAY)
+    assert q.total_cents == 1200 - 600
+
+
+def test_a_14_day_window_and_5_dollar_fee_by_editing_the_data_alone(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(PROJECT_ROOT / "data", data)
+    shop_json = json.loads((data / "shop.json").read_text())
+    shop_json["policy"].update(window_days=14, return_fee=5.00, return_fee_per="item")
+    (data / "shop.json").write_text(json.dumps(shop_json))
+    shop = Shop(data, today=TODAY)
+    assert "for 14 days after delivery" in shop.policy_text and "$5.00" in shop.policy_text
+    assert "charged for each item returned" in shop.policy_text
+    # A1058 was delivered 12 days ago: inside 14 days. The board for a change of mind: 54 - 5.
+    assert quote(shop, "A1058", ("BRD-OAK-M", "changed_mind")).total_cents == 4900
+    # A1066, delivered 6 days ago, is inside; an order delivered 16 days ago would not be.
+    orders = json.loads((data / "orders.json").read_text())
+    orders["orders"][3]["delivered_days_ago"] = 16
+    (data / "orders.json").write_text(json.dumps(orders))
+    assert "past the 14-day refund window" in quote(Shop(data, today=TODAY), "A1058",
+                                                    ("BRD-OAK-M", "damaged"))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("price", float("nan"), "finite"), ("price", float("inf"), "finite"),
+    ("price", 1e308, "between 0"), ("price", 10.005, "whole cents"), ("price", -1, "between 0"),
+    ("quantity", 0, "greater than or equal to 1"), ("price", True, "valid number"),
+])
+def test_bad_money_in_the_data_is_refused_with_the_order_and_field(tmp_path, field, value,
+                                                                   message):
+    data = tmp_path / "data"
+    shutil.copytree(PROJECT_ROOT / "data", data)
+    orders = json.loads((data / "orders.json").read_text())
+    orders["orders"][0]["items"][0][field] = value
+    (data / "orders.json").write_text(json.dumps(orders))
+    with pytest.raises(ConfigError) as err:
+        Shop(data).orders  # noqa: B018 - loading is the point
+    assert "order A1043" in str(err.value) and field in str(err.value)
+    assert message in str(err.value)
+
+
+def test_a_total_that_is_not_its_lines_is_refused(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(PROJECT_ROOT / "data", data)
+    orders = json.loads((data / "orders.json").read_text())
+    orders["orders"][0]["total"] = 99.00
+    (data / "orders.json").write_text(json.dumps(orders))
+    with pytest.raises(ConfigError, match="total 99.00 is not items plus shipping"):
+        Shop(data).orders  # noqa: B018
