@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any
@@ -135,6 +135,15 @@ def selected_run_id() -> str | None:
     return st.session_state["selected"]
 
 
+def keep_key(approval_id: str, line: str) -> str:
+    return f"keep_{approval_id}_{line}"
+
+
+def ticked(approval_id: str, lines: Sequence[str]) -> list[str]:
+    """The lines of a card whose box is ticked (every box starts ticked)."""
+    return [line for line in lines if st.session_state.get(keep_key(approval_id, line), True)]
+
+
 def approver() -> str:
     if "approver" not in st.session_state:
         st.session_state["approver"] = (st.query_params.get("approver") or "").strip()
@@ -218,24 +227,30 @@ def on_change_name() -> None:
     st.query_params.pop("approver", None)
 
 
-def on_decide(worker: Worker, approval_id: str, approve: bool) -> None:
+def on_decide(worker: Worker, approval_id: str, approve: bool, lines: Sequence[str] = ()
+              ) -> None:
+    """Approve (the ticked ``lines`` only) or reject a proposed refund."""
     by = approver()
     if not by:
         notify("queue", "error", "Enter your name above before deciding: it goes into the "
                                  "audit log next to the decision.")
         return
     note = st.session_state.get(f"note_{approval_id}", "")
+    keep = ticked(approval_id, lines) if approve and lines else None
     try:
-        decided = worker.decide(approval_id, approve, by, note)
+        decided = worker.decide(approval_id, approve, by, note, keep=keep)
     except AlreadyDecided as exc:
         notify("queue", "warning", str(exc))
         return
-    except RefundAgentError as exc:
+    except RefundAgentError as exc:  # DecisionRefused: no line kept, the policy says no, ...
         notify("queue", "error", str(exc))
         return
     verb = "Approved" if approve else "Rejected"
+    declined = (f" (declined: {', '.join(line.name for line in decided.declined)})"
+                if decided.declined else "")
     notify("queue", "success", f"{verb} {views.money(decided.amount)} for order "
-                               f"{decided.order_id} as {by}. The agent carries on with the ticket.")
+                               f"{decided.order_id} as {by}{declined}. The agent carries on "
+                               "with the ticket.")
     select(decided.run_id)
     st.rerun()
 
@@ -425,13 +440,14 @@ def render_block(block: views.Block) -> None:
     elif kind == "response":
         st.caption(f":material/bolt: {title}")
     elif kind == "proposal":
-        st.warning(f"**{title}**  \n{body}", icon=":material/pan_tool:")
+        st.warning(f"**{title}**  \n{body}{bullets(block.lines)}", icon=":material/pan_tool:")
     elif kind == "decision":
         note = f"  \n{body}" if body else ""
         show = st.success if block.title.startswith("Approved") else st.error
-        show(f"**{title}** · {when}{note}", icon=":material/gavel:")
+        show(f"**{title}** · {when}{note}{bullets(block.lines)}", icon=":material/gavel:")
     elif kind == "refund":
-        st.success(f"**{title}**", icon=":material/payments:")
+        note = f"  \n{body}" if body else ""
+        st.success(f"**{title}**{note}{bullets(block.lines)}", icon=":material/payments:")
     elif kind == "note":
         st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
     elif kind == "text":
@@ -444,6 +460,11 @@ def render_block(block: views.Block) -> None:
         st.warning(title, icon=":material/pause_circle:")
     elif kind == "customer_done":
         st.caption(f":material/done_all: {title}")
+
+
+def bullets(lines: Sequence[str]) -> str:
+    """Plain-text rows as a Markdown list to append to a message (empty for none)."""
+    return "\n" + "".join(f"\n- {md(line)}" for line in lines) if lines else ""
 
 
 def render_approver() -> None:
@@ -470,30 +491,44 @@ def queue(worker: Worker) -> None:
     for approval in pending:
         card = views.approval_card(approval, worker.agent.policy_facts(approval),
                                    worker.agent.approval_problem(approval))
-        render_card(worker, card)
+        lines = [line.line for line in card.item_lines]
+        keep = ticked(card.approval_id, lines)
+        quote = (worker.agent.quote_kept(approval, keep) if 0 < len(keep) < len(lines)
+                 else None)
+        render_card(worker, card, views.kept_notice(card, keep, quote))
 
 
-def render_card(worker: Worker, card: views.Card) -> None:
+def render_card(worker: Worker, card: views.Card, kept: tuple[str, str] | None) -> None:
     with st.container(border=True, key=f"card_{card.approval_id}"):
         st.markdown(f"**{md(card.title)}**  \n:material/person: {md(card.customer)}")
-        st.markdown(f":material/format_quote: *{md(card.reason)}*")
-        facts = "\n".join(f"- **{md(label)}:** {md(value)}" for label, value in card.facts)
-        if card.max_refund is not None:
-            over = "" if card.within_policy else " :red-badge[over the limit]"
-            facts += f"\n- **Most the policy allows:** {md(views.money(card.max_refund))}{over}"
-        st.markdown(facts)
+        st.markdown(f":material/format_quote: *{md(card.summary)}*")
+        # One box per item line: unticked lines are declined when approving.
+        for line in card.item_lines:
+            st.checkbox(f"**{md(line.name)}** · {md(line.reason_label)} · "
+                        f"**{md(views.money(line.amount))}** :gray[· {md(line.basis)}]",
+                        value=True, key=keep_key(card.approval_id, line.line))
+        for line in card.shipping_lines:
+            st.markdown(f":material/local_shipping: **{md(line.name)}** · "
+                        f"**{md(views.money(line.amount))}** :gray[· {md(line.basis)}]")
+        if kept:
+            kind, text = kept
+            show = st.warning if kind == "warning" else st.info
+            show(md(text), icon=":material/rule:")
+        st.markdown("\n".join(f"- **{md(label)}:** {md(value)}" for label, value in card.facts))
         if card.problem:
             st.error(f"The policy no longer allows this refund: {card.problem}",
                      icon=":material/block:")
         st.caption(md(card.requested))
+        lines = tuple(line.line for line in card.item_lines)
         with st.form(f"decide_{card.approval_id}", border=False):
-            st.text_input("Note (needed to reject; the agent passes it on)",
-                          key=f"note_{card.approval_id}",
+            st.text_input("Note (needed to reject, or to say why a line is unticked; the agent "
+                          "passes it on)", key=f"note_{card.approval_id}",
                           placeholder="Why, in a sentence the customer can read")
             approve, reject = st.columns(2)
             approve.form_submit_button("Approve", key=f"approve_{card.approval_id}",
                                        type="primary", icon=":material/check:",
-                                       on_click=on_decide, args=(worker, card.approval_id, True),
+                                       on_click=on_decide,
+                                       args=(worker, card.approval_id, True, lines),
                                        disabled=card.problem is not None, width="stretch")
             reject.form_submit_button("Reject", key=f"reject_{card.approval_id}",
                                       icon=":material/close:", on_click=on_decide,
@@ -531,7 +566,8 @@ def audit(worker: Worker) -> None:
         # Tall enough for ten rows without blank ones; a longer log scrolls inside the table.
         st.dataframe(views.audit_frame(entries), hide_index=True,
                      height=38 + 35 * min(len(entries), 10),
-                     column_order=["Time", "Event", "By", "PID", "Order", "Amount", "Note"])
+                     column_order=["Time", "Event", "By", "PID", "Order", "Amount", "Lines",
+                                   "Note"])
         st.download_button("Download CSV", audit_csv(str(store.path), head, store),
                            "refund-audit.csv",
                            "text/csv", on_click="ignore", icon=":material/download:")

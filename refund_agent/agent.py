@@ -16,19 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import openai
 
 from .config import Settings, load_settings
 from .crash import crash_point
-from .errors import DecisionRefused, RunNotReady
+from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
 from .model import ModelAccess, open_model
 from .models import Approval, Call, Reply, Run, RunStatus, Step
-from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .outbox import Outbox, with_signature
 from .payments import Payments
+from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .shop import Shop
-from .store import Store
+from .store import Lease, Store
 from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 
 MAX_TURNS = 12
@@ -81,6 +82,48 @@ class Cancel:
         self._stream = stream
         if self.is_set():
             stream.close()
+
+
+class _Heartbeat:
+    """Renews a run's lease while a model request streams, so a slow request never loses it.
+
+    If a renewal finds the lease taken over (this process was paused past it), the stream is
+    closed and :meth:`check` raises LeaseLost, so nothing from that response is used.
+    """
+
+    def __init__(self, store: Store, lease: Lease) -> None:
+        self.store, self.lease = store, lease
+        self.lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="lease-heartbeat")
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def attach(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.store.lease_seconds / 3):
+            try:
+                self.store.renew(self.lease)
+            except LeaseLost as lost:
+                self.lost = lost
+                if self._stream is not None:
+                    self._stream.close()
+                return
+            except RefundAgentError:
+                continue  # a busy database: the next beat tries again
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
 
 
 class _Pause(Exception):
@@ -138,7 +181,7 @@ class Agent:
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
         self.shop = Shop(self.settings.data_dir)
-        self.store = Store(self.settings.db_path)
+        self.store = Store(self.settings.db_path, lease_seconds=self.settings.lease_seconds)
         self.payments = Payments(self.settings.output_dir)
         self.outbox = Outbox(self.settings.output_dir)
         self._model = model
@@ -189,58 +232,67 @@ class Agent:
 
         Raises:
             RunBusy: another process is advancing this run.
+            LeaseLost: another process took the run over while this one was paused or slow;
+                this one stopped before doing anything more.
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
         """
         emit = on_event or (lambda _e: None)
-        token = uuid.uuid4().hex
         before = self.store.last_step_id(run_id)
-        self.store.acquire(run_id, token)
+        lease = self.store.acquire(run_id, uuid.uuid4().hex)
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         try:
             for _ in range(MAX_TURNS):
                 if cancel and cancel.is_set():
                     raise _Stopped
                 run = self.store.run(run_id)
-                next_input = self._prepare_turn(run)
+                next_input = self._prepare_turn(run, lease)
                 seen = self._emit_steps(run_id, seen, emit)
                 if next_input is None:
-                    self.store.release(run_id, token, RunStatus.DONE)
+                    self.store.release(lease, RunStatus.DONE)
                     return self.store.run(run_id)
                 items, reply_ids = next_input
-                self._turn(run, items, reply_ids, emit, cancel)
+                self._turn(run, lease, items, reply_ids, emit, cancel)
                 seen = self._emit_steps(run_id, seen, emit)
                 crash_point("after_response", self._crash)
-            self._finish(run_id, token, RunStatus.FAILED,
+            self._finish(lease, RunStatus.FAILED,
                          f"Stopped after {MAX_TURNS} turns without finishing; resume to continue.")
         except _Pause:
-            self.store.release(run_id, token, RunStatus.WAITING)
+            self.store.release(lease, RunStatus.WAITING)
+        except LeaseLost:
+            raise  # the new owner carries on; writing anything here would be refused anyway
         except (_Stopped, KeyboardInterrupt) as exc:
-            self._finish(run_id, token, RunStatus.STOPPED, None, ("stopped", {}))
+            self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
             if isinstance(exc, KeyboardInterrupt):
                 raise
-        except openai.NotFoundError:
-            run = self.store.run(run_id)
-            self._finish(run_id, token, RunStatus.FAILED,
-                         f"The stored response {run.last_response_id} is gone: stored responses "
-                         f"expire after {STORED_RESPONSE_DAYS} days, so this run cannot continue.")
+        except openai.NotFoundError as exc:
+            self._finish(lease, RunStatus.FAILED, self._not_found(run_id, exc))
         except openai.APIError as exc:
             if cancel and cancel.is_set():
-                self._finish(run_id, token, RunStatus.STOPPED, None, ("stopped", {}))
+                self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
             else:
-                self._finish(run_id, token, RunStatus.FAILED,
+                self._finish(lease, RunStatus.FAILED,
                              f"The model request failed ({type(exc).__name__}: {exc}). Resume "
                              "retries from the last stored response.")
         except BaseException as exc:
-            self._finish(run_id, token, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            self._finish(lease, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
             raise
         self._emit_steps(run_id, seen, emit)
         return self.store.run(run_id)
 
-    def _finish(self, run_id: str, token: str, status: RunStatus, error: str | None,
+    def _not_found(self, run_id: str, exc: openai.NotFoundError) -> str:
+        """A 404 means the stored response expired only when the answer says so."""
+        previous = self.store.run(run_id).last_response_id
+        if previous and previous in str(exc):
+            return (f"The stored response {previous} is gone: stored responses expire after "
+                    f"{STORED_RESPONSE_DAYS} days, so this run cannot continue.")
+        return (f"The model endpoint answered 404 Not Found ({exc}). Check "
+                "REFUND_AGENT_BASE_URL and REFUND_AGENT_MODEL; resume retries.")
+
+    def _finish(self, lease: Lease, status: RunStatus, error: str | None,
                 step: tuple[str, dict] | None = None) -> None:
         if error and step is None:
             step = ("error", {"message": error})
-        self.store.release(run_id, token, status, error, step)
+        self.store.release(lease, status, error, step)
 
     def _emit_steps(self, run_id: str, after: int, emit: OnEvent) -> int:
         steps = self.store.steps(run_id, after)
@@ -248,7 +300,8 @@ class Agent:
             emit(LiveEvent(run_id, "step", step=step))
         return steps[-1].id if steps else after
 
-    def _prepare_turn(self, run: Run) -> tuple[list[dict[str, Any]], list[int]] | None:
+    def _prepare_turn(self, run: Run, lease: Lease
+                      ) -> tuple[list[dict[str, Any]], list[int]] | None:
         """The input for the next request, running any calls still owed an output.
 
         Returns None when the run is finished (the last response made no calls and no customer
@@ -273,11 +326,11 @@ class Agent:
                     output = as_output({"error": "Not sent: this email was written before the "
                                         "refund in the same response was decided, and that "
                                         "refund was not made. Write it again with the outcome."})
-                    self.store.record_output(run.id, call.call_id, output, [
+                    self.store.record_output(lease, call.call_id, output, [
                         ("result", {"call_id": call.call_id, "name": call.name,
                                     "output": json.loads(output)})])
                 else:
-                    output = self._run_call(run, call)
+                    output = self._run_call(run, lease, call)
                 if call.name == "issue_refund":
                     refund_not_made = json.loads(output).get("status") != "refunded"
                 outputs.append({"type": "function_call_output", "call_id": call.call_id,
@@ -289,7 +342,7 @@ class Agent:
                     [r.id for r in replies])
         return None
 
-    def _turn(self, run: Run, items: list[dict[str, Any]], reply_ids: list[int],
+    def _turn(self, run: Run, lease: Lease, items: list[dict[str, Any]], reply_ids: list[int],
               emit: OnEvent, cancel: Cancel | None) -> None:
         """One streamed request; its response is committed before any of its calls run."""
         started = time.monotonic()
@@ -302,7 +355,8 @@ class Agent:
             params["previous_response_id"] = run.last_response_id
         if self.settings.reasoning_effort:
             params["reasoning"] = {"effort": self.settings.reasoning_effort}
-        response = self._stream(run.id, params, emit, cancel)
+        with _Heartbeat(self.store, lease) as heartbeat:
+            response = self._stream(run.id, params, emit, cancel, heartbeat)
         steps: list[tuple[str, dict[str, Any]]] = []
         calls: list[tuple[str, str, str]] = []
         text = ""
@@ -326,13 +380,14 @@ class Agent:
         usage = _usage(response)
         steps.append(("response", {"response_id": response.id,
                                    "seconds": round(time.monotonic() - started, 3), **usage}))
-        self.store.record_response(run.id, response_id=response.id, calls=calls, steps=steps,
+        self.store.record_response(lease, response_id=response.id, calls=calls, steps=steps,
                                    usage=usage, replies_sent=reply_ids)
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent,
-                cancel: Cancel | None) -> Any:
+                cancel: Cancel | None, heartbeat: _Heartbeat) -> Any:
         """Stream one response, surfacing deltas; returns the completed response."""
         stream = self.model.client.responses.create(**params)
+        heartbeat.attach(stream)
         if cancel:
             cancel.attach(stream)
         final = None
@@ -355,12 +410,14 @@ class Agent:
                 elif kind in ("response.failed", "response.incomplete", "error"):
                     raise openai.APIError(f"The model stream ended with {kind}.",
                                           request=stream.response.request, body=None)
-        except openai.APIError:
+        except (openai.APIError, httpx.HTTPError):
+            heartbeat.check()   # the stream was closed because the run was lost
             if cancel and cancel.is_set():
                 raise _Stopped from None
             raise
         finally:
             stream.close()
+        heartbeat.check()
         if final is None:
             raise openai.APIConnectionError(
                 message="The model stream ended before the response was complete.",
@@ -372,7 +429,7 @@ class Agent:
     def _tools(self, run: Run) -> ShopTools:
         return ShopTools(self.shop, run.sender, self.store.held_lines)
 
-    def _run_call(self, run: Run, call: Call) -> str:
+    def _run_call(self, run: Run, lease: Lease, call: Call) -> str:
         """Run one saved call and save its output at once (boundary 3)."""
         crash_point("before_tool", self._crash)
         args = parse_args(call.name, call.arguments)
@@ -380,27 +437,27 @@ class Agent:
         if isinstance(args, str):
             output, steps = {"error": args}, []
         elif call.name == "issue_refund":
-            output, steps, audit = self._refund(run, call, args)
+            output, steps, audit = self._refund(run, lease, call, args)
         elif call.name == "send_customer_message":
-            output, steps = self._email(run, call, args.message)
+            output, steps = self._email(run, lease, call, args.message)
         else:
             output = getattr(self._tools(run), call.name)(args)
             steps = []
         text = as_output(output)
         steps = [("result", {"call_id": call.call_id, "name": call.name, "output": output}),
                  *steps]
-        self.store.record_output(run.id, call.call_id, text, steps, audit)
+        self.store.record_output(lease, call.call_id, text, steps, audit)
         crash_point("after_tool", self._crash)
         return text
 
-    def _refund(self, run: Run, call: Call, args: IssueRefund
+    def _refund(self, run: Run, lease: Lease, call: Call, args: IssueRefund
                 ) -> tuple[dict[str, Any], list, dict[str, Any] | None]:
         """issue_refund: queue it for a person, or carry out the person's decision."""
         approval = self.store.find_approval(call.call_id)
         if approval is None:
             tools = self._tools(run)
             queued = self.store.queue_approval(
-                run_id=run.id, response_id=call.response_id, call_id=call.call_id,
+                lease, response_id=call.response_id, call_id=call.call_id,
                 order_id=args.order_id, summary=args.summary.strip(), customer=run.sender,
                 price=lambda held: tools.quote(args, held))
             if isinstance(queued, str):
@@ -421,6 +478,7 @@ class Agent:
         # decision's transaction and the lines stay held, so nothing can have taken them since.
         quote = paid_quote(approval)
         crash_point("before_refund", self._crash)
+        self.store.check_lease(lease)   # a process that lost the run pays nothing
         refund, reused = self.payments.refund(approval.id, quote, approval.summary)
         crash_point("after_refund", self._crash)
         audit = {"event": "reused" if reused else "issued", "actor": "payments",
@@ -437,9 +495,11 @@ class Agent:
             output["note"] = approval.note or ""
         return output, [("refund", {**output, "reused": reused})], audit
 
-    def _email(self, run: Run, call: Call, message: str) -> tuple[dict[str, Any], list]:
+    def _email(self, run: Run, lease: Lease, call: Call, message: str
+               ) -> tuple[dict[str, Any], list]:
         """send_customer_message: always to the sender, signed once, sent once per call id."""
         body = with_signature(message, self.shop.info.signature)
+        self.store.check_lease(lease)   # a process that lost the run sends nothing
         record, reused = self.outbox.send(call.call_id, run.sender, f"Re: {run.subject}", body)
         crash_point("after_email", self._crash)
         output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
@@ -488,10 +548,21 @@ class Agent:
         return quote_refund(order, self.shop.terms, [(line, reasons[line]) for line in kept],
                             held, self.shop.today, shipping=shipping)
 
+    def quote_kept(self, approval: Approval, keep: list[str] | None = None) -> Quote | str:
+        """What approving these lines (all when None) would pay now, or why it would be refused.
+
+        The same pricing the decision runs inside its transaction, for the approver's card.
+        """
+        keep = [line.line for line in approval.item_lines] if keep is None else keep
+        unknown = set(keep) - {line.line for line in approval.item_lines}
+        if unknown or not keep:
+            return "keep at least one of the proposed lines, and only those."
+        held = self.store.held_lines(approval.order_id, except_id=approval.id)
+        return self._requote(approval, keep, held)
+
     def approval_problem(self, approval: Approval) -> str | None:
         """Why approving this refund in full now would be refused, or None."""
-        held = self.store.held_lines(approval.order_id, except_id=approval.id)
-        quote = self._requote(approval, [line.line for line in approval.item_lines], held)
+        quote = self.quote_kept(approval)
         return quote if isinstance(quote, str) else None
 
     def policy_facts(self, approval: Approval) -> dict[str, Any]:
@@ -510,10 +581,7 @@ class Agent:
             raise RunNotReady("The reply is empty.")
         if len(text) > MAX_EMAIL_CHARS:
             raise RunNotReady(f"The reply is longer than {MAX_EMAIL_CHARS:,} characters.")
-        run = self.store.run(run_id)
-        if run.status != RunStatus.DONE:
-            raise RunNotReady(f"Run {run_id} is {run.status.value}; a customer can write back "
-                              "once the agent has finished.")
+        # Accepted or refused in one transaction: a refused reply is never stored.
         return self.store.add_reply(run_id, text, simulated)
 
     # -- finding runs -------------------------------------------------------------------------

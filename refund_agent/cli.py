@@ -18,7 +18,7 @@ from typing import TextIO
 
 from .agent import Agent, LiveEvent
 from .customer import converse
-from .errors import DecisionRefused, NotFound, RefundAgentError
+from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
 from .models import Approval, Run, RunStatus, Step
 
 EPILOG = """\
@@ -33,6 +33,10 @@ examples:
   refund-agent reply "That's not enough"    write back to the last finished run as the customer
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
+
+Exit codes: 0 done; 1 an error (the message says what); 2 a usage mistake; 3 someone else
+decided that refund first (the message says who, what and when); 4 nothing was waiting to be
+decided; 130 stopped with Ctrl+C.
 
 Replies are accepted only once a run has finished (not while it works or waits). Ctrl+C stops
 a run at its last stored response; `resume` continues it. Without XAI_API_KEY every command
@@ -170,8 +174,12 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
         decided = agent.store.decided_but_waiting()
         hint = (f" Run {decided[0].id} was decided but not finished (a crash?): "
                 "`refund-agent resume` continues it." if decided else "")
-        print(f"Nothing is waiting for approval.{hint}")
-        return None
+        latest = agent.store.approvals(status=None, limit=1)
+        if latest and latest[0].decided_at:
+            a = latest[0]
+            hint += (f" The latest decision: {a.id} ({a.customer}, order {a.order_id}) was "
+                     f"{a.status} by {a.decided_by} at {_time(a.decided_at)}.")
+        raise NothingToDecide(f"Nothing is waiting for approval.{hint}")
     decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None),
                            keep=getattr(args, "only", None))
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
@@ -310,8 +318,16 @@ def run_command(argv: list[str] | None = None) -> int:
     return 0
 
 
+class NothingToDecide(RefundAgentError):
+    """approve or reject found no refund waiting (exit code 4)."""
+
+
+#: Exit codes, documented in the epilog and the README.
+EXIT_CODES = {AlreadyDecided: 3, NothingToDecide: 4}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: user mistakes print a message and exit 1, never a traceback."""
+    """Entry point: user mistakes print a message and exit non-zero, never a traceback."""
     try:
         return run_command(argv)
     except KeyboardInterrupt:
@@ -319,4 +335,4 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except RefundAgentError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_CODES.get(type(exc), 1)

@@ -43,6 +43,8 @@ class Settings:
         output_dir: everything a run writes (store, refunds log, outbox).
         offline_latency: seconds the offline model spends on a request, to make streaming visible.
         crash_at: named crash points at which the process kills itself (for tests and demos).
+        lease_seconds: how long a run's owner may go without renewing its lease before another
+            process may take the run over (renewed every third of it while working).
     """
 
     api_key: str = ""
@@ -55,6 +57,7 @@ class Settings:
     output_dir: Path = PROJECT_ROOT / "output"
     offline_latency: float = 0.0
     crash_at: frozenset[str] = field(default_factory=frozenset)
+    lease_seconds: float = 15 * 60
 
     @property
     def offline(self) -> bool:
@@ -98,4 +101,5 @@ def load_settings(env_file: Path | None = None) -> Settings:
         output_dir=Path(env.get("REFUND_AGENT_OUTPUT") or PROJECT_ROOT / "output"),
         offline_latency=_float("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
         crash_at=frozenset(crash),
+        lease_seconds=_float("REFUND_AGENT_LEASE_SECONDS", 15 * 60),
     )

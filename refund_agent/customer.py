@@ -17,6 +17,7 @@ from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent, _usage
 from .crash import crash_point
 from .models import Run, RunStatus
 from .prompts import customer_brief
+from .store import Lease
 
 MAX_SIMULATED_REPLIES = 3
 DONE = "DONE"
@@ -47,13 +48,12 @@ def persona_request(agent: Agent, run: Run) -> dict[str, Any]:
     }
 
 
-def simulate_reply(agent: Agent, run: Run) -> str | None:
+def simulate_reply(agent: Agent, run: Run, lease: Lease) -> str | None:
     """Ask the model for the customer's next reply; None when the customer is done."""
     response = agent.model.client.responses.create(**persona_request(agent, run))
     text = (response.output_text or "").strip()
     finished = not text or text.upper().strip(". ") == DONE
-    agent.store.add_cost(run.id, _usage(response),
-                         ("customer_done", {}) if finished else None)
+    agent.store.add_cost(lease, _usage(response), ("customer_done", {}) if finished else None)
     return None if finished else text
 
 
@@ -75,26 +75,25 @@ def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
             return run
         # Hold the run while the customer "writes": if the process dies now, the run is left
         # working with a dead owner, so resume asks again instead of the conversation ending.
-        token = uuid.uuid4().hex
-        agent.store.acquire(run_id, token)
+        lease = agent.store.acquire(run_id, uuid.uuid4().hex)
         try:
-            text = simulate_reply(agent, run)
+            text = simulate_reply(agent, run, lease)
         except openai.APIError as exc:
             # Say why the conversation paused, so the front end shows it and resume retries.
             error = (f"The simulated customer's reply failed ({type(exc).__name__}: {exc}). "
                      "Resume asks for it again.")
-            agent.store.release(run_id, token, RunStatus.FAILED, error,
+            agent.store.release(lease, RunStatus.FAILED, error,
                                 ("error", {"message": error}))
             return agent.store.run(run_id)
         except BaseException:
-            agent.store.release(run_id, token, RunStatus.DONE)
+            agent.store.release(lease, RunStatus.DONE)
             raise
         if text is None:
-            agent.store.release(run_id, token, RunStatus.DONE)
+            agent.store.release(lease, RunStatus.DONE)
             return agent.store.run(run_id)
         # Saved while still holding the run (Agent.add_reply wants a finished run).
-        agent.store.add_reply(run_id, text[:MAX_EMAIL_CHARS], simulated=True)
-        agent.store.release(run_id, token, RunStatus.WORKING)
+        agent.store.add_reply(run_id, text[:MAX_EMAIL_CHARS], simulated=True, lease=lease)
+        agent.store.release(lease, RunStatus.WORKING)
         if on_event:
             on_event(LiveEvent(run_id, "step", step=agent.store.steps(run_id)[-1]))
         crash_point("after_simulated_reply", agent.settings.crash_at)

@@ -53,6 +53,21 @@ class RunBusy(RefundAgentError):
             f"Run {run_id} is being advanced by process {pid}; try again when it stops.")
 
 
+class LeaseLost(RefundAgentError):
+    """This process no longer holds the run it was advancing; another one took it over.
+
+    Raised at the first write after the takeover (each write checks the lease's fencing token),
+    so the process stops before any further side effect; the new owner finishes the run.
+    """
+
+    def __init__(self, run_id: str, holder_pid: int | None) -> None:
+        self.run_id, self.holder_pid = run_id, holder_pid
+        holder = f"process {holder_pid}" if holder_pid else "another process"
+        super().__init__(
+            f"Run {run_id} was taken over by {holder} while this process was paused or slow; "
+            "this process stopped without doing anything more, and the run continues there.")
+
+
 class RunNotReady(RefundAgentError):
     """The run is in a state where the requested action makes no sense."""
 

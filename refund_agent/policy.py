@@ -181,10 +181,12 @@ def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str
     returned = [item for item, reason in items if reason == "changed_mind"]
     fees = dict(zip([i.sku for i in returned],
                     _return_fees([(i.cents, i.quantity) for i in returned], terms), strict=True))
-    if returned and sum(i.cents for i in returned) <= sum(fees.values()):
-        names = " and ".join(i.name for i in returned)
-        return (f"The return fee takes all of what {names} would refund: nothing is left to "
-                "pay for a change of mind on them.")
+    # A line the return fee eats entirely would be "refunded" for nothing and could never be
+    # refunded again (say it turns out damaged), so it is left out rather than spent.
+    eaten = [i.name for i in returned if i.cents <= fees[i.sku]]
+    if eaten:
+        return (f"The return fee takes all of what {' and '.join(eaten)} would refund: leave "
+                f"{'it' if len(eaten) == 1 else 'them'} out of a change-of-mind refund.")
     quoted = [QuotedLine(line=item.sku, name=item.name, reason=reason,
                          amount_cents=item.cents - fees.get(item.sku, 0),
                          allowed_cents=item.cents, fee_cents=fees.get(item.sku, 0))
@@ -245,6 +247,7 @@ class PolicyFacts(BaseModel):
     lines: list[LineFacts]
     shipping: float
     shipping_refundable: bool
+    warranty: list[str]   # items the manufacturer's warranty covers instead, past the window
     return_fee: float
     return_fee_per: str
     paid: float
@@ -296,6 +299,8 @@ def policy_facts(order: Order, terms: PolicyTerms, held: Mapping[str, Held],
         order_id=order.order_id, delivered=days is not None, days_since_delivery=days,
         window_days=terms.window_days, within_window=closed is None, lines=lines,
         shipping=order.shipping, shipping_refundable=shipping_open and closed is None,
+        warranty=[i.name for i in order.items if days is not None and days > terms.window_days
+                  and i.category in terms.warranty_categories],
         return_fee=terms.return_fee, return_fee_per=terms.return_fee_per, paid=order.total,
         refunded_so_far=to_dollars(refunded_cents(order, held)),
         left_to_refund=to_dollars(left_to_refund_cents(order, held)), notes=notes,

@@ -16,10 +16,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import AlreadyDecided, DecisionRefused, NotFound, RunBusy, StoreError
+from .errors import (
+    AlreadyDecided,
+    DecisionRefused,
+    LeaseLost,
+    NotFound,
+    RunBusy,
+    RunNotReady,
+    StoreError,
+)
 from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
 from .policy import Held, Quote
 
@@ -29,8 +38,26 @@ from .policy import Held, Quote
 SCHEMA_VERSION = 3
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
-# process with the same pid exists (pids are reused after a reboot).
+# process with the same pid exists (pids are reused after a reboot, and a paused process keeps
+# its pid). The holder renews it while it works, model requests included.
 LEASE_STALE_SECONDS = 15 * 60
+# Lease times come from the database's clock, never a process's own: two processes whose clocks
+# disagree still agree on whether a lease has expired.
+_DB_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to advance one run, held by one process at a time.
+
+    ``epoch`` is a fencing token: it grows with every acquisition, and every write made on
+    behalf of the run checks it in the write's own transaction. A process that lost the run
+    (paused past its lease, slow, or taken over by ``resume``) is refused at its next write.
+    """
+
+    run_id: str
+    token: str
+    epoch: int
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -41,6 +68,7 @@ CREATE TABLE IF NOT EXISTS runs (
     input_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0, simulated_replies INTEGER NOT NULL DEFAULT 0,
     error TEXT, lease_pid INTEGER, lease_token TEXT, lease_at REAL, last_pid INTEGER,
+    lease_epoch INTEGER NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
@@ -125,9 +153,10 @@ class Store:
     processes cannot both read "pending" and both write "approved".
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
         self.path = Path(path)
         self.pid = os.getpid()
+        self.lease_seconds = lease_seconds
         self._local = threading.local()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +183,7 @@ class Store:
             # No money was ever proposed there: the runs, replies and audit carry over as they
             # are, and the empty approvals table is made again with its new columns.
             script = ("DROP TABLE approvals; ALTER TABLE audit ADD COLUMN lines TEXT; "
+                      "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0; "
                       + _SCHEMA)
         try:  # executescript commits on its own, so the schema gets its own transaction
             self._db().executescript(
@@ -206,6 +236,9 @@ class Store:
             raise StoreError(self._explain(exc)) from None
         try:
             yield db
+        except sqlite3.Error as exc:  # a read-only folder, a full disk, a corrupt page
+            db.execute("ROLLBACK")
+            raise StoreError(self._explain(exc)) from None
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -295,7 +328,8 @@ class Store:
         """Runs marked working whose process is gone: a crash cut them off mid-turn."""
         rows = self._read("SELECT * FROM runs WHERE status = ? ORDER BY updated_at",
                           (RunStatus.WORKING,))
-        return [Run.model_validate(dict(r)) for r in rows if not self._lease_live(dict(r))]
+        db = self._db()
+        return [Run.model_validate(dict(r)) for r in rows if not self._lease_live(db, dict(r))]
 
     def decided_but_waiting(self) -> list[Run]:
         """Runs still marked waiting although their refund was decided (a crash in between)."""
@@ -305,15 +339,15 @@ class Store:
                           " AND p.status = 'pending')", (RunStatus.WAITING,))
         return [Run.model_validate(dict(r)) for r in rows]
 
-    @staticmethod
-    def _lease_live(row: dict[str, Any]) -> bool:
+    def _lease_live(self, db: sqlite3.Connection, row: dict[str, Any]) -> bool:
+        """Whether someone holds this run: a live process that renewed its lease recently."""
         if row.get("lease_token") is None:
             return False
-        fresh = time.time() - (row.get("lease_at") or 0) < LEASE_STALE_SECONDS
-        return fresh and pid_alive(row.get("lease_pid"))
+        age = db.execute(f"SELECT {_DB_NOW} - ?", (row.get("lease_at") or 0,)).fetchone()[0]
+        return age < self.lease_seconds and pid_alive(row.get("lease_pid"))
 
-    def acquire(self, run_id: str, token: str) -> bool:
-        """Take the run's lease for this process; True if a different process had it last.
+    def acquire(self, run_id: str, token: str) -> Lease:
+        """Take the run's lease for this process, with a fencing token one higher than before.
 
         Raises:
             RunBusy: another live process (or thread) holds the lease.
@@ -323,33 +357,58 @@ class Store:
             if row is None:
                 raise NotFound(f"No run with id {run_id!r}.")
             row = dict(row)
-            if row["lease_token"] not in (None, token) and self._lease_live(row):
+            if row["lease_token"] not in (None, token) and self._lease_live(db, row):
                 raise RunBusy(run_id, row["lease_pid"])
-            moved = row["last_pid"] not in (None, self.pid)
-            if moved:
+            if row["last_pid"] not in (None, self.pid):
                 self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
                                                    "pid": self.pid})
-            self._touch(db, run_id, lease_pid=self.pid, lease_token=token, lease_at=time.time(),
-                        last_pid=self.pid, status=RunStatus.WORKING, error=None)
-        return moved
+            epoch = row["lease_epoch"] + 1
+            db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {_DB_NOW},"
+                       " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
+                       " updated_at = ? WHERE id = ?",
+                       (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), run_id))
+        return Lease(run_id, token, epoch)
 
-    def release(self, run_id: str, token: str, status: RunStatus, error: str | None = None,
+    def _fence(self, db: sqlite3.Connection, lease: Lease) -> None:
+        """Refuse a write made on behalf of a run by a process that no longer holds it."""
+        row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?",
+                         (lease.run_id,)).fetchone()
+        if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):
+            raise LeaseLost(lease.run_id, row["lease_pid"] if row else None)
+
+    def check_lease(self, lease: Lease) -> None:
+        """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
+        try:
+            self._fence(self._db(), lease)
+        except sqlite3.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def renew(self, lease: Lease) -> None:
+        """The heartbeat: push the lease's expiry forward, if it is still ours."""
+        with self._tx() as db:
+            self._fence(db, lease)
+            db.execute(f"UPDATE runs SET lease_at = {_DB_NOW} WHERE id = ?", (lease.run_id,))
+
+    def release(self, lease: Lease, status: RunStatus, error: str | None = None,
                 step: tuple[str, dict[str, Any]] | None = None) -> None:
         """Give up the lease and set the run's status (with an optional timeline step)."""
         with self._tx() as db:
+            self._fence(db, lease)
             db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
-                       " status = ?, error = ?, updated_at = ? WHERE id = ? AND lease_token = ?",
-                       (status, error, time.time(), run_id, token))
+                       " status = ?, error = ?, updated_at = ? WHERE id = ?",
+                       (status, error, time.time(), lease.run_id))
             if step:
-                self._step(db, run_id, *step)
+                self._step(db, lease.run_id, *step)
 
     # -- the model's responses and calls ---------------------------------------------------
 
-    def record_response(self, run_id: str, *, response_id: str, calls: list[tuple[str, str, str]],
-                        steps: list[tuple[str, dict[str, Any]]], usage: dict[str, int],
-                        replies_sent: list[int]) -> None:
+    def record_response(self, lease: Lease, *, response_id: str,
+                        calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
+                        usage: dict[str, int], replies_sent: list[int]) -> None:
         """Boundary 2: a response, its calls and its timeline steps, before any call runs."""
+        run_id = lease.run_id
         with self._tx() as db:
+            self._fence(db, lease)
             for seq, (call_id, name, arguments) in enumerate(calls):
                 db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments)"
                            " VALUES (?,?,?,?,?,?)",
@@ -363,14 +422,17 @@ class Store:
                 "UPDATE runs SET last_response_id = ?, requests = requests + 1,"
                 " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
                 " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
-                " lease_at = ?, updated_at = ? WHERE id = ?",
+                f" lease_at = {_DB_NOW}, updated_at = ? WHERE id = ?",
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
-                 time.time(), run_id))
+                 run_id))
 
-    def add_cost(self, run_id: str, usage: dict[str, int], step: tuple[str, dict] | None) -> None:
+    def add_cost(self, lease: Lease, usage: dict[str, int], step: tuple[str, dict] | None
+                 ) -> None:
         """Count a side request (the simulated customer) toward the run's requests and cost."""
+        run_id = lease.run_id
         with self._tx() as db:
+            self._fence(db, lease)
             db.execute(
                 "UPDATE runs SET requests = requests + 1, cost_ticks = cost_ticks + ?,"
                 " input_tokens = input_tokens + ?, cached_tokens = cached_tokens + ?,"
@@ -386,22 +448,25 @@ class Store:
                           " FROM calls WHERE response_id = ? ORDER BY seq", (response_id,))
         return [Call.model_validate(dict(r)) for r in rows]
 
-    def record_output(self, run_id: str, call_id: str, output: str,
+    def record_output(self, lease: Lease, call_id: str, output: str,
                       steps: list[tuple[str, dict[str, Any]]],
                       audit: dict[str, Any] | None = None) -> None:
         """Boundary 3: a call's output is saved the moment the call returns."""
+        run_id = lease.run_id
         with self._tx() as db:
+            self._fence(db, lease)
             db.execute("UPDATE calls SET output = ? WHERE call_id = ? AND output IS NULL",
                        (output, call_id))
             for kind, data in steps:
                 self._step(db, run_id, kind, data)
             if audit:
                 self._audit(db, run_id=run_id, **audit)
-            self._touch(db, run_id, lease_at=time.time())
+            db.execute(f"UPDATE runs SET lease_at = {_DB_NOW}, updated_at = ? WHERE id = ?",
+                       (time.time(), run_id))
 
     # -- approvals -------------------------------------------------------------------------
 
-    def queue_approval(self, *, run_id: str, response_id: str, call_id: str, order_id: str,
+    def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
                        summary: str, customer: str,
                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
         """Boundary 4: a pending approval, its lines, its audit line and the run's pause.
@@ -410,7 +475,9 @@ class Store:
         order, so two tickets cannot both reserve the same line. Returns the approval, or the
         reason ``price`` gave (nothing is written then: the caller records the refusal).
         """
+        run_id = lease.run_id
         with self._tx() as db:
+            self._fence(db, lease)
             if db.execute("SELECT 1 FROM approvals WHERE id = ?", (call_id,)).fetchone():
                 return self.approval(call_id, db)
             quote = price(self._held(db, order_id))
@@ -597,8 +664,28 @@ class Store:
 
     # -- replies ---------------------------------------------------------------------------
 
-    def add_reply(self, run_id: str, text: str, simulated: bool) -> Reply:
+    def add_reply(self, run_id: str, text: str, simulated: bool, lease: Lease | None = None
+                  ) -> Reply:
+        """Save a customer's reply and mark the run as having work again, or refuse it.
+
+        A reply from a person is accepted only while the run is finished and nobody advances
+        it, checked in the same transaction as the insert: a refused reply is never stored. A
+        simulated reply is written by the run's owner, under its ``lease``.
+
+        Raises:
+            RunNotReady: the run is not finished, or a process is working on it.
+        """
         with self._tx() as db:
+            if lease is not None:
+                self._fence(db, lease)
+            else:
+                row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"No run with id {run_id!r}.")
+                if row["status"] != RunStatus.DONE or self._lease_live(db, dict(row)):
+                    raise RunNotReady(
+                        f"Run {run_id} is {row['status']}; a customer can write back once the "
+                        "agent has finished. The reply was not saved; send it again then.")
             cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)",
                              (run_id, time.time(), text, int(simulated)))
             self._step(db, run_id, "reply", {"text": text, "simulated": simulated})

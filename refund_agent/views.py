@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import string
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from .models import Approval, AuditEntry, Run, RunStatus, Step
+from .policy import Quote
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -116,6 +117,8 @@ class Block:
         arguments: a tool call's arguments (parsed JSON when possible).
         result: a tool call's output once it ran, else None.
         result_below: the call's result is its own block further down (a refund that waited).
+        lines: plain-text rows shown as a list: a proposal's or a refund's order lines, what a
+            decision paid and declined.
         simulated: for replies: written by the model playing the customer.
         at: when the step was committed.
         pid: the process that committed it.
@@ -128,6 +131,7 @@ class Block:
     arguments: Any = None
     result: Any = None
     result_below: bool = False
+    lines: tuple[str, ...] = ()
     simulated: bool = False
     at: float = 0.0
     pid: int = 0
@@ -170,7 +174,12 @@ def result_summary(name: str, output: Any) -> str:
                f"total {money(output.get('total'))}"
     if name == "check_refund_policy":
         facts = output.get("facts", {})
-        return f"policy allows at most {money(facts.get('max_refund'))}"
+        if "max_refund" in facts:  # a run recorded before refunds were itemized
+            return f"policy allows at most {money(facts.get('max_refund'))}"
+        lines = facts.get("lines") or []
+        open_ = sum(1 for line in lines if line.get("status") == "refundable")
+        return (f"{open_} of {len(lines)} line{'s' if len(lines) != 1 else ''} refundable, "
+                f"{money(facts.get('left_to_refund'))} left to refund")
     if name == "send_customer_message":
         return f"sent to {output.get('to')}"
     if name == "issue_refund":
@@ -181,6 +190,41 @@ def result_summary(name: str, output: Any) -> str:
             return f"rejected by {output.get('rejected_by')}"
         return status
     return shorten(json.dumps(output), 60)
+
+
+def cents_to_money(cents: Any) -> str:
+    return money(cents / 100) if isinstance(cents, int | float) else ""
+
+
+def line_text(line: Mapping[str, Any]) -> str:
+    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00``.
+
+    Takes the shapes the steps and the audit log record: ``amount_cents`` (approvals, audit),
+    ``amount`` in dollars (refunds), or no amount at all (a refused request).
+    """
+    if "amount_cents" in line:
+        amount = cents_to_money(line["amount_cents"])
+    else:
+        amount = money(line.get("amount")) if isinstance(line.get("amount"), int | float) else ""
+    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount)
+                    if part)
+
+
+def lines_text(lines: Iterable[Mapping[str, Any]] | None) -> str:
+    """Lines joined for one table cell: ``POUR-GLS-01 damaged $48.00; MUG-STN-2 ...``."""
+    return "; ".join(line_text(line) for line in lines or [] if isinstance(line, Mapping))
+
+
+def _declined_text(declined: Iterable[Any]) -> str:
+    """Declined lines as the decision (skus) or the refund (``{line, item}``) records them."""
+    names = []
+    for item in declined:
+        if isinstance(item, Mapping):
+            name = item.get("item")
+            names.append(f"{item.get('line')} ({name})" if name else str(item.get("line")))
+        else:
+            names.append(str(item))
+    return ", ".join(names)
 
 
 def _response_title(data: dict[str, Any], turn: int) -> str:
@@ -239,17 +283,32 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             turn += 1
             blocks.append(Block("response", _response_title(d, turn), **base))
         elif k == "approval":
+            # Stores from before itemized refunds have "reason" and no lines.
             blocks.append(Block("proposal", f"Proposed refund {money(d['amount'])} on order "
                                 f"{d['order_id']}, waiting for a person to approve it",
-                                d.get("reason", ""), **base))
+                                d.get("summary") or d.get("reason") or "",
+                                lines=tuple(line_text(line) for line in d.get("lines") or []),
+                                **base))
         elif k == "decision":
             verb = "Approved" if d["decision"] == "approved" else "Rejected"
-            blocks.append(Block("decision", f"{verb} by {d['by']}", d.get("note") or "", **base))
+            rows = []
+            if d["decision"] == "approved" and d.get("amount") is not None:
+                rows.append(f"Pays {money(d['amount'])}")
+            if d.get("declined"):
+                rows.append(f"Declined: {_declined_text(d['declined'])}")
+            blocks.append(Block("decision", f"{verb} by {d['by']}", d.get("note") or "",
+                                lines=tuple(rows), **base))
         elif k == "refund":
             title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
             if d.get("reused"):
                 title += " (already made before the crash; reused, not repeated)"
-            blocks.append(Block("refund", title, **base))
+            rows = [" ".join(filter(None, (line_text(line), f"({line['item']})"
+                                          if line.get("item") else "")))
+                    for line in d.get("lines") or []]
+            if d.get("declined"):
+                rows.append(f"Declined: {_declined_text(d['declined'])}")
+            blocks.append(Block("refund", title, d.get("note") or "", lines=tuple(rows),
+                                **base))
         elif k == "message":
             blocks.append(Block("message", f"Email to {d['to']}", d["body"], **base))
         elif k == "note":
@@ -298,6 +357,49 @@ def live_title(segment: LiveSegment) -> str:
 
 # -- the approval card ------------------------------------------------------------------
 
+REASON_LABELS = {"damaged": "damaged", "changed_mind": "changed mind", "shipping": "shipping"}
+
+
+@dataclass(frozen=True)
+class CardLine:
+    """One order line of a proposed refund, as the approver sees it."""
+
+    line: str      # the sku, or SHIPPING
+    name: str
+    reason: str    # damaged, changed_mind, shipping
+    amount: float  # what the refund pays for it
+    allowed: float  # the line's full value: the most any reason could refund
+    fee: float     # the return fee taken from it
+
+    @property
+    def tickable(self) -> bool:
+        """Item lines can be unticked; shipping follows the policy."""
+        return self.reason != "shipping"
+
+    @property
+    def reason_label(self) -> str:
+        return REASON_LABELS.get(self.reason, self.reason)
+
+    @property
+    def summary(self) -> str:
+        """``Glass pour-over coffee maker · damaged · $48.00`` (shipping: no reason)."""
+        if not self.tickable:
+            return f"{self.name} · {money(self.amount)}"
+        return f"{self.name} · {self.reason_label} · {money(self.amount)}"
+
+    @property
+    def basis(self) -> str:
+        """Why this amount: ``MUG-STN-2 · $26.00 less a $7.50 return fee``."""
+        if self.reason == "shipping":
+            return "refunded because every item arrived damaged; dropped if an item is unticked"
+        if self.fee:
+            why = f"{money(self.allowed)} less a {money(self.fee)} return fee"
+        elif abs(self.amount - self.allowed) < 0.005:
+            why = f"full value {money(self.allowed)}"
+        else:
+            why = f"of {money(self.allowed)}"
+        return f"{self.line} · {why}"
+
 
 @dataclass(frozen=True)
 class Card:
@@ -308,8 +410,8 @@ class Card:
     customer: str
     order_id: str
     amount: float
-    reason: str
-    max_refund: float | None
+    summary: str
+    lines: list[CardLine] = field(default_factory=list)
     facts: list[tuple[str, str]] = field(default_factory=list)
     problem: str | None = None
     requested: str = ""
@@ -320,12 +422,27 @@ class Card:
 
     @property
     def within_policy(self) -> bool:
-        return self.problem is None and (self.max_refund is None
-                                         or self.amount <= self.max_refund + 1e-9)
+        return self.problem is None
+
+    @property
+    def item_lines(self) -> list[CardLine]:
+        """The lines with a checkbox."""
+        return [line for line in self.lines if line.tickable]
+
+    @property
+    def shipping_lines(self) -> list[CardLine]:
+        return [line for line in self.lines if not line.tickable]
 
 
-def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    """The policy facts an approver needs, as (label, value) rows."""
+def fact_rows(facts: dict[str, Any], own: Collection[str] = (),
+              changed_mind: bool = False) -> list[tuple[str, str]]:
+    """The policy facts an approver needs, as (label, value) rows.
+
+    Args:
+        facts: :class:`~refund_agent.policy.PolicyFacts` as a dict (this refund's lines left out).
+        own: the lines of this refund; the order's other lines are listed with their status.
+        changed_mind: whether this refund returns something, so the return-fee rule matters.
+    """
     rows: list[tuple[str, str]] = []
     days = facts.get("days_since_delivery")
     window = facts.get("window_days", 30)
@@ -335,11 +452,15 @@ def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         inside = "inside" if facts.get("within_window") else "outside"
         rows.append(("Delivered", f"{days} day{'s' if days != 1 else ''} ago, {inside} the "
                                   f"{window}-day window"))
-    items = facts.get("items") or []
-    if items:
-        rows.append(("Items", "; ".join(
-            f"{i['name']} {money(i['price'])}" + (" (final sale)" if i.get("final_sale") else "")
-            for i in items)))
+    others = [line for line in facts.get("lines") or [] if line.get("line") not in own]
+    if others:
+        rows.append(("Other lines", "; ".join(
+            f"{line.get('name', line.get('line'))} {money(line.get('line_total'))} "
+            f"({line.get('status', '')})" for line in others)))
+    if changed_mind and facts.get("return_fee") is not None:
+        per = ("per refund, shared by its changed-mind lines"
+               if facts.get("return_fee_per") == "refund" else "per item returned")
+        rows.append(("Return fee", f"{money(facts['return_fee'])} {per}"))
     if "paid" in facts:
         rows.append(("Paid", f"{money(facts['paid'])}, refunded so far "
                              f"{money(facts.get('refunded_so_far', 0))}, left "
@@ -349,17 +470,48 @@ def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
 
 def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None,
                   now: float | None = None) -> Card:
-    max_refund = facts.get("max_refund")
+    lines = [CardLine(line=line.line, name=line.name, reason=line.reason, amount=line.amount,
+                      allowed=round(line.allowed_cents / 100, 2),
+                      fee=round(line.fee_cents / 100, 2)) for line in approval.lines]
     return Card(approval_id=approval.id, run_id=approval.run_id, customer=approval.customer,
-                order_id=approval.order_id, amount=approval.amount, reason=approval.reason,
-                max_refund=max_refund, facts=fact_rows(facts), problem=problem,
+                order_id=approval.order_id, amount=approval.amount, summary=approval.summary,
+                lines=lines,
+                facts=fact_rows(facts, {line.line for line in approval.lines},
+                                any(line.reason == "changed_mind" for line in approval.lines)),
+                problem=problem,
                 requested=f"requested {ago(approval.requested_at, now)} by process "
                           f"{approval.requested_pid}")
 
 
+def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None
+                ) -> tuple[str, str] | None:
+    """What approving with some lines unticked would do, as (kind, plain text), or None.
+
+    ``kind`` is "info" or "warning"; ``quote`` is :meth:`Agent.quote_kept`'s answer, or None when it
+    could not be computed (the sum of the ticked lines is then shown as an estimate).
+    """
+    items = card.item_lines
+    if all(line.line in keep for line in items):
+        return None
+    kept = [line for line in items if line.line in keep]
+    if not kept:
+        return "warning", ("No line is ticked. To refund nothing, reject with a note instead.")
+    declined = ", ".join(line.name for line in items if line.line not in keep)
+    if isinstance(quote, str):
+        return "warning", f"The ticked lines cannot be approved: {quote}"
+    if quote is None:
+        total = sum(line.amount for line in kept)
+        return "info", (f"Approving pays about {money(total)} for the ticked lines (an estimate: "
+                        f"the return fee and shipping are re-computed on approval) instead of "
+                        f"{money(card.amount)}. Declined: {declined}.")
+    return "info", (f"Approving pays {money(quote.amount)} for the ticked lines instead of "
+                    f"{money(card.amount)}. Declined: {declined}.")
+
+
 # -- the audit log ----------------------------------------------------------------------
 
-AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Note", "Run", "Approval"]
+AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note", "Run",
+                 "Approval"]
 
 
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
@@ -367,15 +519,23 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.
     rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
              "Event": e.event, "By": e.actor, "PID": e.pid, "Order": e.order_id or "",
-             "Amount": money(e.amount), "Note": e.note or "", "Run": e.run_id or "",
+             "Amount": money(e.amount), "Lines": lines_text(e.lines), "Note": e.note or "",
+             "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
             for e in sorted(entries, key=lambda e: e.id, reverse=True)]
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
 
 def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
-    """The audit log as CSV (newest first), with every field including the chain hashes."""
-    frame = pd.DataFrame([e.model_dump() for e in sorted(entries, key=lambda e: e.id,
-                                                         reverse=True)])
+    """The audit log as CSV (newest first), with every field including the chain hashes.
+
+    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none.
+    """
+    rows = []
+    for e in sorted(entries, key=lambda e: e.id, reverse=True):
+        row = e.model_dump()
+        row["lines"] = "" if e.lines is None else json.dumps(e.lines)
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
     return frame.to_csv(index=False).encode()
 

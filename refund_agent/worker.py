@@ -121,17 +121,21 @@ class Worker:
         self._launch(run.id)
         return run
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None
-               ) -> Approval:
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
+               keep: list[str] | None = None) -> Approval:
         """Record a decision, then continue its run in the background.
+
+        Args:
+            keep: for an approval, the lines (skus) to refund; the others are declined. None
+                keeps every proposed line.
 
         Raises:
             AlreadyDecided: someone decided first (its message names who).
-            DecisionRefused: no name, a rejection without a note, or a policy that no longer
-                allows the refund.
+            DecisionRefused: no name, a rejection without a note, no line kept, or a policy
+                that no longer allows the refund.
         """
         self._check_running()
-        decided = self.agent.decide(approval_id, approve, by, note)
+        decided = self.agent.decide(approval_id, approve, by, note, keep=keep)
         self._launch(decided.run_id)
         return decided
 

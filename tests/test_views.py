@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pandas as pd
+from conftest import DATA
 
 from refund_agent import views
-from refund_agent.models import Approval, AuditEntry, Run, RunStatus, Step
+from refund_agent.models import Approval, ApprovalLine, AuditEntry, Run, RunStatus, Step
+from refund_agent.policy import Held, quote_refund
+from refund_agent.shop import Shop
 
 NOW = 1_800_000_000.0
+MAYA_LINES = [{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800},
+              {"line": "MUG-STN-2", "reason": "changed_mind", "amount_cents": 1850}]
 
 
 def step(i: int, kind: str, by_pid: int = 100, **data) -> Step:
@@ -27,10 +33,33 @@ def make_run(**changes) -> Run:
     return Run(**fields)
 
 
-def audit_entry(i: int, event: str, pid: int, actor: str = "agent") -> AuditEntry:
+def audit_entry(i: int, event: str, pid: int, actor: str = "agent",
+                lines: list[dict] | None = None) -> AuditEntry:
     return AuditEntry(id=i, at=NOW + i, event=event, actor=actor, pid=pid, run_id="run_1",
                       approval_id="call_9", order_id="A1043", amount=48.0, note=None,
-                      prev_hash="0" * 64, hash=f"{i:064d}")
+                      lines=lines, prev_hash="0" * 64, hash=f"{i:064d}")
+
+
+def line(sku: str, name: str, reason: str, cents: int, allowed: int, fee: int = 0,
+         decision: str | None = None) -> ApprovalLine:
+    return ApprovalLine(line=sku, name=name, reason=reason, amount_cents=cents,
+                        allowed_cents=allowed, fee_cents=fee, decision=decision)
+
+
+def make_approval(lines: list[ApprovalLine], order_id: str = "A1043", **changes) -> Approval:
+    total = sum(x.amount_cents for x in lines)
+    fields = dict(id="call_9", run_id="run_1", response_id="r3", call_id="call_9",
+                  order_id=order_id, amount_cents=total, proposed_cents=total,
+                  summary="Carafe damaged; mugs returned", customer="maya.chen@example.com",
+                  status="pending", requested_at=NOW - 60, requested_pid=100, decided_by=None,
+                  decided_at=None, decided_pid=None, note=None, lines=lines)
+    fields.update(changes)
+    return Approval(**fields)
+
+
+CARAFE = line("POUR-GLS-01", "Glass pour-over coffee maker", "damaged", 4800, 4800)
+MUGS = line("MUG-STN-2", "Stoneware mugs, set of 2", "changed_mind", 1850, 2600, 750)
+SHIPPING = line("SHIPPING", "Shipping", "shipping", 695, 695)
 
 
 def test_md_keeps_customer_text_literal():
@@ -91,19 +120,22 @@ def test_timeline_pairs_a_lookup_with_its_result():
 
 
 def test_timeline_of_a_refund_across_a_restart():
+    paid = [{"line": "POUR-GLS-01", "item": "Glass pour-over coffee maker", "reason": "damaged",
+             "amount": 48.0}]
     steps = [
         step(1, "call", call_id="r", name="issue_refund",
-             arguments='{"order_id": "A1043", "amount": 48.0, "reason": "Cracked carafe"}'),
+             arguments='{"order_id": "A1043", "lines": [{"line": "POUR-GLS-01", "reason": '
+                       '"damaged"}], "summary": "Cracked carafe"}'),
         step(2, "response", response_id="r3"),
         step(3, "approval", approval_id="r", order_id="A1043", amount=48.0,
-             reason="Cracked carafe"),
+             summary="Cracked carafe", lines=MAYA_LINES[:1]),
         step(4, "decision", by_pid=200, approval_id="r", decision="approved", by="Dana",
-             note=None),
+             note=None, amount=48.0, declined=[]),
         step(5, "restart", by_pid=200, pid=200, previous_pid=100),
         step(6, "result", by_pid=200, call_id="r", name="issue_refund",
-             output={"status": "refunded", "refund_id": "re_1", "amount": 48.0}),
+             output={"status": "refunded", "refund_id": "re_1", "amount": 48.0, "lines": paid}),
         step(7, "refund", by_pid=200, status="refunded", refund_id="re_1", amount=48.0,
-             reused=True),
+             approved_by="Dana", lines=paid, reused=True),
         step(8, "message", by_pid=200, to="maya@example.com", body="Refunded.\n\nWarmly"),
         step(9, "note", by_pid=200, text="Refunded $48.00."),
         step(10, "error", message="boom"),
@@ -119,11 +151,50 @@ def test_timeline_of_a_refund_across_a_restart():
     assert by_kind["result"].title == "issue_refund → refunded $48.00 (re_1)"
     assert by_kind["proposal"].title.startswith("Proposed refund $48.00 on order A1043")
     assert by_kind["proposal"].body == "Cracked carafe"
+    assert by_kind["proposal"].lines == ("POUR-GLS-01 damaged $48.00",)
     assert by_kind["decision"].title == "Approved by Dana"
+    assert by_kind["decision"].lines == ("Pays $48.00",)
+    assert by_kind["refund"].lines == ("POUR-GLS-01 damaged $48.00 (Glass pour-over coffee "
+                                       "maker)",)
     assert by_kind["restart"].title.startswith("Server restarted: process 200 picked up")
     assert by_kind["restart"].pid == 200
     assert "reused, not repeated" in by_kind["refund"].title
     assert by_kind["message"].title == "Email to maya@example.com"
+
+
+def test_timeline_of_a_partial_approval_shows_what_was_declined():
+    blocks = views.timeline([
+        step(1, "approval", approval_id="r", order_id="A1043", amount=66.5,
+             summary="Carafe damaged; mugs returned", lines=MAYA_LINES),
+        step(2, "decision", approval_id="r", decision="approved", by="Dana",
+             note="Mugs were used", amount=48.0, declined=["MUG-STN-2"]),
+        step(3, "refund", status="refunded", refund_id="re_1", amount=48.0, approved_by="Dana",
+             lines=[{"line": "POUR-GLS-01", "item": "Glass pour-over coffee maker",
+                     "reason": "damaged", "amount": 48.0}],
+             declined=[{"line": "MUG-STN-2", "item": "Stoneware mugs, set of 2"}],
+             note="Mugs were used", reused=False),
+    ])
+    proposal, decision, refund = blocks
+    assert proposal.title.startswith("Proposed refund $66.50 on order A1043")
+    assert proposal.lines == ("POUR-GLS-01 damaged $48.00", "MUG-STN-2 changed_mind $18.50")
+    assert decision.title == "Approved by Dana" and decision.body == "Mugs were used"
+    assert decision.lines == ("Pays $48.00", "Declined: MUG-STN-2")
+    assert refund.title == "Refund re_1 issued: $48.00" and "reused" not in refund.title
+    assert refund.lines == ("POUR-GLS-01 damaged $48.00 (Glass pour-over coffee maker)",
+                            "Declined: MUG-STN-2 (Stoneware mugs, set of 2)")
+    assert refund.body == "Mugs were used"
+
+
+def test_timeline_reads_steps_from_before_itemized_refunds():
+    blocks = views.timeline([
+        step(1, "approval", approval_id="r", order_id="A1043", amount=48.0,
+             reason="Cracked carafe"),
+        step(2, "decision", approval_id="r", decision="approved", by="Dana", note=None),
+        step(3, "refund", status="refunded", refund_id="re_1", amount=48.0, reused=False),
+    ])
+    assert [b.body for b in blocks] == ["Cracked carafe", "", ""]
+    assert [b.lines for b in blocks] == [(), (), ()]
+    assert blocks[2].title == "Refund re_1 issued: $48.00"
 
 
 def test_commentary_next_to_a_call_does_not_split_it_from_its_result():
@@ -150,6 +221,11 @@ def test_timeline_marks_simulated_replies():
 
 def test_result_summary_for_errors_and_unknown_tools():
     assert views.result_summary("lookup_order", {"error": "No order X1"}) == "error: No order X1"
+    facts = {"lines": [{"line": "GIFT-50", "status": "final sale"},
+                       {"line": "SKL-CI-10", "status": "refundable"}], "left_to_refund": 94.95}
+    assert views.result_summary("check_refund_policy", {"facts": facts}) == \
+        "1 of 2 lines refundable, $94.95 left to refund"
+    # A result recorded before refunds were itemized still reads.
     assert views.result_summary("check_refund_policy", {"facts": {"max_refund": 31.5}}) == \
         "policy allows at most $31.50"
     assert views.result_summary("issue_refund", {"status": "rejected", "rejected_by": "Dana"}) \
@@ -164,39 +240,114 @@ def test_live_titles():
         "Calling issue_refund…"
 
 
-def test_approval_card_shows_facts_and_the_policy_limit():
-    approval = Approval(id="call_9", run_id="run_1", response_id="r3", call_id="call_9",
-                        order_id="A1066", amount=31.5, reason="Skillet, less the return fee",
-                        customer="priya@example.com", status="pending", requested_at=NOW - 60,
-                        requested_pid=100, decided_by=None, decided_at=None, decided_pid=None,
-                        note=None)
-    facts = {"days_since_delivery": 6, "window_days": 30, "within_window": True,
-             "items": [{"name": "Gift card", "price": 50.0, "final_sale": True},
-                       {"name": "Skillet", "price": 39.0, "final_sale": False}],
-             "paid": 94.95, "refunded_so_far": 0.0, "left_to_refund": 94.95, "max_refund": 39.0}
+def test_approval_card_shows_each_line_and_what_the_policy_allows():
+    approval = make_approval([CARAFE, MUGS])
+    facts = {"days_since_delivery": 1, "window_days": 30, "within_window": True,
+             "lines": [{"line": "POUR-GLS-01", "name": "Glass pour-over coffee maker",
+                        "line_total": 48.0, "status": "refundable"},
+                       {"line": "MUG-STN-2", "name": "Stoneware mugs, set of 2",
+                        "line_total": 26.0, "status": "refundable"}],
+             "return_fee": 7.5, "return_fee_per": "refund",
+             "paid": 80.95, "refunded_so_far": 0.0, "left_to_refund": 80.95}
     card = views.approval_card(approval, facts, None, now=NOW)
-    assert card.title == "$31.50 for order A1066" and card.within_policy
+    assert card.title == "$66.50 for order A1043" and card.within_policy
+    assert card.summary == "Carafe damaged; mugs returned"
+    assert [(x.summary, x.basis) for x in card.lines] == [
+        ("Glass pour-over coffee maker · damaged · $48.00", "POUR-GLS-01 · full value $48.00"),
+        ("Stoneware mugs, set of 2 · changed mind · $18.50",
+         "MUG-STN-2 · $26.00 less a $7.50 return fee"),
+    ]
+    assert [x.line for x in card.item_lines] == ["POUR-GLS-01", "MUG-STN-2"]
+    assert card.shipping_lines == []
+    # The order has no lines outside this refund, so no "Other lines" row; no max_refund.
     assert dict(card.facts) == {
-        "Delivered": "6 days ago, inside the 30-day window",
-        "Items": "Gift card $50.00 (final sale); Skillet $39.00",
-        "Paid": "$94.95, refunded so far $0.00, left $94.95",
+        "Delivered": "1 day ago, inside the 30-day window",
+        "Return fee": "$7.50 per refund, shared by its changed-mind lines",
+        "Paid": "$80.95, refunded so far $0.00, left $80.95",
     }
     assert card.requested == "requested 1 min ago by process 100"
-    late = views.approval_card(approval, {**facts, "max_refund": 0.0}, "Order A1066 cannot be "
-                               "refunded", now=NOW)
+    late = views.approval_card(approval, facts, "Order A1043 was delivered 40 days ago",
+                               now=NOW)
     assert not late.within_policy and late.problem
     assert dict(views.fact_rows({"days_since_delivery": None}))["Delivered"] == "not yet"
 
 
+def test_approval_card_lists_shipping_and_the_order_s_other_lines():
+    skillet = line("SKL-CI-10", "Cast iron skillet, 10 inch", "damaged", 3900, 3900)
+    approval = make_approval([skillet, SHIPPING], order_id="A1066")
+    facts = {"days_since_delivery": 6, "window_days": 30, "within_window": True,
+             "lines": [{"line": "GIFT-50", "name": "Gift card, $50", "line_total": 50.0,
+                        "status": "final sale"},
+                       {"line": "SKL-CI-10", "name": "Cast iron skillet, 10 inch",
+                        "line_total": 39.0, "status": "refundable"}],
+             "return_fee": 7.5, "return_fee_per": "refund", "paid": 94.95,
+             "refunded_so_far": 0.0, "left_to_refund": 94.95}
+    card = views.approval_card(approval, facts, None, now=NOW)
+    assert [x.line for x in card.item_lines] == ["SKL-CI-10"]
+    (ship,) = card.shipping_lines
+    assert not ship.tickable and ship.summary == "Shipping · $6.95"
+    assert ship.basis.startswith("refunded because every item arrived damaged")
+    rows = dict(card.facts)
+    assert rows["Other lines"] == "Gift card, $50 $50.00 (final sale)"
+    assert "Return fee" not in rows  # nothing in this refund is returned for a change of mind
+
+
+def test_kept_lines_are_priced_by_the_policy():
+    shop = Shop(DATA)
+    order = shop.order("A1043")
+    approval = make_approval([CARAFE, MUGS])
+    card = views.approval_card(approval, {}, None, now=NOW)
+
+    def notice(keep, held=None):
+        # Priced as Agent.quote_kept prices it: the proposal's reasons, the kept lines.
+        reasons = {x.line: x.reason for x in approval.item_lines}
+        quote = quote_refund(order, shop.terms, [(k, reasons[k]) for k in keep], held or {},
+                             shop.today, shipping=False)
+        return quote, views.kept_notice(card, keep, quote)
+
+    assert views.kept_notice(card, ["POUR-GLS-01", "MUG-STN-2"], None) is None
+    quote, (kind, text) = notice(["POUR-GLS-01"])
+    assert quote.amount == 48.0 and quote.line_ids() == ["POUR-GLS-01"]
+    assert kind == "info" and text == ("Approving pays $48.00 for the ticked lines instead of "
+                                       "$66.50. Declined: Stoneware mugs, set of 2.")
+    # Alone, the mugs carry the whole per-refund return fee.
+    quote, (kind, text) = notice(["MUG-STN-2"])
+    assert quote.amount == 18.5 and "pays $18.50" in text
+    assert views.kept_notice(card, [], None) == (
+        "warning", "No line is ticked. To refund nothing, reject with a note instead.")
+    # A line another refund has taken since: the page says why before anyone clicks.
+    taken = {"POUR-GLS-01": Held("damaged", "refunded", "approval call_1", 4800)}
+    _, (kind, text) = notice(["POUR-GLS-01"], taken)
+    assert kind == "warning" and text.startswith("The ticked lines cannot be approved: ")
+    assert "already been refunded" in text
+    # Without a quote the sum of the ticked lines is shown, and called an estimate.
+    kind, text = views.kept_notice(card, ["MUG-STN-2"], None)
+    assert kind == "info" and "about $18.50" in text and "estimate" in text
+
+
 def test_audit_frame_and_csv_are_newest_first():
-    entries = [audit_entry(1, "requested", 100), audit_entry(2, "approved", 200, "Dana"),
-               audit_entry(3, "issued", 200, "payments")]
+    entries = [audit_entry(1, "requested", 100, lines=MAYA_LINES),
+               audit_entry(2, "approved", 200, "Dana", lines=MAYA_LINES[:1]),
+               audit_entry(3, "issued", 200, "payments", lines=MAYA_LINES[:1]),
+               audit_entry(4, "ignored", 300, "Sam")]
     frame = views.audit_frame(entries)
     assert list(frame.columns) == views.AUDIT_COLUMNS
-    assert list(frame["Event"]) == ["issued", "approved", "requested"]
-    assert list(frame["PID"]) == [200, 200, 100]
-    assert frame["Amount"][0] == "$48.00"
-    csv = pd.read_csv(io.BytesIO(views.audit_csv(entries)))
-    assert list(csv["event"]) == ["issued", "approved", "requested"]
-    assert {"prev_hash", "hash", "pid"} <= set(csv.columns)
+    assert list(frame["Event"]) == ["ignored", "issued", "approved", "requested"]
+    assert list(frame["PID"]) == [300, 200, 200, 100]
+    assert frame["Amount"][1] == "$48.00"
+    assert list(frame["Lines"]) == ["", "POUR-GLS-01 damaged $48.00",
+                                    "POUR-GLS-01 damaged $48.00",
+                                    "POUR-GLS-01 damaged $48.00; MUG-STN-2 changed_mind $18.50"]
+    csv = pd.read_csv(io.BytesIO(views.audit_csv(entries)), keep_default_na=False)
+    assert list(csv["event"]) == ["ignored", "issued", "approved", "requested"]
+    assert list(csv.columns) == list(AuditEntry.model_fields)  # every field, hashes included
+    assert json.loads(csv["lines"][3]) == MAYA_LINES and csv["lines"][0] == ""
     assert views.audit_frame([]).empty
+
+
+def test_lines_text_reads_every_shape_the_log_records():
+    # A refused request names lines without amounts; a refund step has dollars.
+    assert views.lines_text([{"line": "GIFT-50", "reason": "damaged"}]) == "GIFT-50 damaged"
+    assert views.line_text({"line": "SKL-CI-10", "reason": "changed_mind", "amount": 31.5}) == \
+        "SKL-CI-10 changed_mind $31.50"
+    assert views.lines_text(None) == ""

@@ -202,9 +202,11 @@ def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
 
 def _propose(facts: dict[str, Any], email: str) -> _Proposal:
     """The lines the policy lets us refund for what the customer describes."""
+    if not facts.get("delivered"):
+        return _Proposal([], why_not="the order has not been delivered yet")
     if not facts.get("within_window"):
-        notes = facts.get("notes") or ["the order is outside the refund window"]
-        return _Proposal([], why_not=notes[0])
+        return _Proposal([], why_not=f"it was delivered {facts.get('days_since_delivery')} days "
+                         f"ago, past the {facts.get('window_days')}-day refund window")
     lines = facts.get("lines", [])
     wanted = _wanted(lines, email)
     if not wanted:
@@ -335,10 +337,10 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                      "Could you tell me what happened: did an item arrive damaged, or would "
                      "you like to return something unused?")
     offer = ""
-    if "warranty" in proposal.why_not:
-        proposal.why_not = proposal.why_not.split(" The ")[0].rstrip(".")
-        offer = (" The item is covered by the manufacturer's warranty, so we can arrange a "
-                 "repair or a replacement instead. Just reply and I'll set it up.")
+    if facts.get("warranty"):
+        offer = (f" The {' and '.join(facts['warranty']).lower()} is covered by the "
+                 "manufacturer's warranty, so we can arrange a repair or a replacement instead. "
+                 "Just reply and I'll set it up.")
     if sent:
         return Reply("I've explained the decision; only the team note is left.",
                      f"Declined order {order_id} without a refund proposal: {proposal.why_not}. "
@@ -376,8 +378,10 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
                 + (" You don't need to send the damaged item back." if damaged else ""))
         if declined:
             note = (outcome.get("note") or "").strip()
-            text += (f"\n\nOur team could not refund the {declined}"
-                     + (f". Their note: {note}" if note else "") + ". If that seems wrong, just "
+            if note and note[-1] not in ".!?":
+                note += "."
+            text += (f"\n\nOur team could not refund the {declined}."
+                     + (f" Their note: {note}" if note else "") + " If that seems wrong, just "
                      "reply and we'll take another look.")
         return _send("The refund went through. I'll tell the customer exactly what was "
                      "refunded" + (" and what was not." if declined else "."), text)

@@ -1,0 +1,495 @@
+"""Money invariants over generated shops and generated histories (a Hypothesis state machine).
+
+The README promises that the agent never pays more than the policy allows and pays each allowed
+amount once. Hand-picked scenarios missed the ways that broke before (an item refunded twice,
+an order id spelled "#A1043" escaping the per-order total), so this test generates them: random
+shops (prices in cents, quantities, final-sale lines, shipping, delivery ages, return fees per
+item or per refund) and random histories against them:
+
+- a scripted model calls ``issue_refund`` with arbitrary lines, reasons, amounts (right, wrong,
+  NaN, a boolean, a string) and order-id spellings, sometimes twice in one run;
+- people approve, approve only some lines, reject, and race each other to decide;
+- the process "dies" at a named crash point, and runs are resumed.
+
+After every step the invariants are read straight from the payments log, the store and the
+audit log. The scripted model goes through the real openai SDK to the offline server.
+
+Crash points here raise an exception instead of killing the process, so thousands of histories
+fit in a test run; the crash matrix (test_crash_matrix.py) kills real processes at the same
+points. ``REFUND_AGENT_MONEY_EXAMPLES`` sets how many histories to try (500 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import hypothesis.strategies as st
+import openai
+import pytest
+from conftest import DATA
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+from test_crash_matrix import record
+
+import refund_agent.agent as agent_module
+from refund_agent import Agent, Settings
+from refund_agent.errors import AlreadyDecided, DecisionRefused
+from refund_agent.model import ModelAccess
+from refund_agent.models import RunStatus
+from refund_agent.offline import OfflineServer
+from refund_agent.offline.brain import Reply
+from refund_agent.policy import quote_refund
+
+EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES", "500"))
+SCRIPT = "SCRIPT "
+CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.com")]
+NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
+# Where a "process death" can happen during the steps below.
+CRASH_POINTS = ["after_response", "before_tool", "after_tool", "after_approval_queued",
+                "after_decision", "before_refund", "after_refund", "after_email"]
+
+
+class SimulatedCrash(BaseException):
+    """The process died here (a BaseException, so no ``except Exception`` swallows it)."""
+
+
+def _crash_point(name: str, enabled: frozenset[str]) -> None:
+    if name in enabled:
+        raise SimulatedCrash(name)
+
+
+class ScriptBrain:
+    """A model whose calls are written, as JSON, into the customer's email.
+
+    It reads only the conversation: the n-th function call it makes is the n-th scripted call,
+    and once the script is used up it finishes with a note.
+    """
+
+    def __call__(self, conversation: list[dict[str, Any]], tools: Any) -> Reply:
+        first = next((i for i in conversation if i.get("role") == "user"), {})
+        content = first.get("content")
+        text = content if isinstance(content, str) else "".join(
+            p.get("text", "") for p in content or [])
+        script = json.loads(text.split(SCRIPT, 1)[1]) if SCRIPT in text else []
+        made = sum(1 for i in conversation if i.get("type") == "function_call")
+        if made < len(script):
+            return Reply("scripted", calls=[("issue_refund", script[made])])
+        return Reply("done", "Finished.")
+
+
+_SERVER: OfflineServer | None = None
+_TOTALS: Counter[str] = Counter()
+
+
+def _server() -> OfflineServer:
+    global _SERVER
+    if _SERVER is None:
+        state = Path(tempfile.mkdtemp(prefix="money-model-")) / "model.sqlite3"
+        _SERVER = OfflineServer(state, brain=ScriptBrain()).start()
+    return _SERVER
+
+
+# -- generated shops ------------------------------------------------------------------------------
+
+@st.composite
+def shops(draw) -> dict[str, Any]:
+    window = draw(st.integers(1, 60))
+    terms = {"window_days": window, "return_fee": draw(st.integers(0, 1500)) / 100,
+             "return_fee_per": draw(st.sampled_from(["refund", "item"])),
+             "warranty_categories": ["appliance"]}
+    orders = []
+    for k in range(draw(st.integers(1, 3))):
+        name, email = draw(st.sampled_from(CUSTOMERS))
+        items = []
+        for j in range(draw(st.integers(1, 4))):
+            items.append({"sku": f"S{k}{j}-{draw(st.sampled_from(['A', 'B']))}",
+                          "name": f"{draw(st.sampled_from(NOUNS))} {j}",
+                          "category": draw(st.sampled_from(["kitchen", "appliance", "gift"])),
+                          "price": draw(st.integers(1, 40_000)) / 100,
+                          "quantity": draw(st.integers(1, 3)),
+                          "final_sale": draw(st.integers(0, 4)) == 0})
+        shipping = draw(st.sampled_from([0, 0, 495, 695, 1999]))
+        total = sum(round(i["price"] * 100) * i["quantity"] for i in items) + shipping
+        past = []
+        refundable = [i for i in items if not i["final_sale"]]
+        if refundable and draw(st.integers(0, 5)) == 0:
+            past.append({"days_ago": 1, "reason": "Refunded before this desk existed.",
+                         "lines": [{"line": refundable[0]["sku"], "reason": "damaged"}]})
+        orders.append({
+            "order_id": f"B{2000 + k}", "customer": {"name": name, "email": email},
+            "ordered_days_ago": window + 20,
+            # Mostly inside the window, sometimes past it or not delivered yet.
+            "delivered_days_ago": draw(st.sampled_from([None, window + 1 + k]
+                                                       + list(range(0, window + 1, 3)))),
+            "payment_method": "Visa ending 0000", "items": items, "shipping": shipping / 100,
+            "total": total / 100, "refunds": past})
+    return {"terms": terms, "orders": orders}
+
+
+def _write_shop(folder: Path, shop: dict[str, Any]) -> None:
+    shutil.copytree(DATA, folder)
+    info = json.loads((folder / "shop.json").read_text())
+    info["policy"] = shop["terms"]
+    (folder / "shop.json").write_text(json.dumps(info))
+    (folder / "orders.json").write_text(json.dumps({"orders": shop["orders"]}))
+
+
+def _spellings(order_id: str) -> list[str]:
+    return [order_id, f"#{order_id}", f" {order_id}", f"{order_id} ", order_id.lower(),
+            f"{order_id[0]} {order_id[1:]}", f"#{order_id.lower()} ", "\uff22" + order_id[1:]]
+
+
+# -- the machine ---------------------------------------------------------------------------------
+
+class MoneyMachine(RuleBasedStateMachine):
+    """Generated histories against one generated shop, checked after every step."""
+
+    #: Refunds proposed and not yet decided by a rule (a bundle, so that Hypothesis picks the
+    #: deciding rules whenever something waits).
+    waiting = Bundle("waiting")
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Memory-backed when the machine has it: thousands of histories, each with dozens of
+        # synchronous commits, would otherwise spend most of their time in fsync.
+        shm = Path("/dev/shm")
+        self.tmp = Path(tempfile.mkdtemp(prefix="money-", dir=shm if shm.is_dir() else None))
+        self.patch = mock.patch.object(agent_module, "crash_point", _crash_point)
+        self.patch.start()
+        self.crashes = 0
+        self.steps = 0
+
+    @initialize(shop=shops())
+    def open_shop(self, shop: dict[str, Any]) -> None:
+        _write_shop(self.tmp / "data", shop)
+        self.settings = Settings(api_key="", data_dir=self.tmp / "data",
+                                 output_dir=self.tmp / "output", max_retries=0, timeout=30.0)
+        server = _server()
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        self.agent = Agent(self.settings, model=ModelAccess(client, "scripted", server))
+        self.orders = self.agent.shop.orders
+
+    def teardown(self) -> None:
+        try:
+            if hasattr(self, "agent"):
+                # Whatever the history, once every run is resumed, nothing approved is unpaid.
+                self._resume_all()
+                self.money_holds()
+                for approval in self.agent.store.approvals("approved", limit=-1):
+                    assert self.agent.payments.find(approval.id) is not None, approval
+                _TOTALS["refunds"] += len(self.agent.payments.refunds())
+                _TOTALS["partial"] += sum(1 for a in self.agent.store.approvals(
+                    "approved", limit=-1) if a.declined)
+                _TOTALS["refused"] += sum(1 for e in self.agent.store.audit()
+                                          if e.event == "refused")
+                self.agent.store.close()
+        finally:
+            self.patch.stop()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            _TOTALS["examples"] += 1
+            _TOTALS["steps"] += self.steps
+            _TOTALS["crashes"] += self.crashes
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _advance(self, run_id: str, crash: str | None) -> None:
+        self.agent._crash = frozenset({crash}) if crash else frozenset()
+        try:
+            self.agent.advance(run_id)
+        except SimulatedCrash:
+            self.crashes += 1
+        finally:
+            self.agent._crash = frozenset()
+
+    def _resume_all(self) -> None:
+        for _ in range(3):
+            stuck = [r.id for r in self.agent.store.runs(limit=10_000)
+                     if r.status in (RunStatus.FAILED, RunStatus.WORKING)]
+            stuck += [r.id for r in self.agent.store.decided_but_waiting()]
+            if not stuck:
+                return
+            for run_id in dict.fromkeys(stuck):
+                self._advance(run_id, None)
+
+    # -- rules -----------------------------------------------------------------------------
+
+    def _request(self, data: st.DataObject, chaos: bool) -> Any:
+        self.steps += 1
+        order = data.draw(st.sampled_from(list(self.orders.values())), label="order")
+        other = chaos and data.draw(st.integers(0, 4), label="stranger") == 0
+        sender = next(e for _n, e in CUSTOMERS if e != order.customer.email) if other \
+            else order.customer.email
+        skus = [i.sku for i in order.items]
+        # A careful model reads the policy facts and names only lines still open; a careless
+        # one names any line of the order.
+        held = self.agent.store.held_lines(order.order_id)
+        open_ = [i.sku for i in order.items if not i.final_sale and i.sku not in held
+                 and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
+        careful = not chaos and open_ and data.draw(st.integers(0, 3), label="careful") > 0
+        reason = st.sampled_from(["damaged", "changed_mind"])
+        wellformed = st.lists(st.sampled_from(open_ if careful else skus), min_size=1,
+                              unique=True).flatmap(
+            lambda chosen: st.tuples(*[st.fixed_dictionaries(
+                {"line": st.just(s), "reason": reason}) for s in chosen]).map(list))
+        anything = st.lists(st.fixed_dictionaries({
+            "line": st.sampled_from([*skus, "SHIPPING", "NOPE", f" {skus[0]}"]),
+            "reason": st.sampled_from(["damaged", "changed_mind", "broken"])}), max_size=4)
+        amounts = st.sampled_from([None, "quote"])
+        if chaos:
+            amounts = st.one_of(amounts, st.floats(allow_nan=True, allow_infinity=True),
+                                st.integers(-100, 100_000).map(lambda c: c / 100),
+                                st.just(True), st.just("48"))
+        script = []
+        for _ in range(data.draw(st.integers(1, 2), label="calls")):
+            lines = data.draw(st.one_of(wellformed, anything) if chaos else wellformed,
+                              label="lines")
+            spelling = data.draw(st.sampled_from(
+                [*_spellings(order.order_id), *(["Z9999"] if chaos else [])]), label="order id")
+            amount = data.draw(amounts, label="amount")
+            if amount == "quote":
+                quote = quote_refund(order, self.agent.shop.terms,
+                                     [(x["line"], x["reason"]) for x in lines],
+                                     self.agent.store.held_lines(order.order_id),
+                                     self.agent.shop.today)
+                amount = quote.amount if not isinstance(quote, str) else None
+            summary = data.draw(st.sampled_from(["Refund as asked.", " "]), label="summary") \
+                if chaos else "Refund as asked."
+            script.append({"order_id": spelling, "lines": lines, "amount": amount,
+                           "summary": summary})
+        body = f"Please refund order {order.order_id}.\n{SCRIPT}{json.dumps(script)}"
+        run = self.agent.start(sender, body)
+        crash = data.draw(st.sampled_from([None] * 6 + CRASH_POINTS[:4]), label="crash")
+        self._advance(run.id, crash)
+        return multiple(*[a.id for a in self.agent.store.approvals("pending")
+                          if a.run_id == run.id])
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(target=waiting, data=st.data())
+    def request(self, data: st.DataObject) -> Any:
+        """A customer writes in; the scripted model asks for a refund a model might ask for."""
+        return self._request(data, chaos=False)
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(target=waiting, data=st.data())
+    def request_anything(self, data: st.DataObject) -> Any:
+        """The same, with a model that sends anything: strangers' orders, bad lines, NaN."""
+        return self._request(data, chaos=True)
+
+    @rule(approval_id=consumes(waiting), data=st.data())
+    def decide(self, approval_id: str, data: st.DataObject) -> None:
+        """A person approves (all or some lines) or rejects a waiting refund."""
+        approval = self.agent.store.approval(approval_id)
+        if approval.status != "pending":
+            return
+        self.steps += 1
+        _TOTALS["decisions"] += 1
+        choice = data.draw(st.sampled_from(["approve", "partial", "reject", "nothing kept"]),
+                           label="decision")
+        skus = [line.line for line in approval.item_lines]
+        keep = None
+        if choice == "partial":
+            keep = data.draw(st.lists(st.sampled_from(skus), min_size=1, unique=True),
+                             label="keep")
+        elif choice == "nothing kept":
+            keep = []
+        crash = data.draw(st.sampled_from([None] * 4 + CRASH_POINTS[4:]), label="crash")
+        self.agent._crash = frozenset({crash}) if crash else frozenset()
+        try:
+            self.agent.decide(approval.id, choice != "reject", "Dana", "Because.", keep=keep)
+        except DecisionRefused:
+            assert choice == "nothing kept" or self.agent.store.approval(approval.id).status \
+                == "pending"
+            return
+        except SimulatedCrash:
+            self.crashes += 1
+        finally:
+            self.agent._crash = frozenset()
+        self._advance(approval.run_id, crash)
+
+    @rule(approval_id=consumes(waiting), data=st.data())
+    def race(self, approval_id: str, data: st.DataObject) -> None:
+        """Two people decide the same refund at the same instant: exactly one decision lands.
+
+        Both make the same decision, so the history after the race does not depend on which
+        thread won (Hypothesis replays histories and needs them deterministic); approve against
+        reject is raced in test_races.py.
+        """
+        approval = self.agent.store.approval(approval_id)
+        if approval.status != "pending":
+            return
+        self.steps += 1
+        _TOTALS["races"] += 1
+        approve = data.draw(st.booleans(), label="approve")
+        barrier = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        def decide(approve: bool, by: str) -> None:
+            barrier.wait()
+            try:
+                self.agent.decide(approval.id, approve, by, None if approve else "No.")
+                outcomes.append("won")
+            except AlreadyDecided:
+                outcomes.append("lost")
+
+        threads = [threading.Thread(target=decide, args=(approve, "Dana")),
+                   threading.Thread(target=decide, args=(approve, "Sam"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost", "won"], outcomes
+        ignored = [e for e in self.agent.store.audit()
+                   if e.event == "ignored" and e.approval_id == approval.id]
+        assert len(ignored) == 1
+        self._advance(approval.run_id, None)
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule()
+    def resume(self) -> None:
+        """Someone runs `refund-agent resume` (or the page's worker restarts)."""
+        self.steps += 1
+        self._resume_all()
+
+    # -- the invariants --------------------------------------------------------------------
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @invariant()
+    def money_holds(self) -> None:
+        try:
+            self._check_money()
+        except AssertionError:
+            _TOTALS["failures"] += 1    # the report must not count a failing run as clean
+            raise
+
+    def _check_money(self) -> None:
+        agent, orders, terms = self.agent, self.orders, self.agent.shop.terms
+        payments = agent.payments.refunds()
+        approvals = {a.id: a for a in agent.store.approvals(status=None, limit=-1)}
+        audit = agent.store.audit()
+        fee = terms.return_fee_cents
+
+        paid_lines: Counter[tuple[str, str]] = Counter()
+        per_order: Counter[str] = Counter()
+        for order in orders.values():
+            for past in order.refunds:
+                for line in past.lines:
+                    paid_lines[(order.order_id, line.line)] += 1
+                    per_order[order.order_id] += order.item(line.line).cents
+        for p in payments:
+            req = p["request"]
+            order = orders[req["order_id"]]             # canonical, and a real order
+            assert req["amount_cents"] == sum(x["amount_cents"] for x in req["lines"]) > 0
+            per_order[order.order_id] += req["amount_cents"]
+            returned = []
+            for x in req["lines"]:
+                paid_lines[(order.order_id, x["line"])] += 1
+                if x["line"] == "SHIPPING":
+                    assert x["amount_cents"] == order.shipping_cents
+                    continue
+                item = order.item(x["line"])
+                assert not item.final_sale, ("final sale refunded", x)
+                assert 0 < x["amount_cents"] <= item.cents, ("line over its price", x)
+                if x["reason"] == "changed_mind":
+                    returned.append((item, x["amount_cents"]))
+                    if terms.return_fee_per == "item":
+                        assert x["amount_cents"] <= item.cents - min(fee * item.quantity,
+                                                                      item.cents)
+                else:
+                    assert x["reason"] == "damaged", x
+            if returned and terms.return_fee_per == "refund":
+                subtotal = sum(item.cents for item, _ in returned)
+                assert sum(a for _, a in returned) <= subtotal - min(fee, subtotal)
+            # Paid only for its owner, inside the window, after delivery.
+            approval = approvals[p["idempotency_key"]]
+            assert approval.customer == order.customer.email
+            assert order.delivered_on is not None
+            assert (agent.shop.today - order.delivered_on).days <= terms.window_days
+        assert not [k for k, n in paid_lines.items() if n > 1], ("a line paid twice", paid_lines)
+        for order_id, total in per_order.items():
+            assert total <= orders[order_id].total_cents, ("order over paid", order_id)
+
+        # Shipping only when every item of the order is refunded (or approved) as damaged.
+        damaged = {(a.order_id, line.line) for a in approvals.values() if a.status == "approved"
+                   for line in a.kept if line.reason == "damaged"}
+        damaged |= {(o.order_id, line.line) for o in orders.values() for p in o.refunds
+                    for line in p.lines if line.reason == "damaged"}
+        for (order_id, line), _n in paid_lines.items():
+            if line == "SHIPPING":
+                assert all((order_id, i.sku) in damaged for i in orders[order_id].items)
+
+        # Lines held by refunds waiting or approved never overlap.
+        held = Counter((a.order_id, line.line) for a in approvals.values()
+                       for line in a.lines
+                       if (a.status == "pending") or line.decision == "approved")
+        assert not [k for k, n in held.items() if n > 1], held
+
+        # The payments log, the approvals and the audit agree, both ways.
+        by_key = {p["idempotency_key"]: p for p in payments}
+        assert len(by_key) == len(payments)
+        for key, p in by_key.items():
+            a = approvals[key]
+            assert a.status == "approved"
+            assert p["request"]["amount_cents"] == a.amount_cents
+            assert [(x["line"], x["amount_cents"]) for x in p["request"]["lines"]] == [
+                (line.line, line.amount_cents) for line in a.kept]
+            issued = [e for e in audit if e.approval_id == key and e.event == "issued"]
+            assert len(issued) <= 1
+            for e in audit:
+                if e.approval_id == key and e.event in ("issued", "reused"):
+                    assert round(e.amount * 100) == a.amount_cents
+                    assert e.note == p["refund_id"]
+        for e in audit:
+            if e.event in ("issued", "reused"):
+                assert e.approval_id in by_key
+        for a in approvals.values():
+            assert a.order_id in orders
+            decided = [e for e in audit if e.approval_id == a.id and e.event in
+                       ("approved", "rejected")]
+            if a.status == "pending":
+                assert decided == []
+                continue
+            (entry,) = decided
+            assert entry.event == a.status and entry.actor == a.decided_by
+            if a.status == "approved":
+                assert round(entry.amount * 100) == a.amount_cents
+                assert [(x["line"], x["amount_cents"]) for x in entry.lines] == [
+                    (line.line, line.amount_cents) for line in a.kept]
+                run = agent.store.run(a.run_id)
+                if run.status == RunStatus.DONE:
+                    assert a.id in by_key, ("approved, run done, never paid", a.id)
+        assert agent.store.verify_audit() is None
+
+
+MoneyMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=10, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                           HealthCheck.data_too_large])
+TestMoneyInvariants = MoneyMachine.TestCase
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_what_was_tried():
+    """Write how many histories the machine tried to the reliability log, once it has run."""
+    started = time.time()
+    yield
+    if _TOTALS["examples"]:
+        record("money_invariants", **_TOTALS, seconds=round(time.time() - started, 1))
+
