@@ -33,6 +33,7 @@ from refund_agent import (
     views,
 )
 from refund_agent.config import load_settings
+from refund_agent.reconcile import reconcile
 from refund_agent.views import md
 from refund_agent.worker import Worker
 
@@ -536,13 +537,20 @@ def render_card(worker: Worker, card: views.Card, kept: tuple[str, str] | None) 
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def chain_check(db_path: str, head: tuple[int, int], _store: Any) -> str | None:
-    """The audit chain check, redone only when the log changes (``head``), not every refresh.
+def chain_check(db_path: str, changes: tuple, _worker: Worker) -> str | None:
+    """The audit chain and the payment and email logs reconciled, redone only when one of them
+    changes (``changes``), not on every refresh.
 
-    Re-hashing the whole log twice a second would make the page slower as the log grows;
+    Re-reading everything twice a second would make the page slower as the log grows;
     ``refund-agent audit --verify`` always checks from scratch.
     """
-    return _store.verify_audit()
+    return reconcile(_worker.agent.store, _worker.agent.settings.output_dir)
+
+
+def _log_sizes(worker: Worker) -> tuple[int, ...]:
+    out = worker.agent.settings.output_dir
+    return tuple((out / name).stat().st_size if (out / name).exists() else -1
+                 for name in ("refunds.log", "outbox.log"))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -557,11 +565,12 @@ def audit(worker: Worker) -> None:
     head = store.audit_head()
     entries = store.audit(limit=AUDIT_ROWS)
     st.markdown("#### :material/receipt_long: Audit log")
-    problem = chain_check(str(store.path), head, store)
+    problem = chain_check(str(store.path), (head, _log_sizes(worker)), worker)
     if problem:
-        st.error(f"Audit chain broken: {problem}", icon=":material/gpp_bad:")
+        st.error(f"Audit check failed: {problem}", icon=":material/gpp_bad:")
     else:
-        st.caption(f":material/verified: Hash chain intact · {head[0]} entries")
+        st.caption(f":material/verified: Hash chain intact, payments and emails reconciled · "
+                   f"{head[0]} entries")
     if entries:
         # Tall enough for ten rows without blank ones; a longer log scrolls inside the table.
         st.dataframe(views.audit_frame(entries), hide_index=True,

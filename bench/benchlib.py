@@ -92,10 +92,10 @@ class TimedAgent(Agent):
         super().__init__(*args, **kwargs)
         self.spans: list[Span] = []
 
-    def _stream(self, run_id, params, emit, cancel):  # noqa: ANN001 - same as Agent._stream
+    def _stream(self, *args: Any, **kwargs: Any) -> Any:  # Agent._stream's arguments, as they are
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            return super()._stream(run_id, params, emit, cancel)
+            return super()._stream(*args, **kwargs)
         finally:
             self.spans.append(Span(t0, time.perf_counter(), time.thread_time() - c0, c0))
 

@@ -4,10 +4,19 @@ One real ticket (Maya's cracked coffee maker, approved, refunded, emailed) is ru
 agent first. Its rows (the run, every timeline step, the calls and their outputs, the approval,
 the audit lines, the refund in ``refunds.log`` and the email in ``outbox.log``) are the template;
 each seeded ticket is a copy with its own run, response, call, order, refund and message ids and
-older timestamps. 90% are approved and refunded, 10% rejected (no refund).
+older timestamps. 90% are approved and refunded, 10% rejected (no refund: the approval and its
+lines are marked rejected and free, the audit has no payment, and the timeline has no refund
+step, so ``Store.verify_audit`` passes on a seeded store).
+
+Refunds are itemized: each approval has its order lines (``approval_lines`` in SQLite, a
+``lines`` list in the JSON state), and audit entries for money events carry the lines too. Every
+seeded ticket has its own order id, so no two tickets hold the same line.
 
 The SQLite store is filled with bulk inserts in one transaction, the JSON-file store (for the
-comparison) by writing its state file once; the audit chain is computed as the store would.
+comparison) by writing its state file once; the audit chain is computed as the store would, and
+the SQLite store's chain anchor (``audit_anchor``) moved to the new head in the same
+transaction, so the seeded store verifies and accepts new audit entries. Seeded runs are
+finished and released: no lease, and the fencing epoch the template run ended with.
 """
 
 from __future__ import annotations
@@ -19,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from refund_agent.errors import StoreError
 from refund_agent.store import GENESIS_HASH, Store, audit_hash
 
 SEP = "\x1e"
 REJECT_EVERY = 10  # every 10th seeded ticket was rejected
 HISTORY_DAYS = 90
+REJECT_NOTE = "Outside what the policy allows."
 
 
 @dataclass
@@ -31,8 +42,8 @@ class Template:
     run: dict[str, Any]
     steps: list[dict[str, Any]]      # at, pid, kind, data (JSON text)
     calls: list[dict[str, Any]]
-    approval: dict[str, Any]
-    audit: list[dict[str, Any]]      # without id / hashes
+    approval: dict[str, Any]         # Approval.model_dump(), its "lines" included
+    audit: list[dict[str, Any]]      # without id / hashes; "lines" on money events
     refund_line: str
     message_line: str
     ids: list[str]                   # ids to replace in every text field, longest first
@@ -40,8 +51,9 @@ class Template:
 
 def read_template(store: Store, run_id: str, output_dir: Path) -> Template:
     run = store.run(run_id).model_dump(mode="json")
-    run["lease_token"] = run.get("lease_token")
-    run["lease_at"] = None
+    # Released: no lease. The epoch is not on Run; a finished run keeps the one it ended with.
+    [(epoch,)] = store._read("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,))  # noqa: SLF001
+    run.update(lease_pid=None, lease_token=None, lease_at=None, lease_epoch=epoch)
     steps = [{"at": s.at, "pid": s.pid, "kind": s.kind, "data": json.dumps(s.data)}
              for s in store.steps(run_id)]
     response_ids = [json.loads(s["data"])["response_id"] for s in steps if s["kind"] == "response"]
@@ -81,7 +93,7 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
     base = t.run["created_at"]
     texts = [t.run["email"], *(s["data"] for s in t.steps),
              *(c[k] or "" for c in t.calls for k in ("arguments", "output")),
-             t.approval["reason"], *(a.get("note") or "" for a in t.audit),
+             t.approval["summary"], *(a.get("note") or "" for a in t.audit),
              t.refund_line, t.message_line]
     blob = SEP.join(texts)
     n_steps, n_calls = len(t.steps), len(t.calls)
@@ -96,7 +108,7 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
         k = 1 + n_steps
         call_texts = parts[k:k + 2 * n_calls]
         k += 2 * n_calls
-        reason = parts[k]
+        summary = parts[k]
         notes = parts[k + 1:k + 1 + len(t.audit)]
         refund_line, message_line = parts[-2], parts[-1]
         shift = (now - HISTORY_DAYS * 86400 * (n - i) / max(n, 1)) - base
@@ -106,29 +118,48 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
                "created_at": t.run["created_at"] + shift, "updated_at": t.run["updated_at"] + shift}
         steps = [(s["at"] + shift, s["pid"], s["kind"], d)
                  for s, d in zip(t.steps, step_data, strict=True)]
+        if rejected:
+            steps = [_rejected_step(step) for step in steps if step[2] != "refund"]
         calls = [{**c, "call_id": new_ids[c["call_id"]], "run_id": run["id"],
                   "response_id": new_ids[c["response_id"]], "arguments": call_texts[2 * j],
                   "output": call_texts[2 * j + 1] or None} for j, c in enumerate(t.calls)]
         approval = {**t.approval, "id": new_ids[t.approval["id"]], "run_id": run["id"],
                     "response_id": new_ids[t.approval["response_id"]],
                     "call_id": new_ids[t.approval["call_id"]],
-                    "order_id": new_ids[t.approval["order_id"]], "reason": reason,
+                    "order_id": new_ids[t.approval["order_id"]], "summary": summary,
                     "requested_at": t.approval["requested_at"] + shift,
-                    "decided_at": (t.approval["decided_at"] or base) + shift}
+                    "decided_at": (t.approval["decided_at"] or base) + shift,
+                    # A finished refund's lines: approved ones stay held (the ledger's "each
+                    # line at most once"), rejected ones are free again.
+                    "lines": [{**line, "decision": "rejected" if rejected else "approved",
+                               "held": not rejected} for line in t.approval["lines"]]}
         audit = []
         for entry, note in zip(t.audit, notes, strict=True):
             entry = {**entry, "at": entry["at"] + shift, "run_id": run["id"],
                      "approval_id": approval["id"], "order_id": approval["order_id"],
                      "note": note or None}
             if rejected and entry["event"] == "approved":
-                entry.update(event="rejected", note="Outside what the policy allows.")
+                entry.update(event="rejected", note=REJECT_NOTE)
             if rejected and entry["event"] in ("issued", "reused"):
                 continue
             audit.append(entry)
         if rejected:
-            approval.update(status="rejected", note="Outside what the policy allows.")
+            approval.update(status="rejected", note=REJECT_NOTE,
+                            amount_cents=t.approval["proposed_cents"])
         yield Seeded(run, steps, calls, approval, audit, None if rejected else refund_line,
                      message_line)
+
+
+def _rejected_step(step: tuple[float, int, str, str]) -> tuple[float, int, str, str]:
+    """The template's decision step, turned into a rejection (other steps unchanged)."""
+    at, pid, kind, data = step
+    if kind != "decision":
+        return step
+    fields = json.loads(data)
+    fields.update(decision="rejected", note=REJECT_NOTE)
+    fields.pop("amount", None)
+    fields.pop("declined", None)
+    return at, pid, kind, json.dumps(fields)
 
 
 def _new_id(old: str, tag: str) -> str:
@@ -142,14 +173,22 @@ def _new_id(old: str, tag: str) -> str:
 def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
     """Bulk-insert ``n`` template tickets in one transaction, plus their log lines."""
     db = store._db()  # noqa: SLF001 - bulk seeding needs the raw connection
-    prev = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
-    prev = prev[0] if prev else GENESIS_HASH
     run_cols = list(t.run)
     run_sql = f"INSERT INTO runs({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})"
     refunds, messages = [], []
     db.execute("BEGIN IMMEDIATE")
     try:
-        batch_runs, batch_steps, batch_calls, batch_appr, batch_audit = [], [], [], [], []
+        # The chain continues from the newest entry, which must be where the anchor says (as
+        # Store._audit checks); the anchor then moves to the new head, in this transaction.
+        row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
+        prev = row[0] if row else GENESIS_HASH
+        anchor = db.execute("SELECT entries, head FROM audit_anchor WHERE id = 1").fetchone()
+        if anchor is None or anchor[1] != prev:
+            raise StoreError(f"The audit log in {store.path} does not end where its anchor "
+                             "says; not seeding on top of it.")
+        entries = anchor[0]
+        batch_runs, batch_steps, batch_calls, batch_appr, batch_lines, batch_audit = (
+            [], [], [], [], [], [])
         for s in history(t, n):
             batch_runs.append(tuple(s.run[c] for c in run_cols))
             batch_steps += [(s.run["id"], at, pid, kind, data) for at, pid, kind, data in s.steps]
@@ -157,21 +196,31 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
                              c["arguments"], c["output"]) for c in s.calls]
             a = s.approval
             batch_appr.append((a["id"], a["run_id"], a["response_id"], a["call_id"], a["order_id"],
-                               a["amount"], a["reason"], a["customer"], a["status"],
-                               a["requested_at"], a["requested_pid"], a["decided_by"],
-                               a["decided_at"], a["decided_pid"], a["note"]))
+                               a["amount_cents"], a["proposed_cents"], a["summary"],
+                               a["customer"], a["status"], a["requested_at"],
+                               a["requested_pid"], a["decided_by"], a["decided_at"],
+                               a["decided_pid"], a["note"]))
+            batch_lines += [(a["id"], a["order_id"], seq, line["line"], line["name"],
+                             line["reason"], line["amount_cents"], line["allowed_cents"],
+                             line["fee_cents"], int(line["held"]), line["decision"])
+                            for seq, line in enumerate(a["lines"])]
             for e in s.audit:
                 h = audit_hash(prev, e)
+                lines = None if e.get("lines") is None else json.dumps(e["lines"])
                 batch_audit.append((e["at"], e["event"], e["actor"], e["pid"], e["run_id"],
                                     e["approval_id"], e["order_id"], e["amount"], e["note"],
-                                    prev, h))
+                                    lines, prev, h))
                 prev = h
+                entries += 1
             if s.refund_line:
                 refunds.append(s.refund_line)
             messages.append(s.message_line)
             if len(batch_runs) >= 2000:
-                _flush(db, run_sql, batch_runs, batch_steps, batch_calls, batch_appr, batch_audit)
-        _flush(db, run_sql, batch_runs, batch_steps, batch_calls, batch_appr, batch_audit)
+                _flush(db, run_sql, batch_runs, batch_steps, batch_calls, batch_appr,
+                       batch_lines, batch_audit)
+        _flush(db, run_sql, batch_runs, batch_steps, batch_calls, batch_appr, batch_lines,
+               batch_audit)
+        db.execute("UPDATE audit_anchor SET entries = ?, head = ? WHERE id = 1", (entries, prev))
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -183,18 +232,23 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
     _prepend_lines(output_dir / "outbox.log", messages)
 
 
-def _flush(db, run_sql, runs, steps, calls, approvals, audit) -> None:  # noqa: ANN001
+def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  # noqa: ANN001
+    """Insert one batch; the columns follow refund_agent/store.py's schema (version 3)."""
     db.executemany(run_sql, runs)
     db.executemany("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)", steps)
     db.executemany("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output)"
                    " VALUES (?,?,?,?,?,?,?)", calls)
-    db.executemany("INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount,"
-                   " reason, customer, status, requested_at, requested_pid, decided_by,"
-                   " decided_at, decided_pid, note) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                   approvals)
+    db.executemany("INSERT INTO approvals(id, run_id, response_id, call_id, order_id,"
+                   " amount_cents, proposed_cents, summary, customer, status, requested_at,"
+                   " requested_pid, decided_by, decided_at, decided_pid, note)"
+                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", approvals)
+    db.executemany("INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
+                   " amount_cents, allowed_cents, fee_cents, held, decision)"
+                   " VALUES (?,?,?,?,?,?,?,?,?,?,?)", lines)
     db.executemany("INSERT INTO audit(at, event, actor, pid, run_id, approval_id, order_id,"
-                   " amount, note, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?)", audit)
-    for batch in (runs, steps, calls, approvals, audit):
+                   " amount, note, lines, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                   audit)
+    for batch in (runs, steps, calls, approvals, lines, audit):
         batch.clear()
 
 

@@ -30,6 +30,7 @@ from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .shop import Shop
 from .store import Lease, Store
+from .text import one_line
 from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 
 MAX_TURNS = 12
@@ -205,6 +206,8 @@ class Agent:
         if ("@" not in sender or len(sender) > 254
                 or any(c.isspace() or not c.isprintable() for c in sender)):
             raise RunNotReady(f"{sender!r} is not an email address.")
+        subject = one_line(subject, "subject")
+        sender_name = one_line(sender_name, "sender's name")
         if not body:
             raise RunNotReady("The email is empty.")
         if len(body) > MAX_EMAIL_CHARS:
@@ -521,7 +524,7 @@ class Agent:
                 expired, say).
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
-        by, note = (by or "").strip(), (note or "").strip() or None
+        by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
         if not by:
             raise DecisionRefused("Say who is deciding: an approver's name is required.")
         if not approve and not note:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 import textwrap
 from datetime import datetime
@@ -20,6 +21,8 @@ from .agent import Agent, LiveEvent
 from .customer import converse
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
 from .models import Approval, Run, RunStatus, Step
+from .reconcile import reconcile
+from .text import printable
 
 EPILOG = """\
 examples:
@@ -47,8 +50,8 @@ uses the offline stand-in model, which runs locally and is not Grok.
 class Printer:
     """Shows a run as it happens: streamed deltas inline, committed steps as blocks."""
 
-    def __init__(self, out: TextIO = sys.stdout) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
         self._streaming: str | None = None
         self._streamed_text = ""
 
@@ -230,8 +233,9 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
         _summary(agent.store.run(args.run), sys.stdout)
     elif what == "audit":
         if args.verify:
-            problem = agent.store.verify_audit()
-            print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain ok.")
+            problem = reconcile(agent.store, agent.settings.output_dir)
+            print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
+                  "anchor ok; refunds.log and outbox.log agree with the approvals and the audit.")
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
@@ -279,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run")
     audit = sub.add_parser("audit", help="show the audit log")
     audit.add_argument("--limit", type=int, default=50)
-    audit.add_argument("--verify", action="store_true", help="check the hash chain")
+    audit.add_argument("--verify", action="store_true",
+                       help="check the hash chain and reconcile the payment and email logs")
     return parser
 
 
@@ -326,8 +331,27 @@ class NothingToDecide(RefundAgentError):
 EXIT_CODES = {AlreadyDecided: 3, NothingToDecide: 4}
 
 
+class _Escaped:
+    """A terminal stream that shows control characters as escapes instead of obeying them.
+
+    Everything printed passes through it, so text from customers, approvers or the model can
+    never move the cursor, recolour the screen or fake a line the program did not write.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user mistakes print a message and exit non-zero, never a traceback."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaped(out), _Escaped(err)
     try:
         return run_command(argv)
     except KeyboardInterrupt:
@@ -336,3 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     except RefundAgentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CODES.get(type(exc), 1)
+    except BrokenPipeError:
+        # The reader went away (`refund-agent queue | head -1`): stop quietly, as cat would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return 141
+    finally:
+        sys.stdout, sys.stderr = out, err

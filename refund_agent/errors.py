@@ -76,5 +76,9 @@ class StoreError(RefundAgentError):
     """The SQLite store is corrupt, locked for too long, or not a database."""
 
 
+class LedgerError(RefundAgentError):
+    """The payment or email stand-in could not write its log (disk full, read-only folder)."""
+
+
 class IdempotencyConflict(RefundAgentError):
     """An idempotency key was reused with different arguments (as payment providers refuse)."""

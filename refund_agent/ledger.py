@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import IdempotencyConflict
+from .errors import IdempotencyConflict, LedgerError
 
 
 class IdempotentLog:
@@ -98,6 +98,16 @@ class IdempotentLog:
         Raises:
             IdempotencyConflict: the key was used before with a different ``request``.
         """
+        try:
+            return self._once(key, request, make)
+        except OSError as exc:  # a full disk, a read-only folder, an I/O error
+            raise LedgerError(
+                f"Could not write to {self.path}: {exc.strerror or exc}. Nothing was recorded "
+                "there; fix that (free space, permissions) and run `refund-agent resume`, "
+                "which carries on exactly once.") from None
+
+    def _once(self, key: str, request: dict[str, Any],
+              make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # An exclusive lock on the file itself serialises check-then-append across processes.
         with open(self.path, "a+", encoding="utf-8") as fh:

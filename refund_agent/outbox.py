@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .ledger import IdempotentLog
+from .text import one_line
 
 
 def with_signature(message: str, signature: str) -> str:
@@ -32,6 +33,10 @@ class Outbox:
         self.log = IdempotentLog(Path(output_dir) / "outbox.log")
 
     def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
+        # Headers are one line each; the agent refuses such input earlier, this is the last
+        # line of defence before anything that looks like a mail server.
+        one_line(to, "recipient")
+        one_line(subject, "subject")
         request = {"to": to, "subject": subject, "body": body}
         return self.log.once(key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})
 

@@ -109,8 +109,10 @@ def window_problem(order: Order, terms: PolicyTerms, today: date) -> str | None:
 def _line_problem(order: Order, line: str, held: Mapping[str, Held]) -> str | None:
     item = order.item(line)
     if line == SHIPPING:
-        return ("Shipping is not a line to request: it is added by the policy when every item "
-                "of the order is refunded as damaged.")
+        if not shipping_owed(order, held):
+            return ("Shipping is refunded only once every item of the order has been refunded "
+                    "as damaged; the refund that completes that includes it by itself.")
+        return None
     if item is None:
         lines = ", ".join(f"{i.sku} ({i.name})" for i in order.items)
         return f"Order {order.order_id} has no line {line!r}. Its lines: {lines}."
@@ -177,7 +179,9 @@ def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str
         if problem:
             return problem
 
-    items = [(order.item(line), reason) for line, reason in requested]
+    # Shipping named on its own is what the refunds that covered every item did not include
+    # (they were proposed side by side); it is priced by the rule below like any other time.
+    items = [(order.item(line), reason) for line, reason in requested if line != SHIPPING]
     returned = [item for item, reason in items if reason == "changed_mind"]
     fees = dict(zip([i.sku for i in returned],
                     _return_fees([(i.cents, i.quantity) for i in returned], terms), strict=True))
@@ -210,6 +214,13 @@ def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str
         return (f"${quote.amount:.2f} is more than is left to refund on order "
                 f"{order.order_id} (${to_dollars(left):.2f}).")
     return quote
+
+
+def shipping_owed(order: Order, held: Mapping[str, Held]) -> bool:
+    """Every item refunded (or approved) as damaged, yet shipping not refunded."""
+    return bool(order.shipping_cents) and SHIPPING not in held and all(
+        (h := held.get(i.sku)) is not None and h.state == "refunded" and h.reason == "damaged"
+        for i in order.items)
 
 
 def refunded_cents(order: Order, held: Mapping[str, Held]) -> int:
@@ -247,6 +258,7 @@ class PolicyFacts(BaseModel):
     lines: list[LineFacts]
     shipping: float
     shipping_refundable: bool
+    shipping_owed: bool   # every item was refunded as damaged, shipping not yet: request SHIPPING
     warranty: list[str]   # items the manufacturer's warranty covers instead, past the window
     return_fee: float
     return_fee_per: str
@@ -299,6 +311,7 @@ def policy_facts(order: Order, terms: PolicyTerms, held: Mapping[str, Held],
         order_id=order.order_id, delivered=days is not None, days_since_delivery=days,
         window_days=terms.window_days, within_window=closed is None, lines=lines,
         shipping=order.shipping, shipping_refundable=shipping_open and closed is None,
+        shipping_owed=closed is None and shipping_owed(order, merged),
         warranty=[i.name for i in order.items if days is not None and days > terms.window_days
                   and i.category in terms.warranty_categories],
         return_fee=terms.return_fee, return_fee_per=terms.return_fee_per, paid=order.total,

@@ -114,6 +114,13 @@ CREATE TABLE IF NOT EXISTS audit (
     pid INTEGER NOT NULL, run_id TEXT, approval_id TEXT, order_id TEXT, amount REAL, note TEXT,
     prev_hash TEXT NOT NULL, hash TEXT NOT NULL, lines TEXT
 );
+-- The chain's head, written with every audit entry: removing the newest entries (which the
+-- chain alone cannot notice) leaves a head that no longer matches.
+CREATE TABLE IF NOT EXISTS audit_anchor (
+    id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER NOT NULL, head TEXT NOT NULL
+);
+INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
+    COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
 """
 
 _AUDIT_FIELDS = ("at", "event", "actor", "pid", "run_id", "approval_id", "order_id", "amount",
@@ -274,6 +281,13 @@ class Store:
                lines: list[dict[str, Any]] | None = None) -> None:
         row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
         prev = row[0] if row else GENESIS_HASH
+        anchor = db.execute("SELECT entries, head FROM audit_anchor").fetchone()
+        if anchor is not None and anchor["head"] != prev:
+            # Someone removed or rewrote the newest entries. Writing on top would bury that.
+            raise StoreError(
+                f"The audit log in {self.path} does not end where its anchor says (entry "
+                f"{anchor['entries']}): entries were removed or edited. Nothing was written; "
+                "run `refund-agent audit --verify` and restore the store from a backup.")
         if amount is not None and amount != amount:
             amount = None  # SQLite stores NaN as NULL; hash what is stored, or it looks edited
         entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
@@ -285,6 +299,8 @@ class Store:
             ":order_id,:amount,:note,:lines_json,:prev,:hash)",
             {**entry, "lines_json": None if lines is None else json.dumps(lines), "prev": prev,
              "hash": audit_hash(prev, entry)})
+        db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?",
+                   (audit_hash(prev, entry),))
 
     def _touch(self, db: sqlite3.Connection, run_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
@@ -745,6 +761,11 @@ class Store:
             if audit_hash(prev, entry.model_dump()) != entry.hash:
                 return f"Audit entry {entry.id} ({entry.event}) was edited after it was written."
             prev = entry.hash
+        anchor = self._read("SELECT entries, head FROM audit_anchor")
+        if anchor and (anchor[0]["entries"], anchor[0]["head"]) != (len(entries), prev):
+            return (f"The audit log has {len(entries)} entries ending in {prev[:12]}, but its "
+                    f"anchor says {anchor[0]['entries']} ending in {anchor[0]['head'][:12]}: "
+                    "the newest entries were removed or edited.")
         lines = {(e.event, e.approval_id, e.actor) for e in entries}
         requested = {e.approval_id for e in entries if e.event == "requested"}
         for a in self.approvals(status=None, limit=-1):

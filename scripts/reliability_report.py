@@ -2,13 +2,15 @@
 
 The adversarial tests (crash matrix, soak, races, faults, hostile input, audit tampering,
 decision re-checks) append one JSON line per case to the file named by
-``REFUND_AGENT_RELIABILITY_LOG``. This script turns those lines into tables, so every number in
-the document comes from a test run, not from someone's memory.
+``REFUND_AGENT_RELIABILITY_LOG``; the money-invariant property test (Hypothesis) appends one line
+with how many generated histories and steps it tried. This script turns those lines into
+tables, so every number in the document comes from a test run, not from someone's memory.
 
     python scripts/reliability_report.py --run                  # run the tests, then write it
     python scripts/reliability_report.py --run --soak-runs 200  # with a bigger soak
     python scripts/reliability_report.py --log results.jsonl    # render an existing log
     python scripts/reliability_report.py --run --log soak.jsonl # plus a big soak's lines
+    python scripts/reliability_report.py --run --money-examples 2000  # more generated histories
 
 ``--run`` runs each test file in its own pytest process (timing each) with the log pointed at a
 temporary file, then writes ``docs/RELIABILITY.md`` (or ``--out``).
@@ -33,7 +35,29 @@ from refund_agent.crash import CRASH_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",
-         "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py"]
+         "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py",
+         "test_money_invariants.py"]
+MONEY_FILE = "test_money_invariants.py"
+# Suites whose lines count what was tried, not violations: left out of "What held".
+NOT_VIOLATIONS = {"_file", "soak_total", "money_invariants"}
+# What tests/test_money_invariants.py checks after every step of every generated history (a
+# record may name its own list in "invariants").
+MONEY_INVARIANTS = [
+    "Each paid line at most what the policy allows for it: its price times quantity, less the "
+    "return fee for a change of mind; shipping exactly what was paid for it",
+    "Each order's refunds (earlier ones included) at most what the order paid",
+    "Final-sale lines: nothing paid",
+    "No line paid twice, and no line held by two refunds waiting or approved",
+    "Payments log = approvals = audit: each payment is one approved approval with the same lines "
+    "and amounts and one 'issued' entry; each decision has one audit entry with its lines; "
+    "the audit chain verifies",
+]
+# The counters a money_invariants record may carry, in the order they are shown.
+MONEY_COUNTS = {"examples": "Histories (generated shops and histories)",
+                "steps": "Steps (rules applied), invariants checked after each",
+                "crashes": "Simulated process deaths at a crash point",
+                "refunds": "Refunds paid", "partial": "Partial approvals (some lines kept)",
+                "refused": "Refusals audited (policy, bad lines, bad amounts)"}
 # Keys in a record that describe the case rather than count a violation.
 DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", "run", "kills",
                "point_kills", "timer_kills",
@@ -106,6 +130,7 @@ def render(records: list[dict[str, Any]]) -> str:
     races, faults = by_suite.get("races", []), by_suite.get("faults", [])
     hostile, audit = by_suite.get("hostile", []), by_suite.get("audit", [])
     recheck = by_suite.get("decision_recheck", [])
+    money = by_suite.get("money_invariants", [])
 
     def broken(rs: list[dict[str, Any]]) -> int:
         return sum(sum(_violations(r).values()) for r in rs)
@@ -160,13 +185,19 @@ def render(records: list[dict[str, Any]]) -> str:
          len(audit) - sum_of(audit, "caught")],
         ["Policy re-checked when a person decides", f"{len(recheck)} cases", broken(recheck)],
     ]
+    if money:
+        rows.append(["Money invariants over generated shops and histories (Hypothesis): "
+                     "approve, partial approve, reject, race, crash, resume",
+                     f"{_money_sum(money, 'examples'):,} histories, "
+                     f"{_money_sum(money, 'steps'):,} steps, {len(_money_invariants(money))} "
+                     "invariants after every step", _money_problems(money, files)])
     out += ["## Summary", "", _table(["What", "Tried", "Problems found"], rows), ""]
 
     # -- what held ----------------------------------------------------------------------
     totals: Counter[str] = Counter()
     seen: Counter[str] = Counter()
     for r in records:
-        if r["suite"] in ("_file", "soak_total"):
+        if r["suite"] in NOT_VIOLATIONS:
             continue
         for k, v in _violations(r).items():
             totals[k] += v
@@ -311,6 +342,9 @@ def render(records: list[dict[str, Any]]) -> str:
             ["Case", "Problems"], [[r["case"], sum(_violations(r).values())] for r in recheck]),
             ""]
 
+    if money:
+        out += _money_section(money, files)
+
     # -- runtimes -----------------------------------------------------------------------------
     if files:
         out += ["## Test files", "", _table(
@@ -322,11 +356,102 @@ def render(records: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def run_tests(log: Path, soak_runs: int | None) -> None:
+# -- the money invariants (tests/test_money_invariants.py) -----------------------------------------
+
+def _number(value: Any) -> int | float:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _money_sum(records: list[dict[str, Any]], key: str) -> int | float:
+    return sum(_number(r.get(key)) for r in records)
+
+
+def _money_invariants(records: list[dict[str, Any]]) -> list[str]:
+    for r in records:
+        if isinstance(r.get("invariants"), list) and r["invariants"]:
+            return [str(x) for x in r["invariants"]]
+    return MONEY_INVARIANTS
+
+
+def _money_problems(records: list[dict[str, Any]], files: dict[str, dict[str, Any]]) -> Any:
+    """Problems found: from the records if they count them, else from the test file's result.
+
+    The test records what it tried whether or not an invariant broke (a broken one fails the
+    test), so without a count in the record the file's pytest result decides.
+    """
+    counted = [r[k] for r in records for k in ("failures", "violations", "failed")
+               if k in r and isinstance(r[k], (int, bool))]
+    if counted:
+        return sum(int(c) for c in counted)
+    result = (files.get(MONEY_FILE) or {}).get("result")
+    if result is None:
+        return "not in the log (a broken one fails the test)"
+    return "**test failed**" if any(w in result for w in ("failed", "error")) else 0
+
+
+def _rules(records: list[dict[str, Any]]) -> tuple[Counter[str], list[str]]:
+    """The rules the state machine ran: counts per rule (a dict) and/or names (a list)."""
+    counts: Counter[str] = Counter()
+    names: list[str] = []
+    for r in records:
+        rules = r.get("rules")
+        if isinstance(rules, dict):
+            counts.update({str(k): _number(v) for k, v in rules.items()})
+        elif isinstance(rules, (list, tuple)):
+            names += [str(x) for x in rules if str(x) not in names]
+        elif isinstance(rules, str) and rules not in names:
+            names += [x.strip() for x in rules.split(",") if x.strip()]
+    return counts, [n for n in names if n not in counts]
+
+
+def _money_section(records: list[dict[str, Any]], files: dict[str, dict[str, Any]]
+                   ) -> list[str]:
+    seeds = sorted({str(r["seed"]) for r in records if r.get("seed") is not None})
+    rows = [[label, f"{_money_sum(records, key):,}"] for key, label in MONEY_COUNTS.items()
+            if any(key in r for r in records)]
+    shown = {*MONEY_COUNTS, "suite", "at", "seed", "rules", "invariants", "seconds",
+             "failures", "violations", "failed"}
+    rows += [[key.replace("_", " ").capitalize(), f"{_money_sum(records, key):,}"]
+             for key in sorted({k for r in records for k, v in r.items()
+                                if k not in shown and _number(v)})]
+    if any("seconds" in r for r in records):
+        rows.append(["Wall time", f"{_money_sum(records, 'seconds'):.0f} s"])
+    rows.append(["Seeds", ", ".join(seeds) if seeds else "random (Hypothesis' own)"])
+    problems = _money_problems(records, files)
+    result = ("held" if problems == 0 else "**broken**" if isinstance(problems, int)
+              else "**test failed**" if problems == "**test failed**" else "not in the log")
+    steps = _money_sum(records, "steps")
+    out = ["## Money invariants", "",
+           "`tests/test_money_invariants.py` is a Hypothesis state machine: it generates a shop "
+           "(prices in cents, quantities, final-sale lines, shipping, delivery ages, a return "
+           "fee per item or per refund) and a history against it: a scripted model asks for "
+           "refunds with any lines, reasons, amounts and order-id spellings; people approve, "
+           "approve some lines, reject or race to decide; the process dies at a crash point; "
+           "runs are resumed. The invariants are read from the payments log, the store and "
+           "the audit log after every step. "
+           "`REFUND_AGENT_MONEY_EXAMPLES=<n>` sets how many histories are tried.", "",
+           _table(["Tried", "Count"], rows), ""]
+    out += [_table(["Invariant", "Checked", "Result"],
+                   [[text, f"after each of {steps:,} steps" if steps else "after every step",
+                     result] for text in _money_invariants(records)]), ""]
+    counts, names = _rules(records)
+    if counts or names:
+        out += [_table(["Rule", "Times applied"],
+                       [[f"`{k}`", f"{v:,}"] for k, v in counts.most_common()]
+                       + [[f"`{n}`", ""] for n in names]), ""]
+    return out
+
+
+def run_tests(log: Path, soak_runs: int | None, money_examples: int | None = None) -> None:
     env = {**os.environ, "REFUND_AGENT_RELIABILITY_LOG": str(log)}
     if soak_runs:
         env["REFUND_AGENT_SOAK_RUNS"] = str(soak_runs)
+    if money_examples:
+        env["REFUND_AGENT_MONEY_EXAMPLES"] = str(money_examples)
     for name in FILES:
+        if not (ROOT / "tests" / name).exists():
+            print(f"{name}: not in tests/, skipped", file=sys.stderr)
+            continue
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", f"tests/{name}", "-q"],
                               cwd=ROOT, env=env, capture_output=True, text=True)
@@ -345,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a JSON-lines file to include (repeatable; e.g. a big soak's)")
     parser.add_argument("--run", action="store_true", help="run the tests first")
     parser.add_argument("--soak-runs", type=int, help="REFUND_AGENT_SOAK_RUNS for --run")
+    parser.add_argument("--money-examples", type=int,
+                        help="REFUND_AGENT_MONEY_EXAMPLES for --run (generated histories)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "RELIABILITY.md")
     args = parser.parse_args(argv)
     if not args.run and not args.log:
@@ -352,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = list(args.log)
     if args.run:
         logs.append(Path(tempfile.mkdtemp()) / "reliability.jsonl")
-        run_tests(logs[-1], args.soak_runs)
+        run_tests(logs[-1], args.soak_runs, args.money_examples)
     text = render([r for log in logs for r in _load(log)])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

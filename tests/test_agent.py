@@ -29,13 +29,21 @@ def test_damaged_item_pauses_for_approval_then_refunds_once(agent, model):
     [approval] = agent.store.approvals("pending")
     assert (approval.order_id, approval.amount, approval.customer) == (
         "A1043", 48.0, "maya.chen@example.com")
+    assert approval.amount_cents == approval.proposed_cents == 4800
+    assert [(line.line, line.reason, line.amount_cents, line.decision)
+            for line in approval.lines] == [("POUR-GLS-01", "damaged", 4800, None)]
     assert agent.payments.refunds() == [] and agent.outbox.messages() == []
 
     agent.decide(approval.id, approve=True, by="Dana Kim")
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE and run.requests == 5
     [refund] = agent.payments.refunds()
-    assert refund["request"]["amount"] == 48.0 and refund["idempotency_key"] == approval.call_id
+    assert refund["request"]["amount_cents"] == 4800
+    assert refund["request"]["order_id"] == "A1043"
+    assert refund["request"]["lines"] == [
+        {"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]
+    assert refund["idempotency_key"] == approval.call_id
+    assert [line.decision for line in agent.store.approval(approval.id).lines] == ["approved"]
     [email] = agent.outbox.messages()
     assert email["request"]["to"] == "maya.chen@example.com"
     assert email["request"]["body"].endswith(agent.shop.info.signature)
@@ -87,8 +95,13 @@ def test_rejection_note_reaches_the_customer(agent):
     assert "Please send a photo first." in email["request"]["body"]
     output = json.loads(agent.store.calls(approval.response_id)[0].output)
     assert output == {"status": "rejected", "rejected_by": "Dana Kim",
-                      "note": "Please send a photo first."}
+                      "note": "Please send a photo first.",
+                      "lines": [{"line": "POUR-GLS-01", "item": "Glass pour-over coffee maker",
+                                 "reason": "damaged", "amount": 48.0}]}
     assert audit_events(agent) == ["requested", "rejected"]
+    # A rejection frees the line: a later request for it can be proposed again.
+    assert agent.store.held_lines("A1043") == {}
+    assert [line.decision for line in agent.store.approval(approval.id).lines] == ["rejected"]
 
 
 def test_second_decision_is_refused_and_audited(agent):
@@ -208,23 +221,35 @@ def test_rate_limit_past_the_retry_budget_fails_resumably(agent, model):
     assert agent.advance(run.id).status == RunStatus.WAITING
 
 
+COFFEE_MAKER = [{"line": "POUR-GLS-01", "reason": "damaged"}]
+
+
 def test_malformed_arguments_and_impossible_amounts_are_tool_errors(scripted):
     agent, brain, _server = scripted(
         Reply("bad json", calls=[("lookup_order", {"order": "A1043"})]),
-        Reply("too much", calls=[("issue_refund", {"order_id": "A1043", "amount": 10_000,
-                                                   "reason": "make it right"})]),
-        Reply("negative", calls=[("issue_refund", {"order_id": "A1043", "amount": -5,
-                                                   "reason": "x"})]),
+        Reply("too much", calls=[("issue_refund", {"order_id": "A1043", "lines": COFFEE_MAKER,
+                                                   "amount": 10_000,
+                                                   "summary": "make it right"})]),
+        Reply("negative", calls=[("issue_refund", {"order_id": "A1043", "lines": COFFEE_MAKER,
+                                                   "amount": -5, "summary": "x"})]),
+        Reply("a string", calls=[("issue_refund", {"order_id": "A1043", "lines": COFFEE_MAKER,
+                                                   "amount": "48", "summary": "x"})]),
     )
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.DONE and agent.store.approvals(status=None) == []
-    outputs = [json.loads(item["output"]) for conv in brain.seen for item in conv
-               if item.get("type") == "function_call_output"]
-    errors = [o["error"] for o in outputs]
-    assert any("Invalid arguments for lookup_order" in e for e in errors)
-    assert any("more than the policy allows" in e and "$80.95" in e for e in errors)
-    assert any("positive" in e for e in errors)
+    # Each conversation the model saw holds the whole history: take each call's output once.
+    outputs = {item["call_id"]: json.loads(item["output"]) for conv in brain.seen
+               for item in conv if item.get("type") == "function_call_output"}
+    errors = [o["error"] for o in outputs.values()]
+    assert len(errors) == 4
+    assert "Invalid arguments for lookup_order" in errors[0]
+    # A stated amount that is not what the policy computes is refused with the right figure.
+    assert errors[1].startswith("These lines refund $48.00, not 10000")
+    assert errors[2].startswith("These lines refund $48.00, not -5")
+    assert "Invalid arguments for issue_refund" in errors[3] and "amount" in errors[3]
+    # The two the policy refused are audited; the one that never parsed had nothing to audit.
     assert audit_events(agent).count("refused") == 2
+    assert agent.payments.refunds() == []
 
 
 def test_email_goes_only_to_the_sender(scripted):
@@ -239,11 +264,10 @@ def test_two_threads_cannot_advance_one_run(agent):
     from refund_agent import RunBusy
 
     run = agent.start_sample("damaged")
-    token_holder = "someone-else"
-    agent.store.acquire(run.id, token_holder)  # this process holds it under another token
+    lease = agent.store.acquire(run.id, "someone-else")  # this process, another token
     with pytest.raises(RunBusy, match=str(agent.pid)):
         agent.advance(run.id)
-    agent.store.release(run.id, token_holder, RunStatus.STOPPED)
+    agent.store.release(lease, RunStatus.STOPPED)
     assert agent.advance(run.id).status == RunStatus.WAITING
 
 
@@ -278,4 +302,21 @@ def test_a_second_ticket_for_a_refunded_item_is_not_paid_again(agent):
     again = agent.advance(agent.start_sample("damaged").id)
     assert again.status == RunStatus.DONE
     assert agent.store.approvals("pending") == [] and len(agent.payments.refunds()) == 1
-    assert "already been refunded" in agent.outbox.messages()[-1]["request"]["body"]
+    # The line is refunded: the policy facts say so, and the agent declines without proposing.
+    assert len(agent.store.approvals(status=None)) == 1
+    body = agent.outbox.messages()[-1]["request"]["body"]
+    assert "already been taken care of" in body and "coffee maker (refunded)" in body
+
+
+def test_a_second_ticket_while_the_first_waits_cannot_reserve_the_same_item(agent):
+    """A pending approval holds its lines: a second ticket for the same item proposes nothing."""
+    first = agent.advance(agent.start_sample("damaged").id)
+    [approval] = agent.store.approvals("pending")
+    again = agent.advance(agent.start_sample("damaged").id)
+    assert again.status == RunStatus.DONE
+    assert agent.store.approvals("pending") == [approval]
+    body = agent.outbox.messages()[-1]["request"]["body"]
+    assert "coffee maker (waiting for approval)" in body
+    agent.decide(approval.id, approve=True, by="Dana Kim")
+    assert agent.advance(first.id).status == RunStatus.DONE
+    assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800]

@@ -6,6 +6,7 @@ here too. Runs are asynchronous, so tests re-run the page until what they wait f
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -25,6 +26,10 @@ from refund_agent.worker import Worker
 
 APP = PROJECT_ROOT / "app.py"
 TIMEOUT = 20.0
+# The offline model proposes two lines for this email: POUR-GLS-01 damaged $48.00 and
+# MUG-STN-2 changed_mind $18.50 (the mugs carry the $7.50 return fee).
+TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
+                  "want the mugs anymore.")
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -104,6 +109,23 @@ def start_damaged(at: AppTest, store: Store):
     return approval
 
 
+def start_two_lines(at: AppTest, store: Store):
+    """Send the email the offline model answers with a two-line refund; returns the approval."""
+    at.text_input(key="mail_from").input("maya.chen@example.com")
+    at.text_input(key="mail_name").input("Maya Chen")
+    at.text_area(key="mail_body").input(TWO_LINE_EMAIL)
+    at.button(key="mail_send").click().run()
+    rerun_until(at, "$66.50 for order A1043", "markdown")
+    (approval,) = store.approvals("pending")
+    assert [(x.line, x.reason, x.amount_cents) for x in approval.lines] == [
+        ("POUR-GLS-01", "damaged", 4800), ("MUG-STN-2", "changed_mind", 1850)]
+    return approval
+
+
+def box(at: AppTest, approval_id: str, line: str):
+    return at.checkbox(key=f"keep_{approval_id}_{line}")
+
+
 def save_name(at: AppTest, name: str) -> AppTest:
     at.text_input(key="approver_input").input(name)
     return at.button(key="save_name").click().run()
@@ -128,14 +150,24 @@ def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
     approval = start_damaged(at, store)
     run_id = at.session_state["selected"]
     assert approval.run_id == run_id and approval.amount == 48.0
-    # The ticket shows the proposal, the inbox lists the run, the card its facts and limit.
+    # The ticket shows the proposal and its lines, the inbox lists the run, the card its lines
+    # (each with what the policy allows) and the order's facts.
     at.run()
     assert shows(at, "Proposed refund $48.00 on order A1043", "warning")
+    assert shows(at, "- POUR-GLS-01 damaged $48.00", "warning")
     assert shows(at, "Maya Chen · Coffee maker arrived cracked", "markdown") or any(
         "Maya Chen" in plain(b.label) for b in at.button)
-    assert shows(at, "Most the policy allows: $80.95", "markdown")
+    carafe = box(at, approval.id, "POUR-GLS-01")
+    assert carafe.value is True
+    assert plain(carafe.label).startswith("Glass pour-over coffee maker · damaged · $48.00")
+    assert "POUR-GLS-01 · full value $48.00" in plain(carafe.label)
     assert shows(at, "1 day ago, inside the 30-day window", "markdown")
-    assert at.dataframe[0].value["Event"].tolist() == ["requested"]
+    assert shows(at, "Other lines: Stoneware mugs, set of 2 $26.00 (refundable)", "markdown")
+    assert shows(at, "Paid: $80.95, refunded so far $0.00, left $80.95", "markdown")
+    assert not shows(at, "Most the policy allows", "markdown")
+    frame = at.dataframe[0].value
+    assert frame["Event"].tolist() == ["requested"]
+    assert frame["Lines"].tolist() == ["POUR-GLS-01 damaged $48.00"]
     assert store.run(run_id).status == RunStatus.WAITING
 
 
@@ -170,6 +202,61 @@ def test_approve_card_finishes_the_run(output, store):
     rerun_until(at, "Customer replied", "markdown")
     eventually(lambda: store.run(run.id).status == RunStatus.DONE and
                store.run(run.id).requests > run.requests, what="the reply's turn")
+
+
+def test_partial_approval_pays_only_the_kept_lines(output, store):
+    at = open_page()
+    approval = start_two_lines(at, store)
+    save_name(at, "Dana Kim")
+    mugs = box(at, approval.id, "MUG-STN-2")
+    assert "MUG-STN-2 · $26.00 less a $7.50 return fee" in plain(mugs.label)
+    assert not shows(at, "Approving pays", "info")
+    # Unticking a line shows what the kept lines come to, before anyone clicks.
+    mugs.uncheck().run()
+    assert shows(at, "Approving pays $48.00 for the ticked lines instead of $66.50. Declined: "
+                     "Stoneware mugs, set of 2.", "info")
+    at.text_input(key=f"note_{approval.id}").input("The mugs were used, so no return.")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim (declined: Stoneware mugs, "
+                     "set of 2)", "success")
+    decided = store.approval(approval.id)
+    assert decided.status == "approved" and decided.amount == 48.0
+    assert [x.line for x in decided.kept] == ["POUR-GLS-01"]
+    assert [x.line for x in decided.declined] == ["MUG-STN-2"]
+    eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
+    rerun_until(at, "Note for the team", "info")
+    assert shows(at, "- Declined: MUG-STN-2", "success")  # the decision
+    assert shows(at, "Refund re_", "success") and shows(at, "issued: $48.00", "success")
+    assert shows(at, "- POUR-GLS-01 damaged $48.00 (Glass pour-over coffee maker)", "success")
+    # One payment, for the kept line only.
+    (record,) = (output / "refunds.log").read_text().splitlines()
+    paid = json.loads(record)["request"]
+    assert paid["amount_cents"] == 4800
+    assert [(x["line"], x["amount_cents"]) for x in paid["lines"]] == [("POUR-GLS-01", 4800)]
+    frame = at.dataframe[0].value
+    assert frame["Event"].tolist() == ["issued", "approved", "requested"]
+    assert frame["Lines"].tolist() == [
+        "POUR-GLS-01 damaged $48.00", "POUR-GLS-01 damaged $48.00",
+        "POUR-GLS-01 damaged $48.00; MUG-STN-2 changed_mind $18.50"]
+
+
+def test_approving_with_no_line_ticked_is_refused(output, store):
+    at = open_page()
+    approval = start_damaged(at, store)
+    save_name(at, "Dana Kim")
+    box(at, approval.id, "POUR-GLS-01").uncheck().run()
+    assert shows(at, "No line is ticked. To refund nothing, reject with a note instead.",
+                 "warning")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert not at.exception
+    assert shows(at, "Keep at least one of the proposed lines", "error")
+    assert store.approval(approval.id).status == "pending"
+    assert not (output / "refunds.log").exists() or \
+        (output / "refunds.log").read_text().strip() == ""
+    # Ticking it again approves the whole refund.
+    box(at, approval.id, "POUR-GLS-01").check().run()
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim.", "success")
 
 
 def test_reject_needs_a_note(output, store):
@@ -314,6 +401,18 @@ def test_worker_runs_a_sample_to_the_queue_and_finishes_it(worker, agent):
     assert "refund" in kinds and "message" in kinds and kinds[-2] == "note"
 
 
+def test_worker_passes_the_kept_lines_to_the_decision(worker, agent):
+    run = worker.submit_email("maya.chen@example.com", TWO_LINE_EMAIL)
+    wait_status(agent.store, run.id, RunStatus.WAITING)
+    settle(worker, run.id)
+    (approval,) = agent.store.approvals("pending")
+    decided = worker.decide(approval.id, True, "Dana", "Mugs were used", keep=["MUG-STN-2"])
+    assert decided.amount == 18.5 and [x.line for x in decided.declined] == ["POUR-GLS-01"]
+    wait_status(agent.store, run.id, RunStatus.DONE)
+    (refund,) = agent.payments.refunds()
+    assert [x["line"] for x in refund["request"]["lines"]] == ["MUG-STN-2"]
+
+
 def test_worker_decisions_race_to_one(worker, agent):
     run = worker.submit_sample("damaged")
     wait_status(agent.store, run.id, RunStatus.WAITING)
@@ -336,7 +435,9 @@ def test_worker_decisions_race_to_one(worker, agent):
         t.join()
     assert outcomes.count("ok") == 1
     winner = agent.store.approval(approval.id).decided_by
-    assert sorted(outcomes)[:3] == [f"This refund was already approved by {winner}."] * 3
+    # The losers are told who won, and when.
+    losers = sorted(outcomes)[:3]
+    assert all(o.startswith(f"This refund was already approved by {winner} at ") for o in losers)
     wait_status(agent.store, run.id, RunStatus.DONE)
     assert len(agent.payments.refunds()) == 1
 

@@ -5,6 +5,7 @@ the file would, and run the real command on the result.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -34,7 +35,7 @@ def audited(tmp_path_factory) -> Path:
         agent.decide(approval.id, False, "Sam", "Too late")     # ignored
     second = agent.advance(agent.start_sample("angry").id)      # requested
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, False, "Sam", "Final sale.")      # rejected
+    agent.decide(approval.id, False, "Sam", "The skillet was used.")  # rejected
     agent.advance(second.id)
     model.server.close()
     events = [e.event for e in agent.store.audit()]
@@ -55,6 +56,19 @@ def _sql(output: Path, *statements: tuple) -> None:
     db.close()
 
 
+def _rehash_all(db: sqlite3.Connection) -> None:
+    """Recompute every hash as someone who knows the hashing would (lines are stored as JSON,
+    hashed as the list they are)."""
+    prev = GENESIS_HASH
+    for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
+        entry = dict(row)
+        entry["lines"] = json.loads(entry["lines"]) if entry["lines"] else None
+        new = audit_hash(prev, entry)
+        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
+                   (prev, new, entry["id"]))
+        prev = new
+
+
 def _verify(output: Path) -> tuple[int, str]:
     result = run_cli(output, "audit", "--verify")
     assert "Traceback" not in result.stderr
@@ -72,10 +86,34 @@ def test_an_intact_log_verifies(output: Path):
     assert _verify(output) == (0, "Audit log intact: 6 entries, chain ok.")
 
 
+def test_money_entries_record_their_lines(output: Path):
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    rows = db.execute("SELECT event, lines FROM audit ORDER BY id").fetchall()
+    db.close()
+    lines = {event: json.loads(text) if text else None for event, text in rows}
+    coffee = [{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]
+    assert lines["approved"] == lines["issued"] == coffee
+    assert lines["rejected"] == [{"line": "SKL-CI-10", "reason": "changed_mind",
+                                  "amount_cents": 3150}]
+    assert lines["ignored"] is None
+
+
+def test_rehashing_an_untouched_log_changes_nothing(output: Path):
+    """The helper the tamper tests use recomputes exactly the stored hashes."""
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    db.row_factory = sqlite3.Row
+    before = db.execute("SELECT hash FROM audit ORDER BY id").fetchall()
+    _rehash_all(db)
+    assert db.execute("SELECT hash FROM audit ORDER BY id").fetchall() == before
+    db.close()
+
+
 @pytest.mark.parametrize(("column", "value"), [
     ("note", "approved after a phone call"), ("actor", "Eve"), ("amount", 4800.0),
     ("event", "rejected"), ("at", 0.0), ("pid", 1), ("order_id", "A1066"),
     ("approval_id", "call_other"), ("run_id", "run_other"),
+    ("lines", json.dumps([{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 8095}])),
+    ("lines", None),
 ])
 def test_an_edited_field_is_caught_at_its_entry(output: Path, column: str, value):
     _sql(output, (f"UPDATE audit SET {column} = ? WHERE id = 2", (value,)))
@@ -126,13 +164,7 @@ def test_an_edit_with_the_whole_chain_recomputed_is_caught_by_the_facts(output: 
     db = sqlite3.connect(output / "refund-agent.sqlite3")
     db.row_factory = sqlite3.Row
     db.execute("UPDATE audit SET actor = 'Eve' WHERE event = 'approved'")
-    prev = GENESIS_HASH
-    for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
-        entry = dict(row)
-        new = audit_hash(prev, entry)
-        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
-                   (prev, new, entry["id"]))
-        prev = new
+    _rehash_all(db)
     db.commit()
     db.close()
     _caught("edited and re-hashed", output, "no 'approved' entry by Dana Kim")
@@ -143,12 +175,7 @@ def test_a_removed_refund_entry_is_caught(output: Path):
     db = sqlite3.connect(output / "refund-agent.sqlite3")
     db.row_factory = sqlite3.Row
     db.execute("DELETE FROM audit WHERE event = 'issued'")
-    prev = GENESIS_HASH   # and re-hash, so the chain itself looks fine
-    for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
-        new = audit_hash(prev, dict(row))
-        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
-                   (prev, new, row["id"]))
-        prev = new
+    _rehash_all(db)       # and re-hash, so the chain itself looks fine
     db.commit()
     db.close()
     _caught("removed the refund line and re-hashed", output, "no 'issued' or 'reused' entry")

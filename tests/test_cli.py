@@ -120,3 +120,66 @@ def test_corrupt_database_is_reported_and_left_alone(tmp_path):
     result = run_cli(out, "runs")
     assert result.returncode == 1 and "not a readable refund-agent database" in result.stderr
     assert db.read_bytes() == b"this is not sqlite" * 100
+
+
+def _queue(out) -> list[str]:
+    """The approval ids waiting, as `queue` lists them."""
+    return [line.split()[0] for line in run_cli(out, "queue").stdout.splitlines()
+            if line.startswith("call_")]
+
+
+def test_a_decision_without_an_id_is_refused_when_several_refunds_wait(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(out).returncode == 0                     # Maya's coffee maker, $48.00
+    assert run_cli(out, "angry").returncode == 0            # Priya's skillet, $31.50
+    waiting = _queue(out)
+    assert len(waiting) == 2
+    for args in (("approve", "--as", "Dana"), ("reject", "--as", "Dana", "--note", "No."),
+                 ("approve", "--as", "Dana", "--only", "POUR-GLS-01")):
+        result = run_cli(out, *args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert "2 refunds are waiting; name one with --id:" in result.stderr
+        assert all(approval_id in result.stderr for approval_id in waiting)
+        assert "order A1043  $48.00  (POUR-GLS-01)" in result.stderr
+        assert "order A1066  $31.50  (SKL-CI-10)" in result.stderr
+        assert "Traceback" not in result.stderr
+    # Nothing was decided by the refused commands.
+    assert _queue(out) == waiting and refunds(out) == []
+    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()]
+    assert events == ["requested", "requested"]
+
+    # Named, it is decided; with exactly one left, a decision without an id takes that one.
+    (maya,) = [line.split()[0] for line in run_cli(out, "queue").stdout.splitlines()
+               if line.startswith("call_") and "order A1043" in line]
+    assert run_cli(out, "approve", "--id", maya, "--as", "Dana").returncode == 0
+    assert run_cli(out, "approve", "--as", "Dana").returncode == 0
+    assert [(r["request"]["order_id"], r["request"]["amount_cents"]) for r in refunds(out)] == [
+        ("A1043", 4800), ("A1066", 3150)]
+    assert _queue(out) == []
+
+
+def test_approve_only_some_lines_with_a_note(tmp_path):
+    out = tmp_path / "out"
+    sent = run_cli(out, "send", "Order A1043: the coffee maker arrived shattered, and honestly "
+                   "I also don't want the mugs anymore.", "--from", "maya.chen@example.com")
+    assert sent.returncode == 0, sent.stderr
+    assert "Proposed refund $66.50 on A1043" in sent.stdout
+    assert "POUR-GLS-01  damaged       $48.00" in sent.stdout
+    assert "MUG-STN-2    changed_mind  $18.50" in sent.stdout
+
+    approved = run_cli(out, "approve", "--as", "Dana", "--only", "POUR-GLS-01",
+                       "--note", "The mugs were used.")
+    assert approved.returncode == 0, approved.stderr
+    assert "Approved $48.00 for A1043" in approved.stdout
+    assert "POUR-GLS-01 approved, MUG-STN-2 declined" in approved.stdout
+    assert "Our team could not refund the stoneware mugs" in approved.stdout
+    run_id = run_cli(out, "runs").stdout.split()[0]
+    shown = run_cli(out, "show", run_id).stdout
+    assert "** Approved by Dana (declined MUG-STN-2): The mugs were used." in shown
+    (refund,) = refunds(out)
+    assert refund["request"]["amount_cents"] == 4800
+    assert refund["request"]["lines"] == [
+        {"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]
+    audit = run_cli(out, "audit").stdout
+    assert "declined MUG-STN-2 (Stoneware mugs, set of 2). The mugs were used." in audit
+    assert run_cli(out, "audit", "--verify").returncode == 0

@@ -108,6 +108,7 @@ class Outcome:
     steps: dict[str, list[str]]              # run id -> step kinds, oldest first
     calls: list[dict[str, Any]]
     approvals: list[dict[str, Any]]
+    lines: list[dict[str, Any]]              # approval_lines: each proposal's order lines
     audit: list[dict[str, Any]]
     replies: list[dict[str, Any]]
     refunds: list[dict[str, Any]]
@@ -136,6 +137,7 @@ def read_outcome(output: Path) -> Outcome:
             runs=runs, steps=steps,
             calls=rows("SELECT * FROM calls ORDER BY rowid"),
             approvals=rows("SELECT * FROM approvals ORDER BY requested_at"),
+            lines=rows("SELECT * FROM approval_lines ORDER BY approval_id, seq"),
             audit=rows("SELECT * FROM audit ORDER BY id"),
             replies=rows("SELECT * FROM replies ORDER BY id"),
             refunds=_jsonl(output / "refunds.log"),
@@ -150,10 +152,28 @@ def read_outcome(output: Path) -> Outcome:
 IGNORED_STEPS = {"restart", "stopped", "error"}
 
 
+def paid_lines(refund: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """A refund's lines as the payments log records them: (line, reason, cents)."""
+    return [(x["line"], x["reason"], x["amount_cents"]) for x in refund["request"]["lines"]]
+
+
+def _refund_facts(out: Outcome) -> list[tuple[str, int, list[tuple[str, str, int]]]]:
+    """What was paid, independent of ids and order: (order, cents, lines) per refund."""
+    return sorted((r["request"]["order_id"], r["request"]["amount_cents"], paid_lines(r))
+                  for r in out.refunds if "torn" not in r)
+
+
 def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
     """Count every way the exactly-once promise could have been broken (all zero = held)."""
     by_call = {c["call_id"]: c for c in out.calls}
     approvals = {a["id"]: a for a in out.approvals}
+    kept: dict[str, list[tuple[str, str, int]]] = {}
+    for line in out.lines:
+        if line["decision"] == "approved":
+            kept.setdefault(line["approval_id"], []).append(
+                (line["line"], line["reason"], line["amount_cents"]))
+    paid = Counter((r["request"]["order_id"], x["line"]) for r in out.refunds
+                   if "torn" not in r for x in r["request"]["lines"])
     refund_keys = Counter(r.get("idempotency_key") for r in out.refunds)
     email_keys = Counter(e.get("idempotency_key") for e in out.emails)
     sender = {r["id"]: r["sender"] for r in out.runs}
@@ -170,8 +190,15 @@ def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
             if k not in approvals or approvals[k]["status"] != "approved"),
         "refund_amount_mismatch": sum(
             1 for r in out.refunds if r.get("idempotency_key") in approvals
-            and round(r["request"]["amount"], 2)
-            != round(approvals[r["idempotency_key"]]["amount"], 2)),
+            and (r["request"]["amount_cents"]
+                 != approvals[r["idempotency_key"]]["amount_cents"]
+                 or r["request"]["amount_cents"] != sum(c for _l, _r, c in paid_lines(r)))),
+        # Line by line: each refund pays exactly the lines its approval kept, and no order
+        # line is paid by two refunds.
+        "refund_lines_mismatch": sum(
+            1 for r in out.refunds if r.get("idempotency_key") in approvals
+            and paid_lines(r) != kept.get(r["idempotency_key"], [])),
+        "lines_paid_twice": sum(n - 1 for n in paid.values()),
         "approved_not_refunded": sum(1 for a in out.approvals
                                      if a["status"] == "approved" and a["id"] not in refund_keys),
         "duplicate_emails": sum(n - 1 for n in email_keys.values()),
@@ -217,10 +244,7 @@ def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
         m["emails_differ_from_baseline"] = int(
             [(e["request"]["to"], e["request"]["body"]) for e in out.emails]
             != [(e["request"]["to"], e["request"]["body"]) for e in baseline.emails])
-        m["refunds_differ_from_baseline"] = int(
-            sorted((r["request"]["order_id"], r["request"]["amount"]) for r in out.refunds)
-            != sorted((r["request"]["order_id"], r["request"]["amount"])
-                      for r in baseline.refunds))
+        m["refunds_differ_from_baseline"] = int(_refund_facts(out) != _refund_facts(baseline))
         m["decisions_differ_from_baseline"] = int(
             [(a["status"], a["decided_by"]) for a in out.approvals]
             != [(a["status"], a["decided_by"]) for a in baseline.approvals])
@@ -411,8 +435,20 @@ def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Pat
     db.close()
     broken = measure(read_outcome(output), base.outcome)
     for name in ("duplicate_refunds", "duplicate_emails", "audit_chain_broken", "runs_not_done",
-                 "emails_differ_from_baseline", "refunds_differ_from_baseline"):
+                 "emails_differ_from_baseline", "refunds_differ_from_baseline",
+                 "lines_paid_twice"):
         assert broken[name], name
+
+    # The provider paid another amount for the line than the person approved.
+    paid = json.loads(line)
+    paid["request"]["amount_cents"] += 100
+    paid["request"]["lines"][0]["amount_cents"] += 100
+    refunds.write_text(json.dumps(paid) + "\n")
+    broken = measure(read_outcome(output), base.outcome)
+    for name in ("refund_amount_mismatch", "refund_lines_mismatch",
+                 "refunds_differ_from_baseline"):
+        assert broken[name], name
+    assert not broken["duplicate_refunds"] and not broken["lines_paid_twice"]
 
 
 _DIE_WHILE_THE_CUSTOMER_WRITES = r"""

@@ -226,7 +226,9 @@ def _outputs(body: dict) -> list[tuple[str, dict]]:
             if i.get("type") == "function_call_output"]
 
 
-REFUND = ("issue_refund", {"order_id": "A1043", "amount": 48.0, "reason": "Cracked carafe."})
+COFFEE_MAKER = [{"line": "POUR-GLS-01", "reason": "damaged"}]
+REFUND = ("issue_refund", {"order_id": "A1043", "lines": COFFEE_MAKER, "amount": 48.0,
+                           "summary": "Cracked carafe."})
 
 
 def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted_raw):
@@ -235,7 +237,8 @@ def test_malformed_unknown_and_missing_arguments_go_back_as_errors(scripted_raw)
         Reply("not an object", calls=[("check_refund_policy", {RAW: '["A1043"]'})]),
         Reply("empty", calls=[("issue_refund", {RAW: ""})]),
         Reply("missing amount", calls=[("issue_refund", {"order_id": "A1043",
-                                                         "reason": "x"})]),
+                                                         "lines": COFFEE_MAKER,
+                                                         "summary": "x"})]),
         Reply("extra field", calls=[("send_customer_message",
                                      {"message": "hi", "to": "friend@example.com"})]),
         Reply("made up", calls=[("delete_order", {"order_id": "A1043"})]),
@@ -325,11 +328,40 @@ def test_two_refunds_in_one_response_need_two_approvals_and_the_policy_still_hol
     assert len(first) == 1            # one proposal at a time
     agent.decide(first[0].id, True, "Dana")
     run = agent.advance(run.id)
-    # The second $48 would take the order past what the policy allows: refused, never queued.
+    # The second names the line the first just refunded: refused, never queued.
     assert run.status == RunStatus.DONE
     assert len(agent.store.approvals(status=None)) == 1
-    assert len(agent.payments.refunds()) == 1
+    assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800]
     outs = [o for _c, o in _outputs(server.requests[1])]
-    assert outs[0]["status"] == "refunded" and "at most $32.95" in outs[1]["error"]
+    assert outs[0]["status"] == "refunded"
+    assert "Glass pour-over coffee maker (POUR-GLS-01) has already been refunded" in \
+        outs[1]["error"]
+    assert [e.event for e in agent.store.audit()] == ["requested", "approved", "issued",
+                                                      "refused"]
     record("faults", fault="two refunds in one response", turn=-1, duplicate_refunds=0,
            over_policy=0)
+
+
+def test_two_refunds_of_different_lines_in_one_response_need_two_approvals(scripted):
+    mugs = ("issue_refund", {"order_id": "A1043", "amount": None,
+                             "lines": [{"line": "MUG-STN-2", "reason": "changed_mind"}],
+                             "summary": "Unused mugs, returned."})
+    agent, _script, server = scripted(Reply("two refunds", calls=[REFUND, mugs]))
+    run = agent.advance(agent.start_sample("damaged").id)
+    (first,) = agent.store.approvals("pending")        # one proposal at a time
+    assert [line.line for line in first.lines] == ["POUR-GLS-01"]
+    agent.decide(first.id, True, "Dana")
+    run = agent.advance(run.id)
+    assert run.status == RunStatus.WAITING              # the second waits for its own person
+    (second,) = agent.store.approvals("pending")
+    assert [(line.line, line.amount_cents) for line in second.lines] == [("MUG-STN-2", 1850)]
+    assert len(agent.payments.refunds()) == 1
+    agent.decide(second.id, True, "Sam")
+    assert agent.advance(run.id).status == RunStatus.DONE
+    refunds = agent.payments.refunds()
+    assert [r["request"]["amount_cents"] for r in refunds] == [4800, 1850]
+    assert [r["idempotency_key"] for r in refunds] == [first.id, second.id]
+    outs = [o for _c, o in _outputs(server.requests[1])]
+    assert [o["status"] for o in outs] == ["refunded", "refunded"]
+    record("faults", fault="two refunds of different lines in one response", turn=-1,
+           duplicate_refunds=0, over_policy=0)

@@ -56,6 +56,22 @@ def test_shipping_only_when_every_item_is_damaged(shop):
     assert quote(shop, "A1043", ("MUG-STN-2", "damaged"), held=pending).total_cents == 2600
 
 
+def test_shipping_left_out_by_two_side_by_side_refunds_can_be_requested(shop):
+    # Both items went out as damaged in two refunds proposed while the other waited, so
+    # neither included shipping; once both are refunded, shipping is owed and can be named.
+    both = {"POUR-GLS-01": Held("damaged", "refunded", "approval a", 4800),
+            "MUG-STN-2": Held("damaged", "refunded", "approval b", 2600)}
+    facts = policy_facts(shop.order("A1043"), shop.terms, both, TODAY)
+    assert facts.shipping_owed and facts.left_to_refund == 6.95
+    q = quote(shop, "A1043", ("SHIPPING", "damaged"), held=both)
+    assert q.line_ids() == ["SHIPPING"] and q.total_cents == 695
+    with_it = {**both, "SHIPPING": Held("shipping", "refunded", "approval c", 695)}
+    assert "only once every item" in quote(shop, "A1043", ("SHIPPING", "damaged"), held=with_it)
+    one_changed_mind = {**both, "MUG-STN-2": Held("changed_mind", "refunded", "b", 1850)}
+    assert "only once every item" in quote(shop, "A1043", ("SHIPPING", "damaged"),
+                                           held=one_changed_mind)
+
+
 def test_mixed_request_charges_the_fee_only_on_the_returned_line(shop):
     q = quote(shop, "A1043", ("POUR-GLS-01", "damaged"), ("MUG-STN-2", "changed_mind"))
     assert [(x.line, x.amount_cents, x.fee_cents) for x in q.lines] == [
@@ -83,7 +99,7 @@ def test_a_line_is_refunded_once_and_reserved_while_pending(shop):
     ([], "at least one line"),
     ([("POUR-GLS-01", "damaged"), ("POUR-GLS-01", "changed_mind")], "named twice"),
     ([("NOPE", "damaged")], "has no line 'NOPE'"),
-    ([("SHIPPING", "damaged")], "Shipping is not a line"),
+    ([("SHIPPING", "damaged")], "Shipping is refunded only once every item"),
     ([("POUR-GLS-01", "because")], "must be one of"),
 ])
 def test_malformed_requests_are_explained(shop, lines, problem):
@@ -120,8 +136,8 @@ def test_per_refund_fee_is_shared_in_proportion_and_never_zeroes_a_line():
                   shipping=0, total=10.01, refunds=[])
     q = quote_refund(order, terms, [("A", "changed_mind"), ("B", "changed_mind")], {}, TODAY)
     assert [x.amount_cents for x in q.lines] == [125, 125] and q.total_cents == 250
-    assert "return fee takes all of what Vase" in quote_refund(order, terms, [("C", "changed_mind")], {},
-                                                  TODAY)
+    eaten = quote_refund(order, terms, [("C", "changed_mind")], {}, TODAY)
+    assert "return fee takes all of what Vase" in eaten
 
 
 def test_per_item_fee_is_charged_per_unit():

@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -22,11 +21,12 @@ import pytest
 from conftest import DATA, cli_env, run_cli
 from test_crash_matrix import read_outcome, record
 
-from refund_agent import Agent, Settings
-from refund_agent.errors import RunBusy
+from refund_agent import Agent, Settings, Shop
+from refund_agent.errors import AlreadyDecided, RunBusy
 from refund_agent.model import open_model
 from refund_agent.models import RunStatus
 from refund_agent.store import LEASE_STALE_SECONDS, Store
+from refund_agent.tools import IssueRefund, ShopTools
 
 _WORKER = r"""
 import json, os, sys, uuid
@@ -122,13 +122,19 @@ def _queue_refund(output: Path) -> tuple[str, str]:
                            subject="Coffee maker arrived cracked", kind="damaged",
                            email="My order A1043 arrived with the coffee maker cracked.")
     call_id, response_id = f"call_{uuid.uuid4().hex}", f"resp_{uuid.uuid4().hex}"
-    args = {"order_id": "A1043", "amount": 48.0, "reason": "Cracked coffee maker, in full."}
-    store.record_response(run.id, response_id=response_id,
+    args = {"order_id": "A1043", "lines": [{"line": "POUR-GLS-01", "reason": "damaged"}],
+            "amount": None, "summary": "Cracked coffee maker, in full."}
+    lease = store.acquire(run.id, uuid.uuid4().hex)
+    store.record_response(lease, response_id=response_id,
                           calls=[(call_id, "issue_refund", json.dumps(args))], steps=[],
                           usage={}, replies_sent=[])
-    store.queue_approval(run_id=run.id, response_id=response_id, call_id=call_id,
-                         order_id="A1043", amount=48.0, reason=args["reason"],
-                         customer=run.sender)
+    tools = ShopTools(Shop(DATA), run.sender, store.held_lines)
+    approval = store.queue_approval(
+        lease, response_id=response_id, call_id=call_id, order_id="A1043",
+        summary=args["summary"], customer=run.sender,
+        price=lambda held: tools.quote(IssueRefund.model_validate(args), held))
+    store.release(lease, RunStatus.WAITING)
+    assert approval.amount_cents == 4800, approval
     store.close()
     return run.id, call_id
 
@@ -181,11 +187,14 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
         store = Store(output / "refund-agent.sqlite3")
         approval = store.approval(approval_id)
         assert approval.decided_by == won[0]["by"] and approval.status == won[0]["status"]
+        told = str(AlreadyDecided(approval_id, approval.status, approval.decided_by,
+                                  approval.decided_at))
+        assert told.startswith(f"This refund was already {approval.status} by "
+                               f"{approval.decided_by} at ")
         for r in results:
             if not r["ok"]:
                 assert r["kind"] == "AlreadyDecided", r
-                assert r["error"] == (f"This refund was already {approval.status} by "
-                                      f"{approval.decided_by}."), r
+                assert r["error"] == told, r
         events = Counter(e.event for e in store.audit() if e.approval_id == approval_id)
         assert events == Counter({"requested": 1, approval.status: 1, "ignored": RACERS - 1})
         ignored = [e for e in store.audit() if e.event == "ignored"]
@@ -226,9 +235,11 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path):
         assert approval["decided_by"] == winner
         for code, _o, err in done:
             if code == 1:
-                assert f"already {approval['status']} by {winner}." in err, err
+                assert f"already {approval['status']} by {winner} at " in err, err
         assert [r["status"] for r in out.runs] == ["done"]
         assert len(out.refunds) == (1 if approval["status"] == "approved" else 0)
+        assert [r["request"]["amount_cents"] for r in out.refunds] == [
+            4800] * len(out.refunds)
         assert len(out.emails) == 1
         assert Counter(e["event"] for e in out.audit)["ignored"] == 2
         assert out.audit_problem is None and out.integrity == "ok"
@@ -268,7 +279,10 @@ def test_many_processes_advance_one_run_at_once(workers, tmp_path: Path):
         kinds = [s.kind for s in agent.store.steps(run.id) if s.kind != "restart"]
         assert kinds.count("call") == 3 and kinds.count("result") == 2
         assert kinds.count("approval") == 1
-        assert len([a for a in agent.store.approvals("pending") if a.run_id == run.id]) == 1
+        (approval,) = [a for a in agent.store.approvals("pending") if a.run_id == run.id]
+        # The pending proposal holds the coffee maker's line; free it for the next round's
+        # ticket (which would otherwise, rightly, be declined) as a person would: reject it.
+        agent.decide(approval.id, False, "reset", f"Round {i} is over.")
     assert busy >= ADVANCE_ROUNDS, "the racers never actually overlapped"
     record("races", case="advance one run at once", rounds=ADVANCE_ROUNDS, racers=3,
            advanced_per_round=1, told_busy=busy, duplicate_requests=0)
@@ -312,6 +326,6 @@ def test_a_stale_lease_of_a_live_pid_is_taken_over(agent: Agent):
     with pytest.raises(RunBusy):
         agent.advance(run.id)
     db = other._db()
-    db.execute("UPDATE runs SET lease_at = ? WHERE id = ?",
-               (time.time() - LEASE_STALE_SECONDS - 1, run.id))
+    db.execute("UPDATE runs SET lease_at = lease_at - ? WHERE id = ?",
+               (LEASE_STALE_SECONDS + 1, run.id))
     assert agent.advance(run.id).status == RunStatus.WAITING

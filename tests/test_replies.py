@@ -49,7 +49,10 @@ def test_angry_customer_holds_the_line(agent, model):
     assert run.status == RunStatus.DONE
     assert 1 <= run.simulated_replies <= MAX_SIMULATED_REPLIES
     refunds = agent.payments.refunds()
-    assert [r["request"]["amount"] for r in refunds] == [31.50]
+    # The skillet, less the return fee; never the final-sale gift card, whatever was said.
+    assert [r["request"]["amount_cents"] for r in refunds] == [3150]
+    assert refunds[0]["request"]["lines"] == [
+        {"line": "SKL-CI-10", "reason": "changed_mind", "amount_cents": 3150}]
     replies = [s.data for s in agent.store.steps(run.id) if s.kind == "reply"]
     assert all(r["simulated"] for r in replies) and "chargeback" in replies[0]["text"]
     notes = " ".join(s.data["text"] for s in agent.store.steps(run.id) if s.kind == "note")

@@ -3,7 +3,8 @@
 Each run picks a scenario at random and types its commands one by one. Every process (the
 command itself, and every ``resume`` that follows a kill) is, at random, killed at a random named
 crash point, killed by a real SIGKILL from this test after a random delay (which can land
-anywhere: mid-import, mid-stream, mid-write), or left alone. After a kill the test does what a
+anywhere: mid-import, mid-stream, mid-write), paused past its lease while ``resume`` takes its
+run over and then woken up (a stale owner), or left alone. After a kill the test does what a
 user would: ``resume``, and if the command's own effect (the new run, the decision, the reply)
 never happened, type the command again. When the chain is done, the run is held to the crash
 matrix's invariants and compared with a crash-free run of the same scenario.
@@ -54,6 +55,8 @@ SEED = int(os.environ.get("REFUND_AGENT_SOAK_SEED") or random.SystemRandom().ran
 MAX_ATTEMPTS = 12       # per command; a chain that needs more is a failure, not a retry loop
 KILLS_IN_A_ROW = 4      # then the next processes run alone until the command gets through
 KILL_DELAY = (0.25, 0.8)  # seconds after start; a command lives about 0.4 to 1 s
+PAUSE_LEASE = 1.0       # seconds: the lease of a process the soak pauses (SIGSTOP) mid-command
+STALE = -1000           # the exit "code" of a woken process that found its run taken over
 
 
 def _counts(output: Path) -> dict[str, int]:
@@ -87,7 +90,7 @@ def _took_effect(command: tuple[str, ...], before: dict[str, int], now: dict[str
 def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
              spare: bool = False) -> tuple[str, int, str]:
     """Run one process, maybe killing it (never when ``spare``); returns (how, code, stderr)."""
-    how = rng.choices(["point", "timer", "alone"], weights=[5, 5, 1])[0]
+    how = rng.choices(["point", "timer", "pause", "alone"], weights=[5, 5, 3, 1])[0]
     point = rng.choice(sorted(CRASH_POINTS))
     delay = rng.uniform(*KILL_DELAY)
     if spare:
@@ -95,17 +98,57 @@ def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
     env = cli_env(output)
     if how == "point":
         env["REFUND_AGENT_CRASH_AT"] = point
+    if how == "pause":
+        env["REFUND_AGENT_LEASE_SECONDS"] = str(PAUSE_LEASE)
     proc = subprocess.Popen([sys.executable, "-m", "refund_agent", *args], env=env,
                             cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        _out, err = proc.communicate(timeout=delay if how == "timer" else 120)
+        _out, err = proc.communicate(timeout=delay if how in ("timer", "pause") else 120)
     except subprocess.TimeoutExpired:
+        if how == "pause":
+            return _stale_owner(output, proc, delay)
         proc.send_signal(signal.SIGKILL)
         _out, err = proc.communicate()
     label = f"{how}:{point}" if how == "point" else (f"timer:{delay:.2f}s" if how == "timer"
                                                      else "alone")
     return label, proc.returncode, err
+
+
+def _stale_owner(output: Path, proc: subprocess.Popen[str], delay: float
+                 ) -> tuple[str, int, str]:
+    """Pause the process past its lease, let `resume` take the run over, then wake it up.
+
+    The woken process must either find nothing changed under it (it finished, or nobody took
+    its run) or stop at its next write with "taken over"; the invariants then show whether it
+    did anything twice. A process paused inside a database transaction or the payment log's
+    file lock blocks the others until it wakes, as it would for real: the takeover then runs
+    after the wake-up.
+    """
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(PAUSE_LEASE + 0.3)
+    takeover = subprocess.Popen([sys.executable, "-m", "refund_agent", "resume"],
+                                env=cli_env(output, REFUND_AGENT_LEASE_SECONDS=str(PAUSE_LEASE)),
+                                cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        _out, took_err = takeover.communicate(timeout=20)
+        blocked = False
+    except subprocess.TimeoutExpired:
+        blocked = True              # waiting on a lock the paused process holds
+    proc.send_signal(signal.SIGCONT)
+    _out, err = proc.communicate(timeout=120)
+    if blocked:
+        _out, took_err = takeover.communicate(timeout=120)
+    assert "Traceback" not in took_err, took_err
+    assert takeover.returncode in (0, 1), (takeover.returncode, took_err)
+    if takeover.returncode == 1:    # it found the run busy after all, or locked: say which
+        assert "being advanced" in took_err or "locked" in took_err, took_err
+    # The woken owner either finished untouched or stopped at its next write; both are fine,
+    # and the chain goes on with `resume` if its command is not done.
+    woke = "taken over" if "taken over by" in err else "untouched"
+    code = 0 if proc.returncode == 0 else (STALE if woke == "taken over" else proc.returncode)
+    return f"pause:{delay:.2f}s:{woke}", code, err
 
 
 def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> int:
@@ -122,7 +165,7 @@ def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> i
             how, code, err = _attempt(output, args, rng, spare=in_a_row >= KILLS_IN_A_ROW)
             log.append(f"{' '.join(args[:1])} [{how}] -> {code}")
             assert "Traceback" not in err, err
-            if code == -signal.SIGKILL:
+            if code in (-signal.SIGKILL, STALE):
                 kills += 1
                 in_a_row += 1
                 args = ("resume",)
@@ -170,6 +213,8 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         record("soak", seed=SEED, run=i, scenario=scenario, kills=kills,
                point_kills=sum(1 for e in log if "[point:" in e and e.endswith("-> -9")),
                timer_kills=sum(1 for e in log if "[timer:" in e and e.endswith("-> -9")),
+               stale_owners=sum(1 for e in log if "[pause:" in e),
+               stale_owners_fenced=sum(1 for e in log if ":taken over]" in e),
                processes=len(log), repeated_requests=sum(x for x in extra if x > 0), **metrics)
         assert_held(metrics, context + "\n" + "\n".join(log))
         total_kills += kills

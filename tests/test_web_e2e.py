@@ -8,6 +8,7 @@ Debian's Chromium; they are skipped, never downloading a browser, when it is not
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import socket
@@ -36,6 +37,10 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 30_000
 CARD = "[class*='st-key-card_']"
+# The offline model proposes two lines for this email: POUR-GLS-01 damaged $48.00 and
+# MUG-STN-2 changed_mind $18.50.
+TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
+                  "want the mugs anymore.")
 
 
 def free_port() -> int:
@@ -149,6 +154,9 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
     card.wait_for()
     print(f"\nproposal card visible {time.monotonic() - started:.2f} s after the click")
     expect(page.get_by_text("Proposed refund $48.00 on order A1043")).to_be_visible()
+    # The card shows the line, ticked, with what the policy allows for it.
+    expect(card.get_by_text("POUR-GLS-01 · full value $48.00")).to_be_visible()
+    expect(card.get_by_role("checkbox")).to_be_checked()
     # Let the audit table's scripts load first: a browser remembers a script import that
     # failed while the server was down, and would show the table as broken until a reload.
     expect(page.get_by_role("button", name="Download CSV")).to_be_visible()
@@ -169,9 +177,12 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
     expect(page.get_by_text("Email to maya.chen@example.com")).to_be_visible()
     expect(page.locator(CARD)).to_have_count(0)
 
-    rows = [(r["event"], r["actor"], int(r["pid"])) for r in downloaded_audit(page, 3)]
+    audit = downloaded_audit(page, 3)
+    rows = [(r["event"], r["actor"], int(r["pid"])) for r in audit]
     assert rows == [("issued", "payments", server.pid), ("approved", "Dana Kim", server.pid),
                     ("requested", "agent", old_pid)]
+    assert [json.loads(r["lines"]) for r in audit] == [
+        [{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]] * 3
     store = Store(server.output / "refund-agent.sqlite3")
     assert [(e.event, e.pid) for e in store.audit()] == [
         ("requested", old_pid), ("approved", server.pid), ("issued", server.pid)]
@@ -203,7 +214,8 @@ def test_two_pages_approving_at_once_make_one_decision(context, server: AppServe
     assert events.count("approved") == 1 and events.count("ignored") == 1
     winner = store.approvals(None)[0].decided_by
     winning, losing = (first, second) if winner == "Dana Kim" else (second, first)
-    losing.get_by_text(f"This refund was already approved by {winner}.").wait_for()
+    # The message goes on with when it was decided.
+    losing.get_by_text(f"This refund was already approved by {winner} at ").wait_for()
     winning.get_by_text(f"Approved $48.00 for order A1043 as {winner}.", exact=False).wait_for()
     winning.get_by_text("Note for the team", exact=True).wait_for()
     assert len(store.audit()) == 4  # requested, approved, ignored, issued: one refund
@@ -233,3 +245,43 @@ def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: A
         ("requested", crashed_pid), ("approved", crashed_pid), ("reused", app_server.pid)]
     refunds = (app_server.output / "refunds.log").read_text().splitlines()
     assert len(refunds) == 1  # one refund at the payment provider, however many attempts
+
+
+def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
+    page = new_page(context, server.url + "?approver=Dana%20Kim")
+    page.get_by_text("Write your own email").click()
+    page.get_by_label("From (the customer's address)").fill("maya.chen@example.com")
+    page.get_by_label("Email", exact=True).fill(TWO_LINE_EMAIL)
+    page.get_by_role("button", name="Send to the agent").click()
+    card = page.locator(CARD).filter(has_text="$66.50 for order A1043")
+    card.wait_for()
+    expect(card.get_by_text("MUG-STN-2 · $26.00 less a $7.50 return fee")).to_be_visible()
+    expect(card.get_by_role("checkbox")).to_have_count(2)
+
+    # Untick the mugs: the card says what the kept line comes to before anyone approves.
+    # The test id is on the checkbox's <label>, which wraps the (visually hidden) input.
+    mugs = card.get_by_test_id("stCheckbox").filter(has_text="Stoneware mugs, set of 2")
+    mugs.click()
+    expect(mugs.get_by_role("checkbox")).not_to_be_checked()
+    card.get_by_text("Approving pays $48.00 for the ticked lines instead of $66.50").wait_for()
+    card.get_by_role("textbox").fill("The mugs were used, so they cannot be returned.")
+    card.get_by_role("button", name="Approve").click()
+
+    page.get_by_text("Note for the team", exact=True).wait_for()
+    expect(page.get_by_text("Approved by Dana Kim", exact=True)).to_be_visible()
+    expect(page.get_by_text("Declined: MUG-STN-2", exact=True)).to_be_visible()
+    expect(page.get_by_text("issued: $48.00")).to_be_visible()
+    expect(page.locator(CARD)).to_have_count(0)
+
+    (record,) = (server.output / "refunds.log").read_text().splitlines()
+    paid = json.loads(record)["request"]
+    assert paid["amount_cents"] == 4800
+    assert [(x["line"], x["amount_cents"]) for x in paid["lines"]] == [("POUR-GLS-01", 4800)]
+    audit = downloaded_audit(page, 3)
+    assert [r["event"] for r in audit] == ["issued", "approved", "requested"]
+    assert [[x["line"] for x in json.loads(r["lines"])] for r in audit] == [
+        ["POUR-GLS-01"], ["POUR-GLS-01"], ["POUR-GLS-01", "MUG-STN-2"]]
+    store = Store(server.output / "refund-agent.sqlite3")
+    (decided,) = store.approvals(None)
+    assert decided.amount == 48.0 and [x.line for x in decided.declined] == ["MUG-STN-2"]
+    assert store.verify_audit() is None

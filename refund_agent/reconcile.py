@@ -1,0 +1,380 @@
+"""Reconciliation: do the money and the email stand-ins agree with the store, both ways?
+
+The audit log is the reference: its hash chain and anchor are checked first, so once they hold
+every other source is compared with it. Approvals are checked against their audit entries, the
+payment log (``refunds.log``) against the approvals and the audit, and the email log
+(``outbox.log``) against the calls the agent made. Each comparison runs in both directions: a
+record nobody asked for was forged, a record something in the store points to but the log
+lacks was removed, and a record that disagrees with what asked for it was edited.
+
+:func:`reconcile` returns the first problem as one sentence, or None when everything agrees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from .models import Approval, AuditEntry, Call, Run
+from .store import Store
+
+# How the ledger starts every record (json.dumps of a dict whose first key is this). A write
+# cut short by a crash leaves a prefix of such a line; anything else was not written by it.
+_RECORD_START = '{"idempotency_key": "'
+_MONEY_EVENTS = ("issued", "reused")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record of a log, with its 1-based line number for the messages."""
+
+    number: int
+    record: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return self.record["idempotency_key"]
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return self.record["request"]
+
+
+def reconcile(store: Store, output_dir: Path) -> str | None:
+    """None when the store, refunds.log and outbox.log agree; else the first problem."""
+    problem = store.verify_audit()
+    if problem:
+        return problem
+    output_dir = Path(output_dir)
+    refunds, problem = read_log(output_dir / "refunds.log", _refund_shape, "a refund")
+    if problem:
+        return problem
+    emails, problem = read_log(output_dir / "outbox.log", _email_shape, "an email")
+    if problem:
+        return problem
+    approvals = {a.id: a for a in store.approvals(status=None, limit=-1)}
+    audit = store.audit()
+    sends = _send_calls(store)
+    # Generators: the checks after the first problem never run.
+    problems = chain(
+        _approvals_match_audit(approvals, audit),
+        _refunds_match_approvals(refunds, approvals, audit, store),
+        _unique_refunds(refunds),
+        _money_events_have_refunds(audit, refunds),
+        _made_refunds_have_records(approvals, refunds, store),
+        _emails_match_calls(emails, sends),
+        _sent_calls_have_emails(sends, emails),
+    )
+    return next(problems, None)
+
+
+# -- reading the logs -----------------------------------------------------------------------------
+
+def read_log(path: Path, shape: Callable[[dict[str, Any]], str | None], what: str
+             ) -> tuple[list[Entry], str | None]:
+    """The log's records, read straight from the file, or the first line that is not one.
+
+    The ledger's own cache skips what it cannot parse, which is right for paying once but would
+    hide a garbled or forged line here, so the file is read afresh.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], None  # nothing was ever paid (or sent)
+    *lines, tail = data.split(b"\n")  # tail is b"" when the file ends with a newline
+    entries = []
+    numbered = [(n, raw, True) for n, raw in enumerate(lines, 1)]
+    if tail:
+        numbered.append((len(lines) + 1, tail, False))
+    for number, raw, whole in numbered:
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON, or nested past what json parses
+            # A crash mid-write leaves a line cut short: at the end, or in the middle once a
+            # later write started a fresh line after it (ledger.py does). It was never
+            # acknowledged, so nothing else points to it: not tampering.
+            if _torn(text):
+                continue
+            return [], (f"{path.name} line {number} is not JSON ({_preview(text)}): the ledger "
+                        "never writes such a line, so it was added or edited by hand.")
+        if not isinstance(record, dict):
+            wrong = f"is {_preview(text)}, not {what} record"
+        else:
+            wrong = shape(record)
+        if wrong:
+            ending = "" if whole else " (its last line, without a newline)"
+            return [], (f"{path.name} line {number}{ending} {wrong}: the ledger never writes "
+                        "such a line, so it was forged or edited by hand.")
+        entries.append(Entry(number, record))
+    return entries, None
+
+
+def _torn(text: str) -> bool:
+    """Whether ``text`` could be the start of a ledger record whose write was cut short."""
+    text = text.strip()
+    return bool(text) and (text.startswith(_RECORD_START) or _RECORD_START.startswith(text))
+
+
+def _preview(text: str) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _refund_shape(record: dict[str, Any]) -> str | None:
+    """What a refund record lacks (see Payments.refund), or None."""
+    request = record.get("request")
+    if not _is_text(record.get("idempotency_key")):
+        return "has no idempotency_key"
+    if not _is_text(record.get("refund_id")):
+        return "has no refund_id"
+    if not isinstance(request, dict):
+        return "has no request"
+    if not _is_text(request.get("order_id")) or not _is_int(request.get("amount_cents")):
+        return "has no order_id or amount_cents"
+    lines = request.get("lines")
+    if (not isinstance(lines, list) or not lines or not all(
+            isinstance(x, dict) and _is_text(x.get("line")) and _is_int(x.get("amount_cents"))
+            for x in lines)):
+        return "has no order lines (line, amount_cents)"
+    return None
+
+
+def _email_shape(record: dict[str, Any]) -> str | None:
+    """What an email record lacks (see Outbox.send), or None."""
+    request = record.get("request")
+    if not _is_text(record.get("idempotency_key")):
+        return "has no idempotency_key"
+    if not _is_text(record.get("message_id")):
+        return "has no message_id"
+    if not isinstance(request, dict) or not all(
+            isinstance(request.get(k), str) for k in ("to", "subject", "body")):
+        return "has no to, subject and body"
+    return None
+
+
+# -- small helpers --------------------------------------------------------------------------------
+
+def _usd(cents: int | None) -> str:
+    return "an unknown amount" if cents is None else f"${cents / 100:,.2f}"
+
+
+def _cents(amount: float | None) -> int | None:
+    """Audit amounts are dollars (floats); compare them in whole cents."""
+    return None if amount is None else round(amount * 100)
+
+
+def _pairs(lines: list[Any] | None) -> list[tuple[str, int]]:
+    """(line, cents) of approval lines or of JSON lines, in a comparable order."""
+    out = []
+    for line in lines or []:
+        data = line if isinstance(line, dict) else line.model_dump()
+        out.append((data.get("line"), data.get("amount_cents")))
+    return sorted(out, key=repr)
+
+
+def _show(pairs: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{line} {_usd(cents)}" for line, cents in pairs) or "no lines"
+
+
+def _output(call: Call | None) -> dict[str, Any]:
+    """A call's output as a dict ({} while the call has none, or if it is not JSON)."""
+    if call is None or call.output is None:
+        return {}
+    try:
+        out = json.loads(call.output)
+    except json.JSONDecodeError:
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def _refund_call(store: Store, approval: Approval) -> Call | None:
+    """The issue_refund call behind an approval (its id is the call id)."""
+    return next((c for c in store.calls(approval.response_id) if c.call_id == approval.id), None)
+
+
+def _send_calls(store: Store) -> dict[str, tuple[Call, Run]]:
+    """Every send_customer_message call, by call id, with the run that made it."""
+    sends: dict[str, tuple[Call, Run]] = {}
+    for run in reversed(store.runs(limit=-1)):  # oldest first
+        responses = {s.data.get("response_id") for s in store.steps(run.id)
+                     if s.kind == "response"}
+        for response_id in sorted(filter(None, responses)):
+            for call in store.calls(response_id):
+                if call.name == "send_customer_message":
+                    sends[call.call_id] = (call, run)
+    return sends
+
+
+# -- the checks, each yielding problems -----------------------------------------------------------
+
+def _approvals_match_audit(approvals: dict[str, Approval], audit: list[AuditEntry]
+                           ) -> Iterator[str]:
+    """The approvals table is not hash-chained; its amounts must match the audit's entries.
+
+    Checked first, so that a later disagreement between a refund and its approval can be
+    blamed on the refund record.
+    """
+    first: dict[tuple[str | None, str], AuditEntry] = {}
+    for e in audit:
+        first.setdefault((e.approval_id, e.event), e)
+    for a in sorted(approvals.values(), key=lambda a: a.requested_at):
+        event = "requested" if a.status == "pending" else a.status
+        entry, requested = first.get((a.id, event)), first.get((a.id, "requested"))
+        if entry is None or requested is None:
+            continue  # verify_audit already reports a missing entry
+        if (a.order_id, a.amount_cents) != (entry.order_id, _cents(entry.amount)):
+            yield (f"Approval {a.id} says {_usd(a.amount_cents)} on order {a.order_id}, but its "
+                   f"'{event}' audit entry {entry.id} says {_usd(_cents(entry.amount))} on order "
+                   f"{entry.order_id}: the approval was edited in the store.")
+        elif a.proposed_cents != _cents(requested.amount):
+            yield (f"Approval {a.id} says {_usd(a.proposed_cents)} was proposed, but its "
+                   f"'requested' audit entry {requested.id} says "
+                   f"{_usd(_cents(requested.amount))}: the approval was edited in the store.")
+        elif a.status == "approved" and _pairs(a.kept) != _pairs(entry.lines):
+            yield (f"Approval {a.id} approved {_show(_pairs(a.kept))}, but its 'approved' audit "
+                   f"entry {entry.id} says {_show(_pairs(entry.lines))}: the approval's lines "
+                   "were edited in the store.")
+
+
+def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval],
+                             audit: list[AuditEntry], store: Store) -> Iterator[str]:
+    """Every payment was approved by a person, for exactly what was paid, and audited."""
+    money_events: dict[str | None, list[AuditEntry]] = {}
+    for m in audit:
+        if m.event in _MONEY_EVENTS:
+            money_events.setdefault(m.approval_id, []).append(m)
+    for e in refunds:
+        req, refund_id = e.request, e.record["refund_id"]
+        paid, pairs = req["amount_cents"], _pairs(req["lines"])
+        where = f"refunds.log line {e.number} pays {_usd(paid)} on order {req['order_id']}"
+        a = approvals.get(e.key)
+        if a is None:
+            yield f"{where} under key {e.key}, but no approval has that id: the record was forged."
+            continue
+        if a.status != "approved":
+            yield f"{where}, but approval {a.id} was {a.status}: the record was forged."
+        elif req["order_id"] != a.order_id:
+            yield (f"{where}, but approval {a.id} is for order {a.order_id}: the record was "
+                   "edited.")
+        elif paid != a.amount_cents:
+            yield (f"{where}, but approval {a.id} approved {_usd(a.amount_cents)}: the record "
+                   "was edited.")
+        elif pairs != _pairs(a.kept):
+            yield (f"{where} for {_show(pairs)}, but approval {a.id} approved "
+                   f"{_show(_pairs(a.kept))}: the record was edited.")
+        money = money_events.get(a.id, [])
+        call = None if money else _refund_call(store, a)
+        if call is not None and call.output is not None:
+            # The call's output and the 'issued' entry are committed together; with the output
+            # there, the audit should name this refund.
+            yield (f"{where} as refund {refund_id}, but the audit log has no 'issued' entry for "
+                   f"approval {a.id}: the record was forged.")
+        # No output yet: paid just before a crash; resume records it (as 'reused').
+        for m in money:
+            if m.note != refund_id or _cents(m.amount) != paid:
+                yield (f"{where} as refund {refund_id}, but audit entry {m.id} ('{m.event}') "
+                       f"says refund {m.note} of {_usd(_cents(m.amount))}: the record was "
+                       "edited or forged.")
+
+
+def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
+    """The ledger pays once per key, and the store holds each order line once."""
+    keys: dict[str, int] = {}
+    ids: dict[str, int] = {}
+    lines: dict[tuple[str, str], int] = {}
+    for e in refunds:
+        where = f"refunds.log line {e.number}"
+        if e.key in keys:
+            yield (f"{where} repeats idempotency key {e.key} of line {keys[e.key]}: the ledger "
+                   "pays a key once, so the record was copied in (forged).")
+        if e.record["refund_id"] in ids:
+            yield (f"{where} repeats refund id {e.record['refund_id']} of line "
+                   f"{ids[e.record['refund_id']]}: the record was forged.")
+        for x in e.request["lines"]:
+            paid = (e.request["order_id"], x["line"])
+            if paid in lines:
+                yield (f"{where} pays {x['line']} on order {paid[0]} again (line {lines[paid]} "
+                       "paid it already): a line is refunded once, so a record was forged.")
+            lines.setdefault(paid, e.number)
+        keys.setdefault(e.key, e.number)
+        ids.setdefault(e.record["refund_id"], e.number)
+
+
+def _money_events_have_refunds(audit: list[AuditEntry], refunds: list[Entry]) -> Iterator[str]:
+    """Every refund the audit says was paid is in the payment log."""
+    paid = {e.key: e for e in refunds}
+    for m in audit:
+        if m.event in _MONEY_EVENTS and m.approval_id not in paid:
+            yield (f"Audit entry {m.id} says refund {m.note} of {_usd(_cents(m.amount))} on order "
+                   f"{m.order_id} was {m.event} for approval {m.approval_id}, but refunds.log "
+                   "has no record of it: the record was removed.")
+
+
+def _made_refunds_have_records(approvals: dict[str, Approval], refunds: list[Entry],
+                               store: Store) -> Iterator[str]:
+    """Every refund the agent was told was made (its call output) is in the payment log."""
+    paid = {e.key: e.record["refund_id"] for e in refunds}
+    for a in sorted(approvals.values(), key=lambda a: a.requested_at):
+        if a.status != "approved":
+            continue
+        out = _output(_refund_call(store, a))
+        if out.get("status") == "refunded" and paid.get(a.id) != out.get("refund_id"):
+            yield (f"Approval {a.id}'s issue_refund call says refund {out.get('refund_id')} of "
+                   f"{_usd(a.amount_cents)} on order {a.order_id} was made, but refunds.log has "
+                   "no record of it: the record was removed.")
+
+
+def _emails_match_calls(emails: list[Entry], sends: dict[str, tuple[Call, Run]]
+                        ) -> Iterator[str]:
+    """Every email went out from a send_customer_message call, to that run's customer."""
+    seen: dict[str, int] = {}
+    for e in emails:
+        to, message_id = e.request["to"], e.record["message_id"]
+        where = f"outbox.log line {e.number} (message {message_id} to {to})"
+        if e.key in seen:
+            yield (f"{where} repeats key {e.key} of line {seen[e.key]}: the outbox sends a key "
+                   "once, so the record was copied in (forged).")
+        seen.setdefault(e.key, e.number)
+        if e.key not in sends:
+            yield (f"{where} has key {e.key}, but no send_customer_message call has that id: "
+                   "the record was forged.")
+            continue
+        call, run = sends[e.key]
+        if to != run.sender:
+            yield (f"{where} is addressed to {to}, but call {call.call_id} belongs to run "
+                   f"{run.id}, whose customer is {run.sender}: the record was edited.")
+            continue
+        if call.output is None:
+            continue  # sent just before a crash; resume records it
+        out = _output(call)
+        if out.get("status") != "sent":
+            yield (f"{where}, but call {call.call_id} says it was not sent "
+                   f"({out.get('error') or out.get('status')}): the record was forged.")
+        elif out.get("message_id") != message_id:
+            yield (f"{where}, but call {call.call_id} says it sent {out.get('message_id')}: "
+                   "the record was edited.")
+
+
+def _sent_calls_have_emails(sends: dict[str, tuple[Call, Run]], emails: list[Entry]
+                            ) -> Iterator[str]:
+    """Every email the agent was told was sent is in the outbox."""
+    sent = {e.key: e.record["message_id"] for e in emails}
+    for call_id, (call, run) in sends.items():
+        out = _output(call)
+        if out.get("status") == "sent" and sent.get(call_id) != out.get("message_id"):
+            yield (f"Call {call_id} in run {run.id} says message {out.get('message_id')} was "
+                   f"sent to {out.get('to')}, but outbox.log has no record of it: the record "
+                   "was removed.")

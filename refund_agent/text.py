@@ -1,0 +1,37 @@
+"""Text from outside (customers, approvers, the model) made safe for one-line fields and terminals.
+
+A line break in a subject or a sender's name is a header injection waiting for a real mail
+server; an escape sequence in a customer's email or an approver's name can repaint a terminal
+(a forged "Approved by" line). Fields that must be one line refuse such characters; text shown
+in a terminal has them escaped, so they are visible instead of obeyed.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from .errors import RunNotReady
+
+# Kept as they are when printed: they shape multi-line text and do no harm.
+_LAYOUT = {"\n", "\t"}
+
+
+def _unsafe(char: str) -> bool:
+    # Cc: control characters (ESC, CR, BEL, C1 controls); Cf: format characters such as the
+    # bidirectional overrides that make text read backwards; Zl/Zp: Unicode line breaks.
+    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def one_line(value: str, what: str) -> str:
+    """``value`` stripped, or RunNotReady if it holds a line break or a control character."""
+    value = value.strip()
+    if any(_unsafe(c) for c in value):
+        raise RunNotReady(f"The {what} cannot contain line breaks or control characters.")
+    return value
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters shown as escapes, line breaks kept."""
+    if not any(_unsafe(c) and c not in _LAYOUT for c in text):
+        return text
+    return "".join(c if c in _LAYOUT or not _unsafe(c) else repr(c)[1:-1] for c in text)
