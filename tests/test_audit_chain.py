@@ -58,7 +58,7 @@ def _sql(output: Path, *statements: tuple) -> None:
 
 def _rehash_all(db: sqlite3.Connection) -> None:
     """Recompute every hash as someone who knows the hashing would (lines are stored as JSON,
-    hashed as the list they are)."""
+    hashed as the list they are), and move the chain's anchor to the new head."""
     prev = GENESIS_HASH
     for row in db.execute("SELECT * FROM audit ORDER BY id").fetchall():
         entry = dict(row)
@@ -67,6 +67,13 @@ def _rehash_all(db: sqlite3.Connection) -> None:
         db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?",
                    (prev, new, entry["id"]))
         prev = new
+    _reanchor(db)
+
+
+def _reanchor(db: sqlite3.Connection) -> None:
+    """Point the anchor at the log as it now is: what someone who knows the anchor would do."""
+    db.execute("UPDATE audit_anchor SET entries = (SELECT COUNT(*) FROM audit), head = COALESCE("
+               "(SELECT hash FROM audit ORDER BY id DESC LIMIT 1), ?)", (GENESIS_HASH,))
 
 
 def _verify(output: Path) -> tuple[int, str]:
@@ -83,7 +90,8 @@ def _caught(case: str, output: Path, expected: str) -> None:
 
 
 def test_an_intact_log_verifies(output: Path):
-    assert _verify(output) == (0, "Audit log intact: 6 entries, chain ok.")
+    assert _verify(output) == (0, "Audit log intact: 6 entries, chain and anchor ok; refunds.log "
+                                  "and outbox.log agree with the approvals and the audit.")
 
 
 def test_money_entries_record_their_lines(output: Path):
@@ -133,16 +141,34 @@ def test_a_removed_entry_is_caught_at_the_next_one(output: Path, deleted: int, r
             f"Audit entry {reported} does not follow the entry before it")
 
 
-def test_a_removed_last_entry_is_caught_by_the_facts_it_records(output: Path):
-    """A hash chain alone cannot see its last entry go; the approvals table still says who
-    decided, so the missing decision line is reported."""
+def test_a_removed_last_entry_is_caught_by_the_anchor(output: Path):
+    """A hash chain alone cannot see its last entry go; the anchored head can."""
     _sql(output, ("DELETE FROM audit WHERE id = 6",))
-    _caught("removed the last entry", output, "no 'rejected' entry by Sam")
+    _caught("removed the last entry", output, "anchor says 6 ending in")
+    # And the store refuses to write on top of it (Priya's skillet was rejected, so a new
+    # request for it would write a 'requested' entry).
+    result = run_cli(output, "angry")
+    assert result.returncode == 1 and "does not end where its anchor says" in result.stderr
+
+
+def test_a_removed_last_entry_with_the_anchor_moved_is_caught_by_the_facts(output: Path):
+    """Moving the anchor too still leaves the approvals table saying who decided."""
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    db.execute("DELETE FROM audit WHERE id = 6")
+    _reanchor(db)
+    db.commit()
+    db.close()
+    _caught("removed the last entry and moved the anchor", output, "no 'rejected' entry by Sam")
 
 
 def test_removing_every_entry_is_caught(output: Path):
     _sql(output, ("DELETE FROM audit",))
-    _caught("emptied the log", output, "no 'requested' entry")
+    _caught("emptied the log", output, "anchor says 6")
+    db = sqlite3.connect(output / "refund-agent.sqlite3")
+    _reanchor(db)
+    db.commit()
+    db.close()
+    _caught("emptied the log and moved the anchor", output, "no 'requested' entry")
 
 
 def test_swapped_entries_are_caught(output: Path):

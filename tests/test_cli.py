@@ -34,7 +34,9 @@ def test_the_guide_flow_across_processes(tmp_path):
     assert "picked up by a new process" in approved.stdout
     assert "Email to maya.chen@example.com" in approved.stdout
     assert "5 model requests" in approved.stdout
-    assert "Nothing is waiting for approval." in run_cli(out, "approve").stdout
+    nothing = run_cli(out, "approve")
+    assert nothing.returncode == 4 and "Nothing is waiting for approval." in nothing.stderr
+    assert "was approved by" in nothing.stderr      # and who decided the last one, when
 
     audit = run_cli(out, "audit").stdout.splitlines()
     assert [line.split()[2] for line in audit] == ["requested", "approved", "issued"]
@@ -68,8 +70,8 @@ def test_two_processes_approving_at_once_make_one_decision(tmp_path):
                               env=cli_env(out), cwd=PROJECT_ROOT) for who in ("Ana", "Ben")]
     results = [(p.wait(timeout=60), p.stdout.read() + p.stderr.read()) for p in procs]
     codes = sorted(code for code, _ in results)
-    assert codes == [0, 1], results
-    loser = next(text for code, text in results if code == 1)
+    assert codes == [0, 3], results                 # 3: someone else decided it first
+    loser = next(text for code, text in results if code == 3)
     assert "already approved by" in loser or "being advanced by process" in loser
     assert len(refunds(out)) == 1
 

@@ -255,8 +255,8 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
 
 
 _PROPOSER = r"""
-import json, sys
-from refund_agent import Agent
+import json, sys, uuid
+from refund_agent import Agent, RunStatus
 from refund_agent.agent import _Pause
 agent = Agent()
 print("ready", flush=True)
@@ -264,10 +264,13 @@ for line in sys.stdin:
     run_id, call_id = line.split()
     run = agent.store.run(run_id)
     (call,) = [c for c in agent.store.calls(run.last_response_id) if c.call_id == call_id]
+    lease = agent.store.acquire(run_id, uuid.uuid4().hex)
     try:
-        output = json.loads(agent._run_call(run, call))
+        output = json.loads(agent._run_call(run, lease, call))
+        agent.store.release(lease, RunStatus.DONE)
         print(json.dumps({"call": call_id, "queued": False, "output": output}), flush=True)
     except _Pause:
+        agent.store.release(lease, RunStatus.WAITING)
         print(json.dumps({"call": call_id, "queued": True}), flush=True)
 """
 

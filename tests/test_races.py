@@ -211,13 +211,17 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
 
 
 def test_approve_commands_race_from_the_terminal(tmp_path: Path):
-    """The real command, three at once per round: one approves and finishes the run (one refund,
-    one email); the others exit 1 with "already approved by X" and no traceback."""
+    """The real command, three at once per round, with two refunds waiting: one decision lands on
+    the refund named; the others exit 3 with "already approved by X at ..." and no traceback,
+    and the other waiting refund is untouched."""
     rounds = 4
     for i in range(rounds):
         output = tmp_path / f"round-{i}"
         assert run_cli(output, "sample", "damaged").returncode == 0
         approval_id = Store(output / "refund-agent.sqlite3").approvals("pending")[0].id
+        assert run_cli(output, "sample", "angry").returncode == 0     # a second one waits
+        (other,) = [a for a in Store(output / "refund-agent.sqlite3").approvals("pending")
+                    if a.id != approval_id]
         names = ["Dana", "Sam", "Lee"]
         argv = [[sys.executable, "-m", "refund_agent", "approve", "--id", approval_id,
                  "--as", n] for n in names]
@@ -227,15 +231,19 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path):
                                   env=cli_env(output)) for a in argv]
         done = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
         codes = [c for c, _o, _e in done]
-        assert sorted(codes) == [0, 1, 1], done
+        assert sorted(codes) == [0, 3, 3], done
         assert all("Traceback" not in e for _c, _o, e in done)
         out = read_outcome(output)
-        (approval,) = out.approvals
+        (approval,) = [a for a in out.approvals if a["id"] == approval_id]
         winner = names[codes.index(0)]
         assert approval["decided_by"] == winner
         for code, _o, err in done:
-            if code == 1:
+            if code == 3:
                 assert f"already {approval['status']} by {winner} at " in err, err
+        untouched = Store(output / "refund-agent.sqlite3").approval(other.id)
+        assert untouched.status == "pending" and untouched.decided_by is None
+        out.runs = [r for r in out.runs if r["id"] == approval["run_id"]]
+        out.emails = [e for e in out.emails if e["request"]["to"] == "maya.chen@example.com"]
         assert [r["status"] for r in out.runs] == ["done"]
         assert len(out.refunds) == (1 if approval["status"] == "approved" else 0)
         assert [r["request"]["amount_cents"] for r in out.refunds] == [
