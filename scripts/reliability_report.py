@@ -36,7 +36,7 @@ from refund_agent.crash import CRASH_POINTS
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",
          "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py",
-         "test_money_invariants.py"]
+         "test_money_invariants.py", "test_fencing.py", "test_edges.py"]
 MONEY_FILE = "test_money_invariants.py"
 # Suites whose lines count what was tried, not violations: left out of "What held".
 NOT_VIOLATIONS = {"_file", "soak_total", "money_invariants"}
@@ -60,7 +60,7 @@ MONEY_COUNTS = {"examples": "Histories (generated shops and histories)",
                 "refused": "Refusals audited (policy, bad lines, bad amounts)"}
 # Keys in a record that describe the case rather than count a violation.
 DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", "run", "kills",
-               "point_kills", "timer_kills",
+               "point_kills", "timer_kills", "stale_owners", "stale_owners_fenced",
                "processes", "repeated_requests", "case", "rounds", "racers", "winners",
                "decisions_per_round", "advanced_per_round", "told_busy", "fault", "turn",
                "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
@@ -92,10 +92,14 @@ NOT_COVERED = """\
   this project does not keep.
 - **Pid reuse within the lease window.** A lease whose holder died is taken over at once if the
   pid is gone; if the pid was reused by an unrelated process, the lease is treated as live
-  until it is 15 minutes stale.
-- **A full disk, a read-only disk, a wall clock that jumps.** None is simulated. A failed write
-  inside a store transaction rolls back, but the refunds and outbox logs have not been tested
-  against `ENOSPC`; the 30-day expiry and the lease's staleness use the wall clock.
+  until it is stale (15 minutes by default). A process paused past its lease is fenced: its
+  next write is refused, which the stale-owner cases above and the soak's paused processes
+  exercise.
+- **A read-only disk and a wall clock that jumps.** A full disk under `refunds.log` is simulated
+  (a clear message; resume then pays once); a read-only folder is simulated by a database that
+  refuses writes, since the tests may run as root. Lease expiry is read from the database's
+  clock, so processes whose clocks disagree agree on it; the 30-day expiry of stored responses
+  still uses the wall clock.
 - **SIGTERM, Ctrl+C and Stop.** Covered elsewhere (the CLI and agent tests stop a run mid-stream
   and resume it); here every death is SIGKILL, which gives the process no chance to clean up.
 - **The simulated customer's own request.** A process killed while the model writes the
@@ -131,6 +135,7 @@ def render(records: list[dict[str, Any]]) -> str:
     hostile, audit = by_suite.get("hostile", []), by_suite.get("audit", [])
     recheck = by_suite.get("decision_recheck", [])
     money = by_suite.get("money_invariants", [])
+    fencing, edges = by_suite.get("fencing", []), by_suite.get("edges", [])
 
     def broken(rs: list[dict[str, Any]]) -> int:
         return sum(sum(_violations(r).values()) for r in rs)
@@ -184,6 +189,12 @@ def render(records: list[dict[str, Any]]) -> str:
          f"{len(audit)} tampered logs, {sum_of(audit, 'caught')} caught",
          len(audit) - sum_of(audit, "caught")],
         ["Policy re-checked when a person decides", f"{len(recheck)} cases", broken(recheck)],
+        ["Stale owners: a process paused past its lease wakes after a takeover, a clock 16 "
+         "minutes ahead, two replies at once (fencing tokens)",
+         f"{len(fencing)} cases + {sum_of(soak, 'stale_owners')} paused processes in the soak "
+         f"({sum_of(soak, 'stale_owners_fenced')} stopped by the fence)", broken(fencing)],
+        ["Broken surroundings and hostile text: header injection, escape sequences, a full "
+         "disk, a store refusing writes, a closed pipe", f"{len(edges)} cases", broken(edges)],
     ]
     if money:
         rows.append(["Money invariants over generated shops and histories (Hypothesis): "
@@ -204,6 +215,11 @@ def render(records: list[dict[str, Any]]) -> str:
             seen[k] += 1
     labels = {
         "duplicate_refunds": "Refunds made twice for one approval",
+        "extra_model_requests": "Model requests made by an owner that had lost its run",
+        "replies_stored_twice": "Customer replies stored twice",
+        "refused_replies_stored": "Replies refused yet stored",
+        "tracebacks": "Tracebacks shown instead of a message",
+        "lost_or_duplicated": "Work lost or done twice after bad input or a failed write",
         "duplicate_emails": "Emails sent twice for one send call",
         "lost_decisions": "Decisions lost or recorded twice in the audit log",
         "pending_approvals": "Approvals left pending at the end",

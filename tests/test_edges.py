@@ -43,7 +43,7 @@ def test_line_breaks_and_controls_in_header_fields_are_refused(tmp_path, field, 
     _clean(result)
     assert "cannot contain line breaks" in result.stderr or "not an email" in result.stderr
     assert not (out / "outbox.log").exists()
-    record("edges", case=f"header injection {field}", refused=1)
+    record("edges", case=f"header injection {field}", tracebacks=0, lost_or_duplicated=0)
 
 
 def test_escape_sequences_from_customers_and_approvers_are_shown_not_obeyed(tmp_path):
@@ -59,7 +59,7 @@ def test_escape_sequences_from_customers_and_approvers_are_shown_not_obeyed(tmp_
     forged = run_cli(out, "approve", "--as", f"Dana{ESC}[1A{ESC}[2KApproved by the CEO")
     _clean(forged)
     assert "approver's name cannot contain" in forged.stderr
-    record("edges", case="escape sequences", shown_escaped=1)
+    record("edges", case="escape sequences", tracebacks=0, lost_or_duplicated=0)
 
 
 def test_a_full_disk_under_the_payment_log_is_a_message_and_resume_pays_once(
@@ -82,7 +82,7 @@ def test_a_full_disk_under_the_payment_log_is_a_message_and_resume_pays_once(
     monkeypatch.setattr("builtins.open", real_open)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert len(agent.payments.refunds()) == 1 and len(agent.outbox.messages()) == 1
-    record("edges", case="disk full under refunds.log", refunds=1)
+    record("edges", case="disk full under refunds.log", tracebacks=0, lost_or_duplicated=0)
 
 
 def test_a_store_that_cannot_be_written_is_a_message_not_a_traceback(tmp_path):
@@ -98,7 +98,7 @@ def test_a_store_that_cannot_be_written_is_a_message_not_a_traceback(tmp_path):
     result = run_cli(out, "approve", "--as", "Dana")
     _clean(result)
     assert "readonly database" in result.stderr
-    record("edges", case="store refuses writes", message=1)
+    record("edges", case="store refuses writes", tracebacks=0, lost_or_duplicated=0)
 
 
 def test_a_reader_that_closes_the_pipe_ends_quietly(tmp_path):
@@ -111,7 +111,7 @@ def test_a_reader_that_closes_the_pipe_ends_quietly(tmp_path):
     reader.stdout.close()       # like `| head -0`: nobody reads
     _stdout, stderr = reader.communicate(timeout=60)
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr
-    record("edges", case="broken pipe", quiet=1)
+    record("edges", case="broken pipe", tracebacks=0, lost_or_duplicated=0)
 
 
 def test_a_wrong_base_url_is_not_reported_as_an_expired_response(agent: Agent):
