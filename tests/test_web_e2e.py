@@ -133,7 +133,8 @@ def save_name(page, name: str) -> None:
 
 def downloaded_audit(page, entries: int) -> list[dict[str, str]]:
     """Wait for the audit table to hold ``entries`` rows, then download it as CSV."""
-    page.get_by_text(f"Hash chain intact · {entries} entries").wait_for()
+    page.get_by_text(f"Hash chain intact, payments and emails reconciled · {entries} entries"
+                     ).wait_for()
     table = page.locator("[data-testid='stDataFrame'] table")
     expect(table).to_have_attribute("aria-rowcount", str(entries + 1))  # plus the header
     with page.expect_download() as download:
@@ -238,7 +239,7 @@ def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: A
     page.get_by_text("Note for the team", exact=True).wait_for()
     expect(page.get_by_text("reused, not repeated", exact=False)).to_be_visible()
     expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
-    page.get_by_text("Hash chain intact · 3 entries").wait_for()
+    page.get_by_text("Hash chain intact, payments and emails reconciled · 3 entries").wait_for()
 
     store = Store(app_server.output / "refund-agent.sqlite3")
     assert [(e.event, e.pid) for e in store.audit()] == [
