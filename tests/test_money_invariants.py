@@ -59,6 +59,8 @@ from refund_agent.offline.brain import Reply
 from refund_agent.policy import quote_refund
 
 EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES", "500"))
+# About 0.2 s a history on 2 idle cores; the suite's 120-second default is for ordinary tests.
+pytestmark = pytest.mark.timeout(120 + EXAMPLES)
 SCRIPT = "SCRIPT "
 CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.com")]
 NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
