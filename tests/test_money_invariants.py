@@ -247,10 +247,12 @@ class MoneyMachine(RuleBasedStateMachine):
                  and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
         careful = not chaos and open_ and data.draw(st.integers(0, 3), label="careful") > 0
         reason = st.sampled_from(["damaged", "changed_mind"])
-        wellformed = st.lists(st.sampled_from(open_ if careful else skus), min_size=1,
-                              unique=True).flatmap(
-            lambda chosen: st.tuples(*[st.fixed_dictionaries(
-                {"line": st.just(s), "reason": reason}) for s in chosen]).map(list))
+        pool = open_ if careful else skus
+        # Two or more lines as often as one, so partial approvals have something to untick.
+        wellformed = st.integers(1, min(3, len(pool))).flatmap(
+            lambda n: st.lists(st.sampled_from(pool), min_size=n, max_size=n, unique=True)
+        ).flatmap(lambda chosen: st.tuples(*[st.fixed_dictionaries(
+            {"line": st.just(s), "reason": reason}) for s in chosen]).map(list))
         anything = st.lists(st.fixed_dictionaries({
             "line": st.sampled_from([*skus, "SHIPPING", "NOPE", f" {skus[0]}"]),
             "reason": st.sampled_from(["damaged", "changed_mind", "broken"])}), max_size=4)
@@ -307,9 +309,9 @@ class MoneyMachine(RuleBasedStateMachine):
                            label="decision")
         skus = [line.line for line in approval.item_lines]
         keep = None
-        if choice == "partial":
-            keep = data.draw(st.lists(st.sampled_from(skus), min_size=1, unique=True),
-                             label="keep")
+        if choice == "partial":   # untick at least one line when there are two or more
+            keep = data.draw(st.lists(st.sampled_from(skus), min_size=1,
+                                      max_size=max(1, len(skus) - 1), unique=True), label="keep")
         elif choice == "nothing kept":
             keep = []
         crash = data.draw(st.sampled_from([None] * 4 + CRASH_POINTS[4:]), label="crash")
