@@ -60,7 +60,7 @@ AFTER_PAUSE: list[Message] = [
 
 
 def draw(out: Path) -> None:
-    step = 0.62
+    step = 0.7
     rows = len(BEFORE_PAUSE) + len(AFTER_PAUSE) + 3
     height = rows * step + 2.2
     fig, ax = plt.subplots(figsize=(13, height * 0.62))
@@ -70,9 +70,9 @@ def draw(out: Path) -> None:
 
     # Participants and their lifelines.
     for x, name in zip(X, ACTORS, strict=True):
-        ax.add_patch(FancyBboxPatch((x - 0.85, -0.55), 1.7, 0.9, boxstyle="round,pad=0.04",
+        ax.add_patch(FancyBboxPatch((x - 0.97, -0.55), 1.94, 0.9, boxstyle="round,pad=0.04",
                                     fc="#f2f2f2", ec="#555555", lw=1.2))
-        ax.text(x, -0.1, name, ha="center", va="center", fontsize=10.5, weight="bold")
+        ax.text(x, -0.1, name, ha="center", va="center", fontsize=12.5, weight="bold")
         ax.plot([x, x], [-0.7, -height + 0.4], color="#999999", lw=1, ls=(0, (4, 4)),
                 zorder=0)
 
@@ -88,12 +88,12 @@ def draw(out: Path) -> None:
                     arrowprops={"arrowstyle": "-|>", "color": c, "lw": 1.6,
                                 "ls": "--" if dashed else "-", "shrinkA": 2, "shrinkB": 2})
         mid = (X[src] + X[dst]) / 2
-        ax.text(mid, y + 0.09, label, ha="center", va="bottom", fontsize=8.6, color=c,
+        ax.text(mid, y + 0.09, label, ha="center", va="bottom", fontsize=10.5, color=c,
                 linespacing=1.0, bbox={"boxstyle": "square,pad=0.05", "fc": "white",
                                        "ec": "none", "alpha": 0.85})
         if boundary is not None:
             ax.text(X[dst] + (0.28 if dst >= src else -0.28), y, str(boundary), ha="center",
-                    va="center", fontsize=8.5, weight="bold", color="white",
+                    va="center", fontsize=9.5, weight="bold", color="white",
                     bbox={"boxstyle": "circle,pad=0.22", "fc": COLORS["store"], "ec": "none"})
         y -= step
 
@@ -107,7 +107,7 @@ def draw(out: Path) -> None:
                                 fc="#fff4d6", ec="#d9a400", lw=1))
     ax.text(5.7, top - band / 2, "WAITING: no process holds the run, the response is stored "
             "for 30 days;\na person decides in minutes or days, from any process",
-            ha="center", va="center", fontsize=9.5, color="#7a5a00", style="italic")
+            ha="center", va="center", fontsize=11.5, color="#7a5a00", style="italic")
     y = top - band - step * 0.9
 
     for m in AFTER_PAUSE:
@@ -116,7 +116,7 @@ def draw(out: Path) -> None:
     ax.text(-1.15, -height + 0.15,
             "Numbered badges: the durable boundaries (each one committed transaction; a named "
             "crash point sits at each). Dashed arrows: answers.",
-            fontsize=8.5, color="#555555", va="bottom")
+            fontsize=10, color="#555555", va="bottom")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, metadata={"Software": None})

@@ -90,7 +90,8 @@ MUTANTS = [
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
         ("store.py", '            if approval.status != "pending":\n',
          "            if False:  # MUTANT\n"),
-        ("store.py", "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
+        ("store.py",
+         "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
          'amount_cents = ? WHERE id = ?",  # MUTANT'),
     )),
     Mutant("approval_wrong_response_id",
@@ -227,6 +228,9 @@ def test_the_unbroken_copy_passes(outcomes: dict[str, Outcome]) -> None:
 def test_the_notebook_catches(mutant: Mutant, outcomes: dict[str, Outcome]) -> None:
     if mutant.name not in outcomes:
         pytest.skip("not selected in REFUND_AGENT_MUTANTS")
+    if outcomes[CONTROL.name].returncode != 0:
+        pytest.skip("the notebook fails without any break (see test_the_unbroken_copy_passes), "
+                    "so its failing here would prove nothing")
     outcome = outcomes[mutant.name]
     assert "refund-agent-mutants-" in outcome.package, outcome.package
     # Exit code 1 with failed cells: the notebook ran and its outputs differed. Anything else
@@ -235,14 +239,21 @@ def test_the_notebook_catches(mutant: Mutant, outcomes: dict[str, Outcome]) -> N
         f"{mutant.name} ({mutant.what}) was not caught by the notebook:\n{outcome.output}")
 
 
-def test_markdown_dollars_are_escaped() -> None:
-    """A bare $ in a markdown cell starts LaTeX in JupyterLab ("$7.50 fee, so $18.50")."""
+def test_markdown_has_no_bare_dollars() -> None:
+    """Two $ in a markdown cell render as LaTeX in JupyterLab ("the $7.50 fee, so $18.50").
+
+    Escaping with a backslash is not enough there: JupyterLab still pairs \\$ signs
+    (jupyterlab/jupyterlab#8645), and a double backslash shows up in other viewers. Amounts go in
+    code spans instead (`$7.50`), which every viewer renders as written.
+    """
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     bare = []
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
-        text = re.sub(r"`[^`]*`", "", "".join(cell["source"]))  # code spans render as code
+        text = "".join(cell["source"])
+        text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # fenced code renders as code
+        text = re.sub(r"`[^`]*`", "", text)                     # and so do code spans
         bare += [f"cell {i}: ...{text[max(0, m.start() - 30):m.end() + 10]}..."
-                 for m in re.finditer(r"(?<!\\)\$", text)]
-    assert not bare, "unescaped $ in markdown (write \\$):\n" + "\n".join(bare)
+                 for m in re.finditer(r"\$", text)]
+    assert not bare, "a $ outside code in markdown (write `$7.50`):\n" + "\n".join(bare)
