@@ -708,7 +708,7 @@ def test_the_customer_pushes_back_on_a_partial_refund_then_accepts(client: opena
     assert set(brain._threats(first)) == {"a chargeback", "a bad review", "a manager"}
     held = ("support", "We've refunded $20.00, which is the most our refund policy allows.")
     second = persona(client, ASKED, partial, ("the customer", first), held)
-    assert second.startswith("Fine. I'll take the $20.00") and not brain._threats(second)
+    assert second.startswith("Fine. I'll take the refund") and not brain._threats(second)
     assert persona(client, ASKED, partial, ("the customer", first), held,
                    ("the customer", second), ("support", "Thank you.")) == "DONE"
 

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -567,3 +568,77 @@ def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
         process.send_signal(signal.SIGINT)  # what Ctrl+C sends
         out, _ = process.communicate(timeout=10)
     assert process.returncode == 0 and "stopped" in out
+
+
+# -- the rest of the API: background, delete, the brain's view of tool_choice ----------------
+
+
+def wait_until_finished(client: openai.OpenAI, response_id: str) -> Response:
+    for _ in range(500):
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.01)
+    raise AssertionError("the background response never finished")
+
+
+def test_a_background_brain_failure_is_a_failed_response(
+    client: openai.OpenAI, brain: FakeBrain
+) -> None:
+    brain.error = RuntimeError("boom")
+
+    queued = create(client, background=True)
+    failed = wait_until_finished(client, queued.id)
+
+    assert queued.status == "queued"
+    assert failed.status == "failed" and failed.output == []
+    assert failed.error.code == "server_error" and "boom" in failed.error.message
+    replay = list(client.responses.retrieve(queued.id, stream=True))
+    assert replay[-1].type == "response.failed" and replay[-1].response == failed
+
+
+def test_a_deletion_outlives_a_restart(
+    state_path: Path, brain: FakeBrain, clock: FakeClock
+) -> None:
+    with start_offline_server(state_path, brain=brain, clock=clock) as first_server:
+        client = make_client(first_server)
+        kept, deleted = create(client), create(client)
+        client.responses.delete(deleted.id)
+
+    assert stored_ids(state_path) == [kept.id]
+    with start_offline_server(state_path, brain=brain, clock=clock) as second_server:
+        client = make_client(second_server)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(deleted.id)
+        assert client.responses.retrieve(kept.id) == kept
+
+
+def test_a_brain_that_takes_tool_choice_is_given_it(state_path: Path) -> None:
+    seen: list[Any] = []
+
+    def choosy(conversation: list[dict[str, Any]], tools: list[dict[str, Any]],
+               tool_choice: Any = None) -> FakeReply:
+        seen.append(tool_choice)
+        return FakeReply(calls=[])
+
+    with OfflineServer(state_path, brain=choosy, faults=[]) as server:
+        client = make_client(server)
+        create(client, tool_choice="none")
+        create(client, tool_choice={"type": "function", "name": "lookup_order"})
+        create(client)
+
+    assert seen == ["none", {"type": "function", "name": "lookup_order"}, None]
+
+
+def test_a_test_brain_may_still_call_tools_nobody_declared(
+    client: openai.OpenAI, brain: FakeBrain
+) -> None:
+    """Fake brains stand for a misbehaving model: the server passes their calls on unchanged
+    (it is the default brain that calls only declared tools)."""
+    brain.reply = FakeReply(calls=[("delete_order", {"order_id": "A-1001"})])
+
+    response = create(client)
+
+    assert [item.name for item in response.output if item.type == "function_call"] == [
+        "delete_order"
+    ]

@@ -1,10 +1,22 @@
-"""The offline model's decision maker: a deterministic support policy, not a language model.
+"""The offline model's decisions: a deterministic support policy, not a language model.
 
 It reads only what a real model would see — the conversation, the tools offered, the tool
 outputs and the customer's words — and picks the next step the way a careful support agent
 would. It knows nothing about the sample shop or its scenarios: order numbers, items, amounts
 and names all come from the conversation. It is deliberately plain, so its choices are easy to
 follow, and it is a stand-in: with an API key, Grok makes these choices instead.
+
+It plays exactly two parts, and says so plainly for anything else:
+
+- the refund desk, when the request declares the desk's tools: it calls only tools the
+  request declares and follows ``tool_choice`` (``none``, ``auto``, ``required``, a named
+  function, ``allowed_tools``);
+- the simulated customer, when the request has no tools and carries the customer's brief or
+  the email transcript (``refund_agent.customer``): it reacts to what the emails say happened
+  and says ``DONE`` when it has said its piece.
+
+Any other request gets a short text answer saying that the stand-in only plays the refund
+desk; a forced tool call it cannot make is refused with a 400.
 """
 
 from __future__ import annotations
@@ -14,40 +26,125 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# -- the lexicon ------------------------------------------------------------------------------
-# Everything the stand-in recognises in a customer's words, in one place. The words are general
-# customer-support language (how people describe a broken delivery, a return, an escalation),
-# not phrases taken from the sample emails: a new email should be read as well as a sample.
+from .events import ApiError, function_tool_names
 
+# -- the lexicon ------------------------------------------------------------------------------
+# Everything the stand-in recognises in people's words, one pattern per concept, in one place.
+# Where the words come from: everyday customer-service English — how people commonly describe
+# a delivery that arrived broken or faulty, an unused item they want to send back, an item
+# they are happy to keep, an escalation (chargebacks, reviews, lawyers, managers) — and, for
+# the support side, the usual phrasing of refund, refusal and follow-up emails; plus the units
+# and pack words of retail catalogues. None of it is taken from the sample emails in data/,
+# and nothing here names a sample's item, order, person or amount: the tests feed emails
+# written in other words, and a new email should be read as well as a sample.
+
+# An order number as customers write it: one to three letters and digits (B2001, #C-20417).
+# Never inside an email address or a domain (ana2024@example.com is not an order).
 ORDER_ID = re.compile(r"(?<![\w@.])#?\s?([A-Z]{1,3}-?\d{3,8})\b(?![@.]\w)", re.IGNORECASE)
 MONEY = re.compile(r"\$\s?(\d[\d,]*(?:\.\d{2})?)")
+
+# The item arrived damaged or does not work: breakage, defects, faults on first use.
 DAMAGE = re.compile(
     r"crack|broke|break|damag|defect|shatter|chip|dent|leak|torn|\brip|faulty|scratch|stain"
-    r"|split|snapped|bent|in pieces|in two|smash|warp|rust|burn|smok|overheat|noise|rattl"
-    r"|wobbl|missing (?:a )?(?:part|piece)|stops? work|stopped|not work|doesn.t work"
-    r"|won.t (?:turn|start|work)|dead on arrival|arrived wrong", re.I)
-KEEP = re.compile(r"\b(fine|ok|okay|perfect|great|keep|love|happy with)\b", re.I)
+    r"|split|snapped|bent|in pieces|in two|in half|smash|warp|rust|burn|smok|overheat|noise"
+    r"|rattl|wobbl|missing (?:a )?(?:part|piece)|stops? work|stopped|not work|doesn.t work"
+    r"|won.t (?:turn|start|work|switch)|dead on arrival|arrived wrong|fell apart|came apart"
+    r"|peel|fray|mou?ld|dead\b|flicker|short.circuit|malfunction|busted|wrecked|ruined",
+    re.I)
+# ... unless the clause says the opposite.
+NOT_DAMAGED = re.compile(
+    r"\b(?:not|no|never|wasn.t|isn.t|aren.t|weren.t)\s+(?:\w+\s+)?(?:damaged|broken|cracked"
+    r"|damage)|\bundamaged\b|\bintact\b|\bin one piece\b", re.I)
+# The customer keeps the item or is happy with it.
+KEEP = re.compile(
+    r"\b(?:fine|ok|okay|perfect|great|keep(?:ing)?|love|happy with|no problems? with"
+    r"|nothing wrong with|works? (?:well|fine|great)|hold on to|undamaged|intact"
+    r"|in one piece)\b", re.I)
+# The customer no longer wants an item they have not used.
 CHANGE_OF_MIND = re.compile(
-    r"chang\w* (?:my|of) mind|don.t (?:want|need|like)|no longer (?:want|need)|unused|not used"
-    r"|never used|didn.t (?:like|use)|\breturn|send (?:it|them) back|not what I expected"
-    r"|too (?:big|small|large)|doesn.t fit", re.I)
+    r"chang\w* (?:my|of) mind|don.t (?:want|need|like)|no longer (?:want|need)|unused"
+    r"|not used|never used|didn.t (?:like|use)|\breturn|send (?:it|them) back|not what I expected"
+    r"|too (?:big|small|large|heavy)|doesn.t fit|not for me|ordered (?:by mistake|the wrong)"
+    r"|still (?:sealed|boxed|in the box)|unopened|regret", re.I)
+# The request covers every item on the order.
 EVERYTHING = re.compile(r"\b(all|whole|everything|entire|full|both)\b", re.I)
-# Words that sit in many product names without naming one product ("set of 2", "10 inch").
-GENERIC = {"set", "inch", "the", "and", "with", "for", "pack", "piece", "size", "small",
-           "large", "medium", "of"}
+# Words that sit in many catalogue names without naming one product: units, pack and size
+# words, and connectives ("set of 2", "10 inch", "5 qt", "pack of 6", "large").
+CATALOGUE_WORDS = {
+    "set", "pack", "pair", "piece", "pieces", "pcs", "box", "bundle", "kit", "count", "size",
+    "inch", "inches", "cm", "mm", "ft", "oz", "lb", "lbs", "qt", "quart", "liter", "litre", "ml",
+    "gal", "small", "medium", "large", "mini", "the", "and", "with", "for", "of", "new",
+}
 # Clauses end at sentence ends, semicolons and line breaks, and where a conjunction starts a
-# new thought (", and", " but ", " also "): "the teapot arrived shattered, and I also don't want
-# the tray" is two requests with two reasons.
+# new thought (", and", " but ", " also "): "the lamp arrived dented, and I also don't want
+# the rug" is two requests with two reasons.
 CLAUSE_BREAK = re.compile(r"[.!?]+(?=\s|$)|[;\n]+|,?\s+(?:and|but|also|while|though|plus)\s+",
                           re.I)
+# Escalations a support team wants flagged.
 THREATS = {
-    "a chargeback": re.compile(r"charge.?back|dispute|my bank", re.I),
-    "a bad review": re.compile(r"review|one.star|1.star|yelp|trustpilot", re.I),
-    "legal action": re.compile(r"lawyer|legal|sue\b|court", re.I),
-    "a manager": re.compile(r"manager|supervisor|someone in charge", re.I),
+    "a chargeback": re.compile(r"charge.?back|dispute|my bank|card company", re.I),
+    "a bad review": re.compile(r"review|one.star|1.star|yelp|trustpilot|social media", re.I),
+    "legal action": re.compile(r"lawyer|attorney|legal|sue\b|court|small claims", re.I),
+    "a manager": re.compile(r"manager|supervisor|someone in charge|escalate", re.I),
 }
-ACCEPTS = re.compile(r"\b(fine|okay|ok|thanks|thank you|accept|i'll take)\b", re.I)
+# A customer accepting an outcome, gladly or not.
+ACCEPTS = re.compile(r"\b(fine|okay|ok|thanks|thank you|accept|i'll take|i will take"
+                     r"|fair enough|understood|alright|all right)\b", re.I)
+UNHAPPY = re.compile(r"not happy|unhappy|disappoint|won.t be (?:ordering|buying|back)"
+                     r"|never again|last time|ridiculous|unacceptable|not acceptable", re.I)
+# A reviewer's note that asks the customer for something.
+ASKS_FOR = re.compile(r"\b(send|attach|provide|share|upload|include|email)\b", re.I)
+EVIDENCE = re.compile(r"\b(photos?|pictures?|images?|receipt|proof|video|serial number)\b", re.I)
+
+# Support emails, as the simulated customer reads them.
+REFUND_MADE = re.compile(
+    r"\b(?:i|we)(?:'ve| have)? (?:just |now )?(?:refunded|issued (?:a|your|the) refund"
+    r"|processed (?:a|your|the) refund|sent (?:a|your|the) refund)|\bhas been refunded"
+    r"|\brefund (?:of \$[\d,.]+ )?(?:has been|was) (?:issued|processed|sent|approved)", re.I)
+NOT_REFUNDED = re.compile(
+    r"(?:could not|couldn.t|can.t|cannot|unable to|not able to) (?:be )?refund(?:ed)? (?:the|your)"
+    r"|final.sale|not included|(?:was|were) declined|can.t be refunded", re.I)
+REFUSED = re.compile(
+    r"(?:can.t|cannot|could not|couldn.t|unable to|not able to|aren.t able to|are not able to)"
+    r" (?:offer|issue|give|process|approve|provide) (?:you )?(?:a |this |the |any |your )?refund"
+    r"|\bno refund\b|\bdeclined? (?:the|your) (?:refund|request)|\bnot eligible\b", re.I)
+FOLLOW_UP = re.compile(r"(?:will|'ll) (?:follow up|get back to you|be in touch|contact you"
+                       r"|reach out)|member of our team will", re.I)
+ASKS_ORDER_NUMBER = re.compile(r"order number|order id|order #", re.I)
+ASKS_WHICH = re.compile(r"which (?:one|order)", re.I)
+ASKS_WHAT_HAPPENED = re.compile(
+    r"what (?:happened|went wrong|is wrong|'s wrong)|tell me (?:more|what)|describe", re.I)
+ASKS_ADDRESS = re.compile(r"address you used|write (?:to us )?from|email address", re.I)
+WARRANTY = re.compile(r"warranty|repair|replacement", re.I)
+
+# Common short words of languages customers may write in, to notice an email the desk can't
+# read (these are the usual high-frequency "stop words" of each language).
+STOP_WORDS = {
+    "English": set("the a an and or but of to in on at for with my your i it is was are be "
+                   "been were have has had this that not no please can could would should will "
+                   "you me we our they there what when which from so if as by do did just all "
+                   "any some up out about hi hello thanks thank order refund item arrived got "
+                   "get".split()),
+    "Spanish": set("el la los las de del que y en un una mi mis por para con es su se lo al "
+                   "pero como muy hola gracias quiero pedido llegó está estoy favor".split()),
+    "French": set("le la les de des du et un une est je mon ma mes pour pas que qui dans avec "
+                  "sur ce cette bonjour merci commande suis vous".split()),
+    "German": set("der die das und ist ich nicht ein eine mein meine mit zu den dem von bitte "
+                  "bestellung danke hallo habe wurde auf".split()),
+    "Portuguese": set("o os as de do da dos das e que um uma meu minha para com não é pedido "
+                      "obrigado obrigada olá por favor chegou".split()),
+    "Italian": set("il lo gli le di e che un una mio mia per con non è ordine grazie ciao sono "
+                   "della del arrivato".split()),
+    "Dutch": set("de het een en van ik niet mijn met voor is bestelling bedankt hallo dat "
+                 "zijn".split()),
+}
 WROTE_BACK = "The customer wrote back:"
+REFUND_DESK_TOOLS = ("lookup_order", "check_refund_policy", "issue_refund",
+                     "send_customer_message")
+# How the simulated customer's request is recognised (see refund_agent/customer.py): a brief
+# asking the model to play the customer, or the transcript of the emails.
+PERSONA_BRIEF = re.compile(r"role.?play\w*\b.{0,80}\bcustomer", re.I | re.S)
+TRANSCRIPT_BLOCK = re.compile(r"^--- Email from (the customer|support) ---[ \t]*$", re.M)
 
 
 @dataclass
@@ -72,11 +169,18 @@ class _Conversation:
     customer: list[str]                    # every user message, oldest first
     calls: list[dict[str, Any]]            # function calls, with their parsed output if any
     since_customer: list[dict[str, Any]]   # calls made after the customer last wrote
+    before_latest: list[dict[str, Any]]    # calls made before the customer last wrote
 
-    def last(self, name: str, anywhere: bool = True) -> dict[str, Any] | None:
+    def last(self, name: str, anywhere: bool = True,
+             order_id: str | None = None) -> dict[str, Any] | None:
         pool = self.calls if anywhere else self.since_customer
-        found = [c for c in pool if c["name"] == name]
+        found = [c for c in pool if c["name"] == name
+                 and (order_id is None or _canonical(c["args"].get("order_id")) == order_id)]
         return found[-1] if found else None
+
+
+def _canonical(order_id: Any) -> str:
+    return str(order_id or "").strip().lstrip("#").upper().replace("-", "").replace(" ", "")
 
 
 def _customer_words(message: str) -> str:
@@ -84,6 +188,17 @@ def _customer_words(message: str) -> str:
     (an address such as ana2024@example.com is not an order number)."""
     return "\n".join(line for line in message.splitlines()
                      if not line.lower().startswith("from:"))
+
+
+def _body(message: str) -> str:
+    """What the customer wrote themselves: no From:/Subject: headers, no reply preamble."""
+    lines = [line for line in message.splitlines()
+             if not line.lower().startswith(("from:", "subject:"))]
+    return "\n".join(lines).removeprefix(WROTE_BACK).strip()
+
+
+def _order_ids(text: str) -> list[str]:
+    return list(dict.fromkeys(_canonical(m) for m in ORDER_ID.findall(text)))
 
 
 def _read(conversation: list[dict[str, Any]]) -> _Conversation:
@@ -101,16 +216,17 @@ def _read(conversation: list[dict[str, Any]]) -> _Conversation:
                 args = json.loads(item.get("arguments") or "{}")
             except json.JSONDecodeError:
                 args = {}
-            call = {"name": item.get("name"), "args": args, "output": None}
+            call = {"name": item.get("name"), "args": args if isinstance(args, dict) else {},
+                    "output": None}
             calls.append(call)
             by_id[item.get("call_id", "")] = call
         elif kind == "function_call_output" and item.get("call_id") in by_id:
             try:
                 output = json.loads(item.get("output") or "null")
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, TypeError):
                 output = {"output": item.get("output")}
             by_id[item["call_id"]]["output"] = output if isinstance(output, dict) else {}
-    return _Conversation(customer, calls, calls[since:])
+    return _Conversation(customer, calls, calls[since:], calls[:since])
 
 
 def _money(value: float) -> str:
@@ -126,6 +242,29 @@ def _first_name(conv: _Conversation) -> str:
     return name.split()[0] if name and "@" not in name else "there"
 
 
+def _language(text: str) -> str | None:
+    """The language an email is written in when it is clearly not English, else None.
+
+    Judged by the share of each language's common short words, so a few foreign words in an
+    English email (a product name, a greeting) don't count; a script other than Latin counts
+    as a language the desk can't read.
+    """
+    letters = [c for c in text if c.isalpha()]
+    if len(letters) >= 12 and sum(not ("a" <= c.lower() <= "z" or c in "ÀÁÂÃÄÅÇÈÉÊËÌÍÎÏÑÒÓÔÕÖ"
+                                       "ÙÚÛÜÝßàáâãäåçèéêëìíîïñòóôõöùúûüýÿ") for c in letters) \
+            > len(letters) / 2:
+        return "a script I can't read"
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    if len(words) < 4:
+        return None
+    counts = {language: sum(w in stop for w in words) for language, stop in STOP_WORDS.items()}
+    english = counts.pop("English")
+    language, best = max(counts.items(), key=lambda kv: kv[1])
+    if best >= 3 and best >= 0.2 * len(words) and best > 1.5 * english:
+        return language
+    return None
+
+
 # -- what the customer asks for, line by line, from the policy tool's facts ------------------
 
 def _stems(text: str) -> set[str]:
@@ -138,7 +277,7 @@ def _clauses(email: str) -> list[str]:
 
 def _signal(clause: str) -> str | None:
     """What one clause says about the items it names: damaged, keep, changed_mind or nothing."""
-    if DAMAGE.search(clause) and not re.search(r"\bnot? (?:damaged|broken)\b", clause, re.I):
+    if DAMAGE.search(clause) and not NOT_DAMAGED.search(clause):
         return "damaged"
     if KEEP.search(clause):
         return "keep"
@@ -159,23 +298,32 @@ class _Proposal:
         return {line["reason"] for line in self.lines}
 
 
+def _names(line: dict[str, Any], clause: str, stems: set[str]) -> bool:
+    """Whether a clause names an order line, by a word of its name or by its sku."""
+    name_stems = _stems(line["name"]) - {w.rstrip("s") for w in CATALOGUE_WORDS}
+    return bool(name_stems & stems) or str(line["line"]).lower() in clause.lower()
+
+
 def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
-    """Which lines the customer asks about, and why: {line: damaged|changed_mind}."""
+    """Which lines the customer asks about, and why: {line: damaged|changed_mind}.
+
+    Read clause by clause: a clause that names items gives them its reason; a clause that
+    names none but says "keep" refers to the items just named; a reason in a clause naming
+    nothing ("it arrived broken") applies to the order when nothing else is named.
+    """
     reasons: dict[str, list[str]] = {}
     named_any = False
     previous: list[dict[str, Any]] = []
     loose: list[str] = []   # signals in clauses that name no item and follow none
     for clause in _clauses(email):
         stems = _stems(clause)
-        named = [line for line in lines
-                 if (_stems(line["name"]) - GENERIC) & stems or line["line"].lower() in
-                 clause.lower()]
+        named = [line for line in lines if _names(line, clause, stems)]
         signal = _signal(clause)
         if named:
             named_any = True
             previous = named
         elif signal and previous and signal == "keep":
-            named = previous    # "... the mugs are fine, I'd like to keep them"
+            named = previous    # "... the lamp is fine, I'd like to keep it"
         for line in named:
             reasons.setdefault(line["line"], []).append(signal or "asked")
         if not named and signal in ("damaged", "changed_mind"):
@@ -258,6 +406,15 @@ def _refunded_lines(outcome: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _sentence(text: str) -> str:
+    """``text`` with a capital first letter and a closing full stop."""
+    text = text.strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?" else text + "."
+
+
 # -- the support agent's next step ------------------------------------------------------------
 
 def _send(reasoning: str, message: str) -> Reply:
@@ -268,15 +425,42 @@ def _threats(text: str) -> list[str]:
     return [label for label, pattern in THREATS.items() if pattern.search(text)]
 
 
+def _settled(conv: _Conversation, order_id: str, earlier_words: str) -> bool:
+    """Whether the request had its outcome before the customer's latest message.
+
+    A refund was proposed (and decided), or the policy was checked and allowed nothing for
+    what the customer had said by then. A reply after that is a reaction to the outcome; a
+    reply before it (the order number asked for, what went wrong) carries the request on.
+    """
+    if any(c["name"] == "issue_refund" and c["output"] is not None for c in conv.before_latest):
+        return True
+    policy = [c for c in conv.before_latest if c["name"] == "check_refund_policy"
+              and c["output"] is not None and _canonical(c["args"].get("order_id")) == order_id]
+    if not policy:
+        return False
+    proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words)
+    return not proposal.lines and proposal.why_not != "unclear"
+
+
 def _support(conv: _Conversation) -> Reply:
+    if not conv.customer:
+        return Reply("There is no message from a customer in this conversation.",
+                     "There's no customer email here yet, so there's nothing for the refund desk "
+                     "to do.")
     first = _first_name(conv)
     sent = conv.last("send_customer_message", anywhere=False)
     latest = conv.customer[-1] if conv.customer else ""
-    if latest.startswith(WROTE_BACK):
-        return _pushback(conv, first, latest, sent)
-    email = _customer_words(conv.customer[0]) if conv.customer else ""
-    words = " ".join(_customer_words(c) for c in conv.customer)
-    ids = list(dict.fromkeys(m.upper().replace("-", "") for m in ORDER_ID.findall(words)))
+    language = _language(_body(latest))
+    if language:
+        return _foreign(first, language, sent)
+    said = [_customer_words(c) for c in conv.customer]
+    ids = _order_ids(said[-1]) if said else []
+    if not ids or len(conv.customer) == 1:
+        ids = _order_ids(" ".join(said))
+    earlier = "\n".join(said[:-1])
+    if latest.startswith(WROTE_BACK) and ids and _settled(conv, ids[0], earlier):
+        return _pushback(conv, first, ids[0], _body(latest), sent)
+    email = "\n".join(said)
     if len(ids) > 1 and not conv.last("lookup_order"):
         if sent:
             return Reply("I asked which order the customer means.", f"The customer named "
@@ -294,7 +478,7 @@ def _support(conv: _Conversation) -> Reply:
                      f"Hi {first},\n\nThanks for getting in touch. Could you send me your order "
                      "number? It's in your confirmation email. Then I can look into this.")
     order_id = ids[0]
-    lookup = conv.last("lookup_order")
+    lookup = conv.last("lookup_order", order_id=order_id)
     if lookup is None or lookup["output"] is None:
         return Reply(f"The customer mentions order {order_id}. I'll look it up first.",
                      calls=[("lookup_order", {"order_id": order_id})])
@@ -307,12 +491,12 @@ def _support(conv: _Conversation) -> Reply:
                      f"Hi {first},\n\nI couldn't find order {order_id} for this email address. "
                      "Could you check the number, or write to us from the address you used "
                      "when you ordered?")
-    policy = conv.last("check_refund_policy")
+    policy = conv.last("check_refund_policy", order_id=order_id)
     if policy is None or policy["output"] is None:
         return Reply("I have the order. Next, the refund policy and the facts it depends on.",
                      calls=[("check_refund_policy", {"order_id": order_id})])
     facts = policy["output"].get("facts", {})
-    refund = conv.last("issue_refund")
+    refund = conv.last("issue_refund", order_id=order_id)
     if refund is not None and refund["output"] is not None:
         return _after_refund(conv, first, order_id, refund["output"], sent)
     proposal = _propose(facts, email)
@@ -324,6 +508,22 @@ def _support(conv: _Conversation) -> Reply:
                  calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,
                                           "summary": f"Refund on order {order_id}: "
                                                      f"{_explain(proposal)}."})])
+
+
+def _foreign(first: str, language: str, sent: dict | None) -> Reply:
+    """An email the desk can't read: say so, in English, and ask for English."""
+    which = (f"it looks like it's written in {language}" if language[0].isupper()
+             else "it's written in a script I can't read")
+    if sent:
+        return Reply("I've asked the customer to write in English.",
+                     f"The customer wrote in {language if language[0].isupper() else 'a script'}"
+                     ", which the desk can't read. Asked them, in English, to write again in "
+                     "English. Nothing looked up, no refund proposed.")
+    return _send(f"The message isn't in English ({which}). I can only read English, so I "
+                 "won't guess at it; I'll ask, in English, for the request in English.",
+                 f"Hi {first},\n\nThank you for your email. I'm sorry: I can only read English, "
+                 f"and {which}, so I couldn't understand your message. Could you write to us "
+                 "again in English, with your order number? Then I'll look into it right away.")
 
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],
@@ -352,6 +552,13 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                  f"{proposal.why_not}.{offer}")
 
 
+def _note_sentence(outcome: dict[str, Any]) -> str:
+    note = (outcome.get("note") or "").strip()
+    if note and note[-1] not in ".!?":
+        note += "."
+    return note
+
+
 def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[str, Any],
                   sent: dict | None) -> Reply:
     status = outcome.get("status")
@@ -377,9 +584,7 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
                 f"{_refunded_lines(outcome)}. It should show up within 5 to 10 business days."
                 + (" You don't need to send the damaged item back." if damaged else ""))
         if declined:
-            note = (outcome.get("note") or "").strip()
-            if note and note[-1] not in ".!?":
-                note += "."
+            note = _note_sentence(outcome)
             text += (f"\n\nOur team could not refund the {declined}."
                      + (f" Their note: {note}" if note else "") + " If that seems wrong, just "
                      "reply and we'll take another look.")
@@ -398,65 +603,387 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
                  "with you.")
 
 
-def _pushback(conv: _Conversation, first: str, latest: str, sent: dict | None) -> Reply:
+def _pushback(conv: _Conversation, first: str, order_id: str, latest: str,
+              sent: dict | None) -> Reply:
+    """The customer answered the outcome: hold the line kindly, or close if they accept it."""
     threats = _threats(latest)
-    refund = conv.last("issue_refund")
+    refund = conv.last("issue_refund", order_id=order_id)
     outcome = (refund or {}).get("output") or {}
+    policy = conv.last("check_refund_policy", order_id=order_id)
+    facts = ((policy or {}).get("output") or {}).get("facts", {})
     accepts = not threats and ACCEPTS.search(latest)
     if sent and accepts:
+        mood = ", unhappily" if UNHAPPY.search(latest) else ""
         return Reply("The customer has accepted; a short note closes the ticket.",
-                     "The customer accepted the outcome, unhappily. Nothing more to do.")
+                     f"The customer accepted the outcome{mood}. Nothing more to do.")
     if sent:
         flagged = (f" Flag: the customer mentioned {', '.join(threats)}." if threats else "")
         return Reply("I answered the customer calmly; the team should know what they said.",
                      "The customer pushed back on the outcome. I kept to the policy and offered "
                      f"nothing beyond it.{flagged}")
     if accepts:
-        return _send("The customer accepts the outcome, if unhappily. A short, kind close.",
+        return _send("The customer accepts the outcome" + (", if unhappily" if UNHAPPY.search(
+                     latest) else "") + ". A short, kind close.",
                      f"Hi {first},\n\nThank you for letting me know, and I'm sorry again for "
                      "the trouble. If you need anything else, just reply to this email.")
-    if outcome.get("status") == "refunded":
+    status = outcome.get("status")
+    if status == "refunded":
         done = (f"We've refunded {_money(outcome['amount'])}, which is the most our refund "
                 "policy allows for this order")
+        if outcome.get("declined"):
+            declined = ", ".join(str(d.get("item", "")).lower() for d in outcome["declined"])
+            done += (f". Our team could not refund the {declined}"
+                     + (f" ({_note_sentence(outcome).rstrip('.')})" if outcome.get("note")
+                        else ""))
+    elif status == "rejected":
+        note = _note_sentence(outcome)
+        done = ("A member of our team reviewed your request and couldn't approve it"
+                + (f". Their note: {note[:-1]}" if note else "")
+                + ". I can't overturn their decision myself")
+        if note and ASKS_FOR.search(note):
+            done += (", but if you send what they asked for, just reply with it and we'll take "
+                     "another look")
+    elif status:
+        done = ("A member of our team is looking at your refund and will follow up with you; "
+                "I can't settle it any faster from here")
     else:
         done = "I've applied our refund policy as it stands, and I can't go beyond it"
+        if facts.get("warranty"):
+            done += (". The offer of a warranty repair or replacement stands; just reply if "
+                     "you'd like it")
     manager = (" I've shared your message and the full history with our team lead, who reads "
                "every escalation." if "a manager" in threats else "")
+    short = ("isn't everything you asked for" if status == "refunded"
+             else "isn't the answer you hoped for")
     return _send(f"The customer is upset{' and mentions ' + ', '.join(threats) if threats else ''}."
                  " Stay calm and kind, keep to the policy, offer nothing it doesn't allow.",
                  f"Hi {first},\n\nI hear how frustrating this is, and I'm sorry. {done}. I know "
-                 f"that isn't everything you asked for, and I can't change that.{manager} If "
+                 f"that {short}, and I can't change that.{manager} If "
                  "there's anything else about the order I can help with, I'm here.")
 
 
 # -- the simulated customer ------------------------------------------------------------------
 
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+@dataclass
+class _Story:
+    """What the support emails say happened, as the customer reads them."""
+
+    refunded: str | None = None        # "$12.00", the amount support says it refunded
+    short: list[str] = field(default_factory=list)   # sentences about what was not refunded
+    refused: str | None = None         # why support said no refund, in its words
+    note: str | None = None            # a reviewer's note, quoted
+    warranty: bool = False             # a repair or replacement was offered
+    question: str | None = None        # order_number | which | what_happened | address | other
+    follow_up: bool = False            # "a member of our team will follow up"
+
+
+def _story(theirs: list[str]) -> _Story:
+    story = _Story()
+    for email in theirs:     # later emails refine earlier ones
+        sentences = _sentences(email)
+        for i, sentence in enumerate(sentences):
+            if REFUND_MADE.search(sentence):
+                amounts = MONEY.findall(sentence)
+                if amounts:
+                    story.refunded = f"${amounts[0]}"
+                    story.refused = None
+            elif NOT_REFUNDED.search(sentence) and story.refunded:
+                story.short.append(sentence)
+            elif REFUSED.search(sentence) and not story.refunded:
+                reason = re.split(r"\bbecause\b", sentence, maxsplit=1)
+                story.refused = reason[1].strip(" .") if len(reason) > 1 else ""
+                following = sentences[i + 1] if i + 1 < len(sentences) else ""
+                if re.match(r"^\w+(?: \w+)? note:", following, re.I):
+                    story.note = following.split(":", 1)[1].strip().rstrip(".")
+            if WARRANTY.search(sentence) and not story.refunded:
+                story.warranty = True
+        story.follow_up = bool(FOLLOW_UP.search(email)) and not story.refunded
+    latest = theirs[-1]
+    asks = [s for s in _sentences(latest) if s.endswith("?")]
+    if asks and story.refunded is None and story.refused is None:
+        question = " ".join(asks)
+        story.question = ("which" if ASKS_WHICH.search(question) else
+                          "order_number" if ASKS_ORDER_NUMBER.search(question) else
+                          "address" if ASKS_ADDRESS.search(question) else
+                          "what_happened" if ASKS_WHAT_HAPPENED.search(question) else "other")
+    return story
+
+
+def _my_request(first_email: str) -> tuple[float, str]:
+    """What I asked for in my first email: the largest amount I named, and how to say it."""
+    asked = max((float(m.replace(",", "")) for m in MONEY.findall(first_email)), default=0.0)
+    if asked:
+        return asked, f"all {_money(asked)} back"
+    if EVERYTHING.search(first_email):
+        return 0.0, "a refund for everything"
+    return 0.0, "a refund"
+
+
+def _complaint(first_email: str) -> str | None:
+    """The sentence of my first email that says what went wrong, if there is one."""
+    for sentence in _sentences(first_email):
+        if DAMAGE.search(sentence) or CHANGE_OF_MIND.search(sentence):
+            return sentence.rstrip(".!")
+    return None
+
+
 def _play_customer(conversation: list[dict[str, Any]]) -> Reply:
-    """Write the customer's next reply from the emails alone, or DONE."""
+    """Write the customer's next reply from the emails alone, or DONE.
+
+    The customer reacts to what the support emails say happened — a refund, a partial refund,
+    a refusal or a rejection with the reviewer's note, a question, a promise to follow up —
+    pushes back once when short-changed, then accepts grudgingly, and never claims a refund
+    the emails don't report. Once they have said their piece, the answer is exactly DONE.
+    """
     transcript = "\n".join(_text(i.get("content")) for i in conversation
-                           if i.get("role") == "user")
-    blocks = re.split(r"^--- (?=Email from )", transcript, flags=re.M)
-    mine = [b for b in blocks if b.startswith("Email from the customer")]
-    theirs = [b for b in blocks if b.startswith("Email from support")]
-    asked = max((float(m.replace(",", "")) for m in MONEY.findall(mine[0] if mine else "")),
-                default=0.0)
-    offered = MONEY.findall(theirs[-1] if theirs else "")
-    offer = f"${offered[0]}" if offered else "that"
-    if len(mine) == 1:
-        want = f"all {_money(asked)}" if asked else "everything"
-        return Reply("Escalate: refuse the partial refund, threaten, ask for a manager.",
-                     f"{offer} is not acceptable. I asked for {want} back, not a fraction of it. "
-                     "If you don't refund the whole order I'm filing a chargeback with my bank "
+                           if i.get("type", "message") == "message" and i.get("role") == "user")
+    parts = TRANSCRIPT_BLOCK.split(transcript)
+    blocks = [(parts[i], parts[i + 1].strip()) for i in range(1, len(parts) - 1, 2)]
+    mine = [text for who, text in blocks if who == "the customer"]
+    theirs = [text for who, text in blocks if who == "support"]
+    if not mine or not theirs or blocks[-1][0] != "support":
+        return Reply("Support hasn't written anything new to answer.", "DONE")
+    replies = mine[1:]
+    if len(replies) >= 2 or any(ACCEPTS.search(r) and not _threats(r) for r in replies):
+        return Reply("I've said my piece.", "DONE")
+    pushed = any(_threats(r) for r in replies)
+    story = _story(theirs)
+    first_email = mine[0]
+    asked, wanted = _my_request(first_email)
+    orders = _order_ids(first_email)
+    order = f" for order {orders[0]}" if orders else ""
+
+    if story.refunded:
+        got = float(story.refunded[1:].replace(",", ""))
+        partial = bool(story.short) or (asked and got + 0.005 < asked)
+        if not partial:
+            if replies:
+                return Reply("I got what I asked for and said thanks.", "DONE")
+            return Reply("They refunded what I asked for. Thank them, briefly.",
+                         f"Thanks. I'll watch for the {story.refunded} on my card. That's all "
+                         "I needed.")
+        if pushed:
+            return Reply("They held firm. Take the refund that was made, grudgingly, and stop.",
+                         "Fine. I'll take the refund, but I'm not happy, and I won't be ordering "
+                         "from you again.")
+        lines = [f"{story.refunded} is not acceptable.",
+                 f"I asked for {wanted}, not a fraction of it." if asked
+                 else f"I asked for {wanted}, not part of it."]
+        if story.short:
+            lines.append(f"And you tell me: \"{story.short[0].rstrip('.')}\"? That's not good "
+                         "enough.")
+        lines.append("If you don't refund the whole order I'm filing a chargeback with my bank "
                      "and leaving a one-star review everywhere I can. Get me a manager.")
-    if len(mine) == 2:
-        return Reply("Last word: grudging, then stop.",
-                     "Fine. I'll take the refund, but I'm not happy, and I won't be ordering "
-                     "from you again.")
-    return Reply("Nothing more to say.", "DONE")
+        return Reply("Short-changed: refuse the partial refund, threaten, ask for a manager.",
+                     " ".join(lines))
+
+    if story.refused is not None:
+        if pushed:
+            if story.note and EVIDENCE.search(story.note):
+                thing = EVIDENCE.search(story.note).group(1).lower()
+                return Reply("They won't move without it. Send what they asked for, grudgingly.",
+                             f"Fine. I'll send the {thing}, but I expect this sorted out "
+                             "quickly this time.")
+            if story.warranty:
+                return Reply("They won't refund. Take the repair, grudgingly, and stop.",
+                             "Fine. Set up the repair or the replacement, then. But I'm not "
+                             "happy, and I won't be ordering from you again.")
+            return Reply("They won't refund. Give up, unhappily, and stop.",
+                         "Fine. I still think I'm owed my money back, but I'm done arguing. I "
+                         "won't be ordering from you again.")
+        lines = [f"No refund at all{order}? I asked for {wanted}."]
+        if story.note:
+            lines.append(f"Your team's note says \"{story.note}\". That's not a reason to keep "
+                         "my money.")
+        elif story.refused:
+            lines.append(f"You say {story.refused}. I don't care about your rules.")
+        if story.warranty:
+            lines.append("I don't want a repair, I want my money back.")
+        lines.append("I'm disputing the charge with my bank and leaving a one-star review. "
+                     "Get me a manager.")
+        return Reply("Refused outright: push back, threaten, ask for a manager.", " ".join(lines))
+
+    if story.question and not replies:
+        if story.question == "order_number":
+            text = (f"I already gave you the order number: {orders[0]}." if orders else
+                    "I don't have the order number to hand. You have my email address; look it "
+                    "up yourself.")
+        elif story.question == "which":
+            text = (f"The first one, {orders[0]}. Obviously." if orders else
+                    "The one I wrote to you about. Check your records.")
+        elif story.question == "address":
+            text = "This is the address I always use. Check again."
+        elif story.question == "what_happened":
+            complaint = _complaint(first_email)
+            text = (f"I already told you: {complaint[0].lower() + complaint[1:]}. I want "
+                    f"{wanted}." if complaint else f"I told you in my first email. I want "
+                    f"{wanted}.")
+        else:
+            text = f"I explained everything in my first email. I want {wanted}."
+        return Reply("They asked me something. Answer it, impatiently, from what I know.",
+                     _sentence(text))
+    if story.follow_up and not replies:
+        return Reply("They are passing me on. Push for an answer.",
+                     "When? I've waited long enough for this. I want a manager to call me "
+                     "today.")
+    return Reply("Nothing new to answer.", "DONE")
 
 
-def respond(conversation: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
-    """Decide the next response: a support turn when tools are offered, else the customer."""
-    if not tools:
+# -- which part to play, and the tools it may use -----------------------------------------------
+
+@dataclass(frozen=True)
+class _Choice:
+    """What ``tools`` and ``tool_choice`` allow: the callable tools and how calls are chosen."""
+
+    callable: tuple[str, ...]   # function tools this response may call
+    mode: str                   # none | auto | required | forced
+    forced: str | None = None   # the named function, for mode "forced"
+
+    def describe(self) -> str:
+        return {"none": 'tool_choice "none"', "auto": 'tool_choice "auto"',
+                "required": 'tool_choice "required"',
+                "forced": f'tool_choice naming {self.forced}'}[self.mode]
+
+
+def _choice(tools: list[dict[str, Any]], tool_choice: Any) -> _Choice:
+    declared = tuple(function_tool_names(tools))
+    if tool_choice in ("none", "required"):
+        return _Choice(declared, tool_choice)
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        return _Choice(declared, "forced", tool_choice.get("name"))
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        allowed = {t.get("name") for t in tool_choice.get("tools") or [] if isinstance(t, dict)}
+        mode = "required" if tool_choice.get("mode") == "required" else "auto"
+        return _Choice(tuple(n for n in declared if n in allowed), mode)
+    return _Choice(declared, "auto")
+
+
+def _is_persona_request(conversation: list[dict[str, Any]]) -> bool:
+    """The simulated customer's request: its brief, or the transcript of the emails."""
+    for item in conversation:
+        if item.get("type", "message") != "message":
+            continue
+        text = _text(item.get("content"))
+        if item.get("role") in ("system", "developer") and PERSONA_BRIEF.search(text):
+            return True
+        if item.get("role") == "user" and TRANSCRIPT_BLOCK.search(text):
+            return True
+    return False
+
+
+def _out_of_lane(tools: list[dict[str, Any]], choice: _Choice) -> Reply:
+    """Anything but the refund desk or its customer: say plainly what the stand-in is."""
+    declared = function_tool_names(tools)
+    what = (f"it declares {', '.join(declared)}, none of the refund desk's tools" if declared
+            else "it declares no function tools" if tools
+            else "it has no tools and isn't the simulated customer's brief")
+    if choice.mode in ("required", "forced"):
+        raise ApiError(
+            400,
+            f"The offline stand-in only plays refund-agent's refund desk, so it can't choose a "
+            f"call to {choice.forced or ' or '.join(declared)} ({choice.describe()}). Set "
+            "XAI_API_KEY to use Grok for other requests.",
+            param="tool_choice",
+            code="unsupported_parameter",
+        )
+    return Reply(f"This request is outside what the offline stand-in can play: {what}.",
+                 "I'm the offline stand-in for Grok that ships with refund-agent, not a general "
+                 "model. I only play the shop's refund desk (with its tools: "
+                 f"{', '.join(REFUND_DESK_TOOLS)}) and the simulated customer who writes back "
+                 "to it, so I can't answer this request. Set XAI_API_KEY to use Grok instead.")
+
+
+def _as_text(calls: list[tuple[str, dict[str, Any]]], why: str) -> str:
+    """Calls the response may not make, written out as what the desk would do instead."""
+    lines = [f"{why}, so here is what I would do instead."]
+    for name, args in calls:
+        if name == "send_customer_message":
+            lines.append(f"Email the customer:\n\n{args.get('message', '')}")
+        else:
+            lines.append(f"Call {name} with {json.dumps(args)}.")
+    return "\n\n".join(lines)
+
+
+def _fallback_call(conv: _Conversation, choice: _Choice) -> tuple[str, dict[str, Any]] | None:
+    """A harmless call for a required or forced choice when the next step needs none.
+
+    Only the read-only look-ups qualify, and only for an order the customer named: the desk
+    never sends an email or proposes a refund just because a call was demanded.
+    """
+    ids = _order_ids(" ".join(_customer_words(c) for c in conv.customer))
+    if not ids:
+        return None
+    wanted = [choice.forced] if choice.mode == "forced" else ["lookup_order",
+                                                              "check_refund_policy"]
+    for name in wanted:
+        if name in ("lookup_order", "check_refund_policy") and name in choice.callable:
+            return name, {"order_id": ids[0]}
+    return None
+
+
+def _conform(reply: Reply, conv: _Conversation, choice: _Choice) -> Reply:
+    """The desk's step, limited to the calls this request allows."""
+    if choice.mode == "none":
+        allowed: tuple[str, ...] = ()
+    elif choice.mode == "forced":
+        allowed = (choice.forced,) if choice.forced in choice.callable else ()
+    else:
+        allowed = choice.callable
+    kept = [call for call in reply.calls if call[0] in allowed]
+    dropped = [call for call in reply.calls if call[0] not in allowed]
+    text = reply.text
+    if dropped:
+        names = sorted({name for name, _ in dropped})
+        why = ("Tool calls are off for this request (tool_choice \"none\")" if choice.mode ==
+               "none" else f"This request does not let me call {' or '.join(names)} "
+               f"({choice.describe()}; it declares {', '.join(choice.callable) or 'no tools'})")
+        text = "\n\n".join(filter(None, [text, _as_text(dropped, why)]))
+    if choice.mode in ("required", "forced") and not kept:
+        fallback = _fallback_call(conv, choice)
+        if fallback is None:
+            raise ApiError(
+                400,
+                f"The offline stand-in has no call to {choice.forced or 'any tool'} to make at "
+                f"this point of the refund desk's work ({choice.describe()}); its next step is "
+                f"{'a call to ' + dropped[0][0] if dropped else 'a note for the team'}. Use "
+                "tool_choice \"auto\", or Grok (XAI_API_KEY).",
+                param="tool_choice",
+                code="unsupported_parameter",
+            )
+        name, args = fallback
+        return Reply(f"{reply.reasoning} The request demands a tool call ({choice.describe()}), "
+                     f"so I call {name} for order {args['order_id']}, a read-only look-up, "
+                     "rather than send or propose anything.", None, [fallback])
+    return Reply(reply.reasoning, text, kept)
+
+
+def respond(conversation: list[dict[str, Any]], tools: list[dict[str, Any]],
+            tool_choice: Any = None) -> Reply:
+    """Decide the next response.
+
+    Args:
+        conversation: Every item the model would read, oldest first (instructions first, as a
+            system message, when the request has them).
+        tools: The request's tools.
+        tool_choice: The request's ``tool_choice`` (None means ``"auto"``).
+
+    Returns:
+        The refund desk's next step when the request declares the desk's tools (only
+        declared, allowed tools are called); the simulated customer's reply for its brief;
+        otherwise a short text saying this stand-in only plays the refund desk.
+
+    Raises:
+        ApiError: 400 when ``tool_choice`` demands a call the stand-in cannot make.
+    """
+    choice = _choice(tools, tool_choice)
+    declared = function_tool_names(tools)
+    if not tools and _is_persona_request(conversation):
         return _play_customer(conversation)
-    return _support(_read(conversation))
+    if not any(name in REFUND_DESK_TOOLS for name in declared):
+        return _out_of_lane(tools, choice)
+    conv = _read(conversation)
+    return _conform(_support(conv), conv, choice)

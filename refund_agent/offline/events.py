@@ -1,10 +1,13 @@
 """The Responses API wire format, as pure functions, for the offline server.
 
-Requests: validation, ``input`` normalisation and OpenAI-style error bodies.
-Responses: output items built from a brain ``Reply``, simulated usage and
-cost, the ``Response`` object, and its expansion into the server-sent events
-the ``openai`` SDK expects (plus how latency is spread over them). The HTTP
-server in :mod:`refund_agent.offline.server` only decides *when* to send what.
+Requests: validation (including what the stand-in refuses, with a clear 400),
+``input`` normalisation (compaction items expanded) and OpenAI-style error
+bodies. Responses: output items built from a brain ``Reply``, simulated usage
+and cost, the ``Response`` object in each status (queued, in progress,
+completed, failed, cancelled), its expansion into the server-sent events the
+``openai`` SDK expects (plus how latency is spread over them), input items as
+``input_items.list`` pages them, and compaction. The HTTP server in
+:mod:`refund_agent.offline.server` only decides *when* to send what.
 
 Shapes follow the installed SDK's models in ``openai/types/responses`` (the
 tests parse everything with ``_strict_response_validation=True``).
@@ -12,6 +15,8 @@ tests parse everything with ``_strict_response_validation=True``).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import re
@@ -20,7 +25,13 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 __all__ = [
+    "TERMINAL",
     "ApiError",
+    "build_compaction",
+    "compaction_item",
+    "function_tool_names",
+    "input_item_page",
+    "listed_item",
     "ReplyLike",
     "build_output_items",
     "build_response",
@@ -92,10 +103,13 @@ def normalize_input(value: Any) -> list[Item]:
     """Turns a request's ``input`` into a list of item dicts.
 
     A string becomes one user message; role-only messages gain
-    ``"type": "message"``. Items are copied so the recorded body stays as sent.
+    ``"type": "message"``; a compaction item (from ``POST /responses/compact``)
+    is expanded back into the conversation it stands for. Items are copied so
+    the recorded body stays as sent.
 
     Raises:
-        ApiError: 400 if ``input`` is neither a string nor a list of objects.
+        ApiError: 400 if ``input`` is neither a string nor a list of objects,
+            or holds an item the stand-in cannot use.
     """
     if isinstance(value, str):
         return [
@@ -105,11 +119,35 @@ def normalize_input(value: Any) -> list[Item]:
         raise ApiError(
             400, "Invalid 'input': expected a string or an array of input items.", param="input"
         )
-    return [{"type": "message", **item} if "type" not in item else dict(item) for item in value]
+    items: list[Item] = []
+    for item in value:
+        kind = item.get("type", "message")
+        if kind == "compaction":
+            items = _expand_compaction(items, item)
+        elif kind == "item_reference":
+            raise ApiError(
+                400,
+                "The offline stand-in does not resolve 'item_reference' input items: send the "
+                "item itself, or continue the conversation with 'previous_response_id'.",
+                param="input",
+                code="unsupported_parameter",
+            )
+        else:
+            items.append({"type": "message", **item} if "type" not in item else dict(item))
+    return items
+
+
+# Parameters the stand-in has no equivalent for: refused by name rather than ignored.
+_REFUSED_PARAMETERS = {
+    "conversation": "the Conversations API ('conversation'); chain responses with "
+    "'previous_response_id' instead",
+    "prompt": "stored prompt templates ('prompt'); send the prompt text as input",
+}
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
 def validate_body(body: Any) -> None:
-    """Checks the parts of a create request the server relies on.
+    """Checks the parts of a create request the server relies on or cannot honour.
 
     Raises:
         ApiError: 400 with a message naming the offending parameter.
@@ -126,14 +164,129 @@ def validate_body(body: Any) -> None:
             )
     if not isinstance(body["model"], str) or not body["model"]:
         raise ApiError(400, "Invalid 'model': expected a non-empty string.", param="model")
-    if not isinstance(body.get("tools") or [], list):
-        raise ApiError(400, "Invalid 'tools': expected an array.", param="tools")
     if body.get("previous_response_id") and body.get("instructions"):
         raise ApiError(
             400,
             "Parameter 'instructions' is not supported with 'previous_response_id': "
             "send instructions only on the first request of a conversation.",
             param="instructions",
+        )
+    _validate_tools(body)
+    _validate_text_format(body.get("text"))
+    if body.get("background") and body.get("store") is False:
+        raise ApiError(
+            400,
+            "Background mode requires 'store': true, since its result is fetched later with "
+            "GET /responses/{id}.",
+            param="background",
+        )
+    for name, what in _REFUSED_PARAMETERS.items():
+        if body.get(name) is not None:
+            raise ApiError(
+                400,
+                f"The offline stand-in does not support {what}.",
+                param=name,
+                code="unsupported_parameter",
+            )
+
+
+def function_tool_names(tools: Any) -> list[str]:
+    """The names of the function tools a request declares, in order."""
+    return [
+        tool["name"]
+        for tool in tools or []
+        if isinstance(tool, dict) and tool.get("type") == "function" and tool.get("name")
+    ]
+
+
+def _validate_tools(body: dict[str, Any]) -> None:
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or not all(
+        isinstance(tool, dict) and isinstance(tool.get("type"), str) for tool in tools
+    ):
+        raise ApiError(400, "Invalid 'tools': expected an array of tool objects.", param="tools")
+    for index, tool in enumerate(tools):
+        if tool["type"] == "function" and not (
+            isinstance(tool.get("name"), str) and tool["name"]
+        ):
+            raise ApiError(
+                400,
+                f"Missing required parameter: 'tools[{index}].name'.",
+                param=f"tools[{index}].name",
+                code="missing_required_parameter",
+            )
+    declared = set(function_tool_names(tools))
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice not in _TOOL_CHOICE_MODES:
+            raise ApiError(
+                400,
+                f"Invalid 'tool_choice': expected one of {list(_TOOL_CHOICE_MODES)} or an object.",
+                param="tool_choice",
+            )
+        if choice == "required" and not declared:
+            raise ApiError(
+                400,
+                "'tool_choice' is 'required' but the request declares no function tools.",
+                param="tool_choice",
+            )
+        return
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "function":
+        if choice.get("name") not in declared:
+            raise ApiError(
+                400,
+                f"Tool choice names function {choice.get('name')!r}, which is not among the "
+                "request's tools.",
+                param="tool_choice",
+            )
+    elif kind == "allowed_tools":
+        allowed = choice.get("tools")
+        if choice.get("mode", "auto") not in ("auto", "required") or not isinstance(
+            allowed, list
+        ):
+            raise ApiError(
+                400,
+                "Invalid 'tool_choice': allowed_tools needs a mode ('auto' or 'required') and "
+                "a list of tools.",
+                param="tool_choice",
+            )
+        for tool in allowed:
+            if not isinstance(tool, dict) or tool.get("type") != "function" or (
+                tool.get("name") not in declared
+            ):
+                raise ApiError(
+                    400,
+                    f"Invalid 'tool_choice': allowed tool {tool!r} is not a function tool the "
+                    "request declares (the stand-in only calls function tools).",
+                    param="tool_choice",
+                )
+    else:
+        raise ApiError(
+            400,
+            f"The offline stand-in only calls function tools; 'tool_choice' of type {kind!r} "
+            "is not supported.",
+            param="tool_choice",
+            code="unsupported_parameter",
+        )
+
+
+def _validate_text_format(text: Any) -> None:
+    if text is None:
+        return
+    if not isinstance(text, dict):
+        raise ApiError(400, "Invalid 'text': expected an object.", param="text")
+    kind = (text.get("format") or {}).get("type", "text")
+    if kind != "text":
+        raise ApiError(
+            400,
+            f"The offline stand-in cannot produce structured output (text.format type {kind!r}): "
+            "it only writes plain text, so responses.parse(text_format=...) and JSON modes "
+            "are refused. Set XAI_API_KEY to use Grok.",
+            param="text.format",
+            code="unsupported_parameter",
         )
 
 
@@ -287,16 +440,21 @@ def build_response(
     response_id: str,
     created_at: float,
     output: list[Item],
-    usage: dict[str, Any],
+    usage: dict[str, Any] | None,
+    status: str = "completed",
+    error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assembles a completed ``Response`` object, echoing request settings.
+    """Assembles a ``Response`` object, echoing request settings.
 
     Args:
         body: The request body (already validated).
         response_id: The new ``resp_…`` identifier.
         created_at: Creation time from the server's clock.
-        output: Completed output items.
-        usage: Usage dict from :func:`build_usage`.
+        output: Output items (empty until a background response completes).
+        usage: Usage dict from :func:`build_usage`, or None while there is none.
+        status: ``completed``, or for background responses ``queued``,
+            ``in_progress``, ``failed`` or ``cancelled``.
+        error: The ``{"code", "message"}`` of a failed response.
 
     Returns:
         A dict that parses as ``openai.types.responses.Response``.
@@ -306,10 +464,10 @@ def build_response(
         "id": response_id,
         "object": "response",
         "created_at": created,
-        "completed_at": created,
-        "status": "completed",
-        "background": False,
-        "error": None,
+        "completed_at": created if status == "completed" else None,
+        "status": status,
+        "background": bool(body.get("background")),
+        "error": error,
         "incomplete_details": None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
@@ -336,42 +494,64 @@ def build_response(
     }
 
 
+# Statuses after which a response no longer changes.
+TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete"})
+# The event that closes a stream, by final status (a cancelled stream just ends).
+_CLOSING_EVENT = {
+    "completed": "response.completed",
+    "failed": "response.failed",
+    "incomplete": "response.incomplete",
+}
+
+
 def stream_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Expands a completed response into the SSE events of its generation.
+    """Expands a response into the SSE events of its generation so far.
 
     The order matches what ``openai.lib.streaming.responses`` accumulates:
-    ``response.created``, ``response.in_progress``, then for each output item
+    ``response.created`` (then ``response.queued`` for a background response),
+    ``response.in_progress``, then for each output item
     ``output_item.added`` → part/delta/done events → ``output_item.done``, and
-    finally ``response.completed`` carrying ``response`` unchanged.
+    finally ``response.completed`` carrying ``response`` unchanged
+    (``response.failed`` for a failed one; a cancelled one just ends). A
+    response still queued or in progress yields only the events up to its
+    status, so the same numbering continues once it finishes.
 
     Args:
-        response: A completed response from :func:`build_response`.
+        response: A response from :func:`build_response`.
 
     Yields:
         Event dicts with ``type`` and a ``sequence_number`` counting from 0.
     """
+    status = response["status"]
+    background = response.get("background", False)
     pending = {
         **response,
-        "status": "in_progress",
+        "status": "queued" if background else "in_progress",
         "output": [],
         "usage": None,
         "completed_at": None,
+        "error": None,
     }
-    raw: list[dict[str, Any]] = [
-        {"type": "response.created", "response": pending},
-        {"type": "response.in_progress", "response": pending},
-    ]
-    for index, item in enumerate(response["output"]):
+    raw: list[dict[str, Any]] = [{"type": "response.created", "response": pending}]
+    if background:
+        raw.append({"type": "response.queued", "response": pending})
+    if status != "queued":
         raw.append(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": _in_progress(item),
-            }
+            {"type": "response.in_progress", "response": {**pending, "status": "in_progress"}}
         )
-        raw.extend(_item_body_events(index, item))
-        raw.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    raw.append({"type": "response.completed", "response": response})
+    if status in TERMINAL:
+        for index, item in enumerate(response["output"]):
+            raw.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": _in_progress(item),
+                }
+            )
+            raw.extend(_item_body_events(index, item))
+            raw.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        if status in _CLOSING_EVENT:
+            raw.append({"type": _CLOSING_EVENT[status], "response": response})
     for sequence_number, event in enumerate(raw):
         yield {**event, "sequence_number": sequence_number}
 
@@ -483,3 +663,157 @@ def _function_call_events(index: int, item: Item) -> list[dict[str, Any]]:
         {"type": "response.function_call_arguments.done", **where, "arguments": arguments}
     )
     return events
+
+
+# -- input items, as GET /responses/{id}/input_items lists them ------------------------------
+
+_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}
+_PAGE_DEFAULT, _PAGE_MAX = 20, 100
+
+
+def listed_item(item: Item, owner: str, index: int) -> Item:
+    """One input item in the shape ``input_items.list`` returns, with an ``id``.
+
+    Items sent without an id get one derived from the response that received
+    them and their position, so the same item keeps the same id on every call
+    (which cursor pagination needs) without storing anything extra.
+    """
+    kind = item.get("type", "message")
+    item_id = item.get("id")
+    if not (isinstance(item_id, str) and item_id):
+        digest = hashlib.sha256(f"{owner}:{index}".encode()).hexdigest()[:32]
+        item_id = f"{_ID_PREFIX.get(kind, 'item')}_{digest}"
+    listed: Item = {**item, "type": kind, "id": item_id}
+    if kind == "message":
+        content = item.get("content")
+        parts = [content] if isinstance(content, str) else list(content or [])
+        if item.get("role") == "assistant":
+            listed["content"] = [
+                part if isinstance(part, dict) and part.get("type") == "refusal"
+                else _output_text(part if isinstance(part, str) else part.get("text", ""))
+                for part in parts
+            ]
+        else:
+            listed["role"] = item.get("role", "user")
+            listed["content"] = [
+                {"type": "input_text", "text": part} if isinstance(part, str) else part
+                for part in parts
+            ]
+        listed.setdefault("status", "completed")
+    elif kind in ("function_call", "function_call_output"):
+        listed.setdefault("status", "completed")
+    return listed
+
+
+def input_item_page(items: list[Item], query: dict[str, list[str]]) -> dict[str, Any]:
+    """One page of ``items`` (oldest first, each with an ``id``) as a list object.
+
+    Args:
+        items: Every input item of the response, oldest first.
+        query: The parsed query string: ``after`` (an item id), ``limit``
+            (1 to 100, default 20) and ``order`` (``asc`` or ``desc``, the default).
+
+    Raises:
+        ApiError: 400 for a bad limit or order, or an ``after`` that names no item.
+    """
+    order = query.get("order", ["desc"])[0]
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "Invalid 'order': expected 'asc' or 'desc'.", param="order")
+    raw_limit = query.get("limit", [str(_PAGE_DEFAULT)])[0]
+    try:
+        limit = int(raw_limit)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= _PAGE_MAX:
+        raise ApiError(
+            400,
+            f"Invalid 'limit': expected an integer from 1 to {_PAGE_MAX}, got {raw_limit!r}.",
+            param="limit",
+        )
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    after = query.get("after", [None])[0]
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise ApiError(
+                400, f"Invalid 'after': no input item with id {after!r}.", param="after"
+            )
+        start = ids.index(after) + 1
+    page = ordered[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + limit < len(ordered),
+    }
+
+
+# -- compaction ----------------------------------------------------------------------------
+
+# A compaction item's "encrypted_content" is, here, the conversation itself in base64 JSON:
+# opaque to the client, as the real one is, and expanded back when it is sent as input.
+_COMPACTION_PREFIX = "offline-compaction-v1:"
+
+
+def build_compaction(
+    output: list[Item], *, created_at: float, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``CompactedResponse`` whose ``output`` is :func:`compaction_item`'s one item."""
+    return {
+        "id": new_id("resp"),
+        "object": "response.compaction",
+        "created_at": int(created_at),
+        "output": output,
+        "usage": usage,
+    }
+
+
+def compaction_item(conversation: list[Item]) -> Item:
+    """The single compaction item that carries ``conversation``."""
+    payload = base64.b64encode(json.dumps(conversation).encode()).decode()
+    return {
+        "type": "compaction",
+        "id": new_id("cmp"),
+        "encrypted_content": _COMPACTION_PREFIX + payload,
+    }
+
+
+def _expand_compaction(before: list[Item], item: Item) -> list[Item]:
+    """Replaces a compaction item by the conversation it carries.
+
+    User messages sent just before it that the conversation already holds are
+    dropped, so following the "user messages, then the compaction item" recipe
+    does not repeat them.
+    """
+    content = item.get("encrypted_content")
+    try:
+        if not isinstance(content, str) or not content.startswith(_COMPACTION_PREFIX):
+            raise ValueError("not an offline compaction")
+        decoded = json.loads(base64.b64decode(content.removeprefix(_COMPACTION_PREFIX)))
+        if not isinstance(decoded, list) or not all(isinstance(i, dict) for i in decoded):
+            raise ValueError("not a list of items")
+    except (ValueError, TypeError) as exc:
+        raise ApiError(
+            400,
+            "Invalid compaction item: its encrypted_content was not produced by this offline "
+            f"stand-in's /responses/compact ({exc}).",
+            param="input",
+        ) from exc
+    held = {_user_text(i) for i in decoded if _user_text(i) is not None}
+    return [i for i in before if _user_text(i) not in held] + decoded
+
+
+def _user_text(item: Item) -> str | None:
+    if item.get("type", "message") != "message" or item.get("role") != "user":
+        return None
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))

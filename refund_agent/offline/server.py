@@ -1,10 +1,21 @@
 """A local stand-in for the xAI/OpenAI Responses API.
 
-``OfflineServer`` listens on loopback and answers ``POST /v1/responses`` (plain
-JSON or server-sent events) and ``GET /v1/responses/{id}`` closely enough that
-the unmodified ``openai`` SDK parses every reply. Decisions come from a *brain*
-callable (``refund_agent.offline.brain.respond`` unless one is injected); this
-module only handles protocol, storage, simulated usage/cost, latency and faults.
+``OfflineServer`` listens on loopback and answers every Responses endpoint the
+``openai`` SDK calls closely enough that the unmodified SDK parses every reply:
+
+- ``POST /v1/responses`` (plain JSON or server-sent events; ``background`` too,
+  queued and finished in a worker thread),
+- ``GET /v1/responses/{id}`` (JSON, or the events replayed with ``stream=true``
+  and ``starting_after``), ``DELETE /v1/responses/{id}``,
+- ``POST /v1/responses/{id}/cancel``, ``GET /v1/responses/{id}/input_items``
+  (cursor pagination), ``POST /v1/responses/input_tokens`` and
+  ``POST /v1/responses/compact``.
+
+Requests are routed before any body is read, and every error, from any path or
+method, is a JSON ``{"error": {...}}`` body in the OpenAI/xAI shape, never HTML.
+Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
+unless one is injected); this module only handles protocol, storage, simulated
+usage/cost, latency and faults.
 
 Only the standard library is used, and nothing else from ``refund_agent`` is
 imported eagerly, so the server works before the rest of the package exists.
@@ -13,9 +24,11 @@ imported eagerly, so the server works before the rest of the package exists.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -31,7 +44,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import events
-from .events import ApiError, delta_delays, fault_error, normalize_input, not_found, validate_body
+from .events import (
+    TERMINAL,
+    ApiError,
+    delta_delays,
+    fault_error,
+    normalize_input,
+    not_found,
+    validate_body,
+)
 
 __all__ = [
     "FAULTS_ENV",
@@ -51,7 +72,8 @@ RETENTION_SECONDS = 30 * 86400
 # started rendering, so the test exercises a genuinely partial stream.
 _CUT_AFTER_DELTAS = 3
 
-Brain = Callable[[list[dict[str, Any]], list[dict[str, Any]]], events.ReplyLike]
+# respond(conversation, tools), optionally also taking a tool_choice keyword.
+Brain = Callable[..., events.ReplyLike]
 Item = dict[str, Any]
 
 
@@ -64,7 +86,7 @@ WITH RECURSIVE chain(id, prev, created_at, input_items, response, depth) AS (
     SELECT r.id, r.previous_response_id, r.created_at, r.input_items, r.response, chain.depth + 1
     FROM responses r JOIN chain ON r.id = chain.prev
 )
-SELECT prev, created_at, input_items, response FROM chain ORDER BY depth DESC
+SELECT id, prev, created_at, input_items, response FROM chain ORDER BY depth DESC
 """
 
 
@@ -142,14 +164,82 @@ class ResponseStore:
 
         Raises:
             ApiError: 404 naming ``response_id`` if it or any ancestor is
-                unknown or expired, since the conversation can't be rebuilt.
+                unknown, deleted or expired, since the conversation can't be
+                rebuilt; 400 if ``response_id`` has not finished (a background
+                response still queued or in progress, or one that failed or
+                was cancelled).
         """
         with self._lock:
             rows = self._db.execute(_CHAIN_QUERY, (response_id,)).fetchall()
         # The oldest row must be a chain start (no previous), else a link is missing.
-        if not rows or rows[0][0] is not None or any(self._expired(row[1]) for row in rows):
+        if not rows or rows[0][1] is not None or any(self._expired(row[2]) for row in rows):
             raise not_found(response_id, "previous_response_id")
-        return [StoredResponse(json.loads(row[2]), json.loads(row[3])) for row in rows]
+        chain = [StoredResponse(json.loads(row[3]), json.loads(row[4])) for row in rows]
+        status = chain[-1].response.get("status", "completed")
+        if status != "completed":
+            raise ApiError(
+                400,
+                f"Response '{response_id}' is {status}; a conversation can only continue from "
+                "a completed response.",
+                param="previous_response_id",
+            )
+        return chain
+
+    def lineage(self, response_id: str) -> list[tuple[str, StoredResponse]]:
+        """The stored turns that make up ``response_id``'s input, oldest first, with their ids.
+
+        Unlike :meth:`chain` this tolerates a broken chain: turns before a
+        deleted or expired ancestor are simply gone.
+
+        Raises:
+            ApiError: 404 if ``response_id`` itself is unknown, deleted or expired.
+        """
+        self.get(response_id)
+        with self._lock:
+            rows = self._db.execute(_CHAIN_QUERY, (response_id,)).fetchall()
+        turns: list[tuple[str, StoredResponse]] = []
+        for row_id, _prev, created_at, input_items, response in reversed(rows):  # newest first
+            if self._expired(created_at):
+                break
+            turns.append((row_id, StoredResponse(json.loads(input_items), json.loads(response))))
+        return turns[::-1]
+
+    def replace(
+        self, response: dict[str, Any], *, only_from: Iterable[str] | None = None
+    ) -> bool:
+        """Overwrites a stored response (a background one changing status).
+
+        Args:
+            response: The new state; its ``id`` names the row.
+            only_from: If given, the write happens only while the stored status
+                is one of these, so a cancel and a finishing job cannot both win.
+
+        Returns:
+            Whether the row was written.
+        """
+        with self._lock:
+            row = self._db.execute(
+                "SELECT response FROM responses WHERE id = ?", (response["id"],)
+            ).fetchone()
+            if row is None:
+                return False
+            if only_from is not None and json.loads(row[0]).get("status") not in set(only_from):
+                return False
+            self._db.execute(
+                "UPDATE responses SET response = ? WHERE id = ?",
+                (json.dumps(response), response["id"]),
+            )
+            return True
+
+    def delete(self, response_id: str) -> None:
+        """Deletes a stored response.
+
+        Raises:
+            ApiError: 404 if unknown, already deleted or expired.
+        """
+        self.get(response_id)
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
 
     def close(self) -> None:
         """Closes the database connection."""
@@ -158,6 +248,19 @@ class ResponseStore:
 
     def _expired(self, created_at: float) -> bool:
         return self._clock() - created_at > RETENTION_SECONDS
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """A validated create request with the conversation it continues."""
+
+    body: dict[str, Any]
+    input_items: list[Item]
+    chain: list[StoredResponse]
+
+    @property
+    def history(self) -> list[Item]:
+        return [item for turn in self.chain for item in turn.conversation]
 
 
 @dataclass(frozen=True)
@@ -174,12 +277,16 @@ class OfflineServer:
 
     Args:
         state_path: SQLite file holding stored responses (parents created).
-        latency: Seconds a reply takes; streamed replies spread it over deltas.
+        latency: Seconds a reply takes; streamed replies spread it over deltas,
+            background ones spend it queued.
         faults: Initial fault queue (``"429"``, ``"500"``, ``"503"``, ``"cut"``);
             ``None`` reads the comma-separated ``REFUND_AGENT_OFFLINE_FAULTS``.
         clock: Time source for ``created_at`` and the 30-day expiry.
         brain: ``respond(conversation, tools)``; defaults to
-            ``refund_agent.offline.brain.respond``, imported on first use.
+            ``refund_agent.offline.brain.respond``, imported on first use. A
+            brain that also takes a ``tool_choice`` keyword is given the
+            request's. Its tool calls are sent as they are: the default brain
+            calls only declared tools, and a test brain may deliberately not.
         port: Port to bind on 127.0.0.1; 0 picks a free one.
 
     Attributes:
@@ -208,6 +315,8 @@ class OfflineServer:
         self._store: ResponseStore | None = None
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # Background responses this process is working on: id -> its cancel signal.
+        self._jobs: dict[str, threading.Event] = {}
 
     @property
     def base_url(self) -> str:
@@ -230,7 +339,11 @@ class OfflineServer:
         return self
 
     def close(self) -> None:
-        """Stops serving, drops open connections and closes the store. Idempotent."""
+        """Stops serving, drops open connections and closes the store. Idempotent.
+
+        Background responses still queued or in progress are marked failed: no
+        process will finish them.
+        """
         httpd, self._httpd = self._httpd, None
         if httpd is not None:
             httpd.shutdown()
@@ -239,6 +352,12 @@ class OfflineServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        with self._lock:
+            jobs, self._jobs = dict(self._jobs), {}
+        for response_id, cancel in jobs.items():
+            cancel.set()
+            self._fail(response_id, "The offline server shut down before this background "
+                       "response finished.")
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -278,16 +397,177 @@ class OfflineServer:
         """Runs one create request through the brain.
 
         Raises:
-            ApiError: 400 for invalid bodies, 404 for unusable chains, 500 if
-                the brain fails.
+            ApiError: 400 for invalid or unsupported bodies, 404 for unusable
+                chains, 500 if the brain fails.
         """
+        turn = self._prepare(body)
+        created_at = self.clock()
+        response = self._answer(turn, events.new_id("resp"), created_at)
+        return _Created(response, turn.input_items, created_at)
+
+    def persist(self, created: _Created) -> None:
+        """Stores a delivered response unless it was created with ``store: false``."""
+        if created.response["store"]:
+            self._require_store().save(created.created_at, created.input_items, created.response)
+
+    def queue(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Stores a ``background`` request as queued and starts working on it.
+
+        The worker marks it in progress, spends the server's latency (a cancel
+        ends the wait), asks the brain and stores the completed (or failed)
+        response, unless it was cancelled or deleted meanwhile.
+
+        Returns:
+            The queued response.
+
+        Raises:
+            ApiError: As :meth:`create`, for anything wrong with the request.
+        """
+        turn = self._prepare(body)
+        created_at = self.clock()
+        queued = events.build_response(
+            body,
+            response_id=events.new_id("resp"),
+            created_at=created_at,
+            output=[],
+            usage=None,
+            status="queued",
+        )
+        cancel = threading.Event()
+        with self._lock:
+            self._jobs[queued["id"]] = cancel
+        self._require_store().save(created_at, turn.input_items, queued)
+        threading.Thread(
+            target=self._work,
+            args=(turn, queued, cancel),
+            name=f"offline-background-{queued['id'][-8:]}",
+            daemon=True,
+        ).start()
+        return queued
+
+    def retrieve(self, response_id: str) -> dict[str, Any]:
+        """Returns a stored response (404 ``ApiError`` if unavailable)."""
+        return self._require_store().get(response_id)
+
+    def delete(self, response_id: str) -> dict[str, Any]:
+        """Deletes a stored response (stopping it if it runs in the background).
+
+        Returns:
+            The deletion object ``{"id", "object": "response", "deleted": true}``.
+
+        Raises:
+            ApiError: 404 if unknown, already deleted or expired.
+        """
+        self._require_store().delete(response_id)
+        with self._lock:
+            cancel = self._jobs.pop(response_id, None)
+        if cancel is not None:
+            cancel.set()
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    def cancel(self, response_id: str) -> dict[str, Any]:
+        """Cancels a background response that is queued or in progress.
+
+        A finished one (completed, failed or already cancelled) is returned as
+        it is, so cancelling twice is harmless.
+
+        Raises:
+            ApiError: 404 if unknown; 400 if it was not created with ``background``.
+        """
+        store = self._require_store()
+        response = store.get(response_id)
+        if not response.get("background"):
+            raise ApiError(
+                400,
+                "Only responses created with background=true can be cancelled; this one "
+                "finished when it was created.",
+            )
+        if response["status"] not in TERMINAL:
+            cancelled = {**response, "status": "cancelled"}
+            if store.replace(cancelled, only_from=("queued", "in_progress")):
+                with self._lock:
+                    cancel = self._jobs.pop(response_id, None)
+                if cancel is not None:
+                    cancel.set()
+                return cancelled
+            response = store.get(response_id)  # it finished first
+        return response
+
+    def input_items(self, response_id: str) -> list[Item]:
+        """Every input item of a response, oldest first, as ``input_items.list`` shows them.
+
+        That is what the model read: the items of earlier responses in its chain
+        (their inputs and outputs, while still stored) and the request's own input.
+
+        Raises:
+            ApiError: 404 if the response is unknown, deleted or expired.
+        """
+        turns = self._require_store().lineage(response_id)
+        items: list[Item] = []
+        for position, (owner, turn) in enumerate(turns):
+            items += [
+                events.listed_item(item, owner, index)
+                for index, item in enumerate(turn.input_items)
+            ]
+            if position < len(turns) - 1:
+                items += turn.response["output"]
+        return items
+
+    def count_input_tokens(self, body: Any) -> dict[str, Any]:
+        """``POST /responses/input_tokens``: what a create request would bill as input.
+
+        Raises:
+            ApiError: 400 for an invalid body, 404 for an unusable chain.
+        """
+        if not isinstance(body, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        # Only what shapes the input counts; output settings (text format, tool choice) don't.
+        counted = {key: body[key] for key in ("tools", "previous_response_id") if key in body}
+        turn = self._prepare({**counted, "model": body.get("model") or "offline",
+                              "input": body.get("input") or []})
+        conversation = turn.history + turn.input_items
+        tokens = events.estimate_tokens(conversation)
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    def compact(self, body: Any) -> dict[str, Any]:
+        """``POST /responses/compact``: the whole conversation folded into one compaction item.
+
+        Sending that item as input later (alone, or after the user messages)
+        gives the brain the same conversation back.
+
+        Raises:
+            ApiError: 400 for an invalid body, 404 for an unusable chain.
+        """
+        if not isinstance(body, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        turn = self._prepare({**body, "input": body.get("input") or []})
+        conversation = turn.history + turn.input_items
+        output = [events.compaction_item(conversation)]
+        usage = events.build_usage(conversation, output, [])
+        return events.build_compaction(output, created_at=self.clock(), usage=usage)
+
+    # -- internals ---------------------------------------------------------
+
+    def _prepare(self, body: dict[str, Any]) -> _Turn:
+        """Validates a request and loads the chain it continues."""
         validate_body(body)
         input_items = normalize_input(body["input"])
         previous = body.get("previous_response_id")
         chain = self._require_store().chain(previous) if previous else []
-        history = [item for turn in chain for item in turn.conversation]
-        conversation = history + input_items
-        reply = self._think(conversation, body.get("tools") or [])
+        return _Turn(body, input_items, chain)
+
+    def _answer(self, turn: _Turn, response_id: str, created_at: float) -> dict[str, Any]:
+        """Asks the brain and builds the completed response."""
+        body, chain, history = turn.body, turn.chain, turn.history
+        conversation = history + turn.input_items
+        seen = conversation
+        if body.get("instructions"):
+            # Instructions apply to this request only; the brain reads them as a system message.
+            seen = [
+                {"type": "message", "role": "system", "content": body["instructions"]},
+                *conversation,
+            ]
+        reply = self._think(seen, body.get("tools") or [], body.get("tool_choice"))
         output = events.build_output_items(reply)
         key = body.get("prompt_cache_key")
         # Continuing a chain last processed under the same key hits the cache
@@ -296,31 +576,63 @@ class OfflineServer:
             bool(chain) and key is not None and chain[-1].response.get("prompt_cache_key") == key
         )
         usage = events.build_usage(conversation, output, history if cache_hit else [])
-        created_at = self.clock()
-        response = events.build_response(
-            body,
-            response_id=events.new_id("resp"),
-            created_at=created_at,
-            output=output,
-            usage=usage,
+        return events.build_response(
+            body, response_id=response_id, created_at=created_at, output=output, usage=usage
         )
-        return _Created(response, input_items, created_at)
 
-    def persist(self, created: _Created) -> None:
-        """Stores a delivered response unless it was created with ``store: false``."""
-        if created.response["store"]:
-            self._require_store().save(created.created_at, created.input_items, created.response)
+    def _work(self, turn: _Turn, queued: dict[str, Any], cancel: threading.Event) -> None:
+        """A background response's worker thread."""
+        response_id = queued["id"]
+        try:
+            store = self._require_store()
+            if not store.replace({**queued, "status": "in_progress"}, only_from=("queued",)):
+                return
+            if cancel.wait(self.latency):
+                return
+            try:
+                done = self._answer(turn, response_id, queued["created_at"])
+            except ApiError as err:
+                self._fail(response_id, err.body["error"]["message"])
+                return
+            store.replace(done, only_from=("in_progress",))
+        except Exception as exc:  # a bug, or the store closed under us
+            log.debug("offline background response %s stopped", response_id, exc_info=True)
+            try:
+                self._fail(response_id, f"Internal error: {type(exc).__name__}: {exc}")
+            except Exception:
+                pass  # the store is gone: close() has already marked it failed
+        finally:
+            with self._lock:
+                self._jobs.pop(response_id, None)
 
-    def retrieve(self, response_id: str) -> dict[str, Any]:
-        """Returns a stored response (404 ``ApiError`` if unavailable)."""
-        return self._require_store().get(response_id)
+    def _fail(self, response_id: str, message: str) -> None:
+        """Marks a background response that is still queued or in progress as failed."""
+        try:
+            store = self._require_store()
+            response = store.get(response_id)
+        except ApiError:
+            return
+        failed = {**response, "status": "failed",
+                  "error": {"code": "server_error", "message": message}}
+        store.replace(failed, only_from=("queued", "in_progress"))
 
-    def _think(self, conversation: list[Item], tools: list[dict[str, Any]]) -> events.ReplyLike:
-        """Calls the brain; its failures become a non-retryable 500."""
+    def _think(
+        self, conversation: list[Item], tools: list[dict[str, Any]], tool_choice: Any
+    ) -> events.ReplyLike:
+        """Calls the brain; its failures become a non-retryable 500.
+
+        A refusal the brain raises itself (an ``ApiError``, say a forced tool
+        it cannot call) is passed on as it is.
+        """
         try:
             brain = self._brain or _default_brain()
             # Deep copies so a brain that mutates its arguments can't alter what gets stored.
-            return brain(copy.deepcopy(conversation), copy.deepcopy(tools))
+            args = (copy.deepcopy(conversation), copy.deepcopy(tools))
+            if _takes_tool_choice(brain):
+                return brain(*args, tool_choice=copy.deepcopy(tool_choice))
+            return brain(*args)
+        except ApiError:
+            raise
         except Exception as exc:
             log.exception("offline brain failed")
             # Brains are deterministic, so tell the SDK that retrying is pointless.
@@ -336,6 +648,16 @@ class OfflineServer:
         if self._store is None:
             raise ApiError(503, "The offline server is shutting down.", kind="server_error")
         return self._store
+
+
+def _takes_tool_choice(brain: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(brain).parameters
+    except (TypeError, ValueError):
+        return False
+    return "tool_choice" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def start_offline_server(state_path: Path, **kw: Any) -> OfflineServer:
@@ -390,6 +712,28 @@ class _HTTPServer(ThreadingHTTPServer):
         log.debug("offline server: error while handling a request", exc_info=True)
 
 
+# Routes, matched on the path alone before any body is read: (method, pattern) -> handler name.
+_RESPONSE_PATH = r"/v1/responses/(?P<id>[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (method, re.compile(pattern + r"\Z"), name)
+    for method, pattern, name in (
+        ("POST", r"/v1/responses", "_create"),
+        ("POST", r"/v1/responses/input_tokens", "_count_tokens"),
+        ("POST", r"/v1/responses/compact", "_compact"),
+        ("POST", _RESPONSE_PATH + r"/cancel", "_cancel"),
+        ("GET", _RESPONSE_PATH + r"/input_items", "_list_input_items"),
+        ("GET", _RESPONSE_PATH, "_retrieve"),
+        ("DELETE", _RESPONSE_PATH, "_delete"),
+        ("GET", r"/v1/responses", "_websocket"),
+        ("GET", r"/_offline/health", "_health"),
+        ("POST", r"/_offline/faults", "_add_faults"),
+    )
+]
+# How long a stream of an unfinished background response waits for it, at most.
+_BACKGROUND_STREAM_WAIT = 600.0
+_POLL_SECONDS = 0.02
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Maps HTTP requests onto :class:`OfflineServer`; owns all socket I/O."""
 
@@ -410,50 +754,93 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silences the default per-request stderr lines."""
 
+    # -- dispatch --------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
     def do_POST(self) -> None:
-        """Routes ``/v1/responses`` and ``/_offline/faults``."""
-        path = urlsplit(self.path).path.rstrip("/")
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Routes on method and path first; only then is a body read, if the route takes one."""
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
         try:
-            body = self._read_json()
-            if path == "/v1/responses":
-                self._create(body)
-            elif path == "/_offline/faults":
-                self._add_faults(body)
-            else:
-                raise ApiError(404, f"Unknown path {path!r}.")
+            allowed = []
+            for method, pattern, name in _ROUTES:
+                match = pattern.match(path)
+                if match is None:
+                    continue
+                if method == self.command:
+                    getattr(self, name)(**match.groupdict(), query=parse_qs(url.query))
+                    return
+                allowed.append(method)
+            self._discard_body()
+            if allowed:
+                raise ApiError(
+                    405,
+                    f"Method {self.command} is not allowed on {path}; use "
+                    f"{' or '.join(sorted(set(allowed)))}.",
+                    headers={"Allow": ", ".join(sorted(set(allowed)))},
+                )
+            raise ApiError(404, f"Unknown path {path!r}.", code="unknown_url")
         except ApiError as err:
             self._send_json(err.status, err.body, err.headers)
         except Exception as exc:  # a server bug must not kill the connection silently
             log.exception("offline server: request failed")
             self._send_json(500, ApiError(500, f"Internal error: {exc}", kind="server_error").body)
 
-    def do_GET(self) -> None:
-        """Routes ``/v1/responses/{id}`` (JSON, or replayed SSE with ``?stream=true``)."""
-        url = urlsplit(self.path)
-        path = url.path.rstrip("/")
-        try:
-            if path == "/_offline/health":
-                self._send_json(200, {"ok": True})
-            elif path.startswith("/v1/responses/"):
-                response = self.server.app.retrieve(path.removeprefix("/v1/responses/"))
-                query = parse_qs(url.query)
-                if query.get("stream") == ["true"]:
-                    after = int(query.get("starting_after", ["-1"])[0])
-                    self._stream(
-                        e for e in events.stream_events(response) if e["sequence_number"] > after
-                    )
-                else:
-                    self._send_json(200, response)
-            else:
-                raise ApiError(404, f"Unknown path {path!r}.")
-        except ApiError as err:
-            self._send_json(err.status, err.body, err.headers)
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """JSON instead of the standard library's HTML, for the errors it raises itself.
 
-    def _create(self, body: Any) -> None:
+        (A malformed request line, an over-long header, a method with no ``do_`` handler.)
+        """
+        self.close_connection = True
+        body = ApiError(code, message or explain or "Bad request.").body
+        try:
+            data = json.dumps(body).encode()
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Connection", "close")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(data)
+        except OSError:
+            pass  # the client is gone
+
+    # -- routes ------------------------------------------------------------------
+
+    def _create(self, query: dict[str, list[str]]) -> None:
+        body = self._read_json()
         app = self.server.app
         fault = app.record(body) if isinstance(body, dict) else None
         if fault in ("429", "500", "503"):
             raise fault_error(fault)
+        if isinstance(body, dict) and body.get("background"):
+            if fault == "cut":
+                validate_body(body)
+                self._abort()  # dropped before anything was queued
+                return
+            queued = app.queue(body)
+            if body.get("stream"):
+                self._stream(self._follow(queued["id"], after=-1))
+            else:
+                self._send_json(200, queued)
+            return
         created = app.create(body)
         if body.get("stream"):
             self._stream_created(created, cut=fault == "cut")
@@ -464,6 +851,63 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(app.latency)
             app.persist(created)
             self._send_json(200, created.response)
+
+    def _retrieve(self, id: str, query: dict[str, list[str]]) -> None:
+        """``GET /v1/responses/{id}``: JSON, or the events replayed with ``?stream=true``."""
+        response = self.server.app.retrieve(id)
+        if query.get("stream", ["false"])[0].lower() != "true":
+            self._send_json(200, response)
+            return
+        raw_after = query.get("starting_after", ["-1"])[0]
+        try:
+            after = int(raw_after)
+        except ValueError as exc:
+            raise ApiError(
+                400, f"Invalid 'starting_after': expected an integer, got {raw_after!r}.",
+                param="starting_after",
+            ) from exc
+        self._stream(self._follow(id, after=after))
+
+    def _delete(self, id: str, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.server.app.delete(id))
+
+    def _cancel(self, id: str, query: dict[str, list[str]]) -> None:
+        self._discard_body()  # the SDK may send an empty body; nothing in it matters
+        self._send_json(200, self.server.app.cancel(id))
+
+    def _list_input_items(self, id: str, query: dict[str, list[str]]) -> None:
+        items = self.server.app.input_items(id)
+        self._send_json(200, events.input_item_page(items, query))
+
+    def _count_tokens(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.server.app.count_input_tokens(self._read_json()))
+
+    def _compact(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.server.app.compact(self._read_json()))
+
+    def _websocket(self, query: dict[str, list[str]]) -> None:
+        raise ApiError(
+            400,
+            "The offline stand-in does not speak the Responses WebSocket mode "
+            "(client.responses.connect); use POST /v1/responses, streaming or not.",
+            code="unsupported_parameter",
+        )
+
+    def _health(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, {"ok": True})
+
+    def _add_faults(self, query: dict[str, list[str]]) -> None:
+        body = self._read_json()
+        faults = body.get("faults") if isinstance(body, dict) else None
+        if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
+            raise ApiError(400, 'Expected a body like {"faults": ["429", "cut"]}.', param="faults")
+        try:
+            self.server.app.inject(*faults)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="faults") from exc
+        self._send_json(200, {"queued": faults})
+
+    # -- streams -----------------------------------------------------------------
 
     def _stream_created(self, created: _Created, *, cut: bool) -> None:
         """Streams a new response; it's stored just before ``response.completed``.
@@ -492,15 +936,30 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._stream(paced(), complete=not cut)
 
-    def _add_faults(self, body: Any) -> None:
-        faults = body.get("faults") if isinstance(body, dict) else None
-        if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
-            raise ApiError(400, 'Expected a body like {"faults": ["429", "cut"]}.', param="faults")
-        try:
-            self.server.app.inject(*faults)
-        except ValueError as exc:
-            raise ApiError(400, str(exc), param="faults") from exc
-        self._send_json(200, {"queued": faults})
+    def _follow(self, response_id: str, *, after: int) -> Iterator[dict[str, Any]]:
+        """The events of a stored response after ``after``, following it until it finishes.
+
+        A completed response is replayed at once; a background one still queued
+        or in progress sends what has happened so far, then the rest as it does.
+        A deleted one ends the stream early.
+        """
+        app = self.server.app
+        deadline = time.monotonic() + _BACKGROUND_STREAM_WAIT
+        sent = after
+        while True:
+            try:
+                response = app.retrieve(response_id)
+            except ApiError:
+                return
+            for event in events.stream_events(response):
+                if event["sequence_number"] > sent:
+                    sent = event["sequence_number"]
+                    yield event
+            if response["status"] in TERMINAL or time.monotonic() > deadline:
+                return
+            time.sleep(_POLL_SECONDS)
+
+    # -- I/O ---------------------------------------------------------------------
 
     def _read_json(self) -> Any:
         """Reads and parses the request body.
@@ -508,14 +967,28 @@ class _Handler(BaseHTTPRequestHandler):
         Raises:
             ApiError: 400 if the body isn't valid JSON.
         """
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._read_body()
         try:
             return json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ApiError(
                 400, f"We could not parse the JSON body of your request: {exc}."
             ) from exc
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError as exc:
+            self.close_connection = True
+            raise ApiError(400, "Invalid Content-Length header.") from exc
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _discard_body(self) -> None:
+        """Reads and drops a body nobody needs, so the keep-alive connection stays in step."""
+        try:
+            self._read_body()
+        except ApiError:
+            pass
 
     def _send_json(
         self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
