@@ -27,11 +27,13 @@ from refund_agent import (
     Agent,
     AlreadyDecided,
     NotFound,
+    Quote,
     RefundAgentError,
     RunStatus,
     Settings,
     views,
 )
+from refund_agent.accounts import Account, Accounts, host_allowed
 from refund_agent.config import load_settings
 from refund_agent.reconcile import reconcile
 from refund_agent.views import md
@@ -146,9 +148,34 @@ def ticked(approval_id: str, lines: Sequence[str]) -> list[str]:
 
 
 def approver() -> str:
-    if "approver" not in st.session_state:
-        st.session_state["approver"] = (st.query_params.get("approver") or "").strip()
-    return st.session_state["approver"]
+    """The demo mode's typed name (kept in the session only: a shared URL never carries it)."""
+    return st.session_state.get("approver", "")
+
+
+def signed_in(accounts: Accounts) -> Account | None:
+    """The account signed in in this browser session, as it is now in the store."""
+    name = st.session_state.get("account")
+    account = accounts.get(name) if name else None
+    if name and account is None:  # removed since: the session signs out
+        st.session_state["account"] = None
+    return account
+
+
+def signer(worker: Worker) -> tuple[str, int | None] | None:
+    """Who signs a decision from this session and their limit in cents, or None (told why)."""
+    accounts = Accounts(worker.agent.store)
+    if accounts.exist():
+        account = signed_in(accounts)
+        if account is None:
+            notify("queue", "error", "Sign in above before deciding: every decision is signed "
+                                     "by your account in the audit log.")
+            return None
+        return account.name, account.limit_cents
+    if not approver():
+        notify("queue", "error", "Enter your name above before deciding: it goes into the "
+                                 "audit log next to the decision.")
+        return None
+    return approver(), None
 
 
 # -- callbacks (run before the page re-renders, so a click is never lost) ---------------------
@@ -219,31 +246,46 @@ def on_save_name() -> None:
         return
     notify("queue")
     st.session_state["approver"] = name
-    st.query_params["approver"] = name
 
 
 def on_change_name() -> None:
     st.session_state["approver"] = ""
     st.session_state["approver_input"] = ""
-    st.query_params.pop("approver", None)
+
+
+def on_sign_in(worker: Worker) -> None:
+    state = st.session_state
+    password, state["signin_password"] = state.get("signin_password", ""), ""
+    try:
+        account = Accounts(worker.agent.store).sign_in(state.get("signin_name", ""), password)
+    except RefundAgentError as exc:
+        notify("queue", "error", str(exc))
+        return
+    notify("queue")
+    state["account"] = account.name
+
+
+def on_sign_out() -> None:
+    st.session_state["account"] = None
+    notify("queue")
 
 
 def on_decide(worker: Worker, approval_id: str, approve: bool, lines: Sequence[str] = ()
               ) -> None:
     """Approve (the ticked ``lines`` only) or reject a proposed refund."""
-    by = approver()
-    if not by:
-        notify("queue", "error", "Enter your name above before deciding: it goes into the "
-                                 "audit log next to the decision.")
+    who = signer(worker)
+    if who is None:
         return
+    by, limit_cents = who
     note = st.session_state.get(f"note_{approval_id}", "")
     keep = ticked(approval_id, lines) if approve and lines else None
     try:
-        decided = worker.decide(approval_id, approve, by, note, keep=keep)
+        decided = worker.decide(approval_id, approve, by, note, keep=keep,
+                                limit_cents=limit_cents)
     except AlreadyDecided as exc:
         notify("queue", "warning", str(exc))
         return
-    except RefundAgentError as exc:  # DecisionRefused: no line kept, the policy says no, ...
+    except RefundAgentError as exc:  # DecisionRefused: no line kept, over the limit, ...
         notify("queue", "error", str(exc))
         return
     verb = "Approved" if approve else "Rejected"
@@ -307,8 +349,11 @@ def header_status(worker: Worker) -> None:
     busy = f"{active} run{'s' if active != 1 else ''} in progress" if active else "idle"
     state = (f":green-badge[:material/play_circle: Worker running · {busy}]"
              if worker.running else ":red-badge[:material/stop_circle: Worker stopped]")
+    mode = ("" if Accounts(worker.agent.store).exist() else
+            "  \n:orange-badge[:material/person: Single-user demo mode: no accounts, decisions "
+            "are signed with a typed name]")
     st.markdown(f":material/smart_toy: **Model:** {model}  \n"
-                f":material/dns: **Server pid {worker.pid}** · {state}",
+                f":material/dns: **Server pid {worker.pid}** · {state}{mode}",
                 text_alignment="right")
 
 
@@ -468,8 +513,12 @@ def bullets(lines: Sequence[str]) -> str:
     return "\n" + "".join(f"\n- {md(line)}" for line in lines) if lines else ""
 
 
-def render_approver() -> None:
-    """Ask for the approver's name once; every decision in this browser session uses it."""
+def render_approver(worker: Worker) -> None:
+    """Who decides: the sign-in when accounts exist, else the demo's typed name."""
+    accounts = Accounts(worker.agent.store)
+    if accounts.exist():
+        render_sign_in(worker, accounts)
+        return
     name = approver()
     if name:
         line, change = st.columns([3, 1], vertical_alignment="center")
@@ -483,8 +532,27 @@ def render_approver() -> None:
                                   icon=":material/badge:")
 
 
+def render_sign_in(worker: Worker, accounts: Accounts) -> None:
+    account = signed_in(accounts)
+    if account:
+        line, out = st.columns([3, 1], vertical_alignment="center")
+        line.markdown(f":material/badge: Signed in as **{md(account.name)}** · "
+                      + ("lead, no limit" if account.limit is None else
+                         f"approver, up to {views.money(account.limit)}"))
+        out.button("Sign out", key="sign_out", on_click=on_sign_out, type="tertiary")
+        return
+    # A form, so the password travels once, on submit, and is cleared from the session after.
+    with st.form("sign_in_form", border=True):
+        st.caption(":material/lock: Sign in to decide refunds")
+        st.text_input("Name", key="signin_name", placeholder="Dana Kim")
+        st.text_input("Password", key="signin_password", type="password")
+        st.form_submit_button("Sign in", key="sign_in", on_click=on_sign_in, args=(worker,),
+                              icon=":material/login:")
+
+
 def queue(worker: Worker) -> None:
     pending = worker.agent.store.approvals("pending")
+    account = signed_in(Accounts(worker.agent.store)) if pending else None
     st.markdown(f"#### :material/pending_actions: Waiting for approval ({len(pending)})")
     show_notice("queue")
     if not pending:
@@ -496,10 +564,13 @@ def queue(worker: Worker) -> None:
         keep = ticked(card.approval_id, lines)
         quote = (worker.agent.quote_kept(approval, keep) if 0 < len(keep) < len(lines)
                  else None)
-        render_card(worker, card, views.kept_notice(card, keep, quote))
+        pays = quote.amount if isinstance(quote, Quote) else card.amount
+        render_card(worker, card, views.kept_notice(card, keep, quote),
+                    views.limit_notice(pays, account.limit if account else None))
 
 
-def render_card(worker: Worker, card: views.Card, kept: tuple[str, str] | None) -> None:
+def render_card(worker: Worker, card: views.Card, kept: tuple[str, str] | None,
+                over_limit: str | None = None) -> None:
     with st.container(border=True, key=f"card_{card.approval_id}"):
         st.markdown(f"**{md(card.title)}**  \n:material/person: {md(card.customer)}")
         st.markdown(f":material/format_quote: *{md(card.summary)}*")
@@ -516,6 +587,8 @@ def render_card(worker: Worker, card: views.Card, kept: tuple[str, str] | None) 
             show = st.warning if kind == "warning" else st.info
             show(md(text), icon=":material/rule:")
         st.markdown("\n".join(f"- **{md(label)}:** {md(value)}" for label, value in card.facts))
+        if over_limit:  # the decision refuses it too (Store.decide); this says so first
+            st.warning(md(over_limit), icon=":material/supervisor_account:")
         if card.problem:
             st.error(f"The policy no longer allows this refund: {card.problem}",
                      icon=":material/block:")
@@ -584,9 +657,30 @@ def audit(worker: Worker) -> None:
         st.caption("No entries yet.")
 
 
+def refuse_foreign_host() -> None:
+    """Stop here unless the page was asked for under one of this desk's own host names.
+
+    Any name that resolves to this machine (a rebinding DNS name, a stray hosts entry) would
+    otherwise serve the desk, decisions included. AppTest has no HTTP request, so no headers.
+    """
+    headers = st.context.headers
+    if not headers:
+        return
+    try:
+        extra = load_settings().allowed_hosts
+    except RefundAgentError:
+        extra = frozenset()
+    if not host_allowed(headers.get("Host"), extra):
+        # The name is not echoed back: it is whatever the requester chose.
+        st.error("This desk does not answer under this host name. Open it at localhost, or "
+                 "add the name to REFUND_AGENT_ALLOWED_HOSTS.", icon=":material/block:")
+        st.stop()
+
+
 def main() -> None:
     st.set_page_config(page_title="Refund desk", page_icon="🧾",
                        layout="wide")
+    refuse_foreign_host()  # before anything else renders or starts
     try:
         worker = get_worker()
     except RefundAgentError as exc:
@@ -599,7 +693,7 @@ def main() -> None:
         guarded(render_inbox)(worker)
         runs = st.container()
     with queue_col:
-        guarded(render_approver)()
+        guarded(render_approver)(worker)
         queue_box, audit_box = st.container(), st.container()
     # The refresh pace is set each full run: fast while a run streams here, calm otherwise.
     live = st.session_state["desk_live"] = bool(worker.active_runs())

@@ -511,17 +511,19 @@ class Agent:
     # -- people ---------------------------------------------------------------------------
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None) -> Approval:
+               keep: list[str] | None = None, limit_cents: int | None = None) -> Approval:
         """Record a person's decision. The run continues on the next :meth:`advance`.
 
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined.
                 None keeps every proposed line.
+            limit_cents: the most ``by`` may approve (an approver's limit, see accounts.py);
+                None for no limit. Checked inside the decision's transaction.
 
         Raises:
             DecisionRefused: no name, a rejection without a note, lines that are not the
-                proposal's, or a policy that no longer allows the refund (the stored response
-                expired, say).
+                proposal's, an amount above ``limit_cents``, or a policy that no longer
+                allows the refund (the stored response expired, say).
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
@@ -532,7 +534,8 @@ class Agent:
                                   "decision to the customer.")
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
-                                    requote=self._requote if approve else None)
+                                    requote=self._requote if approve else None,
+                                    limit_cents=limit_cents if approve else None)
         crash_point("after_decision", self._crash)
         return decided
 

@@ -17,6 +17,7 @@ import textwrap
 from datetime import datetime
 from typing import TextIO
 
+from .accounts import DEFAULT_LIMIT, ROLES, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
 from .customer import converse
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
@@ -36,6 +37,12 @@ examples:
   refund-agent reply "That's not enough"    write back to the last finished run as the customer
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
+  refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
+  refund-agent users list | users remove NAME
+
+With no accounts the desk is a single-user demo: decisions are signed with --as as typed. Once
+an account exists, approve and reject ask for the --as account's password (scripts set
+REFUND_AGENT_PASSWORD), and an approver may approve only up to their limit; a lead has none.
 
 Exit codes: 0 done; 1 an error (the message says what); 2 a usage mistake; 3 someone else
 decided that refund first (the message says who, what and when); 4 nothing was waiting to be
@@ -171,7 +178,29 @@ def _describe(a: Approval) -> str:
             f"({', '.join(line.line for line in a.item_lines)})")
 
 
+def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
+    """Who signs a decision, and their approval limit in cents (None: no limit).
+
+    With accounts, the named account's password is asked for (or read from
+    REFUND_AGENT_PASSWORD, for scripts); without any, the demo signs with the name as given.
+    """
+    accounts = Accounts(agent.store)
+    if not accounts.exist():
+        name = getpass.getuser() if name is None else name  # --as "" is refused later
+        print(f"Single-user demo mode (no accounts): signing as {name!r} without a password. "
+              "`refund-agent users add` turns on sign-in.")
+        return name, None
+    if name is None:
+        raise SignInFailed("Accounts are set up: say which one decides with --as NAME.")
+    password = os.environ.get("REFUND_AGENT_PASSWORD")
+    if password is None:
+        password = getpass.getpass(f"Password for {name}: ")
+    account = accounts.sign_in(name, password)
+    return account.name, account.limit_cents
+
+
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
+    by, limit_cents = _signer(agent, args.by)  # before anything is looked at or changed
     approval = _target(agent, args.id)
     if approval is None:
         decided = agent.store.decided_but_waiting()
@@ -183,8 +212,8 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
             hint += (f" The latest decision: {a.id} ({a.customer}, order {a.order_id}) was "
                      f"{a.status} by {a.decided_by} at {_time(a.decided_at)}.")
         raise NothingToDecide(f"Nothing is waiting for approval.{hint}")
-    decided = agent.decide(approval.id, approve, args.by, getattr(args, "note", None),
-                           keep=getattr(args, "only", None))
+    decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
+                           keep=getattr(args, "only", None), limit_cents=limit_cents)
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
           + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
@@ -263,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (("approve", "approve the waiting refund and finish its run"),
                             ("reject", "reject it with a note the agent passes on")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--as", dest="by", default=getpass.getuser(), help="who decides")
+        p.add_argument("--as", dest="by", metavar="NAME",
+                       help="the account that decides (its password is asked for, or read "
+                            "from REFUND_AGENT_PASSWORD); with no accounts, any name (default: "
+                            "your login)")
         p.add_argument("--id", help="the approval id (needed when more than one is waiting)")
         if name == "approve":
             p.add_argument("--only", nargs="+", metavar="LINE",
@@ -285,7 +317,49 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=int, default=50)
     audit.add_argument("--verify", action="store_true",
                        help="check the hash chain and reconcile the payment and email logs")
+    users = sub.add_parser("users", help="the accounts that may decide refunds")
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    add = users_sub.add_parser("add", help="add an account (the password is asked for twice, "
+                                           "or read from REFUND_AGENT_NEW_PASSWORD)")
+    add.add_argument("name")
+    add.add_argument("--role", required=True, choices=ROLES,
+                     help="approver: may approve up to --limit; lead: no limit")
+    add.add_argument("--limit", type=float, default=None,
+                     help=f"an approver's limit in dollars (default {DEFAULT_LIMIT:g})")
+    users_sub.add_parser("list", help="list the accounts")
+    remove = users_sub.add_parser("remove", help="remove an account")
+    remove.add_argument("name")
     return parser
+
+
+def _new_password(name: str) -> str:
+    password = os.environ.get("REFUND_AGENT_NEW_PASSWORD")
+    if password is not None:
+        return password
+    password = getpass.getpass(f"New password for {name}: ")
+    if getpass.getpass("Again: ") != password:
+        raise DecisionRefused("The two passwords differ; nothing was changed.")
+    return password
+
+
+def _users(agent: Agent, args: argparse.Namespace) -> int:
+    accounts = Accounts(agent.store)
+    if args.users_command == "add":
+        account = accounts.add(args.name, args.role, _new_password(args.name), args.limit)
+        print(f"Added {account.describe()}. Decisions now need an account's password.")
+    elif args.users_command == "remove":
+        accounts.remove(args.name)
+        left = len(accounts.all())
+        print(f"Removed {args.name}. " + (f"{left} account{'s' if left != 1 else ''} left." if
+              left else "No accounts left: the desk is back in single-user demo mode."))
+    else:
+        listed = accounts.all()
+        for account in listed:
+            limit = "no limit" if account.limit is None else f"up to ${account.limit:,.2f}"
+            print(f"{account.name:24} {account.role:9} {limit}")
+        print(f"{len(listed)} account{'s' if len(listed) != 1 else ''}."
+              if listed else "No accounts: the desk runs in single-user demo mode.")
+    return 0
 
 
 def run_command(argv: list[str] | None = None) -> int:
@@ -295,6 +369,8 @@ def run_command(argv: list[str] | None = None) -> int:
     printer = Printer()
     if command in ("queue", "runs", "show", "audit"):
         return _list(agent, command, args)
+    if command == "users":
+        return _users(agent, args)
     print(f"Model: {agent.settings.model_label}\n")
     run: Run | None
     if command == "sample":

@@ -119,6 +119,12 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE TABLE IF NOT EXISTS audit_anchor (
     id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER NOT NULL, head TEXT NOT NULL
 );
+-- The people who may decide (see accounts.py). The password is never stored: only a salted
+-- scrypt hash and the parameters that made it, so stronger parameters can come later.
+CREATE TABLE IF NOT EXISTS accounts (
+    name TEXT PRIMARY KEY, role TEXT NOT NULL, limit_cents INTEGER, password TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
 """
@@ -174,6 +180,10 @@ class Store:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
         if version < SCHEMA_VERSION:
             self._upgrade(version)
+        elif not self._read("SELECT 1 FROM sqlite_master WHERE name = 'accounts'"):
+            # A store made by an earlier build of schema 3 (unreleased), before accounts: the
+            # schema script only adds what is missing.
+            self._upgrade(SCHEMA_VERSION)
 
     def _upgrade(self, version: int) -> None:
         """Create the schema, or bring an older store up to date when that is safe."""
@@ -573,19 +583,22 @@ class Store:
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-               = None) -> Approval:
+               = None, limit_cents: int | None = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
 
         An approval may keep only some of the proposed lines (``keep``, skus); the others are
         declined and their lines freed. ``requote`` prices the kept lines inside the same
         transaction, against the lines other refunds hold right now, so nothing the policy
-        forbids can be approved, however the store changed since the proposal.
+        forbids can be approved, however the store changed since the proposal. ``limit_cents``
+        is the most the deciding person may approve (None: no limit); it is compared with
+        what the kept lines pay, in the same transaction.
 
         Raises:
             NotFound: no such approval.
             AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
-            DecisionRefused: the kept lines are not the proposal's, or ``requote`` gave a
-                reason (audited as 'refused'; the approval stays pending).
+            DecisionRefused: the kept lines are not the proposal's, ``requote`` gave a
+                reason, or the amount is above ``limit_cents`` (audited as 'refused'; the
+                approval stays pending).
         """
         with self._tx() as db:
             found = self._approvals("WHERE id = ?", (approval_id,), db)
@@ -602,7 +615,7 @@ class Store:
                 late = AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
                                       approval.decided_at)
             elif approve:
-                late = self._approve(db, approval, by, note, keep, requote)
+                late = self._approve(db, approval, by, note, keep, requote, limit_cents)
             else:
                 db.execute("UPDATE approval_lines SET held = 0, decision = 'rejected'"
                            " WHERE approval_id = ?", (approval_id,))
@@ -617,7 +630,8 @@ class Store:
         return self.approval(approval_id)
 
     def _approve(self, db: sqlite3.Connection, approval: Approval, by: str, note: str | None,
-                 keep: list[str] | None, requote: Callable | None) -> Exception | None:
+                 keep: list[str] | None, requote: Callable | None,
+                 limit_cents: int | None = None) -> Exception | None:
         proposed = [line.line for line in approval.item_lines]
         kept = proposed if keep is None else [line.strip() for line in keep]
         strangers = sorted(set(kept) - set(proposed))
@@ -650,6 +664,12 @@ class Store:
                 db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
                            " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
         total = sum(q.amount_cents for q in amounts.values())
+        if limit_cents is not None and total > limit_cents:
+            # Checked here, not only on the card: the amount is what the kept lines pay now.
+            reason = (f"${total / 100:.2f} is above {by}'s approval limit of "
+                      f"${limit_cents / 100:.2f}; a lead must decide this refund.")
+            self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
+            return DecisionRefused(f"Cannot approve: {reason}")
         self._set_decision(db, approval, "approved", by, note, total)
         declined = [line for line in approval.lines if line.line not in amounts]
         edit = ""
@@ -672,6 +692,31 @@ class Store:
                    " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
                    " AND status = 'pending'",
                    (status, by, time.time(), self.pid, note, amount_cents, approval.id))
+
+    # -- accounts -------------------------------------------------------------------------
+
+    def add_account(self, name: str, role: str, limit_cents: int | None, password: str
+                    ) -> None:
+        """Create an account; ``password`` is the encoded hash (see accounts.py)."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM accounts WHERE name = ?", (name,)).fetchone():
+                raise DecisionRefused(f"An account named {name!r} already exists.")
+            db.execute("INSERT INTO accounts(name, role, limit_cents, password, created_at)"
+                       " VALUES (?,?,?,?,?)", (name, role, limit_cents, password, time.time()))
+
+    def remove_account(self, name: str) -> None:
+        with self._tx() as db:
+            if not db.execute("DELETE FROM accounts WHERE name = ?", (name,)).rowcount:
+                raise NotFound(f"No account named {name!r}.")
+
+    def account_rows(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Accounts as plain rows (name, role, limit_cents, password, created_at), by name."""
+        if name is None:
+            return [dict(r) for r in self._read("SELECT * FROM accounts ORDER BY name")]
+        return [dict(r) for r in self._read("SELECT * FROM accounts WHERE name = ?", (name,))]
+
+    def has_accounts(self) -> bool:
+        return bool(self._read("SELECT 1 FROM accounts LIMIT 1"))
 
     def audit_head(self) -> tuple[int, int]:
         """(number of entries, id of the newest): cheap, to notice that the log changed."""

@@ -514,6 +514,15 @@ AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note
                  "Approval"]
 
 
+def limit_notice(amount: float, limit: float | None) -> str | None:
+    """What the card says when approving ``amount`` is above the signed-in approver's limit."""
+    if limit is None or round(amount * 100) <= round(limit * 100):
+        return None
+    return (f"{money(amount)} is above your approval limit of {money(limit)}: a lead must "
+            "decide this refund (you can still reject it, or untick lines to bring it within "
+            "your limit).")
+
+
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """The audit log as a table, newest first."""
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.

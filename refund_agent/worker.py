@@ -122,12 +122,13 @@ class Worker:
         return run
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None) -> Approval:
+               keep: list[str] | None = None, limit_cents: int | None = None) -> Approval:
         """Record a decision, then continue its run in the background.
 
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined. None
                 keeps every proposed line.
+            limit_cents: the deciding account's approval limit (None: no limit).
 
         Raises:
             AlreadyDecided: someone decided first (its message names who).
@@ -135,7 +136,8 @@ class Worker:
                 that no longer allows the refund.
         """
         self._check_running()
-        decided = self.agent.decide(approval_id, approve, by, note, keep=keep)
+        decided = self.agent.decide(approval_id, approve, by, note, keep=keep,
+                                    limit_cents=limit_cents)
         self._launch(decided.run_id)
         return decided
 

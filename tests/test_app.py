@@ -523,3 +523,103 @@ def test_worker_refuses_work_it_cannot_do(worker, agent):
     assert not worker.running
     with pytest.raises(RunNotReady, match="not running"):
         worker.submit_sample("damaged")
+
+
+# -- accounts: sign-in, limits ----------------------------------------------------------------
+
+
+def add_accounts(store: Store) -> None:
+    from refund_agent.accounts import Accounts
+    accounts = Accounts(store)
+    accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
+    accounts.add("Lee Park", "lead", "lee-password")
+
+
+def sign_in(at: AppTest, name: str, password: str) -> AppTest:
+    at.text_input(key="signin_name").input(name)
+    at.text_input(key="signin_password").input(password)
+    return at.button(key="sign_in").click().run()
+
+
+def test_no_accounts_is_an_explicit_demo_mode(output, store):
+    at = open_page()
+    assert shows(at, "Single-user demo mode: no accounts", "markdown")
+    assert not at.text_input(key="approver_input").value
+    add_accounts(store)
+    at.run()
+    assert not shows(at, "Single-user demo mode", "markdown")
+    assert at.button(key="sign_in")  # the name form gave way to the sign-in
+
+
+def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, store):
+    add_accounts(store)
+    at = open_page()
+    approval = start_damaged(at, store)
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Sign in above before deciding", "error")
+    sign_in(at, "Lee Park", "not-the-password")
+    assert shows(at, "Wrong name or password.", "error")
+    assert "account" not in at.session_state or not at.session_state["account"]
+    assert at.text_input(key="signin_password").value == ""   # never kept after a try
+    sign_in(at, "Lee Park", "lee-password")
+    assert shows(at, "Signed in as Lee Park · lead, no limit", "markdown")
+    assert "account" not in at.query_params and "approver" not in at.query_params
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Lee Park", "success")
+    assert store.approval(approval.id).decided_by == "Lee Park"
+    # Signing out asks again.
+    at.button(key="sign_out").click().run()
+    assert at.button(key="sign_in")
+
+
+def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, store):
+    add_accounts(store)
+    ana = open_page()
+    approval = start_damaged(ana, store)
+    sign_in(ana, "Ana Ruiz", "ana-password")
+    assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
+    assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
+                 "warning")
+    ana.button(key=f"approve_{approval.id}").click().run()
+    assert shows(ana, "Cannot approve: $48.00 is above Ana Ruiz's approval limit of $40.00",
+                 "error")
+    assert store.approval(approval.id).status == "pending"
+    assert [(e.event, e.actor) for e in store.audit()] == [("requested", "agent"),
+                                                           ("refused", "Ana Ruiz")]
+    assert not (output / "refunds.log").exists()
+    lee = open_page()
+    sign_in(lee, "Lee Park", "lee-password")
+    rerun_until(lee, "$48.00 for order A1043", "markdown")
+    assert not shows(lee, "above your approval limit", "warning")
+    lee.button(key=f"approve_{approval.id}").click().run()
+    assert shows(lee, "Approved $48.00 for order A1043 as Lee Park", "success")
+    eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
+    assert [e.event for e in store.audit()] == ["requested", "refused", "approved", "issued"]
+    assert store.verify_audit() is None
+
+
+def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(output, store):
+    from refund_agent.accounts import Accounts
+    Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=50)
+    at = open_page()
+    approval = start_two_lines(at, store)
+    sign_in(at, "Ana Ruiz", "ana-password")
+    assert shows(at, "$66.50 is above your approval limit of $50.00", "warning")
+    # Unticking the mugs brings what approving pays ($48.00) within the limit.
+    box(at, approval.id, "MUG-STN-2").uncheck().run()
+    assert not shows(at, "above your approval limit", "warning")
+    at.text_input(key=f"note_{approval.id}").input("The mugs were used.")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Ana Ruiz", "success")
+    assert store.approval(approval.id).amount == 48.0
+
+
+def test_a_removed_account_cannot_decide(output, store):
+    add_accounts(store)
+    at = open_page()
+    approval = start_damaged(at, store)
+    sign_in(at, "Lee Park", "lee-password")
+    store.remove_account("Lee Park")
+    at.button(key=f"approve_{approval.id}").click().run()
+    assert shows(at, "Sign in above before deciding", "error")
+    assert store.approval(approval.id).status == "pending"

@@ -93,16 +93,21 @@ class AppServer:
 
 
 @pytest.fixture(scope="module")
-def context():
+def playwright():
+    with sync_playwright() as pw:  # one per module: Playwright's sync API does not nest
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def context(playwright):
     """One Chromium and one context for the module: pages share its cache of the page's
     scripts, which saves seconds per page; each page is still its own Streamlit session."""
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        context = chromium.new_context(viewport={"width": 1500, "height": 1000})
-        context.set_default_timeout(WAIT_MS)
-        yield context
-        context.close()
-        chromium.close()
+    chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+    context = chromium.new_context(viewport={"width": 1500, "height": 1000})
+    context.set_default_timeout(WAIT_MS)
+    yield context
+    context.close()
+    chromium.close()
 
 
 @pytest.fixture
@@ -163,12 +168,14 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
     expect(page.get_by_role("button", name="Download CSV")).to_be_visible()
 
     # The server dies and comes back as a new process; the page reconnects by itself and
-    # reopens the same ticket with the same approver (both live in the page's URL).
+    # reopens the same ticket (it is in the page's URL). The name is not: it lived in the old
+    # process's session, and a URL never carries who signs.
     server.kill()
     server.start()
     assert server.pid != old_pid
     page.get_by_text(f"Server pid {server.pid}").wait_for()
-    expect(page.get_by_text("Deciding as")).to_be_visible()
+    assert "approver" not in page.url
+    save_name(page, "Dana Kim")
     card.get_by_role("button", name="Approve").click()
 
     page.get_by_text("Note for the team", exact=True).wait_for()
@@ -191,9 +198,10 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
 
 
 def test_two_pages_approving_at_once_make_one_decision(context, server: AppServer):
-    # Names come in the URL here (the first test types one into the form).
-    first = new_page(context, server.url + "?approver=Dana%20Kim")
-    second = new_page(context, server.url + "?approver=Sam%20Lee")
+    first = new_page(context, server.url)
+    second = new_page(context, server.url)
+    save_name(first, "Dana Kim")
+    save_name(second, "Sam Lee")
     first.get_by_role("button", name="Cracked on arrival").click()
     buttons = []
     for page in (first, second):  # every open tab shows the same queue
@@ -224,7 +232,8 @@ def test_two_pages_approving_at_once_make_one_decision(context, server: AppServe
 
 def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: AppServer):
     app_server.start(CRASH_AFTER_REFUND="1")
-    page = new_page(context, app_server.url + "?approver=Dana%20Kim")
+    page = new_page(context, app_server.url)
+    save_name(page, "Dana Kim")
     page.get_by_role("button", name="Cracked on arrival").click()
     card = page.locator(CARD).filter(has_text="$48.00 for order A1043")
     card.wait_for()
@@ -249,7 +258,8 @@ def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: A
 
 
 def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
-    page = new_page(context, server.url + "?approver=Dana%20Kim")
+    page = new_page(context, server.url)
+    save_name(page, "Dana Kim")
     page.get_by_text("Write your own email").click()
     page.get_by_label("From (the customer's address)").fill("maya.chen@example.com")
     page.get_by_label("Email", exact=True).fill(TWO_LINE_EMAIL)
@@ -286,3 +296,95 @@ def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
     (decided,) = store.approvals(None)
     assert decided.amount == 48.0 and [x.line for x in decided.declined] == ["MUG-STN-2"]
     assert store.verify_audit() is None
+
+
+# -- accounts and the host check --------------------------------------------------------------
+
+
+def sign_in(page, name: str, password: str) -> None:
+    form = page.get_by_test_id("stForm").filter(has_text="Sign in to decide refunds")
+    form.get_by_label("Name", exact=True).fill(name)
+    form.get_by_label("Password", exact=True).fill(password)
+    form.get_by_role("button", name="Sign in").click()
+
+
+def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
+        context, app_server: AppServer):
+    from refund_agent.accounts import Accounts
+    store = Store(app_server.output / "refund-agent.sqlite3")
+    Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=40)
+    Accounts(store).add("Lee Park", "lead", "lee-password")
+    app_server.start()
+
+    ana = new_page(context, app_server.url + "?approver=Anyone")  # the old URL signs nothing
+    expect(ana.get_by_text("Single-user demo mode")).to_have_count(0)
+    expect(ana.get_by_label("Your name (signs every decision in the audit log)")).to_have_count(0)
+    sign_in(ana, "Ana Ruiz", "wrong-password")
+    ana.get_by_text("Wrong name or password.").wait_for()
+    sign_in(ana, "Ana Ruiz", "ana-password")
+    ana.get_by_text("Signed in as Ana Ruiz").wait_for()
+    assert "Ana" not in ana.url and "password" not in ana.url
+
+    ana.get_by_role("button", name="Cracked on arrival").click()
+    card = ana.locator(CARD).filter(has_text="$48.00 for order A1043")
+    card.wait_for()
+    expect(card.get_by_text("$48.00 is above your approval limit of $40.00: a lead must "
+                            "decide")).to_be_visible()
+    card.get_by_role("button", name="Approve").click()
+    ana.get_by_text("Cannot approve: $48.00 is above Ana Ruiz's approval limit").wait_for()
+    (approval,) = store.approvals(None)
+    assert approval.status == "pending"
+
+    lee = new_page(context, app_server.url)
+    sign_in(lee, "Lee Park", "lee-password")
+    lee.get_by_text("Signed in as Lee Park").wait_for()
+    lee_card = lee.locator(CARD).filter(has_text="$48.00 for order A1043")
+    expect(lee_card.get_by_text("above your approval limit")).to_have_count(0)
+    lee_card.get_by_role("button", name="Approve").click()
+    lee.get_by_text("Approved $48.00 for order A1043 as Lee Park", exact=False).wait_for()
+    expect(ana.locator(CARD)).to_have_count(0)  # the other tab sees it decided
+    # The run's end reruns the whole page, which would cancel a download started before it.
+    lee.get_by_text("Note for the team", exact=True).wait_for()
+    audit = downloaded_audit(lee, 4)
+    assert [(r["event"], r["actor"]) for r in audit] == [
+        ("issued", "payments"), ("approved", "Lee Park"), ("refused", "Ana Ruiz"),
+        ("requested", "agent")]
+    assert store.verify_audit() is None
+
+
+def test_a_page_opened_under_a_foreign_host_is_refused(playwright, server: AppServer):
+    # A browser that resolves evil.example to this machine, as DNS rebinding would: the
+    # request reaches the server with "Host: evil.example:PORT".
+    chromium = playwright.chromium.launch(
+        executable_path=str(CHROMIUM),
+        args=LAUNCH_ARGS + ["--host-resolver-rules=MAP evil.example 127.0.0.1",
+                            "--no-proxy-server"])
+    try:
+        page = chromium.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"http://evil.example:{server.port}/?approver=Anyone")
+        page.get_by_text("This desk does not answer under this host name").wait_for()
+        expect(page.get_by_role("button", name="Cracked on arrival")).to_have_count(0)
+        expect(page.get_by_text("Waiting for approval")).to_have_count(0)
+        # The same server still answers under its own name.
+        page.goto(server.url)
+        page.get_by_role("button", name="Cracked on arrival").wait_for()
+        expect(page.get_by_text("does not answer under this host name")).to_have_count(0)
+    finally:
+        chromium.close()
+
+
+def test_an_added_host_name_is_served(playwright, app_server: AppServer):
+    app_server.start(REFUND_AGENT_ALLOWED_HOSTS="desk.example.com")
+    chromium = playwright.chromium.launch(
+        executable_path=str(CHROMIUM),
+        args=LAUNCH_ARGS + ["--host-resolver-rules=MAP desk.example.com 127.0.0.1",
+                            "--no-proxy-server"])
+    try:
+        page = chromium.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"http://desk.example.com:{app_server.port}/")
+        page.get_by_role("button", name="Cracked on arrival").wait_for()
+        expect(page.get_by_text("does not answer under this host name")).to_have_count(0)
+    finally:
+        chromium.close()
