@@ -654,6 +654,14 @@ class Store:
         amounts = ({q.line: q for q in quote.lines} if quote is not None else
                    {line.line: line for line in approval.lines if line.line in kept
                     or line.reason == "shipping"})
+        total = sum(q.amount_cents for q in amounts.values())
+        if limit_cents is not None and total > limit_cents:
+            # Checked here, not only on the card: the amount is what the kept lines pay now.
+            # Before any line changes: a refusal leaves the proposal exactly as it was.
+            reason = (f"${total / 100:.2f} is above {by}'s approval limit of "
+                      f"${limit_cents / 100:.2f}; a lead must decide this refund.")
+            self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
+            return DecisionRefused(f"Cannot approve: {reason}")
         for line in approval.lines:
             if line.line in amounts:
                 db.execute("UPDATE approval_lines SET decision = 'approved', amount_cents = ?,"
@@ -663,13 +671,6 @@ class Store:
             else:
                 db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
                            " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
-        total = sum(q.amount_cents for q in amounts.values())
-        if limit_cents is not None and total > limit_cents:
-            # Checked here, not only on the card: the amount is what the kept lines pay now.
-            reason = (f"${total / 100:.2f} is above {by}'s approval limit of "
-                      f"${limit_cents / 100:.2f}; a lead must decide this refund.")
-            self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
-            return DecisionRefused(f"Cannot approve: {reason}")
         self._set_decision(db, approval, "approved", by, note, total)
         declined = [line for line in approval.lines if line.line not in amounts]
         edit = ""

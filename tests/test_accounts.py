@@ -182,6 +182,22 @@ def test_the_limit_is_checked_inside_the_decision(agent):
     assert agent.decide(approval.id, True, "Ana", limit_cents=4800).status == "approved"
 
 
+def test_a_refusal_over_the_limit_leaves_every_line_as_proposed(agent):
+    """Refused inside the decision before any line changes: nothing declined, nothing freed."""
+    run = agent.start("maya.chen@example.com", "Order A1043: the coffee maker arrived "
+                      "shattered, and honestly I also don't want the mugs anymore.")
+    agent.advance(run.id)
+    (approval,) = agent.store.approvals("pending")
+    before = [(x.line, x.decision, x.amount_cents) for x in approval.lines]
+    with pytest.raises(DecisionRefused, match="above Ana's approval limit"):
+        agent.decide(approval.id, True, "Ana", limit_cents=5000)   # both lines: $66.50
+    after = agent.store.approval(approval.id)
+    assert [(x.line, x.decision, x.amount_cents) for x in after.lines] == before
+    assert set(agent.store.held_lines("A1043")) == {"POUR-GLS-01", "MUG-STN-2"}
+    kept = agent.decide(approval.id, True, "Ana", keep=["POUR-GLS-01"], limit_cents=5000)
+    assert (kept.status, kept.amount_cents) == ("approved", 4800)
+
+
 @pytest.mark.parametrize("header, extra, allowed", [
     ("localhost:8501", frozenset(), True),
     ("127.0.0.1:8501", frozenset(), True),
