@@ -300,13 +300,20 @@ class MoneyMachine(RuleBasedStateMachine):
     @rule(approval_id=consumes(waiting), data=st.data())
     def decide(self, approval_id: str, data: st.DataObject) -> None:
         """A person approves (all or some lines) or rejects a waiting refund."""
+        self._decide(approval_id, data, data.draw(st.sampled_from(
+            ["approve", "partial", "reject", "nothing kept"]), label="decision"))
+
+    @rule(approval_id=consumes(waiting), data=st.data())
+    def decide_part(self, approval_id: str, data: st.DataObject) -> None:
+        """A person unticks some lines and approves the rest (its own rule, so it is common)."""
+        self._decide(approval_id, data, "partial")
+
+    def _decide(self, approval_id: str, data: st.DataObject, choice: str) -> None:
         approval = self.agent.store.approval(approval_id)
         if approval.status != "pending":
             return
         self.steps += 1
         _TOTALS["decisions"] += 1
-        choice = data.draw(st.sampled_from(["approve", "partial", "reject", "nothing kept"]),
-                           label="decision")
         skus = [line.line for line in approval.item_lines]
         keep = None
         if choice == "partial":   # untick at least one line when there are two or more
