@@ -756,24 +756,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- dispatch --------------------------------------------------------------
 
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
-    def do_OPTIONS(self) -> None:
-        self._dispatch()
-
     def _dispatch(self) -> None:
         """Routes on method and path first; only then is a body read, if the route takes one."""
         url = urlsplit(self.path)
@@ -803,6 +785,9 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("offline server: request failed")
             self._send_json(500, ApiError(500, f"Internal error: {exc}", kind="server_error").body)
 
+
+    # Every method goes through the same router, which answers unknown ones in JSON.
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_OPTIONS = _dispatch
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """JSON instead of the standard library's HTML, for the errors it raises itself.
 
