@@ -354,16 +354,16 @@ class JsonStateStore:
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-               = None) -> Approval:
+               = None, limit_cents: int | None = None) -> Approval:
         """The same rules as ``Store.decide``: compare-and-set on pending, partial approval,
-        the kept lines re-priced against what other refunds hold."""
+        the kept lines re-priced against what other refunds hold, the approver's limit."""
         with self._lock:
-            return self._decide(approval_id, approve, by, note, keep, requote)
+            return self._decide(approval_id, approve, by, note, keep, requote, limit_cents)
 
     def _decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                 keep: list[str] | None,
-                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-                ) -> Approval:
+                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None,
+                limit_cents: int | None) -> Approval:
         row = self.state["approvals"].get(approval_id)
         if row is None:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
@@ -393,6 +393,11 @@ class JsonStateStore:
                     if quote is not None else
                     {line.line: (line.amount_cents, line.fee_cents) for line in approval.lines
                      if line.line in kept or line.reason == "shipping"})
+            total = sum(cents for cents, _ in paid.values())
+            if limit_cents is not None and total > limit_cents:
+                reason = f"${total / 100:.2f} is above {by}'s approval limit."
+                self._audit("refused", by, **where, amount=total / 100, note=reason)
+                raise DecisionRefused(f"Cannot approve: {reason}")
             for line_id, line in lines.items():
                 if line_id in paid:
                     line.update(decision="approved", amount_cents=paid[line_id][0],
