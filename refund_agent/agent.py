@@ -251,7 +251,8 @@ class Agent:
                 next_input = self._prepare_turn(run, lease)
                 seen = self._emit_steps(run_id, seen, emit)
                 if next_input is None:
-                    self.store.release(lease, RunStatus.DONE)
+                    self.store.release(lease, RunStatus.ASKED if self._asking(run_id)
+                                       else RunStatus.DONE)
                     return self.store.run(run_id)
                 items, reply_ids = next_input
                 self._turn(run, lease, items, reply_ids, emit, cancel)
@@ -281,6 +282,15 @@ class Agent:
             raise
         self._emit_steps(run_id, seen, emit)
         return self.store.run(run_id)
+
+    def _asking(self, run_id: str) -> bool:
+        """Whether the run has a question out to the customer: its latest proposal was sent
+        back with a question and no reply came since."""
+        approvals = self.store.run_approvals(run_id)
+        if not approvals or approvals[-1].status != "asked":
+            return False
+        asked_at = approvals[-1].decided_at or 0
+        return not any(reply.at > asked_at for reply in self.store.replies(run_id))
 
     def _not_found(self, run_id: str, exc: openai.NotFoundError) -> str:
         """A 404 means the stored response expired only when the answer says so."""
@@ -477,6 +487,16 @@ class Agent:
         if approval.status == "rejected":
             return ({"status": "rejected", "rejected_by": approval.decided_by,
                      "note": approval.note or "", "lines": lines}, [], None)
+        if approval.status == "asked":
+            return ({"status": "needs_information", "asked_by": approval.decided_by,
+                     "question": approval.note or "", "lines": lines,
+                     "next": "Nothing was refunded. Ask the customer the question; when they "
+                             "reply, propose the refund again if the policy allows it."},
+                    [], None)
+        if approval.status == "expired":
+            return ({"status": "expired", "note": approval.note or "", "lines": lines,
+                     "next": "Nothing was refunded: nobody decided in time. Tell the customer "
+                             "and leave a note so the team follows up."}, [], None)
         # Approved: pay exactly what the person approved. The policy was checked inside the
         # decision's transaction and the lines stay held, so nothing can have taken them since.
         quote = paid_quote(approval)
@@ -538,6 +558,34 @@ class Agent:
                                     limit_cents=limit_cents if approve else None)
         crash_point("after_decision", self._crash)
         return decided
+
+    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+        """Send a proposal back: the customer gets ``question``, nothing is paid yet.
+
+        The run emails the question and waits on the customer (RunStatus.ASKED); their reply
+        continues it, and the agent may propose again.
+
+        Raises:
+            DecisionRefused: no name, or no question.
+            AlreadyDecided: someone decided first (audited as 'ignored').
+        """
+        by, question = one_line(by or "", "approver's name"), (question or "").strip()
+        if not by:
+            raise DecisionRefused("Say who is asking: an approver's name is required.")
+        if not question:
+            raise DecisionRefused("Write the question for the customer; the agent sends it "
+                                  "to them as it is.")
+        asked = self.store.ask(approval_id, by, question)
+        crash_point("after_decision", self._crash)
+        return asked
+
+    def expire(self) -> list[Approval]:
+        """Close the approvals nobody decided within ``settings.approval_days``.
+
+        Their runs carry on at the next advance: they tell the customer and leave the team a
+        note. Returns the approvals expired now.
+        """
+        return self.store.expire(self.settings.approval_days * 86400)
 
     def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held]
                  ) -> Quote | str:

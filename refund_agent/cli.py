@@ -31,6 +31,8 @@ examples:
   refund-agent approve --as "Dana Kim"      approve it in a new process and finish the run
   refund-agent approve --only SKU --note "The mugs were used"   approve some lines only
   refund-agent reject --note "Used item"    reject it instead
+  refund-agent ask "Could you send a photo of the damage?"   ask the customer first
+  refund-agent expire                       expire refunds older than 7 days (for cron)
   refund-agent sample past-window           a request the policy declines without a person
   refund-agent angry                        the angry customer, played by the model
   refund-agent send "My order A1058 ..." --from leo.martins@example.com
@@ -41,14 +43,15 @@ examples:
   refund-agent users list | users remove NAME
 
 With no accounts the desk is a single-user demo: decisions are signed with --as as typed. Once
-an account exists, approve and reject ask for the --as account's password (scripts set
+an account exists, approve, reject and ask ask for the --as account's password (scripts set
 REFUND_AGENT_PASSWORD), and an approver may approve only up to their limit; a lead has none.
 
 Exit codes: 0 done; 1 an error (the message says what); 2 a usage mistake; 3 someone else
 decided that refund first (the message says who, what and when); 4 nothing was waiting to be
 decided; 130 stopped with Ctrl+C.
 
-Replies are accepted only once a run has finished (not while it works or waits). Ctrl+C stops
+Replies are accepted only once a run has finished or asked the customer a question (not while
+it works or waits for approval). Ctrl+C stops
 a run at its last stored response; `resume` continues it. Without XAI_API_KEY every command
 uses the offline stand-in model, which runs locally and is not Grok.
 """
@@ -137,6 +140,7 @@ def _summary(run: Run, out: TextIO) -> None:
         RunStatus.STOPPED: "stopped: `refund-agent resume` continues it",
         RunStatus.FAILED: f"failed: {run.error} (`refund-agent resume` retries)",
         RunStatus.DONE: "done",
+        RunStatus.ASKED: "waiting on the customer's answer: `refund-agent reply` continues it",
         RunStatus.WORKING: "working",
     }[run.status]
     out.write(f"\nRun {run.id}: {status}\n{run.requests} model requests, "
@@ -201,7 +205,41 @@ def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
 
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
     by, limit_cents = _signer(agent, args.by)  # before anything is looked at or changed
-    approval = _target(agent, args.id)
+    approval = _waiting(agent, args.id)
+    decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
+                           keep=getattr(args, "only", None), limit_cents=limit_cents)
+    print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
+          f"({decided.customer}) as {decided.decided_by}: "
+          + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
+          + f". Continuing run {decided.run_id}.")
+    return _drive(agent, decided.run_id, printer)
+
+
+def _ask(agent: Agent, args: argparse.Namespace, printer: Printer) -> Run | None:
+    by, _limit = _signer(agent, args.by)
+    asked = agent.ask(_waiting(agent, args.id).id, by, args.question)
+    print(f"Sent the refund for {asked.order_id} ({asked.customer}) back with a question, as "
+          f"{asked.decided_by}. Nothing is paid; the customer's reply continues run "
+          f"{asked.run_id}.")
+    return _drive(agent, asked.run_id, printer)
+
+
+def _expire(agent: Agent, printer: Printer) -> int:
+    """Expire what waited too long and finish those runs (for cron; exit 0 with nothing due)."""
+    expired = agent.expire()
+    for approval in expired:
+        print(f"Expired {approval.id} ({approval.customer}, order {approval.order_id}, "
+              f"${approval.amount:,.2f}), requested {_time(approval.requested_at)}.")
+        _drive(agent, approval.run_id, printer)
+    days = agent.settings.approval_days
+    print(f"{len(expired)} approval{'s' if len(expired) != 1 else ''} expired (older than "
+          f"{days:g} day{'s' if days != 1 else ''}; REFUND_AGENT_APPROVAL_DAYS sets it).")
+    return 0
+
+
+def _waiting(agent: Agent, approval_id: str | None) -> Approval:
+    """The approval a decision names, or the only one waiting; NothingToDecide says why not."""
+    approval = _target(agent, approval_id)
     if approval is None:
         decided = agent.store.decided_but_waiting()
         hint = (f" Run {decided[0].id} was decided but not finished (a crash?): "
@@ -212,13 +250,7 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
             hint += (f" The latest decision: {a.id} ({a.customer}, order {a.order_id}) was "
                      f"{a.status} by {a.decided_by} at {_time(a.decided_at)}.")
         raise NothingToDecide(f"Nothing is waiting for approval.{hint}")
-    decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
-                           keep=getattr(args, "only", None), limit_cents=limit_cents)
-    print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
-          f"({decided.customer}) as {decided.decided_by}: "
-          + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
-          + f". Continuing run {decided.run_id}.")
-    return _drive(agent, decided.run_id, printer)
+    return approval
 
 
 def _resume_target(agent: Agent, run_id: str | None) -> Run | None:
@@ -233,7 +265,7 @@ def _resume_target(agent: Agent, run_id: str | None) -> Run | None:
 def _reply_target(agent: Agent, run_id: str | None) -> Run:
     if run_id:
         return agent.store.run(run_id)
-    run = agent.store.latest_run({RunStatus.DONE})
+    run = agent.store.latest_run({RunStatus.DONE, RunStatus.ASKED})
     if run is None:
         raise NotFound("No finished run to reply to.")
     return run
@@ -290,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--name", default="", help="the customer's name")
     send.add_argument("--subject", default="Refund request")
     for name, help_text in (("approve", "approve the waiting refund and finish its run"),
-                            ("reject", "reject it with a note the agent passes on")):
+                            ("reject", "reject it with a note the agent passes on"),
+                            ("ask", "ask the customer something before deciding; nothing is "
+                                    "paid, and their reply continues the run")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--as", dest="by", metavar="NAME",
                        help="the account that decides (its password is asked for, or read "
@@ -303,6 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--note", help="a note for the agent, e.g. why a line was declined")
         if name == "reject":
             p.add_argument("--note", required=True, help="why; the customer hears it")
+        if name == "ask":
+            p.add_argument("question", help="the question, as the customer should read it")
+    sub.add_parser("expire", help="expire refunds nobody decided within "
+                                  "REFUND_AGENT_APPROVAL_DAYS (default 7) and tell those "
+                                  "customers; for cron")
     resume = sub.add_parser("resume", help="continue a stopped, failed or crashed run")
     resume.add_argument("--run", help="run id (default: the last one that needs it)")
     reply = sub.add_parser("reply", help="write back to a finished run as the customer")
@@ -382,6 +421,10 @@ def run_command(argv: list[str] | None = None) -> int:
                                         sender_name=args.name), printer)
     elif command in ("approve", "reject"):
         run = _decide(agent, args, command == "approve", printer)
+    elif command == "ask":
+        run = _ask(agent, args, printer)
+    elif command == "expire":
+        return _expire(agent, printer)
     elif command == "resume":
         run = _resume_target(agent, args.run)
         if run is None:

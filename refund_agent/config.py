@@ -45,6 +45,8 @@ class Settings:
         crash_at: named crash points at which the process kills itself (for tests and demos).
         lease_seconds: how long a run's owner may go without renewing its lease before another
             process may take the run over (renewed every third of it while working).
+        approval_days: how long a proposed refund may wait for a decision before it expires
+            (REFUND_AGENT_APPROVAL_DAYS; the page's worker and ``refund-agent expire`` apply it).
         allowed_hosts: host names the page answers to besides localhost, 127.0.0.1 and ::1
             (REFUND_AGENT_ALLOWED_HOSTS, comma-separated).
     """
@@ -61,6 +63,7 @@ class Settings:
     crash_at: frozenset[str] = field(default_factory=frozenset)
     lease_seconds: float = 15 * 60
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+    approval_days: float = 7.0
 
     @property
     def offline(self) -> bool:
@@ -105,6 +108,7 @@ def load_settings(env_file: Path | None = None) -> Settings:
         offline_latency=_float("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
         crash_at=frozenset(crash),
         lease_seconds=_float("REFUND_AGENT_LEASE_SECONDS", 15 * 60),
+        approval_days=_float("REFUND_AGENT_APPROVAL_DAYS", 7.0),
         allowed_hosts=frozenset(h.strip().lower().rstrip(".") for h in
                                 env.get("REFUND_AGENT_ALLOWED_HOSTS", "").split(",")
                                 if h.strip()),

@@ -25,19 +25,34 @@ class AlreadyDecided(RefundAgentError):
     """A decision arrived for an approval that someone already decided.
 
     Attributes:
-        status: the decision that won ("approved" or "rejected").
+        status: the decision that won (approved, rejected, asked, expired).
         decided_by: who made it.
         decided_at: when (a Unix time), if known.
     """
 
+    # How each outcome reads in "This refund was already ...".
+    PHRASES = {"asked": "sent back to the customer with a question",
+               "expired": "closed as expired (not decided in time)"}
+
     def __init__(self, approval_id: str, status: str, decided_by: str,
-                 decided_at: float | None = None) -> None:
+                 decided_at: float | None = None, tried_by: str | None = None) -> None:
         self.approval_id, self.status, self.decided_by = approval_id, status, decided_by
         self.decided_at = decided_at
         when = ""
         if decided_at:
             when = f" at {datetime.fromtimestamp(decided_at):%Y-%m-%d %H:%M:%S}"
-        super().__init__(f"This refund was already {status} by {decided_by}{when}.")
+        done = self.PHRASES.get(status, status)
+        if tried_by and tried_by == decided_by:
+            # A second click (or a second tab) of the same person: not someone else's doing.
+            message = f"You already {_active(status)} this refund{when}; nothing more to do."
+        else:
+            message = f"This refund was already {done} by {decided_by}{when}."
+        super().__init__(message)
+
+
+def _active(status: str) -> str:
+    return {"approved": "approved", "rejected": "rejected",
+            "asked": "asked the customer about"}.get(status, status)
 
 
 class DecisionRefused(RefundAgentError):

@@ -15,6 +15,8 @@ class RunStatus(StrEnum):
     WAITING = "waiting"   # paused on a refund that needs a person
     STOPPED = "stopped"   # stopped by a person; resume continues it
     DONE = "done"         # the agent finished; a customer reply can continue it
+    ASKED = "asked"       # finished for now: a person asked the customer something; their
+                          # reply continues it
     FAILED = "failed"     # an error the run cannot get past by itself; resume retries
 
 
@@ -75,7 +77,8 @@ class ApprovalLine(BaseModel):
     amount_cents: int
     allowed_cents: int   # the line's full value: the most any reason could refund
     fee_cents: int
-    decision: str | None  # approved, declined (unticked), rejected; None while pending
+    decision: str | None  # approved, declined (unticked), rejected, asked, expired; None
+                          # while pending
 
     @property
     def amount(self) -> float:
@@ -94,7 +97,7 @@ class Approval(BaseModel):
     proposed_cents: int  # what the agent proposed
     summary: str
     customer: str
-    status: str          # pending, approved, rejected
+    status: str          # pending, approved, rejected, asked, expired
     requested_at: float
     requested_pid: int
     decided_by: str | None
@@ -124,7 +127,8 @@ class Approval(BaseModel):
 class AuditEntry(BaseModel):
     id: int
     at: float
-    event: str           # requested, approved, rejected, ignored, issued, reused, refused
+    event: str           # requested, approved, rejected, asked, expired, ignored, issued,
+                         # reused, refused
     actor: str
     pid: int
     run_id: str | None

@@ -564,6 +564,10 @@ class Store:
             return self._approvals("ORDER BY requested_at DESC LIMIT ?", (limit,))
         return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?", (status, limit))
 
+    def run_approvals(self, run_id: str) -> list[Approval]:
+        """The run's proposals, oldest first."""
+        return self._approvals("WHERE run_id = ? ORDER BY requested_at", (run_id,))
+
     def _approvals(self, where: str, args: tuple, db: sqlite3.Connection | None = None
                    ) -> list[Approval]:
         try:
@@ -601,33 +605,83 @@ class Store:
                 approval stays pending).
         """
         with self._tx() as db:
-            found = self._approvals("WHERE id = ?", (approval_id,), db)
-            if not found:
-                raise NotFound(f"No refund approval with id {approval_id!r}.")
-            approval = found[0]
-            late: Exception | None = None
-            where = {"run_id": approval.run_id, "approval_id": approval_id,
-                     "order_id": approval.order_id}
-            if approval.status != "pending":
-                self._audit(db, "ignored", by, **where, amount=approval.amount,
-                            note=f"tried to {'approve' if approve else 'reject'}; already "
-                                 f"{approval.status} by {approval.decided_by}")
-                late = AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
-                                      approval.decided_at)
+            approval = self._pending(db, approval_id, "approve" if approve else "reject", by)
+            if isinstance(approval, AlreadyDecided):
+                late: Exception | None = approval
             elif approve:
                 late = self._approve(db, approval, by, note, keep, requote, limit_cents)
             else:
-                db.execute("UPDATE approval_lines SET held = 0, decision = 'rejected'"
-                           " WHERE approval_id = ?", (approval_id,))
-                self._set_decision(db, approval, "rejected", by, note, approval.amount_cents)
-                self._audit(db, "rejected", by, **where, amount=approval.amount, note=note,
-                            lines=_audit_lines(approval.lines))
-                self._step(db, approval.run_id, "decision",
-                           {"approval_id": approval_id, "decision": "rejected", "by": by,
-                            "note": note})
+                late = self._close(db, approval, "rejected", by, note)
         if late:
             raise late
         return self.approval(approval_id)
+
+    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+        """Send a proposal back to the customer with ``question``, paying nothing (yet).
+
+        The approval closes as 'asked' and frees its lines; the run tells the customer, waits
+        for their reply, and may propose again then. Same compare-and-set as :meth:`decide`.
+
+        Raises:
+            NotFound, AlreadyDecided: as for :meth:`decide`.
+        """
+        with self._tx() as db:
+            approval = self._pending(db, approval_id, "ask the customer about", by)
+            late = approval if isinstance(approval, AlreadyDecided) else \
+                self._close(db, approval, "asked", by, question)
+        if late:
+            raise late
+        return self.approval(approval_id)
+
+    def expire(self, older_than: float, by: str = "expiry") -> list[Approval]:
+        """Close every approval pending for more than ``older_than`` seconds as 'expired'.
+
+        Each is its own compare-and-set, so a person deciding at the same moment wins or loses
+        cleanly. Returns the approvals this call expired.
+        """
+        cutoff = time.time() - older_than
+        due = [a.id for a in self._approvals("WHERE status = 'pending' AND requested_at < ?",
+                                             (cutoff,))]
+        expired = []
+        for approval_id in due:
+            with self._tx() as db:
+                approval = self._pending(db, approval_id, "expire", by, audit_late=False)
+                if isinstance(approval, AlreadyDecided):
+                    continue
+                days = older_than / 86400
+                self._close(db, approval, "expired", by,
+                            f"Not decided within {days:g} day{'s' if days != 1 else ''}.")
+            expired.append(self.approval(approval_id))
+        return expired
+
+    def _pending(self, db: sqlite3.Connection, approval_id: str, attempt: str, by: str,
+                 audit_late: bool = True) -> Approval | AlreadyDecided:
+        """The approval if it is still pending; else the late attempt, audited as 'ignored'."""
+        found = self._approvals("WHERE id = ?", (approval_id,), db)
+        if not found:
+            raise NotFound(f"No refund approval with id {approval_id!r}.")
+        approval = found[0]
+        if approval.status == "pending":
+            return approval
+        if audit_late:
+            self._audit(db, "ignored", by, run_id=approval.run_id, approval_id=approval_id,
+                        order_id=approval.order_id, amount=approval.amount,
+                        note=f"tried to {attempt} it; already {approval.status} by "
+                             f"{approval.decided_by}")
+        return AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
+                              approval.decided_at, tried_by=by)
+
+    def _close(self, db: sqlite3.Connection, approval: Approval, status: str, by: str,
+               note: str | None) -> None:
+        """A decision that pays nothing (rejected, asked, expired): every line is freed."""
+        db.execute("UPDATE approval_lines SET held = 0, decision = ? WHERE approval_id = ?",
+                   (status, approval.id))
+        self._set_decision(db, approval, status, by, note, approval.amount_cents)
+        self._audit(db, status, by, run_id=approval.run_id, approval_id=approval.id,
+                    order_id=approval.order_id, amount=approval.amount, note=note,
+                    lines=_audit_lines(approval.lines))
+        self._step(db, approval.run_id, "decision",
+                   {"approval_id": approval.id, "decision": status, "by": by, "note": note})
 
     def _approve(self, db: sqlite3.Connection, approval: Approval, by: str, note: str | None,
                  keep: list[str] | None, requote: Callable | None,
@@ -744,7 +798,8 @@ class Store:
                 row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
                 if row is None:
                     raise NotFound(f"No run with id {run_id!r}.")
-                if row["status"] != RunStatus.DONE or self._lease_live(db, dict(row)):
+                if row["status"] not in (RunStatus.DONE, RunStatus.ASKED) or \
+                        self._lease_live(db, dict(row)):
                     raise RunNotReady(
                         f"Run {run_id} is {row['status']}; a customer can write back once the "
                         "agent has finished. The reply was not saved; send it again then.")

@@ -45,8 +45,15 @@ STATUS: dict[RunStatus, StatusView] = {
     RunStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
     RunStatus.STOPPED: StatusView("Stopped", "gray", "pause_circle"),
     RunStatus.DONE: StatusView("Done", "green", "check_circle"),
+    RunStatus.ASKED: StatusView("Waiting on customer", "violet", "contact_support"),
     RunStatus.FAILED: StatusView("Failed", "red", "error"),
 }
+
+
+# How a decision reads in the timeline, before "by NAME".
+DECISION_VERBS = {"approved": "Approved", "rejected": "Rejected",
+                  "asked": "Sent back to the customer with a question",
+                  "expired": "Expired: not decided in time, closed"}
 
 
 def md(text: str) -> str:
@@ -188,6 +195,8 @@ def result_summary(name: str, output: Any) -> str:
             return f"refunded {money(output.get('amount'))} ({output.get('refund_id')})"
         if status == "rejected":
             return f"rejected by {output.get('rejected_by')}"
+        if status == "needs_information":
+            return f"{output.get('asked_by')} asked the customer first"
         return status
     return shorten(json.dumps(output), 60)
 
@@ -290,7 +299,7 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
                                 lines=tuple(line_text(line) for line in d.get("lines") or []),
                                 **base))
         elif k == "decision":
-            verb = "Approved" if d["decision"] == "approved" else "Rejected"
+            verb = DECISION_VERBS.get(d["decision"], d["decision"].capitalize())
             rows = []
             if d["decision"] == "approved" and d.get("amount") is not None:
                 rows.append(f"Pays {money(d['amount'])}")

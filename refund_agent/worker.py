@@ -26,6 +26,8 @@ from .views import LiveSegment
 
 log = logging.getLogger(__name__)
 
+EXPIRE_EVERY = 60.0  # seconds between sweeps for approvals nobody decided in time
+
 # The persona model keeps an angry customer going; a person's reply does not (see cli._drive).
 SIMULATED_KINDS = frozenset({"angry"})
 
@@ -62,6 +64,8 @@ class Worker:
         self._problems: dict[str, str] = {}
         self._lock = threading.RLock()
         self._running = False
+        self._sweeper: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -82,7 +86,25 @@ class Worker:
         if self.recovered:
             log.info("Resumed %d run(s) left by an earlier process: %s", len(self.recovered),
                      ", ".join(self.recovered))
+        self._stopping.clear()
+        self._sweeper = threading.Thread(target=self._sweep, name="refund-expiry", daemon=True)
+        self._sweeper.start()
         return self.recovered
+
+    def expire(self) -> list[Approval]:
+        """Expire the approvals nobody decided in time and let their runs tell the customer."""
+        expired = self.agent.expire()
+        for approval in expired:
+            self._launch(approval.run_id)
+        return expired
+
+    def _sweep(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.expire()
+            except Exception:  # noqa: BLE001 - a sweep that failed is retried next time
+                log.exception("Expiring approvals failed")
+            self._stopping.wait(EXPIRE_EVERY)
 
     @property
     def running(self) -> bool:
@@ -90,6 +112,7 @@ class Worker:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every active run at its last stored response and wait for the threads."""
+        self._stopping.set()
         with self._lock:
             self._running = False
             jobs = list(self._jobs.values())
@@ -141,6 +164,18 @@ class Worker:
         self._launch(decided.run_id)
         return decided
 
+    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+        """Send a proposal back to the customer with a question, then continue its run.
+
+        Raises:
+            AlreadyDecided: someone decided first.
+            DecisionRefused: no name or no question.
+        """
+        self._check_running()
+        asked = self.agent.ask(approval_id, by, question)
+        self._launch(asked.run_id)
+        return asked
+
     def stop(self, run_id: str) -> bool:
         """Abort the run's in-flight model request; True if this process was advancing it."""
         with self._lock:
@@ -161,7 +196,7 @@ class Worker:
         run = self.agent.store.run(run_id)
         if run.status == RunStatus.WAITING:
             raise RunNotReady("This run is waiting for a person to approve or reject its refund.")
-        if run.status == RunStatus.DONE:
+        if run.status in (RunStatus.DONE, RunStatus.ASKED):
             raise RunNotReady("This run has finished; reply as the customer to continue it.")
         if self.is_active(run_id):
             raise RunNotReady("This run is already working.")

@@ -299,9 +299,9 @@ class MoneyMachine(RuleBasedStateMachine):
 
     @rule(approval_id=consumes(waiting), data=st.data())
     def decide(self, approval_id: str, data: st.DataObject) -> None:
-        """A person approves (all or some lines) or rejects a waiting refund."""
+        """A person approves (all or some lines), rejects, or asks the customer first."""
         self._decide(approval_id, data, data.draw(st.sampled_from(
-            ["approve", "partial", "reject", "nothing kept"]), label="decision"))
+            ["approve", "partial", "reject", "nothing kept", "ask"]), label="decision"))
 
     @rule(approval_id=consumes(waiting), data=st.data())
     def decide_part(self, approval_id: str, data: st.DataObject) -> None:
@@ -324,7 +324,11 @@ class MoneyMachine(RuleBasedStateMachine):
         crash = data.draw(st.sampled_from([None] * 4 + CRASH_POINTS[4:]), label="crash")
         self.agent._crash = frozenset({crash}) if crash else frozenset()
         try:
-            self.agent.decide(approval.id, choice != "reject", "Dana", "Because.", keep=keep)
+            if choice == "ask":
+                self.agent.ask(approval.id, "Dana", "Could you send a photo?")
+            else:
+                self.agent.decide(approval.id, choice != "reject", "Dana", "Because.",
+                                  keep=keep)
         except DecisionRefused:
             assert choice == "nothing kept" or self.agent.store.approval(approval.id).status \
                 == "pending"
@@ -371,6 +375,15 @@ class MoneyMachine(RuleBasedStateMachine):
                    if e.event == "ignored" and e.approval_id == approval.id]
         assert len(ignored) == 1
         self._advance(approval.run_id, None)
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule()
+    def expire(self) -> None:
+        """Time passes: everything still waiting expires, and its runs tell the customer."""
+        self.steps += 1
+        for approval in self.agent.store.expire(0):
+            _TOTALS["expired"] += 1
+            self._advance(approval.run_id, None)
 
     @precondition(lambda self: hasattr(self, "agent"))
     @rule()
@@ -473,7 +486,7 @@ class MoneyMachine(RuleBasedStateMachine):
         for a in approvals.values():
             assert a.order_id in orders
             decided = [e for e in audit if e.approval_id == a.id and e.event in
-                       ("approved", "rejected")]
+                       ("approved", "rejected", "asked", "expired")]
             if a.status == "pending":
                 assert decided == []
                 continue

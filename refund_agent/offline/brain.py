@@ -406,6 +406,10 @@ def _refunded_lines(outcome: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
 def _sentence(text: str) -> str:
     """``text`` with a capital first letter and a closing full stop."""
     text = text.strip()
@@ -432,7 +436,8 @@ def _settled(conv: _Conversation, order_id: str, earlier_words: str) -> bool:
     what the customer had said by then. A reply after that is a reaction to the outcome; a
     reply before it (the order number asked for, what went wrong) carries the request on.
     """
-    if any(c["name"] == "issue_refund" and c["output"] is not None for c in conv.before_latest):
+    if any(c["name"] == "issue_refund" and c["output"] is not None
+           and c["output"].get("status") != "needs_information" for c in conv.before_latest):
         return True
     policy = [c for c in conv.before_latest if c["name"] == "check_refund_policy"
               and c["output"] is not None and _canonical(c["args"].get("order_id")) == order_id]
@@ -440,6 +445,13 @@ def _settled(conv: _Conversation, order_id: str, earlier_words: str) -> bool:
         return False
     proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words)
     return not proposal.lines and proposal.why_not != "unclear"
+
+
+def _answered(conv: _Conversation, refund: dict[str, Any]) -> bool:
+    """Whether the reviewer asked the customer something and the customer has written since:
+    then the request goes on, and the refund is proposed again from what they said."""
+    return (refund["output"].get("status") == "needs_information"
+            and any(c is refund for c in conv.before_latest))
 
 
 def _support(conv: _Conversation) -> Reply:
@@ -497,7 +509,7 @@ def _support(conv: _Conversation) -> Reply:
                      calls=[("check_refund_policy", {"order_id": order_id})])
     facts = policy["output"].get("facts", {})
     refund = conv.last("issue_refund", order_id=order_id)
-    if refund is not None and refund["output"] is not None:
+    if refund is not None and refund["output"] is not None and not _answered(conv, refund):
         return _after_refund(conv, first, order_id, refund["output"], sent)
     proposal = _propose(facts, email)
     if not proposal.lines:
@@ -573,6 +585,13 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
         elif status == "rejected":
             note = (f"{outcome.get('rejected_by')} rejected the refund on order {order_id}. "
                     "Explained their note to the customer.")
+        elif status == "needs_information":
+            note = (f"{outcome.get('asked_by')} wants more from the customer before deciding "
+                    f"on order {order_id}. Sent them the question; waiting on their reply.")
+        elif status == "expired":
+            note = (f"Nobody decided the refund on order {order_id} in time, so it expired "
+                    f"({_lower_first(_note_sentence(outcome).rstrip('.'))}). Told the customer the team will "
+                    "follow up: someone needs to pick this ticket up.")
         else:
             note = (f"The refund on order {order_id} could not be proposed or issued: "
                     f"{outcome.get('error')} Told the customer the team will follow up.")
@@ -597,6 +616,20 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
                      f"reviewed your request for order {order_id}, and we aren't able to issue "
                      f"this refund. Their note: {note}\n\nI'm sorry this isn't the answer you "
                      "hoped for. If anything here seems wrong, just reply.")
+    if status == "needs_information":
+        question = _sentence(str(outcome.get("question", "")))
+        return _send("The reviewer needs more from the customer before deciding. I'll pass "
+                     "their question on, as they wrote it.",
+                     f"Hi {first},\n\nThank you for your patience. A member of our team is "
+                     f"reviewing your refund for order {order_id} and needs one more thing "
+                     f"before deciding: {question}\n\nJust reply to this email, and we'll "
+                     "take it from there.")
+    if status == "expired":
+        return _send("Nobody decided the refund in time. The customer should hear that a "
+                     "person will follow up, not silence.",
+                     f"Hi {first},\n\nI'm sorry: your refund request for order {order_id} "
+                     "wasn't reviewed in time, so it has been passed to our team, who will "
+                     "follow up with you directly. You don't need to do anything.")
     return _send("The refund could not be proposed or issued. A person needs to look at it.",
                  f"Hi {first},\n\nThank you for your patience. I couldn't complete the refund "
                  f"on order {order_id} automatically, so a member of our team will follow up "
