@@ -161,6 +161,79 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
             "delays_ms": [ms(d) for d in delays]}
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += int(fields[11]) + int(fields[12])   # utime, stime in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and all its descendants (Chromium's renderer and GPU processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def bench_idle(root: Path, seconds: float = 20.0, tickets: int = 12,
+               app: Path = PROJECT_ROOT / "app.py") -> dict:
+    """What one open, idle tab costs: server and browser CPU while nothing changes.
+
+    A store with finished tickets and refunds waiting (what a desk looks like mid-day); the
+    tab is opened, left to settle, then both processes' CPU time is read over ``seconds``.
+    """
+    if not CHROMIUM.exists():
+        return {"skipped": "no Debian Chromium at /usr/bin/chromium"}
+    from playwright.sync_api import sync_playwright
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = make_bench_shop(root / "data", tickets + 5)
+    out = root / "output"
+    agent = TimedAgent(bench_settings(out, data))
+    pool = OrderPool(1, tickets + 5)
+    for n in range(tickets):
+        run = agent.advance(start_ticket(agent, pool.take()).id)
+        if n % 3:   # two in three decided and finished; the rest wait in the queue
+            agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+            agent.advance(run.id)
+    proc, url = _start_streamlit(out, data, root / "streamlit.log", app)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url)
+            page.get_by_text("Audit log").first.wait_for(timeout=60_000)
+            time.sleep(5.0)   # first renders, caches and the worker's start-up settle
+            browser_pids = [p for p in _family(os.getpid()) if p not in (os.getpid(), proc.pid)]
+            server0, browser0 = _cpu_seconds([proc.pid]), _cpu_seconds(browser_pids)
+            time.sleep(seconds)
+            server = _cpu_seconds([proc.pid]) - server0
+            browser_cpu = _cpu_seconds(browser_pids) - browser0
+            browser.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    return {"seconds": seconds, "tickets": tickets,
+            "server_core_pct": round(100 * server / seconds, 1),
+            "browser_core_pct": round(100 * browser_cpu / seconds, 1)}
+
+
 # -- trying a change to app.py before proposing it ---------------------------------------------
 
 VARIANTS = {

@@ -555,6 +555,11 @@ def table(results: dict, markdown: bool = False) -> str:
             rows.append(("page", f"decision in another process to browser, "
                          f"{p['stored_runs']:,} runs stored (p50 / p95)",
                          f"{p['p50_ms']:.0f} / {p['p95_ms']:.0f} ms", "p95 <= 1000 ms"))
+    idle = results.get("idle_tab")
+    if idle and not idle.get("skipped"):
+        rows.append(("page", f"one idle open tab, {idle['seconds']:g} s (server / browser CPU)",
+                     f"{idle['server_core_pct']:.1f}% / {idle['browser_core_pct']:.1f}% of a "
+                     "core", "server < 3%"))
     if markdown:
         out = ["| item | measure | result | target |", "|---|---|---|---|"]
         out += [f"| {a} | {b_} | {c} | {d} |" for a, b_, c, d in rows]
@@ -642,10 +647,11 @@ def main(argv: list[str] | None = None) -> int:
         if "page" in items:
             results["load_avg"]["page"] = _load()
             log("6. page freshness")
-            from page_freshness import bench_page
+            from page_freshness import bench_idle, bench_page
             results["page"] = [bench_page(root / "page", reps=30)]
             # The same with 10,000 finished tickets stored, to show how the page scales.
             results["page"].append(bench_page(root / "page-10k", reps=8, stored=10_000))
+            results["idle_tab"] = bench_idle(root / "idle")
     finally:
         results["seconds"] = round(time.time() - started, 1)
         if args.keep:

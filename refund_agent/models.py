@@ -46,6 +46,14 @@ class Run(BaseModel):
         return self.cost_ticks / TICKS_PER_USD
 
 
+class InboxRow(BaseModel):
+    """A run as the inbox lists it: with the order and amount of its latest proposal."""
+
+    run: Run
+    order_id: str | None       # the latest proposal's order, else the order first looked up
+    amount_cents: int | None   # the latest proposal's amount (None: nothing proposed)
+
+
 class Step(BaseModel):
     """One entry of a run's timeline (the email, a reasoning summary, a tool call, ...)."""
 

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
-from .models import Approval, AuditEntry, Call, Reply, Run, RunStatus, Step
+from .models import Approval, AuditEntry, Call, InboxRow, Reply, Run, RunStatus, Step
 from .policy import Held, Quote
 
 # 3 made refunds itemized: approvals hold order lines (approval_lines), money is kept in cents
@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS calls (
     seq INTEGER NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq);
+CREATE INDEX IF NOT EXISTS calls_by_run ON calls(run_id, name);
 CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
     order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL, proposed_cents INTEGER NOT NULL,
@@ -171,6 +172,8 @@ class Store:
         self.pid = os.getpid()
         self.lease_seconds = lease_seconds
         self._local = threading.local()
+        self._watch: sqlite3.Connection | None = None
+        self._watch_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder should be, no permission, ...
@@ -270,6 +273,22 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(self._explain(exc)) from None
 
+    def change_counter(self) -> int:
+        """A number that changes whenever anyone commits to the store, from any process.
+
+        ``PRAGMA data_version`` on a connection of its own that never writes: it moves with
+        every commit made through any other connection, this process's threads included. It
+        reads no table, so a page may ask twice a second for nothing.
+        """
+        with self._watch_lock:
+            if self._watch is None:
+                self._watch = sqlite3.connect(self.path, isolation_level=None,
+                                              check_same_thread=False)
+            try:
+                return self._watch.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise StoreError(self._explain(exc)) from None
+
     def close(self) -> None:
         db = getattr(self._local, "db", None)
         if db is not None:
@@ -343,6 +362,57 @@ class Store:
     def runs(self, limit: int = 100) -> list[Run]:
         rows = self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
         return [Run.model_validate(dict(r)) for r in rows]
+
+    def inbox(self, search: str = "", statuses: Collection[RunStatus] = (), limit: int = 50,
+              offset: int = 0) -> list[InboxRow]:
+        """Runs newest first, matching ``search`` (name, address, subject, email text, order,
+        run id) and, if given, one of ``statuses``; with their latest proposal's order and
+        amount."""
+        where, args = self._inbox_filter(search, statuses)
+        rows = self._read(
+            "SELECT runs.*,"
+            " (SELECT order_id FROM approvals a WHERE a.run_id = runs.id"
+            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
+            " (SELECT amount_cents FROM approvals a WHERE a.run_id = runs.id"
+            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_amount,"
+            " (SELECT json_extract(c.arguments, '$.order_id') FROM calls c"
+            "  WHERE c.run_id = runs.id AND c.name = 'lookup_order' LIMIT 1) AS looked_up"
+            f" FROM runs {where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (*args, limit, offset))
+        found = []
+        for row in rows:
+            data = dict(row)
+            order, amount, looked = (data.pop("inbox_order"), data.pop("inbox_amount"),
+                                     data.pop("looked_up"))
+            found.append(InboxRow(run=Run.model_validate(data),
+                                  order_id=order or (str(looked) if looked else None),
+                                  amount_cents=amount))
+        return found
+
+    def inbox_counts(self, search: str = "") -> dict[RunStatus, int]:
+        """How many runs match ``search``, by status (every status present, zeros included)."""
+        where, args = self._inbox_filter(search, ())
+        counts = dict.fromkeys(RunStatus, 0)
+        for status, n in self._read(f"SELECT status, COUNT(*) FROM runs {where} GROUP BY status",
+                                    args):
+            counts[RunStatus(status)] = n
+        return counts
+
+    @staticmethod
+    def _inbox_filter(search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
+        clauses, args = [], []
+        words = search.split()
+        for word in words:   # every word must match somewhere
+            like = "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            clauses.append("(sender LIKE ? ESCAPE '\\' OR sender_name LIKE ? ESCAPE '\\'"
+                           " OR subject LIKE ? ESCAPE '\\' OR email LIKE ? ESCAPE '\\'"
+                           " OR id LIKE ? ESCAPE '\\' OR id IN (SELECT run_id FROM approvals"
+                           " WHERE order_id LIKE ? ESCAPE '\\'))")
+            args += [like] * 6
+        if statuses:
+            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            args += [str(s) for s in statuses]
+        return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
 
     def latest_run(self, statuses: set[RunStatus]) -> Run | None:
         marks = ",".join("?" * len(statuses))

@@ -250,7 +250,7 @@ def test_users_add_asks_twice_and_a_decision_asks_the_password(tmp_path, monkeyp
 
 
 def test_the_card_names_the_limit_only_above_it():
-    from refund_agent.views import limit_notice
+    from refund_agent.web.views import limit_notice
     assert limit_notice(48.0, None) is None            # a lead, or the demo
     assert limit_notice(40.0, 40.0) is None            # up to the limit, inclusive
     assert limit_notice(40.01, 40.0).startswith(

@@ -22,7 +22,7 @@ from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, Ru
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.model import offline_server
 from refund_agent.store import Store
-from refund_agent.worker import Worker
+from refund_agent.web.worker import Worker
 
 APP = PROJECT_ROOT / "app.py"
 TIMEOUT = 20.0

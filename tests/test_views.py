@@ -8,7 +8,7 @@ import json
 import pandas as pd
 from conftest import DATA
 
-from refund_agent import views
+from refund_agent.web import views
 from refund_agent.models import Approval, ApprovalLine, AuditEntry, Run, RunStatus, Step
 from refund_agent.policy import Held, quote_refund
 from refund_agent.shop import Shop

@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from .models import Approval, AuditEntry, Run, RunStatus, Step
-from .policy import Quote
+from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
+from ..policy import Quote
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -93,11 +93,56 @@ def status_view(status: RunStatus | str) -> StatusView:
     return STATUS[RunStatus(status)]
 
 
-def run_label(run: Run, now: float | None = None) -> str:
-    """The inbox entry for a run: who, about what, its status and age (Markdown)."""
+def run_label(row: InboxRow, now: float | None = None) -> str:
+    """The inbox entry for a run: who, which order and how much, status, age (Markdown).
+
+    The order and amount come first after the name: a customer with a dozen tickets about the
+    same mixer is told apart by them, not by the subject.
+    """
+    run = row.run
     who = md(run.sender_name or run.sender)
-    return (f"**{who}** · {md(run.subject)}  \n"
-            f"{status_view(run.status).badge} · {ago(run.created_at, now)}")
+    order = f" · {md(row.order_id)}" if row.order_id else ""
+    amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    return (f"**{who}**{order}{amount}  \n"
+            f"{status_view(run.status).badge} · {ago(run.created_at, now)} · "
+            f"{md(shorten(run.subject, 40))}")
+
+
+@dataclass(frozen=True)
+class InboxFilter:
+    """One status filter of the inbox: its label and the run statuses it shows."""
+
+    key: str
+    label: str
+    statuses: tuple[RunStatus, ...]
+
+
+INBOX_FILTERS = (
+    InboxFilter("all", "All", ()),
+    InboxFilter("waiting", "Waiting for approval", (RunStatus.WAITING,)),
+    InboxFilter("asked", "Waiting on customer", (RunStatus.ASKED,)),
+    InboxFilter("working", "Working", (RunStatus.WORKING,)),
+    InboxFilter("done", "Done", (RunStatus.DONE,)),
+    InboxFilter("failed", "Failed or stopped", (RunStatus.FAILED, RunStatus.STOPPED)),
+)
+
+
+def filter_label(f: InboxFilter, counts: Mapping[RunStatus, int]) -> str:
+    """``Waiting for approval 12``: a filter with how many tickets it holds."""
+    n = sum(counts.values()) if not f.statuses else sum(counts[s] for s in f.statuses)
+    return f"{f.label} {n}"
+
+
+def page_range(offset: int, shown: int, total: int) -> str:
+    """``51–100 of 120`` (or ``No tickets``)."""
+    if not total:
+        return "No tickets"
+    return f"{offset + 1}–{offset + shown} of {total}"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 entry``, ``2 entries``."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
 
 
 def cost_line(run: Run) -> str:
@@ -265,8 +310,10 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
         if k not in ("response", "result", "text"):  # a turn's commentary sits beside its call
             open_calls.clear()
         if k == "email":
-            blocks.append(Block("email", f"{d.get('name') or d['from']} <{d['from']}>",
-                                d["body"], subtitle=d.get("subject", ""), **base))
+            name = d.get("name")
+            sender = f"{name} <{d['from']}>" if name and name != d["from"] else d["from"]
+            blocks.append(Block("email", sender, d["body"], subtitle=d.get("subject", ""),
+                                **base))
         elif k == "reasoning":
             blocks.append(Block("reasoning", "Reasoning", d["text"], **base))
         elif k == "call":
@@ -325,10 +372,9 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
         elif k == "text":
             blocks.append(Block("text", "Agent", d["text"], **base))
         elif k == "reply":
-            simulated = bool(d.get("simulated"))
-            title = ("Customer replied (written by the model playing the customer)" if simulated
-                     else "Customer replied")
-            blocks.append(Block("reply", title, d["text"], simulated=simulated, **base))
+            # Who wrote a simulated reply is shown once, as a badge (see the page).
+            blocks.append(Block("reply", "Customer replied", d["text"],
+                                simulated=bool(d.get("simulated")), **base))
         elif k == "restart":
             blocks.append(Block("restart", f"Server restarted: process {d['pid']} picked up the "
                                 f"run (it was last advanced by process {d['previous_pid']})",

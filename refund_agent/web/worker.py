@@ -18,10 +18,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .agent import Agent, Cancel, LiveEvent
-from .customer import converse
-from .errors import RefundAgentError, RunNotReady
-from .models import Approval, Run, RunStatus
+from ..agent import Agent, Cancel, LiveEvent
+from ..customer import converse
+from ..errors import RefundAgentError, RunNotReady
+from ..models import Approval, Run, RunStatus
 from .views import LiveSegment
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,9 @@ class Worker:
         self._lock = threading.RLock()
         self._running = False
         self._sweeper: threading.Thread | None = None
+        # Moves with every streamed delta and every run starting or ending here: with the
+        # store's change counter, it tells a page whether anything it shows has changed.
+        self.version = 0
         self._stopping = threading.Event()
 
     # -- life cycle --------------------------------------------------------------------------
@@ -256,10 +259,12 @@ class Worker:
             self._jobs[run_id] = job
             self._problems.pop(run_id, None)
             job.thread.start()
+            self.version += 1
             return True
 
     def _work(self, run_id: str, job: _Job, simulate: bool) -> None:
         def on_event(event: LiveEvent) -> None:
+            self.version += 1
             with job.lock:
                 if event.kind == "step":
                     # The turn is committed: the page reads it from the store from now on.
@@ -297,5 +302,6 @@ class Worker:
                 again = job.again
                 if self._jobs.get(run_id) is job:
                     del self._jobs[run_id]
+                self.version += 1
             if again is not None and not job.cancel.is_set():
                 self._launch(run_id, simulate=again)

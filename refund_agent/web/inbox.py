@@ -1,0 +1,103 @@
+"""The inbox: sample tickets, a form for your own email, and every ticket, searchable."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ..errors import RefundAgentError
+from .session import notify, select, selected_run_id, show_notice
+from .views import INBOX_FILTERS, filter_label, md, page_range, run_label
+from .worker import Worker
+
+PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" away
+
+
+def on_sample(worker: Worker, key: str) -> None:
+    notify("inbox")
+    try:
+        run = worker.submit_sample(key)
+    except RefundAgentError as exc:
+        notify("inbox", "error", str(exc))
+        return
+    select(run.id)
+
+
+def on_send_email(worker: Worker) -> None:
+    state = st.session_state
+    notify("inbox")
+    try:
+        run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),
+                                  subject=state.get("mail_subject", ""),
+                                  sender_name=state.get("mail_name", ""))
+    except RefundAgentError as exc:
+        notify("inbox", "error", str(exc))
+        return
+    state["mail_body"] = ""
+    notify("inbox", "success", f"Sent. The agent is working on ticket {run.id}.")
+    select(run.id)
+
+
+def on_select(run_id: str) -> None:
+    select(run_id)
+
+
+def on_filter_change() -> None:
+    st.session_state["inbox_offset"] = 0   # a new search starts at the newest match
+
+
+def on_page(step: int) -> None:
+    st.session_state["inbox_offset"] = max(0, st.session_state.get("inbox_offset", 0) + step)
+
+
+def render_new_tickets(worker: Worker) -> None:
+    st.markdown("#### :material/inbox: Inbox")
+    with st.expander("New ticket: a sample, or your own email", icon=":material/add:",
+                     expanded=not worker.agent.store.runs(limit=1)):
+        for sample in worker.agent.shop.samples.values():
+            st.button(sample.label, key=f"sample_{sample.key}", on_click=on_sample,
+                      args=(worker, sample.key), width="stretch", help=md(sample.subject),
+                      icon=":material/mail:")
+        with st.form("new_email", border=False):
+            st.text_input("From (the customer's address)", key="mail_from",
+                          placeholder="leo.martins@example.com")
+            st.text_input("Name", key="mail_name", placeholder="Leo Martins")
+            st.text_input("Subject", key="mail_subject", value="Refund request")
+            st.text_area("Email", key="mail_body", height=100,
+                         placeholder="My order A1058 arrived broken...")
+            st.form_submit_button("Send to the agent", key="mail_send", on_click=on_send_email,
+                                  args=(worker,), type="primary", icon=":material/send:")
+    show_notice("inbox")
+
+
+def render_tickets(worker: Worker) -> None:
+    """Search, status filters with counts, and one page of tickets, newest first."""
+    store = worker.agent.store
+    search = st.text_input("Search tickets", key="inbox_search", on_change=on_filter_change,
+                           placeholder="Name, email, order or words",
+                           label_visibility="collapsed", icon=":material/search:")
+    counts = store.inbox_counts(search)
+    labels = {f.key: filter_label(f, counts) for f in INBOX_FILTERS}
+    chosen = st.pills("Status", list(labels), format_func=labels.__getitem__, default="all",
+                      required=True, key="inbox_filter", on_change=on_filter_change,
+                      label_visibility="collapsed", wrap=True, width="stretch") or "all"
+    statuses = next(f.statuses for f in INBOX_FILTERS if f.key == chosen)
+    total = (sum(counts.values()) if not statuses else sum(counts[s] for s in statuses))
+    offset = min(st.session_state.get("inbox_offset", 0), max(0, total - 1))
+    rows = store.inbox(search, statuses, limit=PAGE_SIZE, offset=offset)
+    st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
+    if not rows:
+        st.caption("No tickets match." if search or statuses else
+                   "No tickets yet. Send a sample to start one.")
+    selected = selected_run_id()
+    for row in rows:
+        st.button(run_label(row), key=f"run_{row.run.id}", on_click=on_select,
+                  args=(row.run.id,), width="stretch",
+                  type="primary" if row.run.id == selected else "secondary")
+    if total > PAGE_SIZE:
+        newer, older = st.columns(2)
+        newer.button("Newer", key="inbox_newer", icon=":material/chevron_left:",
+                     on_click=on_page, args=(-PAGE_SIZE,), disabled=offset == 0,
+                     width="stretch")
+        older.button("Older", key="inbox_older", icon=":material/chevron_right:",
+                     on_click=on_page, args=(PAGE_SIZE,),
+                     disabled=offset + PAGE_SIZE >= total, width="stretch")

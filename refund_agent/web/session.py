@@ -1,0 +1,97 @@
+"""What one browser session remembers: the open ticket, messages, who signs decisions.
+
+Everything here lives in ``st.session_state`` (one per tab), never in the URL except the open
+ticket's id, so a shared link carries no name and no decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import streamlit as st
+
+from ..accounts import Account, Accounts
+from .worker import Worker
+
+NOTICE_SECONDS = 12  # how long a success message stays (refusals stay until the next action)
+
+
+def notify(area: str, kind: str = "", text: str = "") -> None:
+    """Leave a message for one area of the page (or clear it, with no text).
+
+    Successes go to a toast as well as the area, so a message about work that has since moved
+    on does not sit on the page.
+    """
+    st.session_state[f"notice_{area}"] = (kind, text, time.time()) if text else None
+
+
+def show_notice(area: str) -> None:
+    """Show the area's message: a refusal until the next action there, a success briefly."""
+    notice = st.session_state.get(f"notice_{area}")
+    if not notice:
+        return
+    kind, text, at = notice
+    if kind == "success":
+        # Shown once, as a toast that fades; the page itself moves on (the ticket, the queue).
+        st.session_state[f"notice_{area}"] = None
+        if time.time() - at <= NOTICE_SECONDS:
+            st.toast(text, icon=":material/check_circle:")
+        return
+    show = {"warning": st.warning, "error": st.error}.get(kind, st.info)
+    show(text, icon={"warning": ":material/info:", "error": ":material/error:"}.get(kind))
+
+
+def select(run_id: str | None) -> None:
+    st.session_state["selected"] = run_id
+    # The URL remembers the ticket, so a reload or a server restart reopens it.
+    if run_id:
+        st.query_params["run"] = run_id
+    else:
+        st.query_params.pop("run", None)
+
+
+def selected_run_id() -> str | None:
+    if "selected" not in st.session_state:
+        st.session_state["selected"] = st.query_params.get("run")
+    return st.session_state["selected"]
+
+
+def keep_key(approval_id: str, line: str) -> str:
+    return f"keep_{approval_id}_{line}"
+
+
+def ticked(approval_id: str, lines: Sequence[str]) -> list[str]:
+    """The lines of a refund whose box is ticked (every box starts ticked)."""
+    return [line for line in lines if st.session_state.get(keep_key(approval_id, line), True)]
+
+
+def approver() -> str:
+    """The demo mode's typed name (kept in the session only: a shared URL never carries it)."""
+    return st.session_state.get("approver", "")
+
+
+def signed_in(accounts: Accounts) -> Account | None:
+    """The account signed in in this browser session, as it is now in the store."""
+    name = st.session_state.get("account")
+    account = accounts.get(name) if name else None
+    if name and account is None:  # removed since: the session signs out
+        st.session_state["account"] = None
+    return account
+
+
+def signer(worker: Worker, area: str = "queue") -> tuple[str, int | None] | None:
+    """Who signs a decision from this session and their limit in cents, or None (told why)."""
+    accounts = Accounts(worker.agent.store)
+    if accounts.exist():
+        account = signed_in(accounts)
+        if account is None:
+            notify(area, "error", "Sign in before deciding: every decision is signed by your "
+                                  "account in the audit log.")
+            return None
+        return account.name, account.limit_cents
+    if not approver():
+        notify(area, "error", "Enter your name before deciding: it goes into the audit log "
+                              "next to the decision.")
+        return None
+    return approver(), None

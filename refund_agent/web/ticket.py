@@ -1,0 +1,167 @@
+"""The open ticket: its timeline, what the agent is streaming now, and the customer's reply box."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+from ..errors import NotFound, RefundAgentError
+from ..models import RunStatus
+from . import views
+from .session import notify, select, selected_run_id, show_notice
+from .views import md
+from .worker import Worker
+
+
+def on_stop(worker: Worker, run_id: str) -> None:
+    if worker.stop(run_id):
+        notify("ticket")
+    else:
+        notify("ticket", "warning", "This run is not being advanced by this server; nothing "
+                                    "to stop here.")
+
+
+def on_resume(worker: Worker, run_id: str) -> None:
+    notify("ticket")
+    try:
+        worker.resume(run_id)
+    except RefundAgentError as exc:
+        notify("ticket", "error", str(exc))
+
+
+def on_reply(worker: Worker, run_id: str) -> None:
+    key = f"reply_{run_id}"
+    notify("ticket")
+    try:
+        worker.reply(run_id, st.session_state.get(key, ""))
+    except RefundAgentError as exc:
+        notify("ticket", "error", str(exc))
+        return
+    st.session_state[key] = ""
+
+
+def render_ticket(worker: Worker) -> None:
+    run_id = selected_run_id()
+    if not run_id:
+        st.markdown("#### :material/confirmation_number: Ticket")
+        st.info("Pick a ticket in the inbox, or start one with a sample email.",
+                icon=":material/arrow_back:")
+        return
+    store = worker.agent.store
+    try:
+        run = store.run(run_id)
+    except NotFound:  # a bookmarked ticket from an output folder that was cleared since
+        select(None)
+        st.info(f"Ticket {run_id} is not in this desk's store. Pick one in the inbox.",
+                icon=":material/search_off:")
+        return
+    active = worker.is_active(run.id)
+    status = views.status_view(run.status)
+
+    st.markdown(f"#### {md(run.subject)}")
+    line, buttons = st.columns([3, 2], vertical_alignment="center")
+    line.markdown(f"{status.badge} · {md(run.sender_name)} · `{run.id}`")
+    with buttons.container(horizontal=True, horizontal_alignment="right"):
+        st.button("Stop", key="stop", icon=":material/stop:", on_click=on_stop,
+                  args=(worker, run.id), disabled=not active)
+        resumable = run.status in (RunStatus.STOPPED, RunStatus.FAILED) or (
+            run.status == RunStatus.WORKING and not active)
+        st.button("Resume", key="resume", icon=":material/play_arrow:", on_click=on_resume,
+                  args=(worker, run.id), disabled=not resumable)
+    st.caption(f":material/payments: {views.cost_line(run)}")
+    show_notice("ticket")
+    problem = worker.problem(run.id)
+    if problem:
+        st.warning(problem, icon=":material/warning:")
+
+    for block in views.timeline(store.steps(run.id)):
+        render_block(block)
+
+    if active:
+        with st.status("The agent is working…", state="running", expanded=True):
+            segments = worker.live(run.id)
+            if not segments:
+                st.caption("Waiting for the model…")
+            for segment in segments:
+                st.markdown(f"**{views.live_title(segment)}**  \n{md(segment.text)}")
+    elif run.status == RunStatus.WORKING:
+        st.info("Another process is working on this run (or it was cut off; Resume continues "
+                "it).", icon=":material/hourglass_top:")
+    elif run.status == RunStatus.WAITING:
+        st.info("Waiting for a person to approve, reject or ask the customer (queue on the "
+                "right).", icon=":material/pan_tool:")
+    elif run.status in (RunStatus.DONE, RunStatus.ASKED):
+        if run.status == RunStatus.ASKED:
+            st.info("Waiting on the customer: the team asked them a question. Their reply "
+                    "continues this ticket.", icon=":material/contact_support:")
+        with st.form(f"reply_form_{run.id}", border=True):
+            st.text_area("Reply as the customer", key=f"reply_{run.id}", height=90,
+                         placeholder="That's not enough, I want the whole order refunded.")
+            st.form_submit_button("Send reply", key=f"reply_send_{run.id}", on_click=on_reply,
+                                  args=(worker, run.id), icon=":material/reply:")
+
+
+def render_block(block: views.Block) -> None:
+    """One timeline entry; customer text always goes through md() so it stays plain text."""
+    kind, title, body = block.kind, md(block.title), md(block.body)
+    when = views.clock(block.at)
+    if kind == "email":
+        with st.chat_message("customer", avatar=":material/person:"):
+            st.markdown(f"**{title}** · {when}  \n*{md(block.subtitle)}*")
+            st.markdown(body)
+    elif kind == "reply":
+        with st.chat_message("customer", avatar=":material/person:"):
+            badge = (" :violet-badge[:material/smart_toy: written by the model]"
+                     if block.simulated else "")
+            st.markdown(f"**{title}**{badge} · {when}")
+            st.markdown(body)
+    elif kind == "message":
+        with st.chat_message("support", avatar=":material/support_agent:"):
+            st.markdown(f"**{title}** · {when}")
+            st.markdown(body)
+    elif kind == "reasoning":
+        with st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
+                         icon=":material/psychology:"):
+            st.markdown(body)
+    elif kind in ("tool", "result"):
+        with st.expander(title, icon=":material/build:"):
+            if block.arguments is not None:
+                st.caption("Arguments")
+                st.json(block.arguments, expanded=True)
+            st.caption("Result")
+            if block.result is not None:
+                st.json(block.result, expanded=1)
+            elif block.result_below:
+                st.caption("Further down: it ran once a person had decided.")
+            else:
+                st.caption("Not run yet.")
+    elif kind == "response":
+        st.caption(f":material/bolt: {title}")
+    elif kind == "proposal":
+        st.warning(f"**{title}**  \n{body}{bullets(block.lines)}", icon=":material/pan_tool:")
+    elif kind == "decision":
+        note = f"  \n{body}" if body else ""
+        show = (st.success if block.title.startswith("Approved") else
+                st.info if block.title.startswith("Sent back") else st.error)
+        show(f"**{title}** · {when}{note}{bullets(block.lines)}", icon=":material/gavel:")
+    elif kind == "refund":
+        note = f"  \n{body}" if body else ""
+        st.success(f"**{title}**{note}{bullets(block.lines)}", icon=":material/payments:")
+    elif kind == "note":
+        st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
+    elif kind == "text":
+        st.caption(body)
+    elif kind == "restart":
+        st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
+    elif kind == "error":
+        st.error(title, icon=":material/error:")
+    elif kind == "stopped":
+        st.warning(title, icon=":material/pause_circle:")
+    elif kind == "customer_done":
+        st.caption(f":material/done_all: {title}")
+
+
+def bullets(lines: Sequence[str]) -> str:
+    """Plain-text rows as a Markdown list to append to a message (empty for none)."""
+    return "\n" + "".join(f"\n- {md(line)}" for line in lines) if lines else ""
