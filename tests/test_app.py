@@ -55,7 +55,7 @@ def plain(text: str) -> str:
 
 
 def texts(at: AppTest, *kinds: str) -> list[str]:
-    kinds = kinds or ("markdown", "caption", "success", "warning", "error", "info")
+    kinds = kinds or ("markdown", "caption", "success", "warning", "error", "info", "toast")
     return [plain(str(el.value)) for kind in kinds for el in at.get(kind)]
 
 
@@ -126,6 +126,25 @@ def box(at: AppTest, approval_id: str, line: str):
     return at.checkbox(key=f"keep_{approval_id}_{line}")
 
 
+def review(at: AppTest, approval_id: str, mode: str = "approve") -> AppTest:
+    """Click a card's Approve…, Ask… or Reject…: the review opens, nothing is decided yet."""
+    at.button(key=f"{mode}_{approval_id}").click().run()
+    assert at.session_state["review"] == {"id": approval_id, "mode": mode}
+    return at
+
+
+def confirm(at: AppTest, approval_id: str, note: str | None = None) -> AppTest:
+    """Fill in the review's note (if given) and press its confirmation button."""
+    if note is not None:
+        at.text_input(key=f"note_{approval_id}").input(note)
+    return at.button(key=f"confirm_{approval_id}").click().run()
+
+
+def decide(at: AppTest, approval_id: str, mode: str = "approve", note: str | None = None
+           ) -> AppTest:
+    return confirm(review(at, approval_id, mode), approval_id, note)
+
+
 def save_name(at: AppTest, name: str) -> AppTest:
     at.text_input(key="approver_input").input(name)
     return at.button(key="save_name").click().run()
@@ -155,8 +174,11 @@ def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
     at.run()
     assert shows(at, "Proposed refund $48.00 on order A1043", "warning")
     assert shows(at, "- POUR-GLS-01 damaged $48.00", "warning")
-    assert shows(at, "Maya Chen · Coffee maker arrived cracked", "markdown") or any(
-        "Maya Chen" in plain(b.label) for b in at.button)
+    (row,) = [b for b in at.button if b.key == f"run_{run_id}"]
+    assert "Maya Chen · A1043 · $48.00" in plain(row.label)
+    # The card only summarizes; the review shows every line and what the policy allows.
+    assert shows(at, "- Glass pour-over coffee maker · damaged · $48.00", "markdown")
+    review(at, approval.id)
     carafe = box(at, approval.id, "POUR-GLS-01")
     assert carafe.value is True
     assert plain(carafe.label).startswith("Glass pour-over coffee maker · damaged · $48.00")
@@ -186,8 +208,9 @@ def test_approve_card_finishes_the_run(output, store):
     approval = start_damaged(at, store)
     save_name(at, "Dana Kim")
     assert shows(at, "Deciding as Dana Kim", "markdown")
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim", "success")
+    decide(at, approval.id)
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim", "toast")
+    assert at.session_state["review"] is None        # the review closed
     rerun_until(at, "Note for the team", "info")
     run = store.run(approval.run_id)
     assert run.status == RunStatus.DONE
@@ -208,6 +231,7 @@ def test_partial_approval_pays_only_the_kept_lines(output, store):
     at = open_page()
     approval = start_two_lines(at, store)
     save_name(at, "Dana Kim")
+    review(at, approval.id)
     mugs = box(at, approval.id, "MUG-STN-2")
     assert "MUG-STN-2 · $26.00 less a $7.50 return fee" in plain(mugs.label)
     assert not shows(at, "Approving pays", "info")
@@ -215,10 +239,10 @@ def test_partial_approval_pays_only_the_kept_lines(output, store):
     mugs.uncheck().run()
     assert shows(at, "Approving pays $48.00 for the ticked lines instead of $66.50. Declined: "
                      "Stoneware mugs, set of 2.", "info")
-    at.text_input(key=f"note_{approval.id}").input("The mugs were used, so no return.")
-    at.button(key=f"approve_{approval.id}").click().run()
+    assert at.button(key=f"confirm_{approval.id}").label == "Approve $48.00"
+    confirm(at, approval.id, "The mugs were used, so no return.")
     assert shows(at, "Approved $48.00 for order A1043 as Dana Kim (declined: Stoneware mugs, "
-                     "set of 2)", "success")
+                     "set of 2)", "toast")
     decided = store.approval(approval.id)
     assert decided.status == "approved" and decided.amount == 48.0
     assert [x.line for x in decided.kept] == ["POUR-GLS-01"]
@@ -244,10 +268,11 @@ def test_approving_with_no_line_ticked_is_refused(output, store):
     at = open_page()
     approval = start_damaged(at, store)
     save_name(at, "Dana Kim")
+    review(at, approval.id)
     box(at, approval.id, "POUR-GLS-01").uncheck().run()
     assert shows(at, "No line is ticked. To refund nothing, reject with a note instead.",
                  "warning")
-    at.button(key=f"approve_{approval.id}").click().run()
+    confirm(at, approval.id)
     assert not at.exception
     assert shows(at, "Keep at least one of the proposed lines", "error")
     assert store.approval(approval.id).status == "pending"
@@ -255,20 +280,20 @@ def test_approving_with_no_line_ticked_is_refused(output, store):
         (output / "refunds.log").read_text().strip() == ""
     # Ticking it again approves the whole refund.
     box(at, approval.id, "POUR-GLS-01").check().run()
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim.", "success")
+    confirm(at, approval.id)
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim.", "toast")
 
 
 def test_reject_needs_a_note(output, store):
     at = open_page()
     approval = start_damaged(at, store)
     save_name(at, "Dana Kim")
-    at.button(key=f"reject_{approval.id}").click().run()
+    decide(at, approval.id, "reject")
     assert shows(at, "A rejection needs a note", "error")
     assert store.approval(approval.id).status == "pending"
-    at.text_input(key=f"note_{approval.id}").input("The carafe is covered by the courier claim.")
-    at.button(key=f"reject_{approval.id}").click().run()
-    assert shows(at, "Rejected $48.00 for order A1043 as Dana Kim", "success")
+    assert at.session_state["review"]                  # still open, for the note
+    confirm(at, approval.id, "The carafe is covered by the courier claim.")
+    assert shows(at, "Rejected the refund for order A1043 as Dana Kim", "toast")
     decided = store.approval(approval.id)
     assert decided.status == "rejected" and decided.note.startswith("The carafe is covered")
     rerun_until(at, "Rejected by Dana Kim", "error")
@@ -278,8 +303,8 @@ def test_reject_needs_a_note(output, store):
 def test_approver_name_is_needed(output, store):
     at = open_page()
     approval = start_damaged(at, store)
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Enter your name above before deciding", "error")
+    decide(at, approval.id)
+    assert shows(at, "Enter your name before deciding", "error")
     assert store.approval(approval.id).status == "pending"
     save_name(at, "   ")
     assert shows(at, "Enter your name first", "error")
@@ -288,7 +313,7 @@ def test_approver_name_is_needed(output, store):
     # Asked once: the name is kept for the session and used for the next decision.
     at.run()
     assert shows(at, "Deciding as Dana Kim", "markdown")
-    at.button(key=f"approve_{approval.id}").click().run()
+    confirm(at, approval.id)
     assert store.approval(approval.id).decided_by == "Dana Kim"
 
 
@@ -298,12 +323,22 @@ def test_two_sessions_approving_yield_one_decision(output, store):
     for at, name in ((first, "Dana Kim"), (second, "Sam Lee")):
         save_name(at, name)
         rerun_until(at, "$48.00 for order A1043", "markdown")
-    first.button(key=f"approve_{approval.id}").click().run()
-    second.button(key=f"approve_{approval.id}").click().run()
-    assert shows(second, "This refund was already approved by Dana Kim", "warning")
+    # Both open the review; the first confirms; the second's review says so instead of a
+    # button that would pay again.
+    review(first, approval.id)
+    review(second, approval.id)
+    confirm(first, approval.id)
+    second.run()
+    assert shows(second, "no longer waiting: it was approved by Dana Kim", "info")
     assert not second.exception
-    events = [e.event for e in store.audit()]
-    assert events.count("approved") == 1 and events.count("ignored") == 1
+    assert not [b for b in second.button if b.key == f"confirm_{approval.id}"]
+    assert [e.event for e in store.audit()].count("approved") == 1
+    # The first person's second look is theirs, not someone else's doing.
+    review_again = open_page()
+    save_name(review_again, "Dana Kim")
+    review_again.session_state["review"] = {"id": approval.id, "mode": "approve"}
+    review_again.run()
+    assert shows(review_again, "You approved this refund", "info")
 
 
 def test_mistakes_show_messages_not_tracebacks(output, store):
@@ -543,11 +578,11 @@ def sign_in(at: AppTest, name: str, password: str) -> AppTest:
 
 def test_no_accounts_is_an_explicit_demo_mode(output, store):
     at = open_page()
-    assert shows(at, "Single-user demo mode: no accounts", "markdown")
+    assert shows(at, "Single-user demo: no accounts", "markdown")
     assert not at.text_input(key="approver_input").value
     add_accounts(store)
     at.run()
-    assert not shows(at, "Single-user demo mode", "markdown")
+    assert not shows(at, "Single-user demo", "markdown")
     assert at.button(key="sign_in")  # the name form gave way to the sign-in
 
 
@@ -555,8 +590,8 @@ def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, st
     add_accounts(store)
     at = open_page()
     approval = start_damaged(at, store)
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Sign in above before deciding", "error")
+    decide(at, approval.id)
+    assert shows(at, "Sign in before deciding", "error")
     sign_in(at, "Lee Park", "not-the-password")
     assert shows(at, "Wrong name or password.", "error")
     assert "account" not in at.session_state or not at.session_state["account"]
@@ -564,8 +599,8 @@ def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, st
     sign_in(at, "Lee Park", "lee-password")
     assert shows(at, "Signed in as Lee Park · lead, no limit", "markdown")
     assert "account" not in at.query_params and "approver" not in at.query_params
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Approved $48.00 for order A1043 as Lee Park", "success")
+    confirm(at, approval.id)
+    assert shows(at, "Approved $48.00 for order A1043 as Lee Park", "toast")
     assert store.approval(approval.id).decided_by == "Lee Park"
     # Signing out asks again.
     at.button(key="sign_out").click().run()
@@ -578,9 +613,10 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     approval = start_damaged(ana, store)
     sign_in(ana, "Ana Ruiz", "ana-password")
     assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
+    review(ana, approval.id)
     assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
                  "warning")
-    ana.button(key=f"approve_{approval.id}").click().run()
+    confirm(ana, approval.id)
     assert shows(ana, "Cannot approve: $48.00 is above Ana Ruiz's approval limit of $40.00",
                  "error")
     assert store.approval(approval.id).status == "pending"
@@ -590,9 +626,10 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     lee = open_page()
     sign_in(lee, "Lee Park", "lee-password")
     rerun_until(lee, "$48.00 for order A1043", "markdown")
+    review(lee, approval.id)
     assert not shows(lee, "above your approval limit", "warning")
-    lee.button(key=f"approve_{approval.id}").click().run()
-    assert shows(lee, "Approved $48.00 for order A1043 as Lee Park", "success")
+    confirm(lee, approval.id)
+    assert shows(lee, "Approved $48.00 for order A1043 as Lee Park", "toast")
     eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
     assert [e.event for e in store.audit()] == ["requested", "refused", "approved", "issued"]
     assert store.verify_audit() is None
@@ -604,13 +641,13 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
     at = open_page()
     approval = start_two_lines(at, store)
     sign_in(at, "Ana Ruiz", "ana-password")
+    review(at, approval.id)
     assert shows(at, "$66.50 is above your approval limit of $50.00", "warning")
     # Unticking the mugs brings what approving pays ($48.00) within the limit.
     box(at, approval.id, "MUG-STN-2").uncheck().run()
     assert not shows(at, "above your approval limit", "warning")
-    at.text_input(key=f"note_{approval.id}").input("The mugs were used.")
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Approved $48.00 for order A1043 as Ana Ruiz", "success")
+    confirm(at, approval.id, "The mugs were used.")
+    assert shows(at, "Approved $48.00 for order A1043 as Ana Ruiz", "toast")
     assert store.approval(approval.id).amount == 48.0
 
 
@@ -620,6 +657,6 @@ def test_a_removed_account_cannot_decide(output, store):
     approval = start_damaged(at, store)
     sign_in(at, "Lee Park", "lee-password")
     store.remove_account("Lee Park")
-    at.button(key=f"approve_{approval.id}").click().run()
-    assert shows(at, "Sign in above before deciding", "error")
+    decide(at, approval.id)
+    assert shows(at, "Sign in before deciding", "error")
     assert store.approval(approval.id).status == "pending"

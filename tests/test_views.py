@@ -8,10 +8,10 @@ import json
 import pandas as pd
 from conftest import DATA
 
-from refund_agent.web import views
-from refund_agent.models import Approval, ApprovalLine, AuditEntry, Run, RunStatus, Step
+from refund_agent.models import Approval, ApprovalLine, AuditEntry, InboxRow, Run, RunStatus, Step
 from refund_agent.policy import Held, quote_refund
 from refund_agent.shop import Shop
+from refund_agent.web import views
 
 NOW = 1_800_000_000.0
 MAYA_LINES = [{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800},
@@ -91,9 +91,13 @@ def test_every_status_has_a_label_and_badge():
 
 def test_run_label_and_cost_line():
     run = make_run()
-    label = views.run_label(run, now=NOW)
-    assert label.startswith("**Maya Chen** · Coffee maker arrived cracked")
+    label = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800), now=NOW)
+    assert label.startswith("**Maya Chen** · A1043 · \\$48\\.00  \n")
     assert "Waiting for approval" in label and "2 min ago" in label
+    assert label.endswith("Coffee maker arrived cracked")
+    # Nothing proposed yet: no order or amount to show, and none made up.
+    bare = views.run_label(InboxRow(run=run, order_id=None, amount_cents=None), now=NOW)
+    assert bare.startswith("**Maya Chen**  \n")
     assert views.cost_line(run) == ("3 model requests · $0.0100 · 1,659 of 2,856 input tokens "
                                     "cached")
     assert views.cost_line(make_run(requests=1, input_tokens=0)).startswith("1 model request ·")
@@ -213,10 +217,34 @@ def test_timeline_marks_simulated_replies():
                              step(2, "reply", text="Fine.", simulated=False),
                              step(3, "customer_done"),
                              step(4, "decision", decision="rejected", by="Dana", note="Used")])
-    assert blocks[0].simulated and "written by the model" in blocks[0].title
+    # Who wrote it is a flag the page shows once, as a badge, not also in the title.
+    assert blocks[0].simulated and blocks[0].title == "Customer replied"
     assert not blocks[1].simulated and blocks[1].title == "Customer replied"
     assert blocks[2].kind == "customer_done"
     assert blocks[3].title == "Rejected by Dana" and blocks[3].body == "Used"
+
+
+def test_inbox_filters_counts_pages_and_plurals():
+    counts = dict.fromkeys(RunStatus, 0) | {RunStatus.WAITING: 12, RunStatus.DONE: 100,
+                                            RunStatus.FAILED: 3, RunStatus.STOPPED: 2}
+    labels = {f.key: views.filter_label(f, counts) for f in views.INBOX_FILTERS}
+    assert labels == {"all": "All 117", "waiting": "Waiting for approval 12",
+                      "asked": "Waiting on customer 0", "working": "Working 0",
+                      "done": "Done 100", "failed": "Failed or stopped 5"}
+    # Every status is in exactly one filter besides "All": none is unreachable.
+    grouped = [s for f in views.INBOX_FILTERS for s in f.statuses]
+    assert sorted(grouped) == sorted(RunStatus)
+    assert views.page_range(50, 50, 120) == "51–100 of 120"
+    assert views.page_range(0, 0, 0) == "No tickets"
+    assert views.plural(1, "entry", "entries") == "1 entry"
+    assert views.plural(2, "entry", "entries") == "2 entries"
+
+
+def test_an_email_without_a_name_shows_the_address_once():
+    (block,) = views.timeline([step(1, "email", **{"from": "x@example.com",
+                                                   "name": "x@example.com",
+                                                   "subject": "Hi", "body": "It broke"})])
+    assert block.title == "x@example.com"
 
 
 def test_result_summary_for_errors_and_unknown_tools():

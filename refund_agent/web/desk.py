@@ -47,6 +47,7 @@ def on_save_name() -> None:
                                  "signed with it in the audit log.")
         return
     notify("queue")
+    notify("review")   # "enter your name" is answered
     st.session_state["approver"] = name
 
 
@@ -64,6 +65,7 @@ def on_sign_in(worker: Worker) -> None:
         notify("queue", "error", str(exc))
         return
     notify("queue")
+    notify("review")   # "sign in before deciding" is answered
     state["account"] = account.name
 
 
@@ -167,7 +169,11 @@ def review(worker: Worker, approval_id: str) -> None:
         close_review()
         st.rerun()
     if approval.status != "pending":
-        st.info(f"This refund is no longer waiting: it was {approval.status} by "
+        me = signed_in(Accounts(agent.store)) if Accounts(agent.store).exist() else None
+        mine = approval.decided_by == (me.name if me else approver())
+        st.info(f"You {approval.status} this refund at {views.clock(approval.decided_at)}; "
+                "nothing more to do." if mine else
+                f"This refund is no longer waiting: it was {approval.status} by "
                 f"{approval.decided_by}.", icon=":material/info:")
         if st.button("Close", key="review_close"):
             close_review()
@@ -211,7 +217,6 @@ def review(worker: Worker, approval_id: str) -> None:
                  icon=":material/block:")
     st.text_input(NOTE_LABELS[mode], key=f"note_{approval_id}",
                   placeholder="In a sentence the customer can read")
-    show_notice("review")
     confirm = {"approve": f"Approve {money(pays)}", "ask": "Send the question",
                "reject": "Reject the refund"}[mode]
     go, cancel = st.columns(2)
@@ -224,6 +229,7 @@ def review(worker: Worker, approval_id: str) -> None:
     if cancel.button("Cancel", key=f"cancel_{approval_id}", width="stretch"):
         close_review()
         st.rerun()
+    show_notice("review")   # after the buttons, so a refusal shows on the click that caused it
 
 
 def decide(worker: Worker, approval_id: str, mode: str, items: list[str]) -> bool:
