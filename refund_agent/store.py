@@ -718,9 +718,8 @@ class Store:
                 approval = self._pending(db, approval_id, "expire", by, audit_late=False)
                 if isinstance(approval, AlreadyDecided):
                     continue
-                days = older_than / 86400
                 self._close(db, approval, "expired", by,
-                            f"Not decided within {days:g} day{'s' if days != 1 else ''}.")
+                            f"Not decided within {_span(older_than)}.")
             expired.append(self.approval(approval_id))
         return expired
 
@@ -954,6 +953,16 @@ class Store:
                         "log has no 'issued' or 'reused' entry for it: an entry was removed or "
                         "edited.")
         return None
+
+
+def _span(seconds: float) -> str:
+    """``7 days``, ``1 hour``, ``90 seconds``: the largest unit that gives a whole number."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    n = round(seconds)
+    return f"{n} second{'s' if n != 1 else ''}"
 
 
 def _audit_lines(lines: Any) -> list[dict[str, Any]]:
