@@ -1,12 +1,17 @@
-"""Regenerate docs/screenshot.png: the helpdesk after a refund that survived a server restart.
+"""Regenerate the README's pictures of the helpdesk.
 
-    python scripts/screenshot.py [--out docs/screenshot.png]
+    python scripts/screenshot.py [--docs docs]
 
 It starts ``streamlit run app.py`` on a free port with a throwaway output folder and the
 offline stand-in model, drives it with Debian's headless Chromium (never a downloaded
-browser), and saves one PNG: Maya's ticket from her email to the team note, with the
-"Server restarted" mark between the approval and the refund, plus the angry customer's refund
-waiting in the queue and the audit log showing both server processes.
+browser), and saves three PNGs:
+
+- ``screenshot.png``: the desk. Maya's ticket from her email to the team note, with the
+  "Server restarted" mark between the approval and the refund, the angry customer's refund
+  waiting in the queue and the audit log showing both server processes.
+- ``review.png``: the review that opens before any money moves, at 1280×800, with one line
+  unticked and the amount re-priced.
+- ``sign-in.png``: the desk once accounts exist: the sign-in, and an approver's limit.
 """
 
 from __future__ import annotations
@@ -96,10 +101,18 @@ def save_png(png: bytes, out: Path) -> int:
     return len(png)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshot.png")
-    args = parser.parse_args()
+TWO_LINES = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't want "
+             "the mugs anymore.")
+
+
+def start_sample(page: Page, label: str) -> None:
+    button = page.get_by_role("button", name=label)
+    if not button.is_visible():
+        page.get_by_text("New ticket: a sample, or your own email").click()
+    button.click()
+
+
+def desk(out: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:
         output, log = Path(tmp) / "output", Path(tmp) / "streamlit.log"
         port = free_port()
@@ -111,12 +124,9 @@ def main() -> int:
                 page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
                 page.set_default_timeout(30_000)
                 page.goto(url)
-                page.get_by_label("Your name (signs every decision in the audit log)").fill(
-                    "Dana Kim")
-                page.get_by_role("button", name="Save name").click()
-                page.get_by_text("Deciding as").wait_for()
+                save_name(page)
 
-                page.get_by_role("button", name="Cracked on arrival").click()
+                start_sample(page, "Cracked on arrival")
                 card(page, "$48.00 for order A1043").wait_for()
                 # The audit table's scripts must load before the kill: a browser remembers a
                 # script import that failed while the server was down.
@@ -124,12 +134,15 @@ def main() -> int:
                 kill(server)  # the restart the screenshot is about
                 server = start_server(port, output, log)
                 page.get_by_text(f"Server pid {server.pid}").wait_for()
-                card(page, "$48.00 for order A1043").get_by_role("button", name="Approve").click()
+                save_name(page)
+                card(page, "$48.00 for order A1043").get_by_role("button",
+                                                                 name="Approve…").click()
+                page.get_by_role("button", name="Approve $48.00").click()
                 page.get_by_text("Note for the team", exact=True).wait_for()
 
-                page.get_by_role("button", name="Angry customer").click()
+                start_sample(page, "Angry customer")
                 card(page, "for order A1066").wait_for()
-                page.get_by_role("button", name="Maya Chen").click()
+                page.locator("[class*='st-key-run_']").filter(has_text="Maya Chen").click()
                 page.get_by_text("Note for the team", exact=True).wait_for()
                 # A fresh session drops the "Approved ..." notice; the URL keeps the ticket
                 # and the approver.
@@ -142,8 +155,71 @@ def main() -> int:
                 browser.close()
         finally:
             kill(server)
-    size = save_png(png, args.out)
-    print(f"Saved {args.out} ({size / 1024:.0f} KB)")
+    return save_png(png, out)
+
+
+def save_name(page: Page) -> None:
+    page.get_by_label("Your name (signs every decision in the audit log)").fill("Dana Kim")
+    page.get_by_role("button", name="Save name").click()
+    page.get_by_text("Deciding as").wait_for()
+
+
+def review_and_sign_in(review_out: Path, sign_in_out: Path) -> tuple[int, int]:
+    """The review with the mugs unticked, then the same desk once accounts exist."""
+    sys.path.insert(0, str(ROOT))
+    from refund_agent.accounts import Accounts
+    from refund_agent.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:
+        output, log = Path(tmp) / "output", Path(tmp) / "streamlit.log"
+        port = free_port()
+        server = start_server(port, output, log)
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(30_000)
+                page.goto(f"http://127.0.0.1:{port}/")
+                save_name(page)
+                page.get_by_label("From (the customer's address)").fill("maya.chen@example.com")
+                page.get_by_label("Name", exact=True).fill("Maya Chen")
+                page.get_by_label("Email", exact=True).fill(TWO_LINES)
+                page.get_by_role("button", name="Send to the agent").click()
+                card(page, "$66.50 for order A1043").wait_for()
+                page.wait_for_timeout(5000)   # the "Sent" toast fades
+                card(page, "$66.50 for order A1043").get_by_role("button",
+                                                                 name="Approve…").click()
+                dialog = page.get_by_role("dialog")
+                dialog.get_by_test_id("stCheckbox").filter(has_text="Stoneware mugs").click()
+                dialog.get_by_text("Approving pays $48.00").wait_for()
+                dialog.get_by_role("textbox").fill("The mugs were used, so they can't go back.")
+                page.wait_for_timeout(800)
+                review_png = page.screenshot()
+                dialog.get_by_role("button", name="Cancel").click()
+
+                accounts = Accounts(Store(output / "refund-agent.sqlite3"))
+                accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
+                page.reload()
+                page.get_by_text("Sign in to decide refunds").wait_for()
+                page.get_by_label("Name", exact=True).last.fill("Ana Ruiz")
+                page.get_by_label("Password", exact=True).fill("ana-password")
+                page.wait_for_timeout(800)
+                sign_in_png = page.screenshot()
+                browser.close()
+        finally:
+            kill(server)
+    return save_png(review_png, review_out), save_png(sign_in_png, sign_in_out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    args = parser.parse_args()
+    sizes = {"screenshot.png": desk(args.docs / "screenshot.png")}
+    sizes["review.png"], sizes["sign-in.png"] = review_and_sign_in(
+        args.docs / "review.png", args.docs / "sign-in.png")
+    for name, size in sizes.items():
+        print(f"Saved {args.docs / name} ({size / 1024:.0f} KB)")
     return 0
 
 

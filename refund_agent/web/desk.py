@@ -106,8 +106,9 @@ def render_sign_in(worker: Worker, accounts: Accounts) -> None:
     # A form, so the password travels once, on submit, and is cleared from the session after.
     with st.form("sign_in_form", border=True):
         st.caption(":material/lock: Sign in to decide refunds")
-        st.text_input("Name", key="signin_name", placeholder="Dana Kim")
-        st.text_input("Password", key="signin_password", type="password")
+        name, password = st.columns(2)   # side by side: the queue stays on screen
+        name.text_input("Name", key="signin_name", placeholder="Dana Kim")
+        password.text_input("Password", key="signin_password", type="password")
         st.form_submit_button("Sign in", key="sign_in", on_click=on_sign_in, args=(worker,),
                               icon=":material/login:")
 
