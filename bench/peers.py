@@ -233,6 +233,17 @@ class Worker:
         return ([system, {"type": "message", "role": "user", "content": email}],
                 {"sender": sender, "subject": subject})
 
+    # -- approving: what the approver loads first, then the click --------------------------
+
+    def prepare(self, handle: str) -> Any:
+        raise NotImplementedError
+
+    def go(self, prepared: Any) -> str:
+        raise NotImplementedError
+
+    def approve(self, handle: str) -> str:
+        return self.go(self.prepare(handle))
+
     # -- one scenario, measured --------------------------------------------------------------
 
     def scenario(self) -> dict[str, Any]:
@@ -289,14 +300,18 @@ class ProjectWorker(Worker):
         self.model_cpu += [s.cpu for s in self.agent.spans[spans:]]
         return run.id
 
-    def approve(self, run_id: str) -> str:
+    def prepare(self, run_id: str) -> tuple[str, str]:
+        """What an approver has on screen before clicking: the pending approval's id."""
         from benchlib import pending_approval_id
+        return run_id, pending_approval_id(self.agent, run_id)
 
+    def go(self, prepared: tuple[str, str]) -> str:
         from refund_agent import RunStatus
         from refund_agent.errors import AlreadyDecided
+        run_id, approval_id = prepared
         spans = len(self.agent.spans)
         try:
-            self.agent.decide(pending_approval_id(self.agent, run_id), True, APPROVER)
+            self.agent.decide(approval_id, True, APPROVER)
         except AlreadyDecided:
             return "lost the race (already decided)"
         run = self.agent.advance(run_id)
@@ -448,13 +463,18 @@ class SdkWorker(Worker):
         self.write_state(self.states / f"{run_id}.json", result.to_state().to_string())
         return run_id
 
-    def approve(self, run_id: str) -> str:
-        return self.loop.run_until_complete(self._approve(run_id))
-
-    async def _approve(self, run_id: str) -> str:
-        from agents import Runner, RunState
+    def prepare(self, run_id: str) -> tuple[Path, Any]:
+        """The stored state, loaded as the guide does (``RunState.from_json``)."""
+        from agents import RunState
         path = self.states / f"{run_id}.json"
-        state = await RunState.from_json(self.agent, json.loads(path.read_text()))
+        return path, self.loop.run_until_complete(
+            RunState.from_json(self.agent, json.loads(path.read_text())))
+
+    def go(self, prepared: tuple[Path, Any]) -> str:
+        return self.loop.run_until_complete(self._go(*prepared))
+
+    async def _go(self, path: Path, state: Any) -> str:
+        from agents import Runner
         for interruption in state.get_interruptions():
             state.approve(interruption)
         result = await Runner.run(self.agent, state, max_turns=12)
@@ -588,7 +608,13 @@ class LangGraphWorker(Worker):
         assert out.get("__interrupt__"), out.keys()
         return thread_id
 
-    def approve(self, thread_id: str) -> str:
+    def prepare(self, thread_id: str) -> str:
+        """The thread's state, read as an approver's page would (``get_state``)."""
+        state = self.graph.get_state({"configurable": {"thread_id": thread_id}})
+        assert state.interrupts, state
+        return thread_id
+
+    def go(self, thread_id: str) -> str:
         from langgraph.types import Command
         out = self._invoke(Command(resume={"approved": True, "by": APPROVER}), thread_id)
         assert not out.get("__interrupt__") and not out.get("calls"), out.keys()
@@ -669,10 +695,15 @@ def worker_main(args: argparse.Namespace) -> int:
 def approver_main(args: argparse.Namespace) -> int:
     """One of two approvers racing on the same paused run."""
     worker = make_worker(args)
-    while time.time() < args.start_at:
+    try:
+        prepared = worker.prepare(args.approve)  # both approvers see the run waiting...
+    except Exception as exc:  # noqa: BLE001 - the outcome is the measurement
+        print(json.dumps({"outcome": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 0
+    while time.time() < args.start_at:  # ...and click Approve at the same moment
         time.sleep(0.0005)
     try:
-        outcome = worker.approve(args.approve)
+        outcome = worker.go(prepared)
     except Exception as exc:  # noqa: BLE001 - the outcome is the measurement
         outcome = f"{type(exc).__name__}: {exc}"
     print(json.dumps({"outcome": outcome}), flush=True)
@@ -721,7 +752,7 @@ def race(proc: Proc, first_order: int) -> dict[str, Any]:
     counter = proc.out / f"race-{handle}.txt"
     outbox = proc.out / "outbox.log"
     emails_before = len(outbox.read_text().splitlines()) if outbox.exists() else 0
-    start_at = time.time() + 4.0  # both are started and warm by then
+    start_at = time.time() + 8.0  # both are started, warm and looking at the run by then
     ps = [subprocess.Popen([*proc.argv, "--approve", handle, "--start-at", str(start_at),
                             "--counter", str(counter), "--first-order", str(first_order + i)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
