@@ -73,7 +73,8 @@ from typing import Annotated, Any, TypedDict
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-PEER_MODULES = ("agents", "langgraph", "langgraph.checkpoint.sqlite")
+PEER_MODULES = {"agents": "openai-agents", "langgraph": "langgraph",
+                "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite"}
 INSTALL_HINT = ('The peers are optional; install them with\n\n    pip install -e ".[peers]"\n\n'
                 "(openai-agents, langgraph and langgraph-checkpoint-sqlite), then run "
                 "python bench/peers.py --quick again.")
@@ -105,12 +106,12 @@ def log(msg: str) -> None:
 def peers_missing() -> list[str]:
     import importlib.util
     missing = []
-    for name in PEER_MODULES:
+    for name, package in PEER_MODULES.items():
         try:
             if importlib.util.find_spec(name) is None:
-                missing.append(name)
+                missing.append(package)
         except ModuleNotFoundError:
-            missing.append(name)
+            missing.append(package)
     return missing
 
 
