@@ -242,13 +242,14 @@ def fsync_ms(folder: Path, n: int = 40) -> float:
 
 
 def count_commits(agent: Agent) -> list[int]:
-    """Count the store's write transactions from now on (a one-element list, for reading)."""
-    counter = [0]
+    """Count the store's write transactions from now on: [all, durable ones] (for reading)."""
+    counter = [0, 0]
     tx = agent.store._tx  # noqa: SLF001 - the bench only counts, the store is unchanged
 
-    def counted():
+    def counted(durable: bool = True):
         counter[0] += 1
-        return tx()
+        counter[1] += durable
+        return tx(durable)
 
     agent.store._tx = counted  # type: ignore[method-assign]
     return counter

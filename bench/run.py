@@ -98,9 +98,10 @@ def bench_harness(root: Path, data: Path, pool: OrderPool, tickets: int, warmup:
         "ticket_start_ms": ms(median([x.start for x in timings])),
         "ticket_decide_ms": ms(median([x.decide for x in timings])),
         "offline_model_ms_per_ticket": ms(median(model)),
-        # Each store commit is one fsync (WAL, synchronous=FULL); the payments and email
-        # stand-ins fsync one append each per ticket.
+        # Each durable store commit is one fsync (WAL, synchronous=FULL), the others none
+        # (synchronous=NORMAL); the payments and email stand-ins fsync one append each.
         "store_commits_per_ticket": round(commits[0] / tickets, 1),
+        "durable_commits_per_ticket": round(commits[1] / tickets, 1),
         "log_fsyncs_per_ticket": 2,
         "fsync_ms_before_after": [fsync_before, fsync_after],
         "share_of_grok_run_pct": {"p50": round(100 * median(share), 3),
@@ -487,8 +488,9 @@ def table(results: dict, markdown: bool = False) -> str:
              f"{h['turn_outside_request_cpu_ms']['p99']:.2f} ms", ""),
             ("harness", "per turn, incl. SDK CPU inside the request (p50 / p99)",
              f"{h['turn_ms']['p50']:.2f} / {h['turn_ms']['p99']:.2f} ms", "(5 / 25 ms)"),
-            ("harness", "durable writes per ticket: store commits + log appends (fsync ms)",
-             f"{h['store_commits_per_ticket']:.0f} + {h['log_fsyncs_per_ticket']} "
+            ("harness", "store commits per ticket (durable ones) + log appends (fsync ms)",
+             f"{h['store_commits_per_ticket']:.0f} ({h.get('durable_commits_per_ticket', 0):.0f})"
+             f" + {h['log_fsyncs_per_ticket']} "
              f"({h['fsync_ms_before_after'][0]:.2f} / {h['fsync_ms_before_after'][1]:.2f} ms "
              "each, before / after)", ""),
             ("harness", "SDK CPU per request: build, HTTP, SSE parse (p50)",

@@ -12,12 +12,14 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream raises
 import openai
+from openai.types.responses import Response
 
 from .config import Settings, load_settings
 from .crash import crash_point
@@ -161,6 +163,34 @@ def _usage(response: Any) -> dict[str, int]:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cached_tokens": getattr(details, "cached_tokens", 0) or 0,
             "cost_ticks": int(ticks or 0)}
+
+
+def _sse_events(stream: Any) -> Iterator[dict[str, Any]]:
+    """The JSON events of a server-sent-event stream (``data:`` lines, blank line between).
+
+    A connection that times out or breaks raises the SDK's own errors, as its streams do.
+    """
+    data: list[str] = []
+    lines = stream.iter_lines()
+    while True:
+        try:
+            line = next(lines, None)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=stream.http_request) from exc
+        except (httpx2.RequestError, httpx2.StreamError) as exc:
+            raise openai.APIConnectionError(request=stream.http_request) from exc
+        if line is None:
+            break
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+        elif not line and data:
+            text = "\n".join(data)
+            data = []
+            if text.startswith("[DONE]"):
+                return
+            yield json.loads(text)
+    if data and not data[0].startswith("[DONE]"):
+        yield json.loads("\n".join(data))
 
 
 def paid_quote(approval: Approval) -> Quote:
@@ -398,43 +428,56 @@ class Agent:
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent,
                 cancel: Cancel | None, heartbeat: _Heartbeat) -> Any:
-        """Stream one response, surfacing deltas; returns the completed response."""
-        stream = self.model.client.responses.create(**params)
+        """Stream one response, surfacing deltas; returns the completed response.
+
+        The SDK sends the request (retries, timeouts, errors as ever), but its events are read
+        here as plain JSON: typing every event as a pydantic object, most of them deltas or
+        echoes of the whole response, cost more CPU than anything else in a turn. Only the
+        final response becomes the SDK's ``Response``. The input items and tool schemas go as
+        ``extra_body``, already plain JSON, which skips the SDK's walk over them looking for
+        fields to rename (there are none in them).
+        """
+        params = dict(params)
+        body = {key: params.pop(key) for key in ("input", "tools") if key in params}
+        raw = self.model.client.responses.with_streaming_response.create(
+            **params, extra_body=body or None)
+        stream = raw.__enter__()
         heartbeat.attach(stream)
         if cancel:
             cancel.attach(stream)
         final = None
         try:
-            for event in stream:
+            for event in _sse_events(stream):
                 if cancel and cancel.is_set():
                     raise _Stopped
-                kind = event.type
+                kind = event.get("type")
                 if kind in ("response.reasoning_summary_text.delta",
                             "response.reasoning_text.delta"):
-                    emit(LiveEvent(run_id, "reasoning", event.delta))
+                    emit(LiveEvent(run_id, "reasoning", event.get("delta") or ""))
                 elif kind == "response.output_text.delta":
-                    emit(LiveEvent(run_id, "text", event.delta))
-                elif kind == "response.output_item.added" and event.item.type == "function_call":
-                    emit(LiveEvent(run_id, "call", event.item.name))
+                    emit(LiveEvent(run_id, "text", event.get("delta") or ""))
+                elif (kind == "response.output_item.added"
+                      and (event.get("item") or {}).get("type") == "function_call"):
+                    emit(LiveEvent(run_id, "call", event["item"].get("name") or ""))
                 elif kind == "response.function_call_arguments.delta":
-                    emit(LiveEvent(run_id, "arguments", event.delta))
+                    emit(LiveEvent(run_id, "arguments", event.get("delta") or ""))
                 elif kind == "response.completed":
-                    final = event.response
+                    final = Response.construct(**event["response"])
                 elif kind in ("response.failed", "response.incomplete", "error"):
                     raise openai.APIError(f"The model stream ended with {kind}.",
-                                          request=stream.response.request, body=None)
+                                          request=stream.http_request, body=event)
         except (openai.APIError, httpx.HTTPError):
             heartbeat.check()   # the stream was closed because the run was lost
             if cancel and cancel.is_set():
                 raise _Stopped from None
             raise
         finally:
-            stream.close()
+            raw.__exit__(None, None, None)
         heartbeat.check()
         if final is None:
             raise openai.APIConnectionError(
                 message="The model stream ended before the response was complete.",
-                request=stream.response.request)
+                request=stream.http_request)
         return final
 
     # -- running calls -----------------------------------------------------------------------

@@ -160,6 +160,11 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
+# Calls whose effect leaves the system as soon as they run (see Store.record_response).
+# issue_refund is not one: it only queues an approval, itself a durable commit.
+_EFFECT_CALLS = frozenset({"send_customer_message"})
+
+
 class Store:
     """Typed access to the SQLite file at ``path``; safe to share between threads.
 
@@ -230,6 +235,7 @@ class Store:
                             raise
                         time.sleep(0.01 * (1 + attempt % 5))
                 db.execute("PRAGMA synchronous=FULL")
+                self._local.synchronous = "FULL"
                 db.execute("PRAGMA busy_timeout=10000")
                 db.execute("PRAGMA foreign_keys=ON")
             except sqlite3.DatabaseError as exc:
@@ -247,10 +253,23 @@ class Store:
         return f"Database error in {self.path}: {text}"
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with BEGIN IMMEDIATE and committed on success."""
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken with BEGIN IMMEDIATE and committed on success.
+
+        ``durable`` commits with ``synchronous=FULL``: the write-ahead log is fsynced before
+        COMMIT returns, so the transaction (and every one before it, the log being one file
+        written in order) survives a power loss. It is for the boundaries an outside effect
+        depends on (README, "Durability, boundary by boundary"). The others commit with
+        ``synchronous=NORMAL``: in WAL mode a process crash (SIGKILL) still loses nothing, a
+        power loss may lose them, and each is re-done safely on resume.
+        """
         db = self._db()
+        level = "FULL" if durable else "NORMAL"
         try:
+            if getattr(self._local, "synchronous", None) != level:
+                # Not allowed inside a transaction, so set before BEGIN; per connection.
+                db.execute(f"PRAGMA synchronous={level}")
+                self._local.synchronous = level
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(self._explain(exc)) from None
@@ -448,7 +467,7 @@ class Store:
         Raises:
             RunBusy: another live process (or thread) holds the lease.
         """
-        with self._tx() as db:
+        with self._tx(durable=False) as db:  # lost with the power, so were its holders
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise NotFound(f"No run with id {run_id!r}.")
@@ -481,14 +500,16 @@ class Store:
 
     def renew(self, lease: Lease) -> None:
         """The heartbeat: push the lease's expiry forward, if it is still ours."""
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             self._fence(db, lease)
             db.execute(f"UPDATE runs SET lease_at = {_DB_NOW} WHERE id = ?", (lease.run_id,))
 
     def release(self, lease: Lease, status: RunStatus, error: str | None = None,
                 step: tuple[str, dict[str, Any]] | None = None) -> None:
         """Give up the lease and set the run's status (with an optional timeline step)."""
-        with self._tx() as db:
+        # The run's end (and a person's Stop) is reported to people: durable. A pause or a
+        # failure lost with the power leaves an orphaned run that resume continues.
+        with self._tx(durable=status in (RunStatus.DONE, RunStatus.STOPPED)) as db:
             self._fence(db, lease)
             db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
                        " status = ?, error = ?, updated_at = ? WHERE id = ?",
@@ -503,7 +524,11 @@ class Store:
                         usage: dict[str, int], replies_sent: list[int]) -> None:
         """Boundary 2: a response, its calls and its timeline steps, before any call runs."""
         run_id = lease.run_id
-        with self._tx() as db:
+        # Durable only before an email: its call id is the outbox's idempotency key, and a
+        # response lost with the power would be asked for again and bring a new call id.
+        # Anything else is re-done safely (the request sent again, read-only calls re-run).
+        durable = any(name in _EFFECT_CALLS for _, name, _ in calls)
+        with self._tx(durable=durable) as db:
             self._fence(db, lease)
             for seq, (call_id, name, arguments) in enumerate(calls):
                 db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments)"
@@ -527,7 +552,7 @@ class Store:
                  ) -> None:
         """Count a side request (the simulated customer) toward the run's requests and cost."""
         run_id = lease.run_id
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             self._fence(db, lease)
             db.execute(
                 "UPDATE runs SET requests = requests + 1, cost_ticks = cost_ticks + ?,"
@@ -549,7 +574,9 @@ class Store:
                       audit: dict[str, Any] | None = None) -> None:
         """Boundary 3: a call's output is saved the moment the call returns."""
         run_id = lease.run_id
-        with self._tx() as db:
+        # Not durable: lost with the power, the call runs again and its stand-in hands back
+        # what it did the first time (same idempotency key); read-only calls just re-run.
+        with self._tx(durable=False) as db:
             self._fence(db, lease)
             db.execute("UPDATE calls SET output = ? WHERE call_id = ? AND output IS NULL",
                        (output, call_id))

@@ -85,3 +85,51 @@ def test_last_line_without_newline_that_parses_counts(tmp_path):
     log.once("k2", {"order_id": "A1", "amount": 4.0}, lambda: {})
     assert [r["idempotency_key"] for r in log.records()] == ["k1", "k2"]
     assert [r["idempotency_key"] for r in Payments(tmp_path).refunds()] == ["k1", "k2"]
+
+
+# -- the key index beside the file (a new process looks a key up without reading everything) ----
+
+def test_a_new_process_finds_keys_through_the_index_without_reading_the_file(tmp_path,
+                                                                             monkeypatch):
+    log = IdempotentLog(tmp_path / "refunds.log")
+    for i in range(50):
+        _pay(log, f"k{i}", 100 + i)
+    assert (tmp_path / "refunds.log.idx").exists()
+
+    def no_full_read(self):
+        raise AssertionError("find read the whole file")
+    monkeypatch.setattr(IdempotentLog, "scan", no_full_read)
+    later = IdempotentLog(tmp_path / "refunds.log")   # another process, later
+    assert later.find("k7")["request"]["amount_cents"] == 107
+    assert later.find("nope") is None
+    record, reused = _pay(later, "k49", 149)
+    assert reused and record["idempotency_key"] == "k49"
+    _, reused = _pay(later, "k50", 150)
+    assert not reused
+    with pytest.raises(IdempotencyConflict):
+        _pay(IdempotentLog(tmp_path / "refunds.log"), "k3", 999)
+
+
+def test_the_index_starts_over_when_the_file_is_rewritten_in_place(tmp_path):
+    log = IdempotentLog(tmp_path / "outbox.log")
+    log.once("k1", {"to": "a"}, lambda: {"message_id": "m1"})
+    log.once("k2", {"to": "b"}, lambda: {"message_id": "m2"})
+    older = json.dumps({"idempotency_key": "k0", "request": {"to": "z"}}) + "\n"
+    log.path.write_text(older + log.path.read_text())   # same file, history put in front
+    later = IdempotentLog(tmp_path / "outbox.log")
+    assert later.find("k0")["request"] == {"to": "z"}
+    assert later.find("k2")["message_id"] == "m2"
+    _, reused = later.once("k1", {"to": "a"}, lambda: {"message_id": "again"})
+    assert reused
+
+
+def test_a_broken_index_falls_back_to_reading_the_file(tmp_path):
+    log = IdempotentLog(tmp_path / "refunds.log")
+    _pay(log, "k1", 1000)
+    (tmp_path / "refunds.log.idx").write_bytes(b"not a database" * 100)
+    for name in ("refunds.log.idx-wal", "refunds.log.idx-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    later = IdempotentLog(tmp_path / "refunds.log")
+    assert later.find("k1")["request"]["amount_cents"] == 1000
+    _, reused = _pay(later, "k1", 1000)
+    assert reused
