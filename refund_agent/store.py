@@ -509,7 +509,7 @@ class Store:
         """Give up the lease and set the run's status (with an optional timeline step)."""
         # The run's end (and a person's Stop) is reported to people: durable. A pause or a
         # failure lost with the power leaves an orphaned run that resume continues.
-        with self._tx(durable=status in (RunStatus.DONE, RunStatus.STOPPED)) as db:
+        with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
             self._fence(db, lease)
             db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
                        " status = ?, error = ?, updated_at = ? WHERE id = ?",
