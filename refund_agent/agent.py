@@ -325,13 +325,18 @@ class Agent:
         if run.last_response_id is None:
             return []
         entries = self.store.transcript(run.id)
-        if (not run.transcript_complete or not entries
-                or entries[-1].response_id != run.last_response_id):
+        why = None
+        if not run.transcript_complete:
+            why = "the run started before refund-agent kept transcripts"
+        elif not entries or entries[-1].response_id != run.last_response_id:
+            why = ("its transcript does not end at that response (the store was edited, or "
+                   "restored from an older copy)")
+        if why:
             raise _NoTranscript(
                 f"Run {run.id} needs its own transcript (its stored response "
-                f"{run.last_response_id} is gone, or zero retention is on), but the run started "
-                "before refund-agent kept transcripts, so it cannot continue; stored responses "
-                f"expire after {STORED_RESPONSE_DAYS} days. Start a new ticket.")
+                f"{run.last_response_id} is gone, or zero retention is on), but {why}, so it "
+                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days. "
+                "Start a new ticket.")
         return [entry.item for entry in entries]
 
     def _finish(self, lease: Lease, status: RunStatus, error: str | None,
@@ -420,7 +425,7 @@ class Agent:
                     raise  # a wrong URL or model, not the stored response
                 history = self._history(run)
                 params.pop("previous_response_id")
-                params["input"] = history + items
+                params.update(input=history + items, store=True)  # chain from the new one
                 resent = {"missing": missing, "items": len(history),
                           "bytes": run.transcript_bytes}
                 response = self._stream(run.id, params, emit, cancel, heartbeat)

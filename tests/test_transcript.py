@@ -184,6 +184,19 @@ def test_a_run_without_a_transcript_going_back_to_the_start_does_not_send_half_o
     assert len(model.server.requests) == before + 1   # only the chained request that got 404
 
 
+def test_a_transcript_cut_short_is_refused_not_sent(agent: Agent, model):
+    """A store restored from an older copy: the transcript stops before the last response."""
+    run = _waiting_damaged(agent)
+    with sqlite3.connect(agent.settings.db_path) as db:
+        db.execute("DELETE FROM transcript WHERE run_id = ? AND response_id = ?",
+                   (run.id, run.last_response_id))
+    model.client.responses.delete(run.last_response_id)
+    _approve_pending(agent, run.id)
+    failed = agent.advance(run.id)
+    assert failed.status == RunStatus.FAILED
+    assert "does not end at that response" in failed.error and agent.outbox.messages() == []
+
+
 # -- zero retention -------------------------------------------------------------------------------
 
 def _angry_flow(agent: Agent) -> str:
