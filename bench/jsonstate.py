@@ -29,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +41,15 @@ from refund_agent.errors import (
     RunBusy,
     RunNotReady,
 )
-from refund_agent.models import Approval, Call, Reply, Run, RunStatus, Step
+from refund_agent.models import Approval, Call, Reply, Run, RunStatus, Step, TranscriptEntry
 from refund_agent.policy import Held, Quote
 from refund_agent.store import LEASE_STALE_SECONDS, Lease, pid_alive
 
 _RUN_FIELDS = ("id", "created_at", "kind", "sender", "sender_name", "subject", "email", "status",
                "last_response_id", "requests", "cost_ticks", "input_tokens", "cached_tokens",
                "output_tokens", "simulated_replies", "error", "lease_pid", "lease_token",
-               "lease_at", "last_pid", "updated_at")
+               "lease_at", "last_pid", "updated_at", "transcript_items", "transcript_bytes",
+               "transcript_complete")
 
 
 def empty_state() -> dict[str, Any]:
@@ -196,7 +197,8 @@ class JsonStateStore:
                "cost_ticks": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0,
                "simulated_replies": 0, "error": None, "lease_pid": None, "lease_token": None,
                "lease_at": None, "lease_epoch": 0, "last_pid": self.pid, "updated_at": now,
-               "steps": [], "calls": [], "replies": []}
+               "transcript_items": 0, "transcript_bytes": 0, "transcript_complete": True,
+               "steps": [], "calls": [], "replies": [], "transcript": []}
         with self._lock:
             self.state["runs"][run["id"]] = run
             self._step(run, "email", {"from": sender, "name": sender_name, "subject": subject,
@@ -215,10 +217,28 @@ class JsonStateStore:
 
     def record_response(self, lease: Lease, *, response_id: str,
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
-                        usage: dict[str, int], replies_sent: list[int]) -> None:
+                        usage: dict[str, int], replies_sent: list[int],
+                        transcript: Sequence[tuple[str, dict[str, Any]]] = (),
+                        resent: dict[str, Any] | None = None) -> None:
         with self._lock:
-            self._record_response(self._fence(lease), response_id, calls, steps, usage,
-                                  replies_sent)
+            run = self._fence(lease)
+            if resent is not None:
+                self._step(run, "resent", {**resent, "response_id": response_id})
+                self._audit("resent", "agent", run_id=run["id"],
+                            note=f"stored response {resent['missing']} was not found; sent the "
+                                 f"transcript instead, continuing as {response_id}")
+            # The guide's design keeps the transcript in the same file, like everything else.
+            for seq, (origin, item) in enumerate(transcript, start=len(run["transcript"])):
+                text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+                run["transcript"].append({"seq": seq, "response_id": response_id,
+                                          "origin": origin, "item": item})
+                run["transcript_items"] += 1
+                run["transcript_bytes"] += len(text.encode())
+            self._record_response(run, response_id, calls, steps, usage, replies_sent)
+
+    def transcript(self, run_id: str) -> list[TranscriptEntry]:
+        return [TranscriptEntry.model_validate(entry)
+                for entry in self._run(run_id).get("transcript", [])]
 
     def _record_response(self, run: dict[str, Any], response_id: str,
                          calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],

@@ -14,7 +14,9 @@ name a place there. See docs/PERFORMANCE.md for the method and the results.
               with the original guide's one-JSON-file design (bench/jsonstate.py), for comparison
 3. throughput tickets resolved end to end per second, one and two worker processes
 4. bytes      bytes and tokens sent per turn of the angry-customer conversation, with
-              previous_response_id and as if the whole history were resent
+              previous_response_id and as if the whole history were resent; then the same
+              conversation again with zero retention (store=false, the transcript sent each
+              turn), measured, and the transcript each run keeps
 5. recovery   a new process after a crash, to its first model request
 6. page       a decision in another process, to the browser showing it (full runs only)
 """
@@ -351,14 +353,18 @@ def _offline_env(**extra: str) -> dict[str, str]:
 
 # -- 4. bytes and tokens per turn ---------------------------------------------------------------
 
-def bench_bytes(root: Path) -> dict:
+def _angry_conversation(folder: Path, zero_retention: bool):
+    """The angry customer from first email to DONE, counting the bytes of every request body.
+
+    Returns the agent, the run, the request bodies the offline server received and the bytes
+    the SDK put on the wire for each (the same order).
+    """
     import httpx2
     import openai
 
     from refund_agent import Agent
-    from refund_agent.offline.events import estimate_tokens
 
-    settings = bench_settings(root / "bytes", DATA)
+    settings = bench_settings(folder, DATA, zero_retention=zero_retention)
     server = open_model(settings).server
     sent: list[int] = []
     http = httpx2.Client(event_hooks={"request": [lambda req: sent.append(len(req.content))]})
@@ -370,8 +376,37 @@ def bench_bytes(root: Path) -> dict:
     run = converse(agent, run.id)
     agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
     run = converse(agent, run.id)
+    assert run.status == RunStatus.DONE, run.error
     bodies = server.requests[first:]
     assert len(bodies) == len(sent), (len(bodies), len(sent))
+    return agent, run, bodies, sent
+
+
+def _zero_retention_bytes(root: Path, chained_rows: list[dict]) -> dict:
+    """The same conversation with zero retention: what each agent request really sent."""
+    agent, run, bodies, sent = _angry_conversation(root / "bytes-zero-retention", True)
+    responses = [s.data for s in agent.store.steps(run.id) if s.kind == "response"]
+    turns = [(body, nbytes) for body, nbytes in zip(bodies, sent, strict=True)
+             if body.get("tools")]   # the simulated customer's requests have no tools
+    assert len(turns) == len(responses) == len(chained_rows), (len(turns), len(chained_rows))
+    assert all(body["store"] is False and "previous_response_id" not in body
+               for body, _n in turns)
+    rows = [{"turn": i, "bytes": nbytes, "bytes_chained": chained["bytes"],
+             "input_items": len(body["input"]), "input_tokens": resp.get("input_tokens"),
+             "cached_tokens": resp.get("cached_tokens")}
+            for i, ((body, nbytes), resp, chained)
+            in enumerate(zip(turns, responses, chained_rows, strict=True), 1)]
+    agent.model.server.close()
+    return {"turns": rows, "bytes": sum(r["bytes"] for r in rows),
+            "cost_usd": run.cost_usd, "requests": run.requests,
+            "transcript": {"items": run.transcript_items, "bytes": run.transcript_bytes}}
+
+
+def bench_bytes(root: Path) -> dict:
+    from refund_agent.offline.events import estimate_tokens
+
+    agent, run, bodies, sent = _angry_conversation(root / "bytes", False)
+    server = agent.model.server
     responses = [s.data for s in agent.store.steps(run.id) if s.kind == "response"]
 
     def size(body: dict) -> int:
@@ -381,7 +416,7 @@ def bench_bytes(root: Path) -> dict:
     rows, history = [], []
     agent_turn = 0
     for body, nbytes in zip(bodies, sent, strict=True):
-        if body.get("store") is False:  # the simulated customer: no chain, always the transcript
+        if not body.get("tools"):  # the simulated customer: no chain, always the emails
             rows.append({"who": "customer (simulated)", "bytes": nbytes,
                          "bytes_full_history": nbytes,
                          "tokens_sent": estimate_tokens(body["input"]),
@@ -407,7 +442,10 @@ def bench_bytes(root: Path) -> dict:
     server.close()
     return {"requests": rows, "agent_turns": len(agent_rows), "totals": totals,
             "last_turn_ratio": round(agent_rows[-1]["bytes_full_history"]
-                                     / agent_rows[-1]["bytes"], 1)}
+                                     / agent_rows[-1]["bytes"], 1),
+            "cost_usd": run.cost_usd,
+            "transcript": {"items": run.transcript_items, "bytes": run.transcript_bytes},
+            "zero_retention": _zero_retention_bytes(root, agent_rows)}
 
 
 # -- 5. recovery ------------------------------------------------------------------------------
@@ -546,6 +584,19 @@ def table(results: dict, markdown: bool = False) -> str:
         rows.append(("bytes", "whole conversation incl. simulated customer: bytes / tokens sent",
                      f"{tt['bytes']:,} / {tt['tokens_sent']:,} (full history: "
                      f"{tt['bytes_full_history']:,} / {tt['tokens_sent_full_history']:,})", ""))
+        z = b.get("zero_retention")
+        if z:
+            per_turn = " ".join(f"{r['bytes'] / 1000:.1f}" for r in z["turns"])
+            chained = " ".join(f"{r['bytes_chained'] / 1000:.1f}" for r in z["turns"])
+            rows.append(("bytes", "kB per agent request, previous_response_id", chained, ""))
+            rows.append(("bytes", "kB per agent request, zero retention (measured)", per_turn,
+                         ""))
+            rows.append(("bytes", "agent requests in all: chained / zero retention",
+                         f"{sum(r['bytes_chained'] for r in z['turns']):,} / {z['bytes']:,} B; "
+                         f"cost ${b['cost_usd']:.4f} / ${z['cost_usd']:.4f}", ""))
+            rows.append(("bytes", "transcript kept per run (items, bytes)",
+                         f"{b['transcript']['items']} items, {b['transcript']['bytes']:,} B",
+                         ""))
     for rec in results.get("recovery", []):
         rows.append(("recovery", f"new process to first model request ({rec['store']})",
                      f"{rec['to_first_request_ms']['p50']:.0f} ms (python+imports "

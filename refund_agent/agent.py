@@ -38,6 +38,11 @@ from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30
 MAX_EMAIL_CHARS = 20_000
+# Asked for on every request, so the transcript holds each reasoning item with the encrypted
+# reasoning the provider needs to read it back when the run sends its history itself.
+INCLUDE = ["reasoning.encrypted_content"]
+# The provider's code for encrypted reasoning that does not verify (a changed transcript).
+BAD_REASONING = "invalid_encrypted_content"
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,10 @@ class _Pause(Exception):
 
 class _Stopped(Exception):
     """Raised inside a turn when someone pressed Stop."""
+
+
+class _NoTranscript(Exception):
+    """The run needs its transcript, but it does not go back to the first request."""
 
 
 def _require_utf8(*texts: str) -> None:
@@ -298,11 +307,15 @@ class Agent:
             self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
             if isinstance(exc, KeyboardInterrupt):
                 raise
+        except _NoTranscript as exc:
+            self._finish(lease, RunStatus.FAILED, str(exc))
         except openai.NotFoundError as exc:
             self._finish(lease, RunStatus.FAILED, self._not_found(run_id, exc))
         except openai.APIError as exc:
             if cancel and cancel.is_set():
                 self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
+            elif getattr(exc, "code", None) == BAD_REASONING:
+                self._finish(lease, RunStatus.FAILED, self._refused_transcript(exc))
             else:
                 self._finish(lease, RunStatus.FAILED,
                              f"The model request failed ({type(exc).__name__}: {exc}). Resume "
@@ -323,13 +336,48 @@ class Agent:
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
 
     def _not_found(self, run_id: str, exc: openai.NotFoundError) -> str:
-        """A 404 means the stored response expired only when the answer says so."""
+        """A 404 that is not about the stored response (that one falls back to the transcript)."""
         previous = self.store.run(run_id).last_response_id
         if previous and previous in str(exc):
-            return (f"The stored response {previous} is gone: stored responses expire after "
-                    f"{STORED_RESPONSE_DAYS} days, so this run cannot continue.")
+            # Reached only if the request sent from the transcript was refused as well.
+            return (f"The stored response {previous} is gone, and the request sent from the "
+                    f"run's transcript instead was refused too ({exc}); resume retries.")
         return (f"The model endpoint answered 404 Not Found ({exc}). Check "
                 "REFUND_AGENT_BASE_URL and REFUND_AGENT_MODEL; resume retries.")
+
+    @staticmethod
+    def _refused_transcript(exc: openai.APIError) -> str:
+        """The provider refused the transcript's encrypted reasoning: say so plainly."""
+        return ("The model refused this run's transcript: the encrypted reasoning kept in the "
+                f"store does not verify ({exc.message}). The transcript was changed after the "
+                "model wrote it, or was written under another key or provider, so the run "
+                "stopped here rather than continue without its reasoning. Restore the store "
+                "from a backup, or start a new ticket.")
+
+    def _history(self, run: Run) -> list[dict[str, Any]]:
+        """The run's transcript as input items, checked to reach from the first request to
+        the run's last response.
+
+        Raises:
+            _NoTranscript: the run started before transcripts were kept (an upgraded store),
+                or its transcript does not end at the run's last response.
+        """
+        if run.last_response_id is None:
+            return []
+        entries = self.store.transcript(run.id)
+        why = None
+        if not run.transcript_complete:
+            why = "the run started before refund-agent kept transcripts"
+        elif not entries or entries[-1].response_id != run.last_response_id:
+            why = ("its transcript does not end at that response (the store was edited, or "
+                   "restored from an older copy)")
+        if why:
+            raise _NoTranscript(
+                f"Run {run.id} needs its own transcript (its stored response "
+                f"{run.last_response_id} is gone, or zero retention is on), but {why}, so it "
+                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days. "
+                "Start a new ticket.")
+        return [entry.item for entry in entries]
 
     def _finish(self, lease: Lease, status: RunStatus, error: str | None,
                 step: tuple[str, dict] | None = None) -> None:
@@ -387,19 +435,40 @@ class Agent:
 
     def _turn(self, run: Run, lease: Lease, items: list[dict[str, Any]], reply_ids: list[int],
               emit: OnEvent, cancel: Cancel | None) -> None:
-        """One streamed request; its response is committed before any of its calls run."""
+        """One streamed request; its response is committed before any of its calls run.
+
+        The request continues the stored response with ``previous_response_id``, unless zero
+        retention is on: then nothing is stored and the run's transcript goes along each time.
+        If the stored response is gone (a 404 naming it: expired, deleted), the same turn is
+        sent once more with the transcript, stored again, and the run chains from there.
+        """
         started = time.monotonic()
+        keep_nothing = self.settings.zero_retention
         params: dict[str, Any] = {
             "model": self.settings.model, "input": items, "tools": tool_schemas(),
-            "store": True, "stream": True, "parallel_tool_calls": False,
-            "prompt_cache_key": run.id,
+            "store": not keep_nothing, "include": INCLUDE, "stream": True,
+            "parallel_tool_calls": False, "prompt_cache_key": run.id,
         }
-        if run.last_response_id:
+        if keep_nothing:
+            params["input"] = self._history(run) + items
+        elif run.last_response_id:
             params["previous_response_id"] = run.last_response_id
         if self.settings.reasoning_effort:
             params["reasoning"] = {"effort": self.settings.reasoning_effort}
+        resent: dict[str, Any] | None = None
         with _Heartbeat(self.store, lease) as heartbeat:
-            response = self._stream(run.id, params, emit, cancel, heartbeat)
+            try:
+                response = self._stream(run.id, params, emit, cancel, heartbeat)
+            except openai.NotFoundError as exc:
+                missing = params.get("previous_response_id")
+                if not missing or missing not in str(exc):
+                    raise  # a wrong URL or model, not the stored response
+                history = self._history(run)
+                params.pop("previous_response_id")
+                params.update(input=history + items, store=True)  # chain from the new one
+                resent = {"missing": missing, "items": len(history),
+                          "bytes": run.transcript_bytes}
+                response = self._stream(run.id, params, emit, cancel, heartbeat)
         steps: list[tuple[str, dict[str, Any]]] = []
         calls: list[tuple[str, str, str]] = []
         text = ""
@@ -423,8 +492,13 @@ class Agent:
         usage = _usage(response)
         steps.append(("response", {"response_id": response.id,
                                    "seconds": round(time.monotonic() - started, 3), **usage}))
+        # What this request added to the conversation, then every output item as it arrived
+        # (to_dict keeps exactly the fields the API sent, encrypted reasoning included).
+        transcript = [*(("input", item) for item in items),
+                      *(("output", item.to_dict(mode="json")) for item in response.output)]
         self.store.record_response(lease, response_id=response.id, calls=calls, steps=steps,
-                                   usage=usage, replies_sent=reply_ids)
+                                   usage=usage, replies_sent=reply_ids, transcript=transcript,
+                                   resent=resent)
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent,
                 cancel: Cancel | None, heartbeat: _Heartbeat) -> Any:
@@ -586,7 +660,9 @@ class Agent:
         Raises:
             DecisionRefused: no name, a rejection without a note, lines that are not the
                 proposal's, an amount above ``limit_cents``, or a policy that no longer
-                allows the refund (the stored response expired, say).
+                allows the refund (a line was refunded elsewhere since, say). An approval
+                decided after the run's stored response expired is decided like any other:
+                the run continues from its own transcript.
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
@@ -632,11 +708,11 @@ class Agent:
 
     def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held]
                  ) -> Quote | str:
-        """What approving these lines of ``approval`` pays today, or why it may not."""
-        age_days = (time.time() - approval.requested_at) / 86400
-        if age_days > STORED_RESPONSE_DAYS:
-            return (f"the run's stored response is older than {STORED_RESPONSE_DAYS} days and "
-                    "has expired, so the run cannot continue; start a new ticket.")
+        """What approving these lines of ``approval`` pays today, or why it may not.
+
+        Its age does not matter: a run whose stored response expired meanwhile continues from
+        its transcript (see :meth:`_turn`).
+        """
         order = self._tools(self.store.run(approval.run_id)).owned_order(approval.order_id)
         if isinstance(order, str):
             return order

@@ -23,7 +23,7 @@ from .customer import converse
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
 from .models import Approval, Run, RunStatus, Step
 from .reconcile import reconcile
-from .text import printable
+from .text import printable, size_text, transcript_text
 
 EPILOG = """\
 examples:
@@ -54,6 +54,11 @@ Replies are accepted only once a run has finished or asked the customer a questi
 it works or waits for approval). Ctrl+C stops
 a run at its last stored response; `resume` continues it. Without XAI_API_KEY every command
 uses the offline stand-in model, which runs locally and is not Grok.
+
+Each run keeps its own transcript (every item sent and returned, encrypted reasoning included):
+when the provider's stored response is gone (30 days, or deleted) the run sends it instead and
+carries on. REFUND_AGENT_ZERO_RETENTION=1 asks the provider to keep nothing (store=false) and
+sends the transcript with every request; `show` and `runs` print each run's transcript size.
 """
 
 
@@ -110,6 +115,9 @@ class Printer:
             "text": lambda: f"  {d['text']}",
             "reply": lambda: ("Customer replied (written by the model):" if d["simulated"]
                               else "Customer replied:") + "\n" + _quote(d["text"], "  | "),
+            "resent": lambda: f"  -- stored response {d['missing']} was gone: sent the run's "
+                              f"transcript instead ({d['items']} items, "
+                              f"{size_text(d['bytes'])}) --",
             "error": lambda: f"  !! {d['message']}",
             "stopped": lambda: "  -- stopped --",
         }
@@ -143,9 +151,11 @@ def _summary(run: Run, out: TextIO) -> None:
         RunStatus.ASKED: "waiting on the customer's answer: `refund-agent reply` continues it",
         RunStatus.WORKING: "working",
     }[run.status]
+    kept = (f"; {transcript_text(run.transcript_items, run.transcript_bytes)}"
+            if run.transcript_items else "")
     out.write(f"\nRun {run.id}: {status}\n{run.requests} model requests, "
               f"${run.cost_usd:.4f}, {run.cached_tokens:,} of {run.input_tokens:,} input tokens "
-              "cached\n")
+              f"cached{kept}\n")
 
 
 def _drive(agent: Agent, run_id: str, printer: Printer, simulate: bool = True) -> Run:
@@ -286,7 +296,8 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     elif what == "runs":
         for r in agent.store.runs(limit=args.limit):
             print(f"{r.id}  {r.status.value:8}  {_time(r.created_at)}  {r.sender:28}  "
-                  f"{r.requests:2} req  ${r.cost_usd:.4f}  {r.subject}")
+                  f"{r.requests:2} req  ${r.cost_usd:.4f}  {size_text(r.transcript_bytes):>8}  "
+                  f"{r.subject}")
     elif what == "show":
         printer = Printer()
         for step in agent.store.steps(args.run):

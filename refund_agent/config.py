@@ -49,6 +49,9 @@ class Settings:
             (REFUND_AGENT_APPROVAL_DAYS; the page's worker and ``refund-agent expire`` apply it).
         allowed_hosts: host names the page answers to besides localhost, 127.0.0.1 and ::1
             (REFUND_AGENT_ALLOWED_HOSTS, comma-separated).
+        zero_retention: ask the provider to keep nothing (``store=false`` on every request) and
+            send the run's own transcript each turn instead of ``previous_response_id``
+            (REFUND_AGENT_ZERO_RETENTION=1). More bytes per request; nothing kept remotely.
     """
 
     api_key: str = ""
@@ -64,6 +67,7 @@ class Settings:
     lease_seconds: float = 15 * 60
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
     approval_days: float = 7.0
+    zero_retention: bool = False
 
     @property
     def offline(self) -> bool:
@@ -84,6 +88,15 @@ class Settings:
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields changed (handy in tests and the notebook)."""
         return replace(self, **changes)
+
+
+def _flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {raw!r}.")
 
 
 def load_settings(env_file: Path | None = None) -> Settings:
@@ -112,4 +125,5 @@ def load_settings(env_file: Path | None = None) -> Settings:
         allowed_hosts=frozenset(h.strip().lower().rstrip(".") for h in
                                 env.get("REFUND_AGENT_ALLOWED_HOSTS", "").split(",")
                                 if h.strip()),
+        zero_retention=_flag("REFUND_AGENT_ZERO_RETENTION"),
     )

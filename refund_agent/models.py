@@ -40,6 +40,9 @@ class Run(BaseModel):
     lease_pid: int | None
     last_pid: int | None
     updated_at: float
+    transcript_items: int = 0       # items kept in the run's transcript (see Store.transcript)
+    transcript_bytes: int = 0       # their size as stored JSON, in bytes
+    transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
 
     @property
     def cost_usd(self) -> float:
@@ -147,6 +150,20 @@ class AuditEntry(BaseModel):
     lines: list[dict[str, Any]] | None = None  # the refund's lines, on money events
     prev_hash: str
     hash: str
+
+
+class TranscriptEntry(BaseModel):
+    """One item of a run's transcript: something a request sent, or a response returned.
+
+    ``item`` is the Responses API item exactly as sent or as it arrived (a reasoning item keeps
+    its ``encrypted_content``), so the items in order are a request's ``input`` that carries
+    the whole conversation.
+    """
+
+    seq: int
+    response_id: str     # the response whose request sent it, or whose output it is
+    origin: str          # input or output
+    item: dict[str, Any]
 
 
 class Reply(BaseModel):

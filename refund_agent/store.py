@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +29,45 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
-from .models import Approval, AuditEntry, Call, InboxRow, Reply, Run, RunStatus, Step
+from .models import (
+    Approval,
+    AuditEntry,
+    Call,
+    InboxRow,
+    Reply,
+    Run,
+    RunStatus,
+    Step,
+    TranscriptEntry,
+)
 from .policy import Held, Quote
 
-# 3 made refunds itemized: approvals hold order lines (approval_lines), money is kept in cents
-# and audit entries record the lines. Stores from 1 and 2 that hold approvals cannot be mapped
-# to lines without guessing, so they are refused (see _upgrade); empty ones are upgraded.
-SCHEMA_VERSION = 3
+# What each schema version added, oldest first. Every bump adds a line here and, when existing
+# tables change, a numbered step in _STEPS that runs while the store's user_version is below it.
+SCHEMA_HISTORY: dict[int, str] = {
+    1: "runs, steps, calls, approvals, replies and the chained audit log.",
+    2: "approvals_by_run and approvals_by_order indexes.",
+    3: "Itemized refunds: approvals hold order lines (approval_lines), money in cents, audit "
+       "entries record the lines; leases carry a fencing epoch; the audit anchor; accounts. "
+       "Stores from 1 and 2 that hold approvals cannot be mapped to lines without guessing, "
+       "so they are refused (see _upgrade); empty ones are upgraded.",
+    4: "The transcript: every item each request sent and each response returned (encrypted "
+       "reasoning included), in order, so a run can continue without the provider's stored "
+       "response; runs count its items and bytes and say whether it goes back to the start.",
+}
+SCHEMA_VERSION = max(SCHEMA_HISTORY)
+# The steps that change tables an older store already has (CREATE TABLE IF NOT EXISTS never adds
+# a column). New tables and indexes come from _SCHEMA, which runs after the steps.
+_STEPS: dict[int, str] = {
+    3: "DROP TABLE approvals; ALTER TABLE audit ADD COLUMN lines TEXT; "
+       "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;",
+    # Runs that already made a request have no transcript of it, so theirs is incomplete; a run
+    # that has not started yet will keep one from its first request.
+    4: "ALTER TABLE runs ADD COLUMN transcript_items INTEGER NOT NULL DEFAULT 0; "
+       "ALTER TABLE runs ADD COLUMN transcript_bytes INTEGER NOT NULL DEFAULT 0; "
+       "ALTER TABLE runs ADD COLUMN transcript_complete INTEGER NOT NULL DEFAULT 0; "
+       "UPDATE runs SET transcript_complete = 1 WHERE last_response_id IS NULL;",
+}
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
 # process with the same pid exists (pids are reused after a reboot, and a paused process keeps
@@ -69,7 +101,9 @@ CREATE TABLE IF NOT EXISTS runs (
     output_tokens INTEGER NOT NULL DEFAULT 0, simulated_replies INTEGER NOT NULL DEFAULT 0,
     error TEXT, lease_pid INTEGER, lease_token TEXT, lease_at REAL, last_pid INTEGER,
     lease_epoch INTEGER NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
+    transcript_complete INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
@@ -105,6 +139,14 @@ CREATE TABLE IF NOT EXISTS approval_lines (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
     WHERE held = 1;
+-- The run's transcript: each request's new input items, then its response's output items exactly
+-- as they arrived (reasoning with its encrypted_content), in order. Replayed as one input list it
+-- is the conversation the model saw, which is what a request without previous_response_id needs.
+CREATE TABLE IF NOT EXISTS transcript (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, response_id TEXT NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('input', 'output')), item TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
 CREATE TABLE IF NOT EXISTS replies (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, text TEXT NOT NULL,
     simulated INTEGER NOT NULL, response_id TEXT
@@ -187,15 +229,14 @@ class Store:
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
         if version < SCHEMA_VERSION:
+            # (A store from an unreleased build of schema 3 without accounts is upgraded here
+            # too: the schema script adds whatever table is missing.)
             self._upgrade(version)
-        elif not self._read("SELECT 1 FROM sqlite_master WHERE name = 'accounts'"):
-            # A store made by an earlier build of schema 3 (unreleased), before accounts: the
-            # schema script only adds what is missing.
-            self._upgrade(SCHEMA_VERSION)
 
     def _upgrade(self, version: int) -> None:
         """Create the schema, or bring an older store up to date when that is safe."""
-        script = _SCHEMA
+        steps = "".join(step for number, step in sorted(_STEPS.items())
+                        if version and version < number)
         if version in (1, 2):
             count = self._read("SELECT COUNT(*) FROM approvals")[0][0]
             if count:
@@ -206,14 +247,19 @@ class Store:
                     "use it. Move the output folder aside (for example `mv output "
                     "output-old`) to start afresh; nothing in it was changed.")
             # No money was ever proposed there: the runs, replies and audit carry over as they
-            # are, and the empty approvals table is made again with its new columns.
-            script = ("DROP TABLE approvals; ALTER TABLE audit ADD COLUMN lines TEXT; "
-                      "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0; "
-                      + _SCHEMA)
+            # are, and the empty approvals table is made again with its new columns (step 3).
+        script = steps + _SCHEMA
+        db = self._db()
         try:  # executescript commits on its own, so the schema gets its own transaction
-            self._db().executescript(
+            db.executescript(
                 f"BEGIN IMMEDIATE; {script} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            # Two processes may open an old store at once; the second one's ALTER TABLE then
+            # finds the column already there. The store is upgraded either way.
+            if self._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION:
+                return
             raise StoreError(self._explain(exc)) from None
 
     # -- connection handling -------------------------------------------------------------
@@ -365,7 +411,8 @@ class Store:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
-                " status, updated_at, last_pid) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " status, updated_at, last_pid, transcript_complete)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,1)",
                 (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
                  self.pid))
             self._step(db, run_id, "email", {"from": sender, "name": sender_name,
@@ -521,8 +568,18 @@ class Store:
 
     def record_response(self, lease: Lease, *, response_id: str,
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
-                        usage: dict[str, int], replies_sent: list[int]) -> None:
-        """Boundary 2: a response, its calls and its timeline steps, before any call runs."""
+                        usage: dict[str, int], replies_sent: list[int],
+                        transcript: Sequence[tuple[str, dict[str, Any]]] = (),
+                        resent: dict[str, Any] | None = None) -> None:
+        """Boundary 2: a response, its calls and its timeline steps, before any call runs.
+
+        Args:
+            transcript: ("input" or "output", item) pairs to append to the run's transcript:
+                the items this request sent that were new, then the response's output items.
+            resent: set when the run's stored response was gone and the transcript was sent
+                instead: ``missing`` (the response id), ``items`` and ``bytes`` sent. The
+                timeline and the audit log record it with the response, in this transaction.
+        """
         run_id = lease.run_id
         # Durable only before an email: its call id is the outbox's idempotency key, and a
         # response lost with the power would be asked for again and bring a new call id.
@@ -530,6 +587,14 @@ class Store:
         durable = any(name in _EFFECT_CALLS for _, name, _ in calls)
         with self._tx(durable=durable) as db:
             self._fence(db, lease)
+            if resent is not None:
+                self._step(db, run_id, "resent", {**resent, "response_id": response_id})
+                self._audit(db, "resent", "agent", run_id=run_id,
+                            note=f"stored response {resent['missing']} was not found (expired "
+                                 f"or deleted); sent the run's transcript instead "
+                                 f"({resent['items']} items, {resent['bytes']:,} bytes), "
+                                 f"continuing as {response_id}")
+            self._append_transcript(db, run_id, response_id, transcript)
             for seq, (call_id, name, arguments) in enumerate(calls):
                 db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments)"
                            " VALUES (?,?,?,?,?,?)",
@@ -547,6 +612,30 @@ class Store:
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
                  run_id))
+
+    def _append_transcript(self, db: sqlite3.Connection, run_id: str, response_id: str,
+                           entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Append items to a run's transcript and count them on the run."""
+        if not entries:
+            return
+        seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE run_id = ?",
+                         (run_id,)).fetchone()[0]
+        total = 0
+        for offset, (origin, item) in enumerate(entries):
+            text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+            total += len(text.encode())
+            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item)"
+                       " VALUES (?,?,?,?,?)", (run_id, seq + offset, response_id, origin, text))
+        db.execute("UPDATE runs SET transcript_items = transcript_items + ?,"
+                   " transcript_bytes = transcript_bytes + ? WHERE id = ?",
+                   (len(entries), total, run_id))
+
+    def transcript(self, run_id: str) -> list[TranscriptEntry]:
+        """A run's transcript, oldest first (empty for a run that has made no request)."""
+        rows = self._read("SELECT seq, response_id, origin, item FROM transcript"
+                          " WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [TranscriptEntry(seq=r["seq"], response_id=r["response_id"], origin=r["origin"],
+                                item=json.loads(r["item"])) for r in rows]
 
     def add_cost(self, lease: Lease, usage: dict[str, int], step: tuple[str, dict] | None
                  ) -> None:

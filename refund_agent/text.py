@@ -35,3 +35,17 @@ def printable(text: str) -> str:
     if not any(_unsafe(c) and c not in _LAYOUT for c in text):
         return text
     return "".join(c if c in _LAYOUT or not _unsafe(c) else repr(c)[1:-1] for c in text)
+
+
+def size_text(nbytes: int) -> str:
+    """A byte count for people: ``812 B``, ``18.4 kB``, ``2.1 MB`` (powers of 1,000)."""
+    if nbytes < 1000:
+        return f"{nbytes} B"
+    if nbytes < 1_000_000:
+        return f"{nbytes / 1000:.1f} kB"
+    return f"{nbytes / 1_000_000:.1f} MB"
+
+
+def transcript_text(items: int, nbytes: int) -> str:
+    """What a run keeps of its conversation: ``transcript 23 items, 18.4 kB``."""
+    return f"transcript {items:,} item{'s' if items != 1 else ''}, {size_text(nbytes)}"

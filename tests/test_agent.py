@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 
@@ -187,7 +188,11 @@ def test_stop_mid_stream_then_resume_runs_nothing_twice(settings):
         server.close()
 
 
-def test_expired_stored_response_fails_with_a_clear_message(settings):
+def test_expired_stored_response_without_a_transcript_fails_with_a_clear_message(settings):
+    """A run from before transcripts were kept (an upgraded store) cannot fall back: it says so.
+
+    (With a transcript the run continues; see test_transcript.py.)
+    """
     now = [time.time()]
     server = OfflineServer(settings.output_dir / "offline-model.sqlite3",
                            clock=lambda: now[0]).start()
@@ -199,10 +204,15 @@ def test_expired_stored_response_fails_with_a_clear_message(settings):
         run = agent.advance(agent.start_sample("damaged").id)
         [approval] = agent.store.approvals("pending")
         agent.decide(approval.id, approve=True, by="Dana Kim")
+        with sqlite3.connect(settings.db_path) as db:  # as schema 4's upgrade leaves old runs
+            db.execute("DELETE FROM transcript")
+            db.execute("UPDATE runs SET transcript_complete = 0, transcript_items = 0")
         now[0] += 31 * 86400
         run = agent.advance(run.id)
         assert run.status == RunStatus.FAILED
         assert "expire after 30 days" in run.error
+        assert "before refund-agent kept transcripts" in run.error
+        assert agent.outbox.messages() == []  # the refund was paid first; no email promised it
     finally:
         server.close()
 

@@ -377,6 +377,54 @@ def test_crash_then_resume(scenario: str, index: int, point: str, baselines: Bas
     assert_held(metrics, f"{scenario} / {' '.join(command)} / {point}")
 
 
+# The angry customer passes every crash point, so running its cases once more with zero retention
+# (store=false, the transcript sent each turn) puts every boundary through that mode too.
+ZERO_RETENTION_CASES = [case for case in CASES if case[0] == "angry"]
+
+
+@pytest.fixture(scope="session")
+def zero_retention_baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
+    return Baselines(tmp_path_factory.mktemp("zero-retention-baselines"))
+
+
+def stored_responses(output: Path) -> int:
+    """How many responses the offline provider kept for this output folder."""
+    path = output / "offline-model.sqlite3"
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(("scenario", "index", "point"), ZERO_RETENTION_CASES,
+                         ids=[f"{s}-{SCENARIOS[s][i][0]}-{p}" for s, i, p in ZERO_RETENTION_CASES])
+def test_crash_then_resume_with_zero_retention(scenario: str, index: int, point: str,
+                                               zero_retention_baselines: Baselines,
+                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The same kill and resume with REFUND_AGENT_ZERO_RETENTION=1 in every process: nothing
+    happens twice or goes missing, and the provider keeps no response at all."""
+    monkeypatch.setenv("REFUND_AGENT_ZERO_RETENTION", "1")  # cli_env passes it to each process
+    base = zero_retention_baselines.get(scenario)
+    assert stored_responses(base.before[-1]) == 0
+    output = copy_output(base.before[index], tmp_path / "output")
+    command = SCENARIOS[scenario][index]
+    crashed = cli(output, *command, REFUND_AGENT_CRASH_AT=point)
+    assert crashed.returncode == -9, (
+        f"{' '.join(command)} was meant to die at {point} but exited {crashed.returncode}:\n"
+        f"{crashed.stdout}\n{crashed.stderr}")
+    kills = 1 + crash_again(output, point)
+    finish_chain(output, scenario, index)
+    outcome = read_outcome(output)
+    metrics = measure(outcome, base.outcome)
+    metrics["responses_kept_by_provider"] = stored_responses(output)
+    record("crash_matrix", scenario=f"{scenario} (zero retention)", command=" ".join(command),
+           point=point, killed=True, kills=kills, **metrics)
+    assert_held(metrics, f"zero retention: {scenario} / {' '.join(command)} / {point}")
+
+
 def test_crash_twice_in_a_row(baselines: Baselines, tmp_path: Path):
     """The resume itself dies (right after the refund, again), and a third process finishes."""
     base = baselines.get("approve")

@@ -1,10 +1,11 @@
 """The policy is checked again when a person decides, not only when the agent proposed.
 
 Between the proposal and the click the world can change: the shop's export may record a refund
-made elsewhere, the terms may change, or the run's stored response may expire. Approving then
-must be refused with the reason, and nothing may be half done: the approval stays pending (so
-someone can reject it with a note the customer hears), no money moves, and the refusal is in the
-audit log.
+made elsewhere, or the terms may change. Approving then must be refused with the reason, and
+nothing may be half done: the approval stays pending (so someone can reject it with a note the
+customer hears), no money moves, and the refusal is in the audit log. The run's stored response
+expiring is not such a change: the run continues from its own transcript, so an approval older
+than 30 days is decided like any other.
 
 Another ticket for the same item cannot get that far: a refund waiting for approval reserves its
 order lines, so a second proposal naming them is refused when it is made (these tests also show
@@ -192,27 +193,29 @@ def _age(agent: Agent, approval_id: str, days: int) -> None:
                    (time.time() - days * 86400, approval_id))
 
 
-def test_expired_stored_response_is_refused_on_approve(agent: Agent):
+def test_an_approval_older_than_the_stored_response_is_decided_like_any_other(agent: Agent):
+    """31 days later the stored response is gone; the decision stands and the run finishes."""
     run, approval = _waiting(agent)
     _age(agent, approval.id, days=31)
-    with pytest.raises(DecisionRefused) as refused:
-        agent.decide(approval.id, True, "Dana")
-    assert "expired" in str(refused.value)
-    assert agent.store.approval(approval.id).status == "pending"
-    assert agent.payments.refunds() == []
-    assert agent.store.run(run.id).status == RunStatus.WAITING
-    assert _audit(agent, approval.id) == ["requested", "refused"]
-    record("decision_recheck", case="stored response expired", refused=1, refunds=0,
-           half_executed=0)
+    agent.model.server.advance_clock(days=31)
+    decided = agent.decide(approval.id, True, "Dana")
+    assert decided.status == "approved"
+    done = agent.advance(run.id)
+    assert done.status == RunStatus.DONE, done.error
+    assert len(agent.payments.refunds()) == 1
+    assert len(agent.outbox.messages()) == 1
+    assert _audit(agent, approval.id) == ["requested", "approved", "issued"]
+    assert [e.event for e in agent.store.audit() if e.run_id == run.id].count("resent") == 1
+    record("decision_recheck", case="approved after the stored response expired", refused=0,
+           refunds=1, half_executed=0)
 
 
 def test_a_refusal_does_not_count_as_the_decision(agent: Agent):
     """After a refused approve, the approval can still be decided, and a late click is told."""
     _run, approval = _waiting(agent)
-    _age(agent, approval.id, days=31)
-    with pytest.raises(DecisionRefused):
-        agent.decide(approval.id, True, "Dana")
-    agent.decide(approval.id, False, "Dana", "Too old; please open a new ticket.")
+    with pytest.raises(DecisionRefused, match="approval limit"):
+        agent.decide(approval.id, True, "Dana", limit_cents=1_000)
+    agent.decide(approval.id, False, "Dana", "Above my limit; please open a new ticket.")
     with pytest.raises(AlreadyDecided, match="already rejected by Dana") as late:
         agent.decide(approval.id, True, "Sam")
     assert late.value.decided_at == agent.store.approval(approval.id).decided_at

@@ -437,6 +437,142 @@ def test_parse_without_a_text_format_works_like_create(client: openai.OpenAI) ->
     assert calls(parsed) == [("lookup_order", {"order_id": "B2001"})]
 
 
+# -- encrypted reasoning, the history sent back, the clock -------------------------------------
+
+ENCRYPTED = ["reasoning.encrypted_content"]
+
+
+def as_input(response: Response) -> list[dict]:
+    """A response's output items as a client keeps them to send back (exactly as they came)."""
+    return [item.to_dict(mode="json") for item in response.output]
+
+
+def outputs(response: Response, output: dict) -> list[dict]:
+    """A function_call_output for each call of ``response``, all answering ``output``."""
+    return [{"type": "function_call_output", "call_id": item.call_id, "output": json.dumps(output)}
+            for item in response.output if item.type == "function_call"]
+
+
+ORDER = {"order_id": "B2001", "customer": {"name": "Ana Ruiz", "email": "ana.ruiz@example.com"},
+         "items": [
+    {"sku": "TRAY-1", "name": "Serving tray", "price": 40.0, "quantity": 1}]}
+
+
+def test_include_seals_each_reasoning_item_and_the_sdk_types_accept_it(
+        server: OfflineServer, client: openai.OpenAI) -> None:
+    raw = raw_json(client.responses.with_raw_response.create(
+        model=MODEL, input=EMAIL, tools=DESK_TOOLS, include=ENCRYPTED))
+    response = conforms(Response, raw)
+    [reasoning] = [item for item in response.output if item.type == "reasoning"]
+    blob = reasoning.encrypted_content
+    assert isinstance(blob, str) and len(blob) > 40
+    assert reasoning.summary[0].text.split()[0] not in blob   # opaque, not readable text
+    # Streamed: the finished item carries the blob; the announced skeleton does not.
+    events = raw_events(server, "/responses", {"model": MODEL, "input": EMAIL,
+                                               "tools": DESK_TOOLS, "include": ENCRYPTED,
+                                               "stream": True})
+    parsed = [conforms(ResponseStreamEvent, event) for event in events]
+    added = [e.item for e in parsed if e.type == "response.output_item.added"
+             and e.item.type == "reasoning"]
+    done = [e.item for e in parsed if e.type == "response.output_item.done"
+            and e.item.type == "reasoning"]
+    assert added[0].encrypted_content is None and done[0].encrypted_content
+    assert parsed[-1].response.output[0].encrypted_content == done[0].encrypted_content
+    # Without include, no blob at all.
+    plain = create(client)
+    assert all(getattr(item, "encrypted_content", None) is None for item in plain.output)
+
+
+def test_the_history_sent_back_is_read_like_a_chained_request(client: openai.OpenAI,
+                                                              seeing: SeeingBrain) -> None:
+    email = {"type": "message", "role": "user", "content": EMAIL}
+    first = create(client, input=[email], include=ENCRYPTED, prompt_cache_key="ana")
+    turn = outputs(first, ORDER)
+    chained = create(client, previous_response_id=first.id, input=turn, include=ENCRYPTED,
+                     prompt_cache_key="ana")
+    history = [email, *as_input(first), *turn]
+    stateless = create(client, input=history, include=ENCRYPTED, store=False,
+                       prompt_cache_key="ana")
+    # The same decision, the same billable input, and the cache serves what it has seen.
+    assert calls(stateless) == calls(chained) == [("check_refund_policy",
+                                                  {"order_id": "B2001"})]
+    assert stateless.usage.input_tokens == chained.usage.input_tokens
+    assert stateless.usage.input_tokens_details.cached_tokens > 0
+    assert [i.get("type", "message") for i in seeing.seen[-1]] == \
+        [i.get("type", "message") for i in seeing.seen[-2]]
+    # store=false: nothing to continue from, nothing to retrieve.
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(stateless.id)
+
+
+def _tampered(blob: str) -> str:
+    middle = len(blob) // 2
+    return blob[:middle] + ("A" if blob[middle] != "A" else "B") + blob[middle + 1:]
+
+
+@pytest.mark.parametrize("change", ["edited", "moved", "garbage"])
+def test_reasoning_whose_blob_does_not_verify_is_a_400(client: openai.OpenAI, change) -> None:
+    first = create(client, include=ENCRYPTED)
+    history = [{"type": "message", "role": "user", "content": EMAIL}, *as_input(first),
+               *outputs(first, ORDER)]
+    index = next(i for i, item in enumerate(history) if item.get("type") == "reasoning")
+    reasoning = history[index]
+    if change == "edited":
+        reasoning["encrypted_content"] = _tampered(reasoning["encrypted_content"])
+    elif change == "moved":
+        reasoning["id"] = "rs_" + "0" * 32   # a genuine blob, on another item
+    else:
+        reasoning["encrypted_content"] = "not-a-blob"
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(client, input=history, include=ENCRYPTED, store=False)
+    error = refused.value
+    assert error.status_code == 400 and error.code == "invalid_encrypted_content"
+    assert error.param == f"input[{index}].encrypted_content"
+    assert reasoning["id"] in error.message and "could not be verified" in error.message
+
+
+def test_a_blob_still_opens_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "responses.sqlite3"
+    with OfflineServer(path, faults=[]) as first_server:
+        sdk = openai.OpenAI(base_url=first_server.base_url, api_key="x", max_retries=0)
+        first = create(sdk, include=ENCRYPTED)
+    with OfflineServer(path, faults=[]) as second_server:
+        sdk = openai.OpenAI(base_url=second_server.base_url, api_key="x", max_retries=0)
+        history = [{"type": "message", "role": "user", "content": EMAIL}, *as_input(first),
+                   *outputs(first, ORDER)]
+        assert calls(create(sdk, input=history, store=False))[0][0] == "check_refund_policy"
+
+
+def test_include_values_are_checked(server: OfflineServer) -> None:
+    for include, fragment in (("reasoning.encrypted_content", "array of strings"),
+                              (["reasoning.everything"], "reasoning.everything")):
+        status, _type, body = exchange(server, "POST", "/v1/responses", json.dumps(
+            {"model": MODEL, "input": "hi", "include": include}).encode(),
+            {"Content-Type": "application/json"})
+        assert status == 400 and body["error"]["param"] == "include"
+        assert fragment in body["error"]["message"]
+
+
+def test_the_clock_moves_forward_and_stored_responses_expire(server: OfflineServer,
+                                                            client: openai.OpenAI) -> None:
+    response = create(client)
+    status, _type, body = exchange(server, "POST", "/_offline/clock",
+                                   json.dumps({"advance_seconds": 29 * 86400}).encode(),
+                                   {"Content-Type": "application/json"})
+    assert status == 200 and body["now"] >= time.time() + 29 * 86400 - 60
+    assert client.responses.retrieve(response.id).id == response.id
+    server.advance_clock(days=2)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError, match=response.id):
+        create(client, previous_response_id=response.id, input=outputs(response, ORDER))
+    for bad in ({"advance_seconds": -1}, {"advance_seconds": "31d"}, {}):
+        status, _type, body = exchange(server, "POST", "/_offline/clock",
+                                       json.dumps(bad).encode(),
+                                       {"Content-Type": "application/json"})
+        assert status == 400 and body["error"]["param"] == "advance_seconds"
+
+
 # -- errors: JSON, in the OpenAI shape, from every path and method -------------------------------
 
 ERROR_KEYS = {"message", "type", "param", "code"}

@@ -103,6 +103,22 @@ def test_run_label_and_cost_line():
     assert views.cost_line(make_run(requests=1, input_tokens=0)).startswith("1 model request ·")
 
 
+def test_the_transcript_size_sits_next_to_the_cost():
+    run = make_run(transcript_items=28, transcript_bytes=14_166)
+    assert views.cost_line(run) == ("3 model requests · $0.0100 · 1,659 of 2,856 input tokens "
+                                    "cached · transcript 28 items, 14.2 kB")
+    assert views.cost_line(make_run(transcript_items=1, transcript_bytes=812)).endswith(
+        "transcript 1 item, 812 B")
+
+
+def test_a_resend_from_the_transcript_is_on_the_timeline():
+    [block] = views.timeline([step(1, "resent", missing="resp_old", items=19, bytes=9_513,
+                                   response_id="resp_new")])
+    assert block.kind == "resent"
+    assert block.title.startswith("The stored response resp_old was gone")
+    assert "19 items, 9.5 kB" in block.title
+
+
 def test_timeline_pairs_a_lookup_with_its_result():
     blocks = views.timeline([
         step(1, "email", **{"from": "maya@example.com", "name": "Maya Chen",

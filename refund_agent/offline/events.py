@@ -41,9 +41,11 @@ __all__ = [
     "encode_sse",
     "estimate_tokens",
     "fault_error",
+    "INCLUDE_ENCRYPTED_REASONING",
     "new_id",
     "normalize_input",
     "not_found",
+    "readable",
     "split_words",
     "stream_events",
     "validate_body",
@@ -144,6 +146,15 @@ _REFUSED_PARAMETERS = {
     "prompt": "stored prompt templates ('prompt'); send the prompt text as input",
 }
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
+INCLUDE_ENCRYPTED_REASONING = "reasoning.encrypted_content"
+# What the SDK's ResponseIncludable names. Only the encrypted reasoning changes anything here (the
+# others concern tools and logprobs the stand-in does not have); any other value is a 400.
+_INCLUDABLE = frozenset({
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs", INCLUDE_ENCRYPTED_REASONING,
+    "message.output_text.logprobs",
+})
 
 
 def validate_body(body: Any) -> None:
@@ -173,6 +184,7 @@ def validate_body(body: Any) -> None:
         )
     _validate_tools(body)
     _validate_text_format(body.get("text"))
+    _validate_include(body.get("include"))
     if body.get("background") and body.get("store") is False:
         raise ApiError(
             400,
@@ -270,6 +282,20 @@ def _validate_tools(body: dict[str, Any]) -> None:
             "is not supported.",
             param="tool_choice",
             code="unsupported_parameter",
+        )
+
+
+def _validate_include(include: Any) -> None:
+    if include is None:
+        return
+    if not isinstance(include, list) or not all(isinstance(value, str) for value in include):
+        raise ApiError(400, "Invalid 'include': expected an array of strings.", param="include")
+    unknown = [value for value in include if value not in _INCLUDABLE]
+    if unknown:
+        raise ApiError(
+            400,
+            f"Invalid 'include' value {unknown[0]!r}: expected some of {sorted(_INCLUDABLE)}.",
+            param="include",
         )
 
 
@@ -395,6 +421,10 @@ def build_usage(
     Returns:
         A ``ResponseUsage`` dict with an extra ``cost_in_usd_ticks`` integer.
     """
+    # The encrypted reasoning stands for reasoning already counted (its summary here), so it is
+    # left out: a conversation costs the same whether the server or the client keeps it.
+    conversation, output = readable(conversation), readable(output)
+    cached_prefix = readable(cached_prefix)
     input_tokens = estimate_tokens(conversation)
     # The JSON of a list prefix is never longer than the JSON of the whole list,
     # but clamp anyway so cached <= input always holds.
@@ -413,6 +443,16 @@ def build_usage(
         "total_tokens": input_tokens + output_tokens,
         "cost_in_usd_ticks": cost_in_usd_ticks(input_tokens - cached, cached, output_tokens),
     }
+
+
+def readable(items: list[Item]) -> list[Item]:
+    """``items`` without the encrypted content of reasoning items (copies where it is dropped)."""
+    return [
+        {k: v for k, v in item.items() if k != "encrypted_content"}
+        if item.get("type") == "reasoning" and "encrypted_content" in item
+        else item
+        for item in items
+    ]
 
 
 def cost_in_usd_ticks(uncached_input: int, cached_input: int, output: int) -> int:
@@ -595,6 +635,9 @@ def _in_progress(item: Item) -> Item:
     skeleton = {**item, "status": "in_progress"}
     if item["type"] == "reasoning":
         skeleton["summary"] = []
+        # Real streams may announce an incomplete blob here; clients must take the one from
+        # output_item.done or response.completed, so the skeleton carries none at all.
+        skeleton.pop("encrypted_content", None)
     elif item["type"] == "message":
         skeleton["content"] = []
     elif item["type"] == "function_call":

@@ -4,7 +4,9 @@
 ``openai`` SDK calls closely enough that the unmodified SDK parses every reply:
 
 - ``POST /v1/responses`` (plain JSON or server-sent events; ``background`` too,
-  queued and finished in a worker thread),
+  queued and finished in a worker thread; ``include=["reasoning.encrypted_content"]``
+  seals each reasoning item, and sealed items sent back as input are verified, so a
+  client may keep the whole history itself with ``store: false``),
 - ``GET /v1/responses/{id}`` (JSON, or the events replayed with ``stream=true``
   and ``starting_after``), ``DELETE /v1/responses/{id}``,
 - ``POST /v1/responses/{id}/cancel``, ``GET /v1/responses/{id}/input_items``
@@ -13,6 +15,8 @@
 
 Requests are routed before any body is read, and every error, from any path or
 method, is a JSON ``{"error": {...}}`` body in the OpenAI/xAI shape, never HTML.
+``POST /_offline/clock`` moves the server's clock forward (tests age stored
+responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
 Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
 unless one is injected); this module only handles protocol, storage, simulated
 usage/cost, latency and faults.
@@ -43,7 +47,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import events
+from . import events, sealing
 from .events import (
     TERMINAL,
     ApiError,
@@ -71,6 +75,8 @@ RETENTION_SECONDS = 30 * 86400
 # A "cut" stream dies after this many delta events: enough for a client to have
 # started rendering, so the test exercises a genuinely partial stream.
 _CUT_AFTER_DELTAS = 3
+# How long the in-memory prompt cache keeps a conversation it has processed (server clock).
+PROMPT_CACHE_SECONDS = 3600.0
 
 # respond(conversation, tools), optionally also taking a tool_choice keyword.
 Brain = Callable[..., events.ReplyLike]
@@ -132,6 +138,17 @@ class ResponseStore:
             " id TEXT PRIMARY KEY, previous_response_id TEXT, created_at REAL NOT NULL,"
             " input_items TEXT NOT NULL, response TEXT NOT NULL)"
         )
+        # The key that seals reasoning. Kept with the responses so a blob handed out before a
+        # restart (or by another process on the same file) still opens a month later.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)"
+        )
+        self._db.execute(
+            "INSERT OR IGNORE INTO secrets VALUES ('reasoning', ?)", (os.urandom(32),)
+        )
+        self.secret: bytes = self._db.execute(
+            "SELECT value FROM secrets WHERE name = 'reasoning'"
+        ).fetchone()[0]
 
     def save(self, created_at: float, input_items: list[Item], response: dict[str, Any]) -> None:
         """Persists a response together with the input items of its turn."""
@@ -281,7 +298,8 @@ class OfflineServer:
             background ones spend it queued.
         faults: Initial fault queue (``"429"``, ``"500"``, ``"503"``, ``"cut"``);
             ``None`` reads the comma-separated ``REFUND_AGENT_OFFLINE_FAULTS``.
-        clock: Time source for ``created_at`` and the 30-day expiry.
+        clock: Time source for ``created_at`` and the 30-day expiry (moved
+            forward by :meth:`advance_clock`).
         brain: ``respond(conversation, tools)``; defaults to
             ``refund_agent.offline.brain.respond``, imported on first use. A
             brain that also takes a ``tool_choice`` keyword is given the
@@ -306,6 +324,7 @@ class OfflineServer:
         self.state_path = Path(state_path)
         self.latency = latency
         self.clock = clock
+        self.clock_offset = 0.0
         self.port = port
         self.requests: list[dict[str, Any]] = []
         self._brain = brain
@@ -317,6 +336,8 @@ class OfflineServer:
         self._thread: threading.Thread | None = None
         # Background responses this process is working on: id -> its cancel signal.
         self._jobs: dict[str, threading.Event] = {}
+        # prompt_cache_key -> (when, fingerprints of the last conversation processed under it).
+        self._prompt_cache: dict[str, tuple[float, list[str]]] = {}
 
     @property
     def base_url(self) -> str:
@@ -329,7 +350,7 @@ class OfflineServer:
         """Opens the store, binds 127.0.0.1 and serves in a daemon thread."""
         if self._httpd is not None:
             return self
-        self._store = ResponseStore(self.state_path, self.clock)
+        self._store = ResponseStore(self.state_path, self.now)
         self._httpd = _HTTPServer(("127.0.0.1", self.port), _Handler, self)
         # A short poll interval keeps close() (which waits for the loop to notice) fast.
         self._thread = threading.Thread(
@@ -361,6 +382,26 @@ class OfflineServer:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+    def now(self) -> float:
+        """The server's time: its clock plus however far tests moved it."""
+        return self.clock() + self.clock_offset
+
+    def advance_clock(self, seconds: float = 0.0, *, days: float = 0.0) -> float:
+        """Moves the server's time forward, so stored responses age (31 days expires them).
+
+        Returns:
+            The server's new time.
+
+        Raises:
+            ValueError: For a negative or non-finite move (time only goes forward here).
+        """
+        step = float(seconds) + float(days) * 86400
+        if not step >= 0 or step == float("inf"):
+            raise ValueError(f"the clock only moves forward by a finite amount, not {step!r}")
+        with self._lock:
+            self.clock_offset += step
+        return self.now()
 
     def inject(self, *faults: str) -> None:
         """Appends faults to the queue; each ``POST /v1/responses`` consumes one.
@@ -401,7 +442,7 @@ class OfflineServer:
                 chains, 500 if the brain fails.
         """
         turn = self._prepare(body)
-        created_at = self.clock()
+        created_at = self.now()
         response = self._answer(turn, events.new_id("resp"), created_at)
         return _Created(response, turn.input_items, created_at)
 
@@ -424,7 +465,7 @@ class OfflineServer:
             ApiError: As :meth:`create`, for anything wrong with the request.
         """
         turn = self._prepare(body)
-        created_at = self.clock()
+        created_at = self.now()
         queued = events.build_response(
             body,
             response_id=events.new_id("resp"),
@@ -544,21 +585,90 @@ class OfflineServer:
         conversation = turn.history + turn.input_items
         output = [events.compaction_item(conversation)]
         usage = events.build_usage(conversation, output, [])
-        return events.build_compaction(output, created_at=self.clock(), usage=usage)
+        return events.build_compaction(output, created_at=self.now(), usage=usage)
 
     # -- internals ---------------------------------------------------------
 
     def _prepare(self, body: dict[str, Any]) -> _Turn:
         """Validates a request and loads the chain it continues."""
         validate_body(body)
+        self._verify_reasoning(body["input"])
         input_items = normalize_input(body["input"])
         previous = body.get("previous_response_id")
         chain = self._require_store().chain(previous) if previous else []
         return _Turn(body, input_items, chain)
 
+    def _verify_reasoning(self, raw_input: Any) -> None:
+        """Refuses input reasoning items whose encrypted content does not verify (a 400).
+
+        A client keeping its own history sends each reasoning item back with the blob it was
+        given; one that was edited, truncated or moved to another item is an error, as at
+        real providers, never silently ignored.
+        """
+        if not isinstance(raw_input, list):
+            return
+        secret = self._require_store().secret
+        for index, item in enumerate(raw_input):
+            if not isinstance(item, dict) or item.get("type") != "reasoning":
+                continue
+            if "encrypted_content" not in item or item["encrypted_content"] is None:
+                continue  # nothing sealed to check; the brain reads only the conversation
+            try:
+                sealing.open_sealed(secret, str(item.get("id", "")), item["encrypted_content"])
+            except sealing.SealError as exc:
+                raise ApiError(
+                    400,
+                    f"The encrypted content of reasoning item {item.get('id')!r} "
+                    f"(input[{index}]) could not be verified or decrypted: {exc}.",
+                    param=f"input[{index}].encrypted_content",
+                    code="invalid_encrypted_content",
+                ) from None
+
+    def _seal_reasoning(self, body: dict[str, Any], output: list[Item]) -> None:
+        """Adds ``encrypted_content`` to reasoning items when the request included it."""
+        if events.INCLUDE_ENCRYPTED_REASONING not in (body.get("include") or []):
+            return
+        secret = self._require_store().secret
+        for item in output:
+            if item["type"] == "reasoning":
+                text = " ".join(part["text"] for part in item["summary"])
+                item["encrypted_content"] = sealing.seal(secret, item["id"], {"reasoning": text})
+
+    def _cached_prefix(self, turn: _Turn, conversation: list[Item]) -> list[Item]:
+        """The leading part of ``conversation`` the prompt cache already holds.
+
+        Continuing a chain last processed under the same key hits the cache for the whole
+        earlier conversation, as before. A request that sends the history itself
+        (``store: false``, or after a stored response expired) hits it for the longest prefix
+        equal to the last conversation processed under its ``prompt_cache_key`` within
+        :data:`PROMPT_CACHE_SECONDS`: the cache is in memory, keyed by content, and never
+        stored with the responses.
+        """
+        key = turn.body.get("prompt_cache_key")
+        if key is None:
+            return []
+        if turn.chain:
+            same_key = turn.chain[-1].response.get("prompt_cache_key") == key
+            return turn.history if same_key else []
+        with self._lock:
+            at, seen = self._prompt_cache.get(key, (0.0, []))
+        if self.now() - at > PROMPT_CACHE_SECONDS:
+            return []
+        shared = 0
+        for mine, theirs in zip(_fingerprints(conversation), seen, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+        return conversation[:shared]
+
+    def _remember(self, key: Any, conversation: list[Item]) -> None:
+        if isinstance(key, str):
+            with self._lock:
+                self._prompt_cache[key] = (self.now(), _fingerprints(conversation))
+
     def _answer(self, turn: _Turn, response_id: str, created_at: float) -> dict[str, Any]:
         """Asks the brain and builds the completed response."""
-        body, chain, history = turn.body, turn.chain, turn.history
+        body, history = turn.body, turn.history
         conversation = history + turn.input_items
         seen = conversation
         if body.get("instructions"):
@@ -569,13 +679,9 @@ class OfflineServer:
             ]
         reply = self._think(seen, body.get("tools") or [], body.get("tool_choice"))
         output = events.build_output_items(reply)
-        key = body.get("prompt_cache_key")
-        # Continuing a chain last processed under the same key hits the cache
-        # for the whole earlier conversation; anything else is a miss.
-        cache_hit = (
-            bool(chain) and key is not None and chain[-1].response.get("prompt_cache_key") == key
-        )
-        usage = events.build_usage(conversation, output, history if cache_hit else [])
+        self._seal_reasoning(body, output)
+        usage = events.build_usage(conversation, output, self._cached_prefix(turn, conversation))
+        self._remember(body.get("prompt_cache_key"), conversation + output)
         return events.build_response(
             body, response_id=response_id, created_at=created_at, output=output, usage=usage
         )
@@ -648,6 +754,15 @@ class OfflineServer:
         if self._store is None:
             raise ApiError(503, "The offline server is shutting down.", kind="server_error")
         return self._store
+
+
+def _fingerprints(items: list[Item]) -> list[str]:
+    """One comparable text per item, blind to key order and to encrypted reasoning.
+
+    An item the client kept and sent back (parsed and re-serialised by its SDK) then matches
+    the item this server produced.
+    """
+    return [json.dumps(item, sort_keys=True) for item in events.readable(items)]
 
 
 def _takes_tool_choice(brain: Callable[..., Any]) -> bool:
@@ -727,6 +842,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", r"/v1/responses", "_websocket"),
         ("GET", r"/_offline/health", "_health"),
         ("POST", r"/_offline/faults", "_add_faults"),
+        ("POST", r"/_offline/clock", "_advance_clock"),
     )
 ]
 # How long a stream of an unfinished background response waits for it, at most.
@@ -891,6 +1007,19 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise ApiError(400, str(exc), param="faults") from exc
         self._send_json(200, {"queued": faults})
+
+    def _advance_clock(self, query: dict[str, list[str]]) -> None:
+        body = self._read_json()
+        seconds = body.get("advance_seconds") if isinstance(body, dict) else None
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ApiError(
+                400, 'Expected a body like {"advance_seconds": 2678400}.', param="advance_seconds"
+            )
+        try:
+            now = self.server.app.advance_clock(seconds)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="advance_seconds") from exc
+        self._send_json(200, {"now": now})
 
     # -- streams -----------------------------------------------------------------
 

@@ -152,7 +152,7 @@ def render_block(block: views.Block) -> None:
         st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
     elif kind == "text":
         st.caption(body)
-    elif kind == "restart":
+    elif kind in ("restart", "resent"):
         st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
     elif kind == "error":
         st.error(title, icon=":material/error:")

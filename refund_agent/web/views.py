@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
 from ..policy import Quote
+from ..text import size_text, transcript_text
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -146,11 +147,13 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 
 def cost_line(run: Run) -> str:
-    """Requests, cost and cache use of a run, in one line."""
+    """Requests, cost, cache use and the transcript kept for a run, in one line."""
     requests = f"{run.requests} model request{'s' if run.requests != 1 else ''}"
     cached = (f" · {run.cached_tokens:,} of {run.input_tokens:,} input tokens cached"
               if run.input_tokens else "")
-    return f"{requests} · ${run.cost_usd:.4f}{cached}"
+    kept = (f" · {transcript_text(run.transcript_items, run.transcript_bytes)}"
+            if run.transcript_items else "")
+    return f"{requests} · ${run.cost_usd:.4f}{cached}{kept}"
 
 
 # -- the ticket timeline -----------------------------------------------------------------
@@ -162,7 +165,7 @@ class Block:
 
     Attributes:
         kind: email, reasoning, tool, result, response, proposal, decision, refund, message,
-            note, text, reply, restart, error, stopped, customer_done.
+            note, text, reply, restart, resent, error, stopped, customer_done.
         title: one line of plain text (the page escapes it).
         body: longer plain text, such as an email or the reasoning.
         subtitle: a second line (an email's subject, a tool's name).
@@ -379,6 +382,8 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             blocks.append(Block("restart", f"Server restarted: process {d['pid']} picked up the "
                                 f"run (it was last advanced by process {d['previous_pid']})",
                                 **base))
+        elif k == "resent":
+            blocks.append(Block("resent", resent_text(d), **base))
         elif k == "error":
             blocks.append(Block("error", d.get("message", "Error"), **base))
         elif k == "stopped":
@@ -388,6 +393,13 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             blocks.append(Block("customer_done", "The customer has nothing more to say.",
                                 **base))
     return blocks
+
+
+def resent_text(data: Mapping[str, Any]) -> str:
+    """The timeline's line for a turn sent from the run's own transcript."""
+    return (f"The stored response {data.get('missing')} was gone (expired or deleted): sent the "
+            f"run's own transcript instead ({data.get('items', 0):,} items, "
+            f"{size_text(int(data.get('bytes') or 0))}) and continued from the new response")
 
 
 # -- what is streaming right now ---------------------------------------------------------
