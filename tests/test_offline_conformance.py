@@ -905,3 +905,18 @@ def test_brain_refusals_reach_the_client_as_400_not_500(tmp_path: Path) -> None:
         client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="Not here."):
             create(client)
+
+
+@pytest.mark.parametrize("customer", ["Maya Chen", None, 42, ["Maya"], {"name": 7}])
+def test_tool_outputs_of_any_shape_are_read_not_trusted(customer: Any) -> None:
+    """A caller may send back any JSON as a tool's output; the model answers, never a 500."""
+    conversation = [
+        {"role": "user", "content": "From: Maya <maya.chen@example.com>\nOrder A1043 broke."},
+        {"type": "function_call", "call_id": "c1", "name": "lookup_order",
+         "arguments": json.dumps({"order_id": "A1043"})},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": json.dumps({"order_id": "A1043", "customer": customer})},
+    ]
+    reply = respond(conversation, tool_schemas())
+    assert isinstance(reply, Reply)
+    assert reply.calls or reply.text

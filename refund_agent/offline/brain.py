@@ -235,7 +235,10 @@ def _money(value: float) -> str:
 
 def _first_name(conv: _Conversation) -> str:
     lookup = conv.last("lookup_order")
-    name = ((lookup or {}).get("output") or {}).get("customer", {}).get("name", "")
+    # A tool output is whatever the caller sent back: read it, never trust its shape.
+    customer = ((lookup or {}).get("output") or {}).get("customer")
+    name = customer.get("name", "") if isinstance(customer, dict) else ""
+    name = name if isinstance(name, str) else ""
     if not name:
         match = re.search(r"From:\s*([^<\n]+)<", conv.customer[0] if conv.customer else "")
         name = match.group(1).strip() if match else ""
