@@ -23,7 +23,7 @@ from .customer import converse
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
 from .models import Approval, Run, RunStatus, Step
 from .reconcile import reconcile
-from .text import printable, size_text, transcript_text
+from .text import printable, sender_line, size_text, transcript_text
 
 EPILOG = """\
 examples:
@@ -92,7 +92,8 @@ class Printer:
     def step(self, step: Step) -> None:
         d = step.data
         lines = {
-            "email": lambda: f"Email from {d['name']} <{d['from']}>: {d['subject']}\n"
+            "email": lambda: f"Email from {sender_line(d.get('name'), d['from'])}: "
+                             f"{d['subject']}\n"
                              + _quote(d["body"], "  | "),
             "restart": lambda: f"-- picked up by a new process (pid {d['pid']}, "
                                f"was {d['previous_pid']}) --",

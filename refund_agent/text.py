@@ -49,3 +49,9 @@ def size_text(nbytes: int) -> str:
 def transcript_text(items: int, nbytes: int) -> str:
     """What a run keeps of its conversation: ``transcript 23 items, 18.4 kB``."""
     return f"transcript {items:,} item{'s' if items != 1 else ''}, {size_text(nbytes)}"
+
+
+def sender_line(name: str | None, address: str) -> str:
+    """``Maya Chen <maya.chen@example.com>``, or the address alone when there is no other name
+    (a run started without a name keeps the address as its name)."""
+    return f"{name} <{address}>" if name and name != address else address

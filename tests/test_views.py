@@ -395,3 +395,11 @@ def test_lines_text_reads_every_shape_the_log_records():
     assert views.line_text({"line": "SKL-CI-10", "reason": "changed_mind", "amount": 31.5}) == \
         "SKL-CI-10 changed_mind $31.50"
     assert views.lines_text(None) == ""
+
+
+def test_the_terminal_names_a_sender_once_too(capsys):
+    from refund_agent.cli import Printer
+    Printer().step(step(1, "email", **{"from": "x@example.com", "name": "x@example.com",
+                                       "subject": "Hi", "body": "It broke"}))
+    out = capsys.readouterr().out
+    assert "Email from x@example.com: Hi" in out and "<x@example.com>" not in out

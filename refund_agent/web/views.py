@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
 from ..policy import Quote
-from ..text import size_text, transcript_text
+from ..text import sender_line, size_text, transcript_text
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -313,10 +313,8 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
         if k not in ("response", "result", "text"):  # a turn's commentary sits beside its call
             open_calls.clear()
         if k == "email":
-            name = d.get("name")
-            sender = f"{name} <{d['from']}>" if name and name != d["from"] else d["from"]
-            blocks.append(Block("email", sender, d["body"], subtitle=d.get("subject", ""),
-                                **base))
+            blocks.append(Block("email", sender_line(d.get("name"), d["from"]), d["body"],
+                                subtitle=d.get("subject", ""), **base))
         elif k == "reasoning":
             blocks.append(Block("reasoning", "Reasoning", d["text"], **base))
         elif k == "call":
