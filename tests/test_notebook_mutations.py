@@ -88,8 +88,8 @@ MUTANTS = [
          '        return record, False\n'),
     )),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
-        ("store.py", '            if approval.status != "pending":\n',
-         "            if False:  # MUTANT\n"),
+        ("store.py", '        if approval.status == "pending":\n            return approval\n',
+         "        if True:  # MUTANT\n            return approval\n"),
         ("store.py",
          "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
          'amount_cents = ? WHERE id = ?",  # MUTANT'),
