@@ -12,9 +12,13 @@ so they can be raised later without breaking the accounts made before.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import hmac
 import os
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 
 from .errors import DecisionRefused, NotFound, RefundAgentError
@@ -27,6 +31,9 @@ MIN_PASSWORD = 8
 # scrypt's cost: 16 MiB of memory and about 50 ms per check, slow enough to make guessing a
 # stolen hash expensive and fast enough for a sign-in.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
+# Failed sign-ins a name may have in SIGN_IN_WINDOW seconds before further tries are refused
+# for the rest of the window, without checking the password (a page is a guessing machine).
+SIGN_IN_FAILURES, SIGN_IN_WINDOW = 5, 300.0
 # Host names the page answers to unless REFUND_AGENT_ALLOWED_HOSTS adds more.
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -77,6 +84,48 @@ def check_password(password: str, encoded: str) -> bool:
 _DUMMY = hash_password("not a password", salt=b"\0" * 16)
 
 
+def _operator() -> str:
+    """Who changes accounts from this machine: the operating-system login, as the audit says."""
+    try:
+        return f"{getpass.getuser()} (login)"
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "unknown login"
+
+
+class _Throttle:
+    """Recent failed sign-ins per name, shared by every session of this process."""
+
+    def __init__(self) -> None:
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, name: str, now: float) -> deque[float]:
+        failures = self._failures.setdefault(name.casefold(), deque())
+        while failures and now - failures[0] > SIGN_IN_WINDOW:
+            failures.popleft()
+        return failures
+
+    def wait(self, name: str) -> float:
+        """Seconds until ``name`` may try again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            failures = self._recent(name, now)
+            if len(failures) < SIGN_IN_FAILURES:
+                return 0.0
+            return SIGN_IN_WINDOW - (now - failures[0])
+
+    def failed(self, name: str) -> None:
+        with self._lock:
+            self._recent(name, time.monotonic()).append(time.monotonic())
+
+    def clear(self, name: str) -> None:
+        with self._lock:
+            self._failures.pop(name.casefold(), None)
+
+
+_THROTTLE = _Throttle()
+
+
 def _account(row: dict) -> Account:
     cents = row["limit_cents"]
     return Account(row["name"], row["role"], None if cents is None else cents / 100)
@@ -99,7 +148,9 @@ class Accounts:
         rows = self.store.account_rows(name)
         return _account(rows[0]) if rows else None
 
-    def add(self, name: str, role: str, password: str, limit: float | None = None) -> Account:
+    def add(self, name: str, role: str, password: str, limit: float | None = None,
+            by: str | None = None) -> Account:
+        """Create an account; ``by`` (default: the operating-system login) is audited."""
         name = " ".join(one_line(name, "account name").split())
         if not name:
             raise DecisionRefused("An account needs a name.")
@@ -114,21 +165,32 @@ class Accounts:
         if len(password) < MIN_PASSWORD:
             raise DecisionRefused(f"The password needs at least {MIN_PASSWORD} characters.")
         cents = None if limit is None else round(limit * 100)
-        self.store.add_account(name, role, cents, hash_password(password))
+        self.store.add_account(name, role, cents, hash_password(password), by or _operator())
         return Account(name, role, None if cents is None else cents / 100)
 
-    def remove(self, name: str) -> None:
-        self.store.remove_account(name.strip())
+    def remove(self, name: str, by: str | None = None) -> None:
+        self.store.remove_account(name.strip(), by or _operator())
 
     def sign_in(self, name: str, password: str) -> Account:
-        """The account, if ``password`` is its password; SignInFailed otherwise."""
+        """The account, if ``password`` is its password; SignInFailed otherwise.
+
+        After SIGN_IN_FAILURES wrong tries for a name within SIGN_IN_WINDOW seconds, this
+        process refuses that name for the rest of the window without checking anything, so
+        the page cannot be used to guess passwords. Unknown names count too, so the refusal
+        does not tell which names exist.
+        """
         name = " ".join((name or "").split())
+        wait = _THROTTLE.wait(name)
+        if wait:
+            raise SignInFailed(f"Too many wrong passwords for this name; try again in "
+                               f"{max(1, round(wait / 60))} min.")
         rows = self.store.account_rows(name) if name else []
         if not rows:
             check_password(password or "", _DUMMY)
+        if not rows or not check_password(password or "", rows[0]["password"]):
+            _THROTTLE.failed(name)
             raise SignInFailed("Wrong name or password.")
-        if not check_password(password or "", rows[0]["password"]):
-            raise SignInFailed("Wrong name or password.")
+        _THROTTLE.clear(name)
         return _account(rows[0])
 
     def current(self, name: str) -> Account:

@@ -935,19 +935,25 @@ class Store:
 
     # -- accounts -------------------------------------------------------------------------
 
-    def add_account(self, name: str, role: str, limit_cents: int | None, password: str
-                    ) -> None:
-        """Create an account; ``password`` is the encoded hash (see accounts.py)."""
+    def add_account(self, name: str, role: str, limit_cents: int | None, password: str,
+                    by: str) -> None:
+        """Create an account; ``password`` is the encoded hash (see accounts.py).
+
+        Who may sign decisions is part of the record: the change is audited, by ``by``.
+        """
         with self._tx() as db:
             if db.execute("SELECT 1 FROM accounts WHERE name = ?", (name,)).fetchone():
                 raise DecisionRefused(f"An account named {name!r} already exists.")
             db.execute("INSERT INTO accounts(name, role, limit_cents, password, created_at)"
                        " VALUES (?,?,?,?,?)", (name, role, limit_cents, password, time.time()))
+            limit = "no limit" if limit_cents is None else f"up to ${limit_cents / 100:,.2f}"
+            self._audit(db, "account_added", by, note=f"{name}: {role}, {limit}")
 
-    def remove_account(self, name: str) -> None:
+    def remove_account(self, name: str, by: str) -> None:
         with self._tx() as db:
             if not db.execute("DELETE FROM accounts WHERE name = ?", (name,)).rowcount:
                 raise NotFound(f"No account named {name!r}.")
+            self._audit(db, "account_removed", by, note=name)
 
     def account_rows(self, name: str | None = None) -> list[dict[str, Any]]:
         """Accounts as plain rows (name, role, limit_cents, password, created_at), by name."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from conftest import run_cli
@@ -81,6 +82,11 @@ def test_without_accounts_the_terminal_says_it_is_a_demo(tmp_path):
     assert store_of(out).approvals(None)[0].decided_by == "Dana Kim"
 
 
+def refund_events(store):
+    """The audit without the account changes that set the test up."""
+    return [e for e in store.audit() if not e.event.startswith("account_")]
+
+
 def test_a_signed_approval(tmp_path):
     out = tmp_path / "out"
     add_users(out)
@@ -89,7 +95,7 @@ def test_a_signed_approval(tmp_path):
     assert approved.returncode == 0, approved.stderr
     assert "Approved $48.00 for A1043 (maya.chen@example.com) as Lee Park" in approved.stdout
     assert "demo mode" not in approved.stdout
-    assert [(e.event, e.actor) for e in store_of(out).audit()] == [
+    assert [(e.event, e.actor) for e in refund_events(store_of(out))] == [
         ("requested", "agent"), ("approved", "Lee Park"), ("issued", "payments")]
     assert len(refunds(out)) == 1
 
@@ -109,7 +115,7 @@ def test_a_wrong_password_or_no_account_decides_nothing(tmp_path):
     assert unnamed.returncode == 1 and "--as NAME" in unnamed.stderr
     store = store_of(out)
     assert store.approvals(None)[0].status == "pending"
-    assert [e.event for e in store.audit()] == ["requested"]
+    assert [e.event for e in refund_events(store)] == ["requested"]
     assert refunds(out) == []
 
 
@@ -125,7 +131,7 @@ def test_an_approver_over_the_limit_is_refused_and_a_lead_approves(tmp_path):
     assert store.approvals(None)[0].status == "pending" and refunds(out) == []
     approved = run_cli(out, "approve", "--as", "Lee Park", REFUND_AGENT_PASSWORD=LEE)
     assert approved.returncode == 0, approved.stderr
-    assert [(e.event, e.actor) for e in store.audit()] == [
+    assert [(e.event, e.actor) for e in refund_events(store)] == [
         ("requested", "agent"), ("refused", "Ana Ruiz"), ("approved", "Lee Park"),
         ("issued", "payments")]
     assert len(refunds(out)) == 1
@@ -255,3 +261,40 @@ def test_the_card_names_the_limit_only_above_it():
     assert limit_notice(40.0, 40.0) is None            # up to the limit, inclusive
     assert limit_notice(40.01, 40.0).startswith(
         "$40.01 is above your approval limit of $40.00: a lead must decide")
+
+
+def test_account_changes_are_audited_with_who_made_them(tmp_path):
+    store = store_of(tmp_path / "out")
+    accounts = Accounts(store)
+    accounts.add("Ana Ruiz", "approver", ANA, limit=40, by="ops (login)")
+    accounts.add("Lee Park", "lead", LEE)                  # by the operating-system login
+    accounts.remove("Ana Ruiz", by="ops (login)")
+    entries = [(e.event, e.actor, e.note) for e in store.audit()]
+    assert entries[0] == ("account_added", "ops (login)", "Ana Ruiz: approver, up to $40.00")
+    assert entries[1][0] == "account_added" and entries[1][1].endswith("(login)")
+    assert entries[1][2] == "Lee Park: lead, no limit"
+    assert entries[2] == ("account_removed", "ops (login)", "Ana Ruiz")
+    assert store.verify_audit() is None
+
+
+def test_sign_in_guessing_is_refused_after_five_wrong_tries(tmp_path, monkeypatch):
+    from refund_agent import accounts as module
+    monkeypatch.setattr(module, "_THROTTLE", module._Throttle())
+    accounts = Accounts(store_of(tmp_path / "out"))
+    accounts.add("Lee Park", "lead", LEE)
+    for _ in range(module.SIGN_IN_FAILURES):
+        with pytest.raises(SignInFailed, match="Wrong name or password"):
+            accounts.sign_in("Lee Park", "guess")
+    # Now even the right password is refused, without being checked, for a while.
+    with pytest.raises(SignInFailed, match="Too many wrong passwords"):
+        accounts.sign_in("lee  park".title(), LEE)
+    # Other names are not held up, and an unknown name is throttled the same way.
+    for _ in range(module.SIGN_IN_FAILURES):
+        with pytest.raises(SignInFailed, match="Wrong name or password"):
+            accounts.sign_in("Nobody", "guess")
+    with pytest.raises(SignInFailed, match="Too many"):
+        accounts.sign_in("Nobody", "guess")
+    # The window passes: the right password works again and clears the count.
+    now = time.monotonic()
+    monkeypatch.setattr(module.time, "monotonic", lambda: now + module.SIGN_IN_WINDOW + 1)
+    assert accounts.sign_in("Lee Park", LEE).name == "Lee Park"
