@@ -221,9 +221,12 @@ class Agent:
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
         self.shop = Shop(self.settings.data_dir)
-        self.store = Store(self.settings.db_path, lease_seconds=self.settings.lease_seconds)
-        self.payments = Payments(self.settings.output_dir)
-        self.outbox = Outbox(self.settings.output_dir)
+        self.store = Store(self.settings.store_target, lease_seconds=self.settings.lease_seconds)
+        # With a shared store (PostgreSQL) the stand-ins keep their records in it, where every
+        # host sees them; with SQLite, in JSONL logs beside it.
+        shared = self.store if self.store.shared else None
+        self.payments = Payments(self.settings.output_dir, shared)
+        self.outbox = Outbox(self.settings.output_dir, shared)
         self._model = model
         self._crash = self.settings.crash_at
 

@@ -22,7 +22,7 @@ from .agent import Agent, LiveEvent
 from .customer import converse
 from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
 from .models import Approval, Run, RunStatus, Step
-from .reconcile import reconcile
+from .reconcile import log_names, reconcile
 from .text import printable, size_text, transcript_text
 
 EPILOG = """\
@@ -306,8 +306,9 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     elif what == "audit":
         if args.verify:
             problem = reconcile(agent.store, agent.settings.output_dir)
+            refunds, emails = log_names(agent.store)
             print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
-                  "anchor ok; refunds.log and outbox.log agree with the approvals and the audit.")
+                  f"anchor ok; {refunds} and {emails} agree with the approvals and the audit.")
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
