@@ -229,6 +229,7 @@ class Agent:
         self.outbox = Outbox(self.settings.output_dir, shared)
         self._model = model
         self._crash = self.settings.crash_at
+        self._claimed: dict[str, str] = {}
 
     @property
     def model(self) -> ModelAccess:
@@ -283,7 +284,8 @@ class Agent:
         """
         emit = on_event or (lambda _e: None)
         before = self.store.last_step_id(run_id)
-        lease = self.store.acquire(run_id, uuid.uuid4().hex)
+        # A run this process claimed (see claim) is continued under the claim's token.
+        lease = self.store.acquire(run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex)
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         try:
             for _ in range(MAX_TURNS):
@@ -761,6 +763,17 @@ class Agent:
         return self.store.add_reply(run_id, text, simulated)
 
     # -- finding runs -------------------------------------------------------------------------
+
+    def claim(self) -> str | None:
+        """Take one run that needs a worker, from any host (see Store.claim); its id or None.
+
+        The next ``advance`` of that run in this process continues under the claim's lease.
+        """
+        lease = self.store.claim(uuid.uuid4().hex)
+        if lease is None:
+            return None
+        self._claimed[lease.run_id] = lease.token
+        return lease.run_id
 
     def resumable(self) -> list[Run]:
         """Runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
