@@ -494,7 +494,8 @@ def test_crash_twice_in_a_row(baselines: Baselines, tmp_path: Path):
     events = [e["event"] for e in outcome.audit]
     # The payment provider made the refund once; both later processes got it back.
     assert events == ["requested", "approved", "reused"], events
-    record("crash_matrix", backend=baselines.backend.name, scenario="approve", command="approve, resume, resume",
+    record("crash_matrix", backend=baselines.backend.name, scenario="approve",
+           command="approve, resume, resume",
            point="after_refund x2 + after_email", killed=True, kills=3, **metrics)
     assert_held(metrics, "three crashes in a row")
 
@@ -503,7 +504,8 @@ def test_restart_after_crash_is_reported_in_the_timeline(baselines: Baselines, t
     """The new process marks where it picked the run up, and the audit names both processes."""
     base = baselines.get("approve")
     output = baselines.copy(base.before[1], tmp_path / "output")
-    crashed = baselines.cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
+    crashed = baselines.cli(output, "approve", "--as", APPROVER,
+                            REFUND_AGENT_CRASH_AT="after_refund")
     assert crashed.returncode == -9
     resumed = baselines.cli(output, "resume")
     expect_ok(resumed, "resume")

@@ -26,8 +26,8 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any

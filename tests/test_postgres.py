@@ -189,8 +189,8 @@ def test_three_hosts_share_one_database_under_random_kills(tmp_path, pg_url):
     """200 tickets, three worker processes standing for three hosts (each its own working
     directory and output folder, its own host id, so a pid on one means nothing to another),
     one PostgreSQL database and one offline model service. A person decides every proposal as it
-    appears (49 rejections, then an approval) while a worker is killed (SIGKILL) every second or so and restarted.
-    Every refund is paid once, every email sent once, every decision made once."""
+    appears (49 rejections, then an approval) while a worker is killed (SIGKILL) every second or
+    so and restarted. Every refund is paid once, every email sent once, every decision once."""
     model = OfflineServer(tmp_path / "model.sqlite3").start()
     env = {"REFUND_AGENT_DATABASE_URL": pg_url, "REFUND_AGENT_OFFLINE_URL": model.base_url,
            "REFUND_AGENT_LEASE_SECONDS": str(LEASE), "PYTHONPATH": str(PROJECT_ROOT)}

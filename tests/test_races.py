@@ -1,10 +1,10 @@
 """Races between processes: deciding one approval at once, advancing one run at once.
 
-The racers are real processes with their own database connections, on each backend (SQLite, and
-a database per output folder on the throwaway PostgreSQL server, see tests/pg.py). To make them start together
-without sleeping, each is a long-lived worker that blocks reading its stdin; a round begins when
-the test writes one command line to every worker's pipe in a tight loop, so they all wake within
-microseconds of each other and race for the same row.
+The racers are real processes with their own database connections, on each backend (SQLite,
+and a database per output folder on the throwaway PostgreSQL server, see tests/pg.py). To make
+them start together without sleeping, each is a long-lived worker that blocks reading its
+stdin; a round begins when the test writes one command line to every worker's pipe in a tight
+loop, so they all wake within microseconds of each other and race for the same row.
 """
 
 from __future__ import annotations

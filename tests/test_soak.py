@@ -228,7 +228,8 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         extra = [r["requests"] - b["requests"]
                  for r, b in zip(outcome.runs, base.outcome.runs, strict=False)]
         metrics["fewer_requests_than_baseline"] = sum(1 for x in extra if x < 0)
-        record("soak", backend=baselines.backend.name, seed=SEED, run=i, scenario=scenario, kills=kills,
+        record("soak", backend=baselines.backend.name, seed=SEED, run=i, scenario=scenario,
+               kills=kills,
                point_kills=sum(1 for e in log if "[point:" in e and e.endswith("-> -9")),
                timer_kills=sum(1 for e in log if "[timer:" in e and e.endswith("-> -9")),
                stale_owners=sum(1 for e in log if "[pause:" in e),
@@ -239,8 +240,9 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         scenarios[scenario] += 1
         held.update(k for k, v in metrics.items() if not v)
     seconds = time.monotonic() - started
-    record("soak_total", backend=baselines.backend.name, seed=SEED, runs=i, kills=total_kills, seconds=round(seconds, 1))
+    record("soak_total", backend=baselines.backend.name, seed=SEED, runs=i, kills=total_kills,
+           seconds=round(seconds, 1))
     with capsys.disabled():
-        print(f"soak ({baselines.backend.name}): {i} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
-              f"{seconds:.0f} s", file=sys.stderr)
+        print(f"soak ({baselines.backend.name}): {i} runs ({dict(scenarios)}), {total_kills} "
+              f"kills, all invariants held, {seconds:.0f} s", file=sys.stderr)
     assert total_kills > 0, "nothing was killed: the soak tested nothing"
