@@ -221,11 +221,15 @@ class Agent:
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
         self.shop = Shop(self.settings.data_dir)
-        self.store = Store(self.settings.db_path, lease_seconds=self.settings.lease_seconds)
-        self.payments = Payments(self.settings.output_dir)
-        self.outbox = Outbox(self.settings.output_dir)
+        self.store = Store(self.settings.store_target, lease_seconds=self.settings.lease_seconds)
+        # With a shared store (PostgreSQL) the stand-ins keep their records in it, where every
+        # host sees them; with SQLite, in JSONL logs beside it.
+        shared = self.store if self.store.shared else None
+        self.payments = Payments(self.settings.output_dir, shared)
+        self.outbox = Outbox(self.settings.output_dir, shared)
         self._model = model
         self._crash = self.settings.crash_at
+        self._claimed: dict[str, str] = {}
 
     @property
     def model(self) -> ModelAccess:
@@ -280,7 +284,8 @@ class Agent:
         """
         emit = on_event or (lambda _e: None)
         before = self.store.last_step_id(run_id)
-        lease = self.store.acquire(run_id, uuid.uuid4().hex)
+        # A run this process claimed (see claim) is continued under the claim's token.
+        lease = self.store.acquire(run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex)
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         try:
             for _ in range(MAX_TURNS):
@@ -758,6 +763,17 @@ class Agent:
         return self.store.add_reply(run_id, text, simulated)
 
     # -- finding runs -------------------------------------------------------------------------
+
+    def claim(self) -> str | None:
+        """Take one run that needs a worker, from any host (see Store.claim); its id or None.
+
+        The next ``advance`` of that run in this process continues under the claim's lease.
+        """
+        lease = self.store.claim(uuid.uuid4().hex)
+        if lease is None:
+            return None
+        self._claimed[lease.run_id] = lease.token
+        return lease.run_id
 
     def resumable(self) -> list[Run]:
         """Runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""

@@ -14,15 +14,24 @@ import json
 import os
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from .accounts import DEFAULT_LIMIT, ROLES, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
 from .customer import converse
-from .errors import AlreadyDecided, DecisionRefused, NotFound, RefundAgentError
+from .errors import (
+    AlreadyDecided,
+    DecisionRefused,
+    LeaseLost,
+    NotFound,
+    RefundAgentError,
+    RunBusy,
+)
 from .models import Approval, Run, RunStatus, Step
-from .reconcile import reconcile
+from .reconcile import log_names, reconcile
 from .text import printable, sender_line, size_text, transcript_text
 
 EPILOG = """\
@@ -172,6 +181,33 @@ def _start(agent: Agent, run: Run, printer: Printer) -> Run:
     return _drive(agent, run.id, printer)
 
 
+def _work(agent: Agent, idle_exit: float | None) -> int:
+    """Claim runs (new, decided, or left by a dead process on any host) and advance each.
+
+    One line per run: a worker is meant to run unattended, several of them on several hosts.
+    """
+    quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
+    idle_since, done = time.monotonic(), 0
+    print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
+          flush=True)
+    while True:
+        run_id = agent.claim()
+        if run_id is None:
+            if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
+                print(f"Nothing to do for {idle_exit:g} s; advanced {done} run(s).", flush=True)
+                return 0
+            time.sleep(0.2)
+            continue
+        try:
+            run = _drive(agent, run_id, quiet)  # type: ignore[arg-type]
+        except (RunBusy, LeaseLost) as exc:  # another worker got there first, or took it over
+            print(f"{run_id}: {exc}", flush=True)
+            continue
+        done += 1
+        idle_since = time.monotonic()
+        print(f"{run_id}: {run.status.value}", flush=True)
+
+
 def _target(agent: Agent, approval_id: str | None) -> Approval | None:
     """The approval a decision is about: the one named, or the only one waiting.
 
@@ -307,8 +343,9 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     elif what == "audit":
         if args.verify:
             problem = reconcile(agent.store, agent.settings.output_dir)
+            refunds, emails = log_names(agent.store)
             print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
-                  "anchor ok; refunds.log and outbox.log agree with the approvals and the audit.")
+                  f"anchor ok; {refunds} and {emails} agree with the approvals and the audit.")
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
@@ -359,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     reply = sub.add_parser("reply", help="write back to a finished run as the customer")
     reply.add_argument("text")
     reply.add_argument("--run", help="run id (default: the last finished run)")
+    work = sub.add_parser("work", help="advance runs that need a worker, one after another, "
+                          "from any host sharing the store (PostgreSQL); Ctrl+C to stop")
+    work.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                      help="exit after this long with nothing to do (default: never)")
     sub.add_parser("queue", help="list refunds waiting for approval")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
@@ -437,6 +478,8 @@ def run_command(argv: list[str] | None = None) -> int:
         run = _ask(agent, args, printer)
     elif command == "expire":
         return _expire(agent, printer)
+    elif command == "work":
+        return _work(agent, args.idle_exit)
     elif command == "resume":
         run = _resume_target(agent, args.run)
         if run is None:

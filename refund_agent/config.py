@@ -52,6 +52,12 @@ class Settings:
         zero_retention: ask the provider to keep nothing (``store=false`` on every request) and
             send the run's own transcript each turn instead of ``previous_response_id``
             (REFUND_AGENT_ZERO_RETENTION=1). More bytes per request; nothing kept remotely.
+        database_url: a ``postgresql://`` URL (REFUND_AGENT_DATABASE_URL) to keep the store,
+            and the payment and email stand-ins' records, in one PostgreSQL database that
+            several hosts share; empty: the SQLite file in ``output_dir``.
+        offline_url: the base URL of one offline model server that every host reaches
+            (REFUND_AGENT_OFFLINE_URL, e.g. ``http://10.0.0.5:8787/v1`` from
+            ``python -m refund_agent.offline``); empty: each process starts its own.
     """
 
     api_key: str = ""
@@ -68,6 +74,8 @@ class Settings:
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
     approval_days: float = 7.0
     zero_retention: bool = False
+    database_url: str = ""
+    offline_url: str = ""
 
     @property
     def offline(self) -> bool:
@@ -84,6 +92,11 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.output_dir / "refund-agent.sqlite3"
+
+    @property
+    def store_target(self) -> Path | str:
+        """What the store opens: the PostgreSQL URL when one is set, else the SQLite file."""
+        return self.database_url or self.db_path
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields changed (handy in tests and the notebook)."""
@@ -126,4 +139,18 @@ def load_settings(env_file: Path | None = None) -> Settings:
                                 env.get("REFUND_AGENT_ALLOWED_HOSTS", "").split(",")
                                 if h.strip()),
         zero_retention=_flag("REFUND_AGENT_ZERO_RETENTION"),
+        database_url=_database_url(env.get("REFUND_AGENT_DATABASE_URL", "")),
+        offline_url=env.get("REFUND_AGENT_OFFLINE_URL", "").strip().rstrip("/"),
     )
+
+
+def _database_url(raw: str) -> str:
+    """REFUND_AGENT_DATABASE_URL, checked for its scheme (the server is reached later)."""
+    url = raw.strip()
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        shown = url.split("://", 1)[0] + "://..." if "://" in url else repr(url[:40])
+        raise ConfigError(
+            f"REFUND_AGENT_DATABASE_URL must be a postgresql:// URL (got {shown}), for example "
+            "postgresql://refunds:secret@db.internal:5432/refunds. Leave it unset to keep the "
+            "store in SQLite under the output folder.")
+    return url

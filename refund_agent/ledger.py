@@ -232,6 +232,30 @@ class _KeyIndex:
         return [tail] if tail is not None else []
 
 
+class StoreLog:
+    """The same log kept in the store's ``ledger`` table, for a store several hosts share.
+
+    A file lock does not cross machines, and a file on one host is not seen by the others;
+    a unique key in the shared PostgreSQL database is both (see ``Store.ledger_once``).
+    ``name`` tells the logs apart ("refunds", "outbox").
+    """
+
+    def __init__(self, store: Any, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.path = None  # nothing on disk; reconcile reads the table
+
+    def once(self, key: str, request: dict[str, Any],
+             make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+        return self.store.ledger_once(self.name, key, request, make)
+
+    def find(self, key: str) -> dict[str, Any] | None:
+        return self.store.ledger_find(self.name, key)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(record) for _, record in self.store.ledger_rows(self.name)]
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None

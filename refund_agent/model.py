@@ -48,6 +48,12 @@ class ModelAccess:
 def open_model(settings: Settings) -> ModelAccess:
     """An SDK client for Grok, or for the offline stand-in when no key is set."""
     common = {"max_retries": settings.max_retries, "timeout": settings.timeout}
+    if settings.offline and settings.offline_url:
+        # One offline service for every host (see the README's PostgreSQL section): a run
+        # continued on another host finds its stored responses there, as it would at xAI.
+        client = openai.OpenAI(base_url=settings.offline_url, api_key="offline-stand-in",
+                               **common)
+        return ModelAccess(client, settings.model_label, None)
     if settings.offline:
         server = offline_server(settings)
         client = openai.OpenAI(base_url=server.base_url, api_key="offline-stand-in", **common)

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .ledger import IdempotentLog
+from .ledger import IdempotentLog, StoreLog
 from .text import one_line
 
 
@@ -29,8 +29,11 @@ def with_signature(message: str, signature: str) -> str:
 class Outbox:
     """Sends each email once per idempotency key (the ``send_customer_message`` call id)."""
 
-    def __init__(self, output_dir: Path) -> None:
-        self.log = IdempotentLog(Path(output_dir) / "outbox.log")
+    def __init__(self, output_dir: Path, store: Any | None = None) -> None:
+        # ``store``: a shared store (PostgreSQL) keeps the records where every host sees them.
+        self.log: IdempotentLog | StoreLog = (
+            StoreLog(store, "outbox") if store is not None
+            else IdempotentLog(Path(output_dir) / "outbox.log"))
 
     def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
         # Headers are one line each; the agent refuses such input earlier, this is the last

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .ledger import IdempotentLog
+from .ledger import IdempotentLog, StoreLog
 from .policy import Quote
 
 
@@ -17,8 +17,11 @@ class Payments:
     the approvals and the audit.
     """
 
-    def __init__(self, output_dir: Path) -> None:
-        self.log = IdempotentLog(Path(output_dir) / "refunds.log")
+    def __init__(self, output_dir: Path, store: Any | None = None) -> None:
+        # ``store``: a shared store (PostgreSQL) keeps the records where every host sees them.
+        self.log: IdempotentLog | StoreLog = (
+            StoreLog(store, "refunds") if store is not None
+            else IdempotentLog(Path(output_dir) / "refunds.log"))
 
     def refund(self, key: str, quote: Quote, summary: str) -> tuple[dict[str, Any], bool]:
         """Refund what ``quote`` pays; returns (refund, reused)."""

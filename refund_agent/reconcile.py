@@ -34,6 +34,12 @@ class Entry:
 
     number: int
     record: dict[str, Any]
+    source: str = "refunds.log"   # the file, or the ledger table on a shared store
+    unit: str = "line"
+
+    @property
+    def where(self) -> str:
+        return f"{self.source} {self.unit} {self.number}"
 
     @property
     def key(self) -> str:
@@ -45,17 +51,28 @@ class Entry:
 
 
 def reconcile(store: Store, output_dir: Path) -> str | None:
-    """None when the store, refunds.log and outbox.log agree; else the first problem."""
+    """None when the store, refunds.log and outbox.log agree; else the first problem.
+
+    On a shared store (PostgreSQL) the two logs are the ledger table's "refunds" and "outbox"
+    rows, read and checked the same way.
+    """
     problem = store.verify_audit()
     if problem:
         return problem
     output_dir = Path(output_dir)
-    refunds, problem = read_log(output_dir / "refunds.log", _refund_shape, "a refund")
+    if store.shared:
+        refunds, problem = read_rows(store, "refunds", _refund_shape, "a refund")
+    else:
+        refunds, problem = read_log(output_dir / "refunds.log", _refund_shape, "a refund")
     if problem:
         return problem
-    emails, problem = read_log(output_dir / "outbox.log", _email_shape, "an email")
+    if store.shared:
+        emails, problem = read_rows(store, "outbox", _email_shape, "an email")
+    else:
+        emails, problem = read_log(output_dir / "outbox.log", _email_shape, "an email")
     if problem:
         return problem
+    names = log_names(store)
     approvals = {a.id: a for a in store.approvals(status=None, limit=-1)}
     audit = store.audit()
     sends = _send_calls(store)
@@ -64,12 +81,42 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
         _approvals_match_audit(approvals, audit),
         _refunds_match_approvals(refunds, approvals, audit, store),
         _unique_refunds(refunds),
-        _money_events_have_refunds(audit, refunds),
-        _made_refunds_have_records(approvals, refunds, store),
+        _money_events_have_refunds(audit, refunds, names[0]),
+        _made_refunds_have_records(approvals, refunds, store, names[0]),
         _emails_match_calls(emails, sends),
-        _sent_calls_have_emails(sends, emails),
+        _sent_calls_have_emails(sends, emails, names[1]),
     )
     return next(problems, None)
+
+
+def log_names(store: Store) -> tuple[str, str]:
+    """How messages name the payment and email logs of this store."""
+    if store.shared:
+        return "the ledger table's refunds", "the ledger table's outbox"
+    return "refunds.log", "outbox.log"
+
+
+def read_rows(store: Store, log: str, shape: Callable[[dict[str, Any]], str | None], what: str
+              ) -> tuple[list[Entry], str | None]:
+    """The records of one log in the shared store's ledger table, or the first bad row.
+
+    The stand-in writes each row in one transaction, so there are no torn rows: anything that
+    is not a whole record was written by someone else.
+    """
+    source, entries = f"the ledger table's {log}", []
+    for row_id, text in store.ledger_rows(log):
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            return [], (f"{source} row {row_id} is not JSON ({_preview(text)}): the stand-in "
+                        "never writes such a row, so it was added or edited by hand.")
+        wrong = f"is {_preview(text)}, not {what} record" if not isinstance(record, dict) \
+            else shape(record)
+        if wrong:
+            return [], (f"{source} row {row_id} {wrong}: the stand-in never writes such a row, "
+                        "so it was forged or edited by hand.")
+        entries.append(Entry(row_id, record, source, "row"))
+    return entries, None
 
 
 # -- reading the logs -----------------------------------------------------------------------------
@@ -110,7 +157,7 @@ def read_log(path: Path, shape: Callable[[dict[str, Any]], str | None], what: st
             ending = "" if whole else " (its last line, without a newline)"
             return [], (f"{path.name} line {number}{ending} {wrong}: the ledger never writes "
                         "such a line, so it was forged or edited by hand.")
-        entries.append(Entry(number, record))
+        entries.append(Entry(number, record, path.name))
     return entries, None
 
 
@@ -259,7 +306,7 @@ def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval
     for e in refunds:
         req, refund_id = e.request, e.record["refund_id"]
         paid, pairs = req["amount_cents"], _pairs(req["lines"])
-        where = f"refunds.log line {e.number} pays {_usd(paid)} on order {req['order_id']}"
+        where = f"{e.where} pays {_usd(paid)} on order {req['order_id']}"
         a = approvals.get(e.key)
         if a is None:
             yield f"{where} under key {e.key}, but no approval has that id: the record was forged."
@@ -296,7 +343,7 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
     ids: dict[str, int] = {}
     lines: dict[tuple[str, str], int] = {}
     for e in refunds:
-        where = f"refunds.log line {e.number}"
+        where = e.where
         if e.key in keys:
             yield (f"{where} repeats idempotency key {e.key} of line {keys[e.key]}: the ledger "
                    "pays a key once, so the record was copied in (forged).")
@@ -313,18 +360,19 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
         ids.setdefault(e.record["refund_id"], e.number)
 
 
-def _money_events_have_refunds(audit: list[AuditEntry], refunds: list[Entry]) -> Iterator[str]:
+def _money_events_have_refunds(audit: list[AuditEntry], refunds: list[Entry],
+                               log: str = "refunds.log") -> Iterator[str]:
     """Every refund the audit says was paid is in the payment log."""
     paid = {e.key: e for e in refunds}
     for m in audit:
         if m.event in _MONEY_EVENTS and m.approval_id not in paid:
             yield (f"Audit entry {m.id} says refund {m.note} of {_usd(_cents(m.amount))} on order "
-                   f"{m.order_id} was {m.event} for approval {m.approval_id}, but refunds.log "
+                   f"{m.order_id} was {m.event} for approval {m.approval_id}, but {log} "
                    "has no record of it: the record was removed.")
 
 
 def _made_refunds_have_records(approvals: dict[str, Approval], refunds: list[Entry],
-                               store: Store) -> Iterator[str]:
+                               store: Store, log: str = "refunds.log") -> Iterator[str]:
     """Every refund the agent was told was made (its call output) is in the payment log."""
     paid = {e.key: e.record["refund_id"] for e in refunds}
     for a in sorted(approvals.values(), key=lambda a: a.requested_at):
@@ -333,7 +381,7 @@ def _made_refunds_have_records(approvals: dict[str, Approval], refunds: list[Ent
         out = _output(_refund_call(store, a))
         if out.get("status") == "refunded" and paid.get(a.id) != out.get("refund_id"):
             yield (f"Approval {a.id}'s issue_refund call says refund {out.get('refund_id')} of "
-                   f"{_usd(a.amount_cents)} on order {a.order_id} was made, but refunds.log has "
+                   f"{_usd(a.amount_cents)} on order {a.order_id} was made, but {log} has "
                    "no record of it: the record was removed.")
 
 
@@ -343,7 +391,7 @@ def _emails_match_calls(emails: list[Entry], sends: dict[str, tuple[Call, Run]]
     seen: dict[str, int] = {}
     for e in emails:
         to, message_id = e.request["to"], e.record["message_id"]
-        where = f"outbox.log line {e.number} (message {message_id} to {to})"
+        where = f"{e.where} (message {message_id} to {to})"
         if e.key in seen:
             yield (f"{where} repeats key {e.key} of line {seen[e.key]}: the outbox sends a key "
                    "once, so the record was copied in (forged).")
@@ -368,13 +416,13 @@ def _emails_match_calls(emails: list[Entry], sends: dict[str, tuple[Call, Run]]
                    "the record was edited.")
 
 
-def _sent_calls_have_emails(sends: dict[str, tuple[Call, Run]], emails: list[Entry]
-                            ) -> Iterator[str]:
+def _sent_calls_have_emails(sends: dict[str, tuple[Call, Run]], emails: list[Entry],
+                            log: str = "outbox.log") -> Iterator[str]:
     """Every email the agent was told was sent is in the outbox."""
     sent = {e.key: e.record["message_id"] for e in emails}
     for call_id, (call, run) in sends.items():
         out = _output(call)
         if out.get("status") == "sent" and sent.get(call_id) != out.get("message_id"):
             yield (f"Call {call_id} in run {run.id} says message {out.get('message_id')} was "
-                   f"sent to {out.get('to')}, but outbox.log has no record of it: the record "
+                   f"sent to {out.get('to')}, but {log} has no record of it: the record "
                    "was removed.")

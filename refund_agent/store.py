@@ -1,8 +1,10 @@
-"""The durable store: one SQLite file shared by every process (terminal, web, notebook).
+"""The durable store: one SQLite file shared by every process (terminal, web, notebook), or one
+PostgreSQL database shared by every host (``REFUND_AGENT_DATABASE_URL``).
 
 Each public write method is one transaction, and each is one of the durable boundaries the
 agent relies on: a process killed between two of them leaves the store consistent, and the run
-can be picked up from what was committed. SQL stays in this module.
+can be picked up from what was committed. SQL stays in this module and ``dialects.py``, which
+holds the few things the two engines spell differently.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .dialects import CHANNEL, DB_ERRORS, SQLITE_NOW, Postgres, SQLite, host_id, is_postgres_url
 from .errors import (
     AlreadyDecided,
     DecisionRefused,
+    IdempotencyConflict,
     LeaseLost,
     NotFound,
     RunBusy,
@@ -54,6 +58,9 @@ SCHEMA_HISTORY: dict[int, str] = {
     4: "The transcript: every item each request sent and each response returned (encrypted "
        "reasoning included), in order, so a run can continue without the provider's stored "
        "response; runs count its items and bytes and say whether it goes back to the start.",
+    5: "Leases name their host (a pid means something only on the machine that wrote it), for "
+       "several hosts on one PostgreSQL database; the ledger table holds the payment and email "
+       "stand-ins' idempotency records there (on SQLite they stay in output/'s JSONL logs).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 # The steps that change tables an older store already has (CREATE TABLE IF NOT EXISTS never adds
@@ -67,6 +74,7 @@ _STEPS: dict[int, str] = {
        "ALTER TABLE runs ADD COLUMN transcript_bytes INTEGER NOT NULL DEFAULT 0; "
        "ALTER TABLE runs ADD COLUMN transcript_complete INTEGER NOT NULL DEFAULT 0; "
        "UPDATE runs SET transcript_complete = 1 WHERE last_response_id IS NULL;",
+    5: "ALTER TABLE runs ADD COLUMN lease_host TEXT;",
 }
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
@@ -75,7 +83,8 @@ GENESIS_HASH = "0" * 64
 LEASE_STALE_SECONDS = 15 * 60
 # Lease times come from the database's clock, never a process's own: two processes whose clocks
 # disagree still agree on whether a lease has expired.
-_DB_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+# Written in SQLite's spelling; on PostgreSQL dialects.pg_sql swaps in clock_timestamp().
+_DB_NOW = SQLITE_NOW
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_epoch INTEGER NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL,
     transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
-    transcript_complete INTEGER NOT NULL DEFAULT 0
+    transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
@@ -168,6 +177,13 @@ CREATE TABLE IF NOT EXISTS accounts (
     name TEXT PRIMARY KEY, role TEXT NOT NULL, limit_cents INTEGER, password TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+-- The payment and email stand-ins' idempotency records when the store is shared by several
+-- hosts (PostgreSQL): one row per (log, key), the whole record as JSON, in the order written.
+-- On SQLite the JSONL logs in output/ hold them instead and this table stays empty.
+CREATE TABLE IF NOT EXISTS ledger (
+    id INTEGER PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
+    UNIQUE (log, key)
+);
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
 """
@@ -208,24 +224,33 @@ _EFFECT_CALLS = frozenset({"send_customer_message"})
 
 
 class Store:
-    """Typed access to the SQLite file at ``path``; safe to share between threads.
+    """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
+    ``target`` is a ``postgresql://`` URL; safe to share between threads.
 
-    Each thread gets its own connection. Writes that read first use ``BEGIN IMMEDIATE`` so two
-    processes cannot both read "pending" and both write "approved".
+    Each thread gets its own connection. Writes that read first use ``BEGIN IMMEDIATE`` on
+    SQLite, and lock the rows they read on PostgreSQL (see dialects.py), so two processes
+    cannot both read "pending" and both write "approved".
     """
 
-    def __init__(self, path: Path, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
-        self.path = Path(path)
+    def __init__(self, target: Path | str, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
+        self.dialect: SQLite | Postgres = (Postgres(target) if is_postgres_url(target)
+                                           else SQLite(Path(target)))
+        self.shared = isinstance(self.dialect, Postgres)
+        # Where the store is, for messages: the file, or the URL without its password.
+        self.path = self.dialect.path if isinstance(self.dialect, SQLite) else self.dialect.where
         self.pid = os.getpid()
+        self.host = host_id()
         self.lease_seconds = lease_seconds
         self._local = threading.local()
         self._watch: sqlite3.Connection | None = None
         self._watch_lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file where the folder should be, no permission, ...
-            raise StoreError(f"Cannot use {self.path.parent} as the output folder: {exc}") from None
-        version = self._read("PRAGMA user_version")[0][0]
+        if isinstance(self.dialect, SQLite):
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file where the folder should be, no permission, ...
+                raise StoreError(
+                    f"Cannot use {self.path.parent} as the output folder: {exc}") from None
+        version = self._version()
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
         if version < SCHEMA_VERSION:
@@ -233,8 +258,21 @@ class Store:
             # too: the schema script adds whatever table is missing.)
             self._upgrade(version)
 
+    def _version(self) -> int:
+        if isinstance(self.dialect, SQLite):
+            return self._read("PRAGMA user_version")[0][0]
+        # PostgreSQL has no user_version: a one-row table keeps it (absent: an empty database).
+        rows = self._read("SELECT to_regclass('refund_agent_schema') IS NOT NULL")
+        if not rows[0][0]:
+            return 0
+        rows = self._read("SELECT version FROM refund_agent_schema")
+        return rows[0][0] if rows else 0
+
     def _upgrade(self, version: int) -> None:
         """Create the schema, or bring an older store up to date when that is safe."""
+        if isinstance(self.dialect, Postgres):
+            self._create_pg()
+            return
         steps = "".join(step for number, step in sorted(_STEPS.items())
                         if version and version < number)
         if version in (1, 2):
@@ -262,89 +300,115 @@ class Store:
                 return
             raise StoreError(self._explain(exc)) from None
 
+    def _create_pg(self) -> None:
+        """The schema on an empty PostgreSQL database (there is no older PostgreSQL store).
+
+        Under an advisory lock: several hosts starting on a new database at once make it once.
+        """
+        from .dialects import pg_schema
+        assert isinstance(self.dialect, Postgres)
+        with self._tx() as db:
+            self.dialect.lock_schema(db)
+            db.execute("CREATE TABLE IF NOT EXISTS refund_agent_schema ("
+                       "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
+            row = db.execute("SELECT version FROM refund_agent_schema").fetchone()
+            if row is not None and row[0] >= SCHEMA_VERSION:
+                return
+            for statement in pg_schema(_SCHEMA):
+                db.execute(statement)
+            db.execute("INSERT INTO refund_agent_schema(id, version) VALUES (1, ?)"
+                       " ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                       (SCHEMA_VERSION,))
+
     # -- connection handling -------------------------------------------------------------
 
-    def _db(self) -> sqlite3.Connection:
+    def _db(self) -> Any:
         db = getattr(self._local, "db", None)
+        if db is not None and getattr(db, "closed", False):
+            db = None  # PostgreSQL dropped it (a restart, a network cut): connect again
         if db is None:
             try:
-                db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
-                db.row_factory = sqlite3.Row
-                for attempt in range(50):
-                    try:
-                        db.execute("PRAGMA journal_mode=WAL")
-                        break
-                    except sqlite3.OperationalError as exc:
-                        # Processes switching a new file to WAL at the same moment are told
-                        # "locked" at once (SQLite skips its busy handler there): retry briefly.
-                        if "locked" not in str(exc) or attempt == 49:
-                            raise
-                        time.sleep(0.01 * (1 + attempt % 5))
-                db.execute("PRAGMA synchronous=FULL")
-                self._local.synchronous = "FULL"
-                db.execute("PRAGMA busy_timeout=10000")
-                db.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.DatabaseError as exc:
+                db = self.dialect.connect()
+            except DB_ERRORS as exc:
                 raise StoreError(self._explain(exc)) from None
+            self._local.synchronous = "FULL" if isinstance(self.dialect, SQLite) else None
             self._local.db = db
         return db
 
-    def _explain(self, exc: sqlite3.Error) -> str:
-        text = str(exc)
-        if "not a database" in text or "malformed" in text:
-            return (f"{self.path} is not a readable refund-agent database ({text}). "
-                    "Move it aside to start fresh; nothing else was changed.")
-        if "locked" in text or "busy" in text:
-            return f"{self.path} is locked by another process for too long ({text}); try again."
-        return f"Database error in {self.path}: {text}"
+    def _explain(self, exc: BaseException) -> str:
+        return self.dialect.explain(exc)
 
     @contextmanager
-    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with BEGIN IMMEDIATE and committed on success.
+    def _tx(self, durable: bool = True) -> Iterator[Any]:
+        """One write transaction, committed on success.
 
-        ``durable`` commits with ``synchronous=FULL``: the write-ahead log is fsynced before
-        COMMIT returns, so the transaction (and every one before it, the log being one file
-        written in order) survives a power loss. It is for the boundaries an outside effect
-        depends on (README, "Durability, boundary by boundary"). The others commit with
-        ``synchronous=NORMAL``: in WAL mode a process crash (SIGKILL) still loses nothing, a
-        power loss may lose them, and each is re-done safely on resume.
+        On SQLite it is taken with BEGIN IMMEDIATE. ``durable`` commits with
+        ``synchronous=FULL``: the write-ahead log is fsynced before COMMIT returns, so the
+        transaction (and every one before it, the log being one file written in order)
+        survives a power loss. It is for the boundaries an outside effect depends on (README,
+        "Durability, boundary by boundary"). The others commit with ``synchronous=NORMAL``: in
+        WAL mode a process crash (SIGKILL) still loses nothing, a power loss may lose them,
+        and each is re-done safely on resume.
+
+        On PostgreSQL the same choice is ``synchronous_commit`` (off: the commit returns before
+        its WAL reaches the disk; a server crash may lose it, never half of it), and every
+        commit notifies the listening pages (LISTEN/NOTIFY, see change_counter).
         """
         db = self._db()
+        postgres = isinstance(self.dialect, Postgres)
         level = "FULL" if durable else "NORMAL"
         try:
-            if getattr(self._local, "synchronous", None) != level:
-                # Not allowed inside a transaction, so set before BEGIN; per connection.
-                db.execute(f"PRAGMA synchronous={level}")
-                self._local.synchronous = level
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+            if postgres:
+                db.execute("BEGIN")
+                if not durable:
+                    db.execute("SET LOCAL synchronous_commit = off")
+            else:
+                if getattr(self._local, "synchronous", None) != level:
+                    # Not allowed inside a transaction, so set before BEGIN; per connection.
+                    db.execute(f"PRAGMA synchronous={level}")
+                    self._local.synchronous = level
+                db.execute("BEGIN IMMEDIATE")
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
         try:
             yield db
-        except sqlite3.Error as exc:  # a read-only folder, a full disk, a corrupt page
-            db.execute("ROLLBACK")
+            if postgres:
+                db.execute(f"NOTIFY {CHANNEL}")  # delivered to listeners at COMMIT, not before
+        except DB_ERRORS as exc:  # a read-only folder, a full disk, a corrupt page
+            self._rollback(db)
             raise StoreError(self._explain(exc)) from None
         except BaseException:
-            db.execute("ROLLBACK")
+            self._rollback(db)
             raise
         try:
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
 
-    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+    @staticmethod
+    def _rollback(db: Any) -> None:
+        try:
+            db.execute("ROLLBACK")
+        except DB_ERRORS:
+            pass  # the connection is gone, and its transaction with it
+
+    def _read(self, sql: str, args: tuple = ()) -> list[Any]:
         try:
             return self._db().execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
 
     def change_counter(self) -> int:
         """A number that changes whenever anyone commits to the store, from any process.
 
-        ``PRAGMA data_version`` on a connection of its own that never writes: it moves with
-        every commit made through any other connection, this process's threads included. It
-        reads no table, so a page may ask twice a second for nothing.
+        On SQLite, ``PRAGMA data_version`` on a connection of its own that never writes: it
+        moves with every commit made through any other connection, this process's threads
+        included. It reads no table, so a page may ask twice a second for nothing. On
+        PostgreSQL, a counter in memory that a LISTEN thread bumps at every NOTIFY, which every
+        committing write transaction sends, from any host.
         """
+        if isinstance(self.dialect, Postgres):
+            return self.dialect.change_counter()
         with self._watch_lock:
             if self._watch is None:
                 self._watch = sqlite3.connect(self.path, isolation_level=None,
@@ -354,28 +418,52 @@ class Store:
             except sqlite3.Error as exc:
                 raise StoreError(self._explain(exc)) from None
 
+    @property
+    def pushes_changes(self) -> bool:
+        """True when change_counter moves by itself (NOTIFY), so reading it often is free."""
+        return isinstance(self.dialect, Postgres)
+
+    def wait_for_change(self, since: int, timeout: float) -> int:
+        """The change counter once it differs from ``since``, or after ``timeout`` seconds."""
+        if isinstance(self.dialect, Postgres):
+            return self.dialect.wait_for_change(since, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.change_counter()
+            if now != since or time.monotonic() >= deadline:
+                return now
+            time.sleep(0.02)
+
     def close(self) -> None:
         db = getattr(self._local, "db", None)
         if db is not None:
             db.close()
             self._local.db = None
+        if isinstance(self.dialect, Postgres):
+            self.dialect.close()
 
     def integrity_ok(self) -> bool:
+        if isinstance(self.dialect, Postgres):
+            return True  # the server checks its own pages (data checksums); nothing to ask
         return self._read("PRAGMA integrity_check")[0][0] == "ok"
 
     # -- small helpers used inside transactions -----------------------------------------
 
-    def _step(self, db: sqlite3.Connection, run_id: str, kind: str, data: dict[str, Any]) -> None:
+    def _step(self, db: Any, run_id: str, kind: str, data: dict[str, Any]) -> None:
         db.execute("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)",
                    (run_id, time.time(), self.pid, kind, json.dumps(data)))
 
-    def _audit(self, db: sqlite3.Connection, event: str, actor: str, *, run_id: str | None = None,
+    def _audit(self, db: Any, event: str, actor: str, *, run_id: str | None = None,
                approval_id: str | None = None, order_id: str | None = None,
                amount: float | None = None, note: str | None = None,
                lines: list[dict[str, Any]] | None = None) -> None:
+        # The anchor first, locked: on PostgreSQL this is what makes appends to the chain take
+        # turns (each reads the head the previous one committed); SQLite's write lock already
+        # does, and the lock clause is empty there.
+        anchor = db.execute("SELECT entries, head FROM audit_anchor"
+                            + self.dialect.lock_row).fetchone()
         row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
         prev = row[0] if row else GENESIS_HASH
-        anchor = db.execute("SELECT entries, head FROM audit_anchor").fetchone()
         if anchor is not None and anchor["head"] != prev:
             # Someone removed or rewrote the newest entries. Writing on top would bury that.
             raise StoreError(
@@ -396,7 +484,7 @@ class Store:
         db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?",
                    (audit_hash(prev, entry),))
 
-    def _touch(self, db: sqlite3.Connection, run_id: str, **fields: Any) -> None:
+    def _touch(self, db: Any, run_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
         assignments = ", ".join(f"{k} = :{k}" for k in fields)
         db.execute(f"UPDATE runs SET {assignments} WHERE id = :id", {**fields, "id": run_id})
@@ -426,7 +514,8 @@ class Store:
         return Run.model_validate(dict(rows[0]))
 
     def runs(self, limit: int = 100) -> list[Run]:
-        rows = self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        rows = self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?",
+                          (_no_limit(limit),))
         return [Run.model_validate(dict(r)) for r in rows]
 
     def inbox(self, search: str = "", statuses: Collection[RunStatus] = (), limit: int = 50,
@@ -501,12 +590,18 @@ class Store:
                           " AND p.status = 'pending')", (RunStatus.WAITING,))
         return [Run.model_validate(dict(r)) for r in rows]
 
-    def _lease_live(self, db: sqlite3.Connection, row: dict[str, Any]) -> bool:
+    def _lease_live(self, db: Any, row: dict[str, Any]) -> bool:
         """Whether someone holds this run: a live process that renewed its lease recently."""
         if row.get("lease_token") is None:
             return False
         age = db.execute(f"SELECT {_DB_NOW} - ?", (row.get("lease_at") or 0,)).fetchone()[0]
-        return age < self.lease_seconds and pid_alive(row.get("lease_pid"))
+        if age >= self.lease_seconds:
+            return False
+        if row.get("lease_host") not in (None, self.host):
+            # Another host's pid cannot be looked up from here: its lease holds until it
+            # expires by the database's clock (its holder renews it while it works).
+            return True
+        return pid_alive(row.get("lease_pid"))
 
     def acquire(self, run_id: str, token: str) -> Lease:
         """Take the run's lease for this process, with a fencing token one higher than before.
@@ -515,26 +610,60 @@ class Store:
             RunBusy: another live process (or thread) holds the lease.
         """
         with self._tx(durable=False) as db:  # lost with the power, so were its holders
-            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT * FROM runs WHERE id = ?" + self.dialect.lock_row,
+                             (run_id,)).fetchone()
             if row is None:
                 raise NotFound(f"No run with id {run_id!r}.")
             row = dict(row)
             if row["lease_token"] not in (None, token) and self._lease_live(db, row):
                 raise RunBusy(run_id, row["lease_pid"])
-            if row["last_pid"] not in (None, self.pid):
-                self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
-                                                   "pid": self.pid})
-            epoch = row["lease_epoch"] + 1
-            db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {_DB_NOW},"
-                       " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
-                       " updated_at = ? WHERE id = ?",
-                       (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), run_id))
+            return self._take(db, row, token)
+
+    def _take(self, db: Any, row: dict[str, Any], token: str) -> Lease:
+        """Give this process the run's lease (the caller checked that nobody live holds it)."""
+        run_id = row["id"]
+        if row["last_pid"] is not None and (row["last_pid"] != self.pid
+                                            or row.get("lease_host") not in (None, self.host)):
+            self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
+                                               "pid": self.pid})
+        epoch = row["lease_epoch"] + 1
+        db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {_DB_NOW},"
+                   " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
+                   " updated_at = ?, lease_host = ? WHERE id = ?",
+                   (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), self.host,
+                    run_id))
         return Lease(run_id, token, epoch)
 
-    def _fence(self, db: sqlite3.Connection, lease: Lease) -> None:
+    def claim(self, token: str) -> Lease | None:
+        """Take one run that needs a worker and that nobody live holds, or None.
+
+        A run needs a worker when it is marked working (new, or cut off mid-turn by a crash
+        anywhere) or still waiting although its refund was decided. On PostgreSQL the candidate
+        rows are read ``FOR UPDATE SKIP LOCKED``: workers on several hosts asking at once each
+        get a different run, without waiting for one another; the lease and its fencing token
+        then guard every later write. Leases that expired by the database's clock are taken,
+        so any host recovers the runs of a host that died.
+        """
+        skip = self.dialect.lock_row + (" SKIP LOCKED" if self.dialect.lock_row else "")
+        with self._tx(durable=False) as db:
+            rows = db.execute(
+                "SELECT * FROM runs WHERE (status = ? OR (status = ? AND EXISTS (SELECT 1 FROM"
+                " approvals a WHERE a.run_id = runs.id AND a.status != 'pending') AND NOT EXISTS"
+                " (SELECT 1 FROM approvals p WHERE p.run_id = runs.id AND p.status = 'pending')))"
+                f" AND (lease_token IS NULL OR lease_host = ? OR lease_at < {_DB_NOW} - ?)"
+                " ORDER BY updated_at LIMIT 20" + skip,
+                (RunStatus.WORKING, RunStatus.WAITING, self.host,
+                 self.lease_seconds)).fetchall()
+            for row in map(dict, rows):
+                if row["lease_token"] is None or not self._lease_live(db, row):
+                    return self._take(db, row, token)
+        return None
+
+    def _fence(self, db: Any, lease: Lease) -> None:
         """Refuse a write made on behalf of a run by a process that no longer holds it."""
-        row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?",
-                         (lease.run_id,)).fetchone()
+        # Locked until the write commits: the lease cannot change hands in between.
+        row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?"
+                         + self.dialect.lock_row, (lease.run_id,)).fetchone()
         if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):
             raise LeaseLost(lease.run_id, row["lease_pid"] if row else None)
 
@@ -542,7 +671,7 @@ class Store:
         """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
         try:
             self._fence(self._db(), lease)
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
 
     def renew(self, lease: Lease) -> None:
@@ -613,7 +742,7 @@ class Store:
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
                  run_id))
 
-    def _append_transcript(self, db: sqlite3.Connection, run_id: str, response_id: str,
+    def _append_transcript(self, db: Any, run_id: str, response_id: str,
                            entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Append items to a run's transcript and count them on the run."""
         if not entries:
@@ -717,9 +846,15 @@ class Store:
             self._touch(db, run_id, status=RunStatus.WAITING)
         return self.approval(call_id)
 
-    def _held(self, db: sqlite3.Connection, order_id: str, except_id: str | None = None
-              ) -> dict[str, Held]:
-        """The lines of an order that refunds hold: approved ones as refunded, pending ones."""
+    def _held(self, db: Any, order_id: str, except_id: str | None = None,
+              lock: bool = True) -> dict[str, Held]:
+        """The lines of an order that refunds hold: approved ones as refunded, pending ones.
+
+        ``lock`` (inside a write transaction) keeps other transactions from reserving lines
+        of this order until this one commits.
+        """
+        if lock:
+            self.dialect.lock_order(db, order_id)
         rows = db.execute(
             "SELECT l.line, l.reason, l.amount_cents, l.approval_id, a.status FROM approval_lines l"
             " JOIN approvals a ON a.id = l.approval_id WHERE l.order_id = ? AND l.held = 1",
@@ -731,11 +866,11 @@ class Store:
     def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
         """The lines of an order held by refunds in this store (made, approved or pending)."""
         try:
-            return self._held(self._db(), order_id, except_id)
-        except sqlite3.Error as exc:
+            return self._held(self._db(), order_id, except_id, lock=False)
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
 
-    def approval(self, approval_id: str, db: sqlite3.Connection | None = None) -> Approval:
+    def approval(self, approval_id: str, db: Any | None = None) -> Approval:
         found = self._approvals("WHERE id = ?", (approval_id,), db)
         if not found:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
@@ -747,18 +882,21 @@ class Store:
 
     def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:
         if status is None:
-            return self._approvals("ORDER BY requested_at DESC LIMIT ?", (limit,))
-        return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?", (status, limit))
+            return self._approvals("ORDER BY requested_at DESC LIMIT ?", (_no_limit(limit),))
+        return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?",
+                               (status, _no_limit(limit)))
 
     def run_approvals(self, run_id: str) -> list[Approval]:
         """The run's proposals, oldest first."""
         return self._approvals("WHERE run_id = ? ORDER BY requested_at", (run_id,))
 
-    def _approvals(self, where: str, args: tuple, db: sqlite3.Connection | None = None
-                   ) -> list[Approval]:
+    def _approvals(self, where: str, args: tuple, db: Any | None = None,
+                   lock: bool = False) -> list[Approval]:
         try:
             db = db or self._db()
-            rows = [dict(r) for r in db.execute(f"SELECT * FROM approvals {where}", args)]
+            rows = [dict(r) for r in db.execute(
+                f"SELECT * FROM approvals {where}" + (self.dialect.lock_row if lock else ""),
+                args)]
             lines: dict[str, list[dict[str, Any]]] = {r["id"]: [] for r in rows}
             ids = list(lines)
             for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
@@ -766,7 +904,7 @@ class Store:
                 for line in db.execute(f"SELECT * FROM approval_lines WHERE approval_id IN"
                                        f" ({marks}) ORDER BY approval_id, seq", chunk):
                     lines[line["approval_id"]].append(dict(line))
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
         return [Approval.model_validate({**r, "lines": lines[r["id"]]}) for r in rows]
 
@@ -839,10 +977,11 @@ class Store:
             expired.append(self.approval(approval_id))
         return expired
 
-    def _pending(self, db: sqlite3.Connection, approval_id: str, attempt: str, by: str,
+    def _pending(self, db: Any, approval_id: str, attempt: str, by: str,
                  audit_late: bool = True) -> Approval | AlreadyDecided:
         """The approval if it is still pending; else the late attempt, audited as 'ignored'."""
-        found = self._approvals("WHERE id = ?", (approval_id,), db)
+        # Locked until the decision commits: this is the compare half of compare-and-set.
+        found = self._approvals("WHERE id = ?", (approval_id,), db, lock=True)
         if not found:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
         approval = found[0]
@@ -856,7 +995,7 @@ class Store:
         return AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
                               approval.decided_at, tried_by=by)
 
-    def _close(self, db: sqlite3.Connection, approval: Approval, status: str, by: str,
+    def _close(self, db: Any, approval: Approval, status: str, by: str,
                note: str | None) -> None:
         """A decision that pays nothing (rejected, asked, expired): every line is freed."""
         db.execute("UPDATE approval_lines SET held = 0, decision = ? WHERE approval_id = ?",
@@ -868,7 +1007,7 @@ class Store:
         self._step(db, approval.run_id, "decision",
                    {"approval_id": approval.id, "decision": status, "by": by, "note": note})
 
-    def _approve(self, db: sqlite3.Connection, approval: Approval, by: str, note: str | None,
+    def _approve(self, db: Any, approval: Approval, by: str, note: str | None,
                  keep: list[str] | None, requote: Callable | None,
                  limit_cents: int | None = None) -> Exception | None:
         proposed = [line.line for line in approval.item_lines]
@@ -926,7 +1065,7 @@ class Store:
                     "amount": total / 100, "declined": [line.line for line in declined]})
         return None
 
-    def _set_decision(self, db: sqlite3.Connection, approval: Approval, status: str, by: str,
+    def _set_decision(self, db: Any, approval: Approval, status: str, by: str,
                       note: str | None, amount_cents: int) -> None:
         db.execute("UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?,"
                    " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
@@ -942,10 +1081,11 @@ class Store:
         Who may sign decisions is part of the record: the change is audited, by ``by``.
         """
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM accounts WHERE name = ?", (name,)).fetchone():
+            added = db.execute("INSERT INTO accounts(name, role, limit_cents, password,"
+                               " created_at) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+                               (name, role, limit_cents, password, time.time())).rowcount
+            if not added:
                 raise DecisionRefused(f"An account named {name!r} already exists.")
-            db.execute("INSERT INTO accounts(name, role, limit_cents, password, created_at)"
-                       " VALUES (?,?,?,?,?)", (name, role, limit_cents, password, time.time()))
             limit = "no limit" if limit_cents is None else f"up to ${limit_cents / 100:,.2f}"
             self._audit(db, "account_added", by, note=f"{name}: {role}, {limit}")
 
@@ -969,6 +1109,43 @@ class Store:
         count, last = self._read("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM audit")[0]
         return count, last
 
+    # -- the stand-ins' idempotency records, shared by every host (see payments, outbox) ----
+
+    def ledger_once(self, log: str, key: str, request: dict[str, Any],
+                    make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+        """Do ``make`` once per (log, key), as ledger.IdempotentLog does in a file; returns
+        (record, reused). The unique key makes it once across hosts: of two first requests at
+        the same moment, the second waits for the first to commit and gets its record back.
+
+        Raises:
+            IdempotencyConflict: the key was used before with a different ``request``.
+        """
+        find = "SELECT record FROM ledger WHERE log = ? AND key = ?"
+        with self._tx() as db:  # durable: the record stands for money paid or an email sent
+            row = db.execute(find, (log, key)).fetchone()
+            if row is None:
+                record = {"idempotency_key": key, "request": request, **make(),
+                          "created_at": time.time(), "pid": self.pid, "host": self.host}
+                if db.execute("INSERT INTO ledger(log, key, record) VALUES (?,?,?)"
+                              " ON CONFLICT DO NOTHING",
+                              (log, key, json.dumps(record))).rowcount:
+                    return record, False
+                row = db.execute(find, (log, key)).fetchone()
+            record = json.loads(row[0])
+            if record.get("request") != request:
+                raise IdempotencyConflict(
+                    f"Idempotency key {key} was already used with other arguments.")
+            return record, True
+
+    def ledger_find(self, log: str, key: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT record FROM ledger WHERE log = ? AND key = ?", (log, key))
+        return json.loads(rows[0][0]) if rows else None
+
+    def ledger_rows(self, log: str) -> list[tuple[int, str]]:
+        """(row id, record as stored JSON) of one log, oldest first: for reconciling."""
+        return [(r[0], r[1]) for r in
+                self._read("SELECT id, record FROM ledger WHERE log = ? ORDER BY id", (log,))]
+
     # -- replies ---------------------------------------------------------------------------
 
     def add_reply(self, run_id: str, text: str, simulated: bool, lease: Lease | None = None
@@ -986,7 +1163,8 @@ class Store:
             if lease is not None:
                 self._fence(db, lease)
             else:
-                row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+                row = db.execute("SELECT * FROM runs WHERE id = ?" + self.dialect.lock_row,
+                                 (run_id,)).fetchone()
                 if row is None:
                     raise NotFound(f"No run with id {run_id!r}.")
                 if row["status"] not in (RunStatus.DONE, RunStatus.ASKED) or \
@@ -994,15 +1172,15 @@ class Store:
                     raise RunNotReady(
                         f"Run {run_id} is {row['status']}; a customer can write back once the "
                         "agent has finished. The reply was not saved; send it again then.")
-            cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)",
-                             (run_id, time.time(), text, int(simulated)))
+            cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)"
+                             " RETURNING id", (run_id, time.time(), text, int(simulated)))
+            reply_id = cur.fetchone()[0]
             self._step(db, run_id, "reply", {"text": text, "simulated": simulated})
             # The run has work again; marking it working lets a resume find it after a crash.
             self._touch(db, run_id, status=RunStatus.WORKING)
             if simulated:
                 db.execute("UPDATE runs SET simulated_replies = simulated_replies + 1"
                            " WHERE id = ?", (run_id,))
-            reply_id = cur.lastrowid
         return self.replies(run_id, reply_id=reply_id)[0]
 
     def replies(self, run_id: str, unsent_only: bool = False,
@@ -1032,7 +1210,8 @@ class Store:
     def audit(self, limit: int | None = None) -> list[AuditEntry]:
         sql = "SELECT * FROM audit ORDER BY id"
         rows = self._read(sql) if limit is None else self._read(
-            "SELECT * FROM (SELECT * FROM audit ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,))
+            "SELECT * FROM (SELECT * FROM audit ORDER BY id DESC LIMIT ?) AS recent ORDER BY id",
+            (limit,))
         return [AuditEntry.model_validate({**dict(r), "lines": json.loads(r["lines"])
                                            if r["lines"] else None}) for r in rows]
 
@@ -1075,6 +1254,11 @@ class Store:
                         "log has no 'issued' or 'reused' entry for it: an entry was removed or "
                         "edited.")
         return None
+
+
+def _no_limit(limit: int) -> int:
+    """SQLite reads a negative LIMIT as "no limit"; PostgreSQL refuses it. Both take a huge one."""
+    return limit if limit >= 0 else 2**62
 
 
 def _span(seconds: float) -> str:

@@ -97,3 +97,33 @@ def scripted(settings):
     yield make
     for server in servers:
         server.close()
+
+
+# -- the two store backends ---------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL server for the session (tests/pg.py), or a skip saying why."""
+    from pg import Cluster, find_bin
+
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed: pip install -e '.[dev]' (or '.[postgres]')")
+    bin_dir = find_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl were not found (/usr/lib/postgresql/*/bin "
+                    "or PATH): install Debian's postgresql package to run the PostgreSQL tests")
+    cluster = Cluster(bin_dir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def backend(request):
+    """Where the store lives: each test using this runs once per backend."""
+    from pg import Backend
+
+    if request.param == "sqlite":
+        return Backend("sqlite")
+    return Backend("postgresql", request.getfixturevalue("pg_cluster"))

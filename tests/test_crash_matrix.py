@@ -11,6 +11,10 @@ command passes, the test
 3. starts again with ``refund-agent resume`` and runs the rest of the chain,
 4. compares everything against the crash-free baseline (see :func:`check_invariants`).
 
+Every case runs on both store backends (the ``backend`` fixture): SQLite in the output folder,
+and PostgreSQL, where each output folder has a database of its own on the session's throwaway
+server (tests/pg.py) and copying a folder copies its database too.
+
 The helpers here are shared with ``test_soak.py``. With ``REFUND_AGENT_RELIABILITY_LOG`` set,
 every case appends one JSON line with what it measured; ``scripts/reliability_report.py``
 turns those lines into ``docs/RELIABILITY.md``.
@@ -32,6 +36,7 @@ from typing import Any
 
 import pytest
 from conftest import cli_env, run_cli
+from pg import Backend
 
 from refund_agent.crash import CRASH_POINTS
 from refund_agent.store import Store
@@ -118,7 +123,12 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def read_outcome(output: Path) -> Outcome:
+SQLITE = Backend("sqlite")
+
+
+def read_outcome(output: Path, backend: Backend = SQLITE) -> Outcome:
+    if backend.postgres:
+        return _read_pg_outcome(output, backend)
     db_path = output / "refund-agent.sqlite3"
     store = Store(db_path)
     try:
@@ -147,6 +157,33 @@ def read_outcome(output: Path) -> Outcome:
         )
     finally:
         db.close()
+
+
+def _read_pg_outcome(output: Path, backend: Backend) -> Outcome:
+    """The same outcome read from the folder's PostgreSQL database; the payments and emails
+    are the ledger table's rows there (a key cannot be stored twice, so no torn lines)."""
+    store = Store(backend.url(output))
+    try:
+        rows = lambda sql: [dict(r) for r in store._read(sql)]  # noqa: E731, SLF001
+        runs = rows("SELECT * FROM runs ORDER BY created_at")
+        steps: dict[str, list[str]] = {r["id"]: [] for r in runs}
+        for s in rows("SELECT run_id, kind FROM steps ORDER BY id"):
+            steps[s["run_id"]].append(s["kind"])
+        ledger = {log: [json.loads(text) for _, text in store.ledger_rows(log)]
+                  for log in ("refunds", "outbox")}
+        return Outcome(
+            runs=runs, steps=steps,
+            calls=rows("SELECT * FROM calls ORDER BY response_id, seq"),
+            approvals=rows("SELECT * FROM approvals ORDER BY requested_at"),
+            lines=rows("SELECT * FROM approval_lines ORDER BY approval_id, seq"),
+            audit=rows("SELECT * FROM audit ORDER BY id"),
+            replies=rows("SELECT * FROM replies ORDER BY id"),
+            refunds=ledger["refunds"], emails=ledger["outbox"],
+            integrity="ok" if store.integrity_ok() else "not ok",
+            audit_problem=store.verify_audit(),
+        )
+    finally:
+        store.close()
 
 
 IGNORED_STEPS = {"restart", "stopped", "error"}
@@ -264,13 +301,16 @@ class Baseline:
     outcome: Outcome
 
 
-def copy_output(src: Path, dst: Path) -> Path:
+def copy_output(src: Path, dst: Path, backend: Backend = SQLITE) -> Path:
+    """The output folder as it is, and its database on PostgreSQL."""
     shutil.copytree(src, dst)
+    backend.copy(src, dst)
     return dst
 
 
-def cli(output: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(output, *args, timeout=60, **env)
+def cli(output: Path, *args: str, backend: Backend = SQLITE,
+        **env: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(output, *args, timeout=60, **backend.env(output), **env)
 
 
 def expect_ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
@@ -282,27 +322,39 @@ def expect_ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
 class Baselines:
     """Crash-free runs of each scenario, made once per test session and on first use."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, backend: Backend = SQLITE) -> None:
         self.root = root
+        self.backend = backend
         self._made: dict[str, Baseline] = {}
+
+    # The helpers, on this backend.
+    def copy(self, src: Path, dst: Path) -> Path:
+        return copy_output(src, dst, self.backend)
+
+    def cli(self, output: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return cli(output, *args, backend=self.backend, **env)
+
+    def read(self, output: Path) -> Outcome:
+        return read_outcome(output, self.backend)
 
     def get(self, scenario: str) -> Baseline:
         if scenario not in self._made:
             work = self.root / scenario / "work"
             work.mkdir(parents=True)
+            self.backend.prepare(work)
             before = []
             for i, command in enumerate(SCENARIOS[scenario]):
-                before.append(copy_output(work, self.root / scenario / f"before-{i}"))
-                expect_ok(cli(work, *command), f"baseline {scenario}: {' '.join(command)}")
-            outcome = read_outcome(work)
+                before.append(self.copy(work, self.root / scenario / f"before-{i}"))
+                expect_ok(self.cli(work, *command), f"baseline {scenario}: {' '.join(command)}")
+            outcome = self.read(work)
             assert_held(measure(outcome), f"baseline {scenario}")
             self._made[scenario] = Baseline(before, outcome)
         return self._made[scenario]
 
 
 @pytest.fixture(scope="session")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
-    return Baselines(tmp_path_factory.mktemp("baselines"))
+def baselines(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Baselines:
+    return Baselines(tmp_path_factory.mktemp(f"baselines-{backend.name}"), backend)
 
 
 # After a crash at one of these, the next process gets past it (the step it follows is saved),
@@ -314,17 +366,17 @@ PROGRESSING = {"after_response", "after_tool", "after_approval_queued", "after_s
 REPEATING = {"before_tool", "before_refund", "after_refund", "after_email"}
 
 
-def crash_again(output: Path, point: str) -> int:
+def crash_again(output: Path, point: str, backend: Backend = SQLITE) -> int:
     """Resume with the same crash point: at every later occurrence, or once more at the same
     spot. Returns the extra kills."""
     kills = 0
     if point in REPEATING:
-        again = cli(output, "resume", REFUND_AGENT_CRASH_AT=point)
+        again = cli(output, "resume", backend=backend, REFUND_AGENT_CRASH_AT=point)
         assert again.returncode == -9, f"resume did not reach {point} again:\n{again.stdout}"
         kills += 1
     elif point in PROGRESSING:
         for _ in range(20):
-            again = cli(output, "resume", REFUND_AGENT_CRASH_AT=point)
+            again = cli(output, "resume", backend=backend, REFUND_AGENT_CRASH_AT=point)
             if again.returncode != -9:
                 expect_ok(again, f"resume with {point}")
                 break
@@ -334,14 +386,15 @@ def crash_again(output: Path, point: str) -> int:
     return kills
 
 
-def finish_chain(output: Path, scenario: str, after: int) -> list[str]:
+def finish_chain(output: Path, scenario: str, after: int, backend: Backend = SQLITE
+                 ) -> list[str]:
     """After a crash in command ``after``: resume, then the rest of the chain; the commands run."""
     ran = []
-    resumed = cli(output, "resume")
+    resumed = cli(output, "resume", backend=backend)
     expect_ok(resumed, "resume after the crash")
     ran.append("resume")
     for command in SCENARIOS[scenario][after + 1:]:
-        expect_ok(cli(output, *command), " ".join(command))
+        expect_ok(cli(output, *command, backend=backend), " ".join(command))
         ran.append(" ".join(command))
     return ran
 
@@ -358,22 +411,22 @@ def test_every_crash_point_is_in_the_matrix():
 def test_crash_then_resume(scenario: str, index: int, point: str, baselines: Baselines,
                            tmp_path: Path):
     base = baselines.get(scenario)
-    output = copy_output(base.before[index], tmp_path / "output")
+    output = baselines.copy(base.before[index], tmp_path / "output")
     command = SCENARIOS[scenario][index]
 
-    crashed = cli(output, *command, REFUND_AGENT_CRASH_AT=point)
+    crashed = baselines.cli(output, *command, REFUND_AGENT_CRASH_AT=point)
     assert crashed.returncode == -9, (
         f"{' '.join(command)} was meant to die at {point} but exited {crashed.returncode}:\n"
         f"{crashed.stdout}\n{crashed.stderr}")
     assert f"[crash point {point}:" in crashed.stderr
     assert "Traceback" not in crashed.stderr
 
-    kills = 1 + crash_again(output, point)
-    finish_chain(output, scenario, index)
-    outcome = read_outcome(output)
+    kills = 1 + crash_again(output, point, baselines.backend)
+    finish_chain(output, scenario, index, baselines.backend)
+    outcome = baselines.read(output)
     metrics = measure(outcome, base.outcome)
     record("crash_matrix", scenario=scenario, command=" ".join(command), point=point,
-           killed=True, kills=kills, **metrics)
+           killed=True, kills=kills, backend=baselines.backend.name, **metrics)
     assert_held(metrics, f"{scenario} / {' '.join(command)} / {point}")
 
 
@@ -428,20 +481,21 @@ def test_crash_then_resume_with_zero_retention(scenario: str, index: int, point:
 def test_crash_twice_in_a_row(baselines: Baselines, tmp_path: Path):
     """The resume itself dies (right after the refund, again), and a third process finishes."""
     base = baselines.get("approve")
-    output = copy_output(base.before[1], tmp_path / "output")
-    first = cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
+    output = baselines.copy(base.before[1], tmp_path / "output")
+    first = baselines.cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
     assert first.returncode == -9
-    second = cli(output, "resume", REFUND_AGENT_CRASH_AT="after_refund")
+    second = baselines.cli(output, "resume", REFUND_AGENT_CRASH_AT="after_refund")
     assert second.returncode == -9
-    third = cli(output, "resume", REFUND_AGENT_CRASH_AT="after_email")
+    third = baselines.cli(output, "resume", REFUND_AGENT_CRASH_AT="after_email")
     assert third.returncode == -9
-    expect_ok(cli(output, "resume"), "final resume")
-    outcome = read_outcome(output)
+    expect_ok(baselines.cli(output, "resume"), "final resume")
+    outcome = baselines.read(output)
     metrics = measure(outcome, base.outcome)
     events = [e["event"] for e in outcome.audit]
     # The payment provider made the refund once; both later processes got it back.
     assert events == ["requested", "approved", "reused"], events
-    record("crash_matrix", scenario="approve", command="approve, resume, resume",
+    record("crash_matrix", backend=baselines.backend.name, scenario="approve",
+           command="approve, resume, resume",
            point="after_refund x2 + after_email", killed=True, kills=3, **metrics)
     assert_held(metrics, "three crashes in a row")
 
@@ -449,14 +503,15 @@ def test_crash_twice_in_a_row(baselines: Baselines, tmp_path: Path):
 def test_restart_after_crash_is_reported_in_the_timeline(baselines: Baselines, tmp_path: Path):
     """The new process marks where it picked the run up, and the audit names both processes."""
     base = baselines.get("approve")
-    output = copy_output(base.before[1], tmp_path / "output")
-    crashed = cli(output, "approve", "--as", APPROVER, REFUND_AGENT_CRASH_AT="after_refund")
+    output = baselines.copy(base.before[1], tmp_path / "output")
+    crashed = baselines.cli(output, "approve", "--as", APPROVER,
+                            REFUND_AGENT_CRASH_AT="after_refund")
     assert crashed.returncode == -9
-    resumed = cli(output, "resume")
+    resumed = baselines.cli(output, "resume")
     expect_ok(resumed, "resume")
     assert "picked up by a new process" in resumed.stdout
     assert "already made; reused, not repeated" in resumed.stdout
-    outcome = read_outcome(output)
+    outcome = baselines.read(output)
     refund = outcome.refunds[0]
     reuse = next(e for e in outcome.audit if e["event"] == "reused")
     approved = next(e for e in outcome.audit if e["event"] == "approved")
@@ -466,10 +521,13 @@ def test_restart_after_crash_is_reported_in_the_timeline(baselines: Baselines, t
 
 def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Path):
     """The invariants are only worth something if they fail on a broken outcome."""
+    if baselines.backend.postgres:
+        pytest.skip("edits the JSONL logs and the SQLite file; on PostgreSQL the ledger's unique "
+                    "key makes a doubled payment unstorable (test_postgres.py checks the rest)")
     base = baselines.get("approve")
-    output = copy_output(base.before[1], tmp_path / "output")
-    expect_ok(cli(output, "approve", "--as", APPROVER), "approve")
-    assert not any(measure(read_outcome(output), base.outcome).values())
+    output = baselines.copy(base.before[1], tmp_path / "output")
+    expect_ok(baselines.cli(output, "approve", "--as", APPROVER), "approve")
+    assert not any(measure(baselines.read(output), base.outcome).values())
 
     refunds, outbox = output / "refunds.log", output / "outbox.log"
     line = refunds.read_text().splitlines()[0]
@@ -481,7 +539,7 @@ def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Pat
     db.execute("UPDATE runs SET status = 'waiting'")
     db.commit()
     db.close()
-    broken = measure(read_outcome(output), base.outcome)
+    broken = measure(baselines.read(output), base.outcome)
     for name in ("duplicate_refunds", "duplicate_emails", "audit_chain_broken", "runs_not_done",
                  "emails_differ_from_baseline", "refunds_differ_from_baseline",
                  "lines_paid_twice"):
@@ -492,7 +550,7 @@ def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Pat
     paid["request"]["amount_cents"] += 100
     paid["request"]["lines"][0]["amount_cents"] += 100
     refunds.write_text(json.dumps(paid) + "\n")
-    broken = measure(read_outcome(output), base.outcome)
+    broken = measure(baselines.read(output), base.outcome)
     for name in ("refund_amount_mismatch", "refund_lines_mismatch",
                  "refunds_differ_from_baseline"):
         assert broken[name], name
@@ -516,13 +574,13 @@ def test_killed_while_the_simulated_customer_writes(baselines: Baselines, tmp_pa
     """Not a named crash point: the process dies during the request for the customer's reply.
     The conversation must not end there; resume asks for the reply again."""
     base = baselines.get("angry")
-    output = copy_output(base.before[1], tmp_path / "output")
+    output = baselines.copy(base.before[1], tmp_path / "output")
     proc = subprocess.run([sys.executable, "-c", _DIE_WHILE_THE_CUSTOMER_WRITES, "approve",
                            "--as", APPROVER], capture_output=True, text=True, timeout=60,
-                          env=cli_env(output))
+                          env=cli_env(output, **baselines.backend.env(output)))
     assert proc.returncode == -9 and "[killed while the simulated customer" in proc.stderr
-    finish_chain(output, "angry", 1)
-    metrics = measure(read_outcome(output), base.outcome)
-    record("crash_matrix", scenario="angry", command="approve",
+    finish_chain(output, "angry", 1, baselines.backend)
+    metrics = measure(baselines.read(output), base.outcome)
+    record("crash_matrix", backend=baselines.backend.name, scenario="angry", command="approve",
            point="during the simulated customer's request", killed=True, **metrics)
     assert_held(metrics, "killed while the simulated customer writes")

@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,11 @@ from refund_agent.offline.brain import Reply
 from refund_agent.policy import quote_refund
 
 EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES", "500"))
+# The same machine on PostgreSQL (a database per history): fewer by default, each history there
+# also makes and drops a database.
+PG_EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES_PG", "100"))
 # About 0.2 s a history on 2 idle cores; the suite's 120-second default is for ordinary tests.
-pytestmark = pytest.mark.timeout(120 + EXAMPLES)
+pytestmark = pytest.mark.timeout(120 + max(EXAMPLES, 2 * PG_EXAMPLES))
 SCRIPT = "SCRIPT "
 CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.com")]
 NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
@@ -507,6 +511,49 @@ MoneyMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                            HealthCheck.data_too_large])
 TestMoneyInvariants = MoneyMachine.TestCase
+
+# The session's PostgreSQL server, set by _postgres_for_the_machine for the class below.
+_PG: dict[str, Any] = {}
+
+
+class PostgresMoneyMachine(MoneyMachine):
+    """The same histories with the store (and the payments and emails) on PostgreSQL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.database = f"money_{uuid.uuid4().hex[:12]}"
+
+    @initialize(shop=shops())
+    def open_shop(self, shop: dict[str, Any]) -> None:
+        _write_shop(self.tmp / "data", shop)
+        url = _PG["cluster"].create(self.database)
+        self.settings = Settings(api_key="", data_dir=self.tmp / "data",
+                                 output_dir=self.tmp / "output", max_retries=0, timeout=30.0,
+                                 database_url=url)
+        server = _server()
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        self.agent = Agent(self.settings, model=ModelAccess(client, "scripted", server))
+        self.orders = self.agent.shop.orders
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            _PG["cluster"].admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+PostgresMoneyMachine.TestCase.settings = settings(
+    max_examples=PG_EXAMPLES, stateful_step_count=10, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                           HealthCheck.data_too_large])
+TestMoneyInvariantsPostgres = PostgresMoneyMachine.TestCase
+
+
+@pytest.fixture(autouse=True)
+def _postgres_for_the_machine(request):
+    """Start (or skip without) the PostgreSQL server, only for the PostgreSQL machine."""
+    if request.cls is TestMoneyInvariantsPostgres:
+        _PG["cluster"] = request.getfixturevalue("pg_cluster")
 
 
 @pytest.fixture(scope="module", autouse=True)

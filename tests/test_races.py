@@ -1,9 +1,10 @@
 """Races between processes: deciding one approval at once, advancing one run at once.
 
-The racers are real processes with their own SQLite connections. To make them start together
-without sleeping, each is a long-lived worker that blocks reading its stdin; a round begins when
-the test writes one command line to every worker's pipe in a tight loop, so they all wake within
-microseconds of each other and race for the same row.
+The racers are real processes with their own database connections, on each backend (SQLite,
+and a database per output folder on the throwaway PostgreSQL server, see tests/pg.py). To make
+them start together without sleeping, each is a long-lived worker that blocks reading its
+stdin; a round begins when the test writes one command line to every worker's pipe in a tight
+loop, so they all wake within microseconds of each other and race for the same row.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import DATA, cli_env, run_cli
+from pg import Backend
 from test_crash_matrix import read_outcome, record
 
 from refund_agent import Agent, Settings, Shop
@@ -36,9 +38,9 @@ from refund_agent.config import load_settings
 from refund_agent.errors import RefundAgentError
 
 agents = {}
-def agent_for(output):
+def agent_for(output, db):
     if output not in agents:
-        agents[output] = Agent(load_settings().with_(output_dir=Path(output)))
+        agents[output] = Agent(load_settings().with_(output_dir=Path(output), database_url=db))
     return agents[output]
 
 print(json.dumps({"ready": os.getpid()}), flush=True)
@@ -46,7 +48,7 @@ for line in sys.stdin:
     cmd = json.loads(line)
     result = {"pid": os.getpid(), "by": cmd.get("by")}
     try:
-        agent = agent_for(cmd["output"])
+        agent = agent_for(cmd["output"], cmd.get("db", ""))
         if cmd["op"] == "warm":
             agent.model
             agent.shop.orders
@@ -76,21 +78,27 @@ for line in sys.stdin:
 class Workers:
     """N worker processes that each run one command per line written to them."""
 
-    def __init__(self, n: int, output: Path) -> None:
+    def __init__(self, n: int, output: Path, backend: Backend) -> None:
+        self.backend = backend
         self.procs = [subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, env=cli_env(output))
                       for _ in range(n)]
         self.pids = [json.loads(p.stdout.readline())["ready"] for p in self.procs]
 
+    def _db(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The command with the database of its output folder (PostgreSQL), if any."""
+        db = self.backend.url(Path(cmd["output"])) if self.backend.postgres else ""
+        return {**cmd, "db": db}
+
     def all_at_once(self, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for proc, cmd in zip(self.procs, commands, strict=True):
-            proc.stdin.write(json.dumps(cmd) + "\n")
+            proc.stdin.write(json.dumps(self._db(cmd)) + "\n")
         for proc in self.procs:   # the start signal: every flush within microseconds
             proc.stdin.flush()
         return [json.loads(proc.stdout.readline()) for proc in self.procs]
 
     def one(self, i: int, cmd: dict[str, Any]) -> dict[str, Any]:
-        self.procs[i].stdin.write(json.dumps(cmd) + "\n")
+        self.procs[i].stdin.write(json.dumps(self._db(cmd)) + "\n")
         self.procs[i].stdin.flush()
         return json.loads(self.procs[i].stdout.readline())
 
@@ -102,11 +110,11 @@ class Workers:
 
 
 @pytest.fixture
-def workers(tmp_path: Path):
+def workers(tmp_path: Path, backend: Backend):
     made: list[Workers] = []
 
     def make(n: int, output: Path | None = None) -> Workers:
-        w = Workers(n, output or tmp_path / "output")
+        w = Workers(n, output or tmp_path / "output", backend)
         made.append(w)
         return w
 
@@ -115,9 +123,9 @@ def workers(tmp_path: Path):
         w.close()
 
 
-def _queue_refund(output: Path) -> tuple[str, str]:
+def _queue_refund(output: Path, backend: Backend) -> tuple[str, str]:
     """A run waiting on Maya's $48 refund, written the way the agent writes it (no model)."""
-    store = Store(output / "refund-agent.sqlite3")
+    store = Store(backend.target(output))
     run = store.create_run(sender="maya.chen@example.com", sender_name="Maya Chen",
                            subject="Coffee maker arrived cracked", kind="damaged",
                            email="My order A1043 arrived with the coffee maker cracked.")
@@ -151,11 +159,12 @@ def test_many_processes_open_a_new_store_at_once(workers, tmp_path: Path):
     rounds, w = 25, workers(RACERS)
     for i in range(rounds):
         output = tmp_path / f"fresh-{i}"
+        w.backend.prepare(output)  # on PostgreSQL an empty database: the schema is made at once
         results = w.all_at_once([{"op": "warm", "output": str(output)}] * RACERS)
         assert all(r["ok"] for r in results), (i, [r.get("error") for r in results])
-        assert Store(output / "refund-agent.sqlite3").integrity_ok()
+        assert Store(w.backend.target(output)).integrity_ok()
     record("races", case="open a new store at once", rounds=rounds, racers=RACERS,
-           failed_opens=0)
+           failed_opens=0, backend=w.backend.name)
 
 
 # -- deciding ------------------------------------------------------------------------------------
@@ -174,8 +183,9 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
         # use up what the policy allows for it, and later rounds would be refused instead.
         output = tmp_path / f"round-{i}"
         output.mkdir()
+        w.backend.prepare(output)
         w.all_at_once([{"op": "warm", "output": str(output)}] * RACERS)
-        run_id, approval_id = _queue_refund(output)
+        run_id, approval_id = _queue_refund(output, w.backend)
         approve = [True] * RACERS if i % 2 == 0 else [True, False] * (RACERS // 2)
         results = w.all_at_once([
             {"op": "decide", "output": str(output), "id": approval_id, "approve": a,
@@ -184,7 +194,7 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
 
         won = [r for r in results if r["ok"]]
         assert len(won) == 1, (i, results)
-        store = Store(output / "refund-agent.sqlite3")
+        store = Store(w.backend.target(output))
         approval = store.approval(approval_id)
         assert approval.decided_by == won[0]["by"] and approval.status == won[0]["status"]
         told = str(AlreadyDecided(approval_id, approval.status, approval.decided_by,
@@ -207,20 +217,21 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
         winners[won[0]["by"]] += 1
     record("races", case="decide one approval at once", rounds=DECIDE_ROUNDS,
            racers=RACERS, decisions_per_round=1, lost_decisions=0, double_decisions=0,
-           winners=dict(winners))
+           winners=dict(winners), backend=w.backend.name)
 
 
-def test_approve_commands_race_from_the_terminal(tmp_path: Path):
+def test_approve_commands_race_from_the_terminal(tmp_path: Path, backend: Backend):
     """The real command, three at once per round, with two refunds waiting: one decision lands on
     the refund named; the others exit 3 with "already approved by X at ..." and no traceback,
     and the other waiting refund is untouched."""
     rounds = 4
     for i in range(rounds):
         output = tmp_path / f"round-{i}"
-        assert run_cli(output, "sample", "damaged").returncode == 0
-        approval_id = Store(output / "refund-agent.sqlite3").approvals("pending")[0].id
-        assert run_cli(output, "sample", "angry").returncode == 0     # a second one waits
-        (other,) = [a for a in Store(output / "refund-agent.sqlite3").approvals("pending")
+        env = backend.prepare(output)
+        assert run_cli(output, "sample", "damaged", **env).returncode == 0
+        approval_id = Store(backend.target(output)).approvals("pending")[0].id
+        assert run_cli(output, "sample", "angry", **env).returncode == 0  # a second one waits
+        (other,) = [a for a in Store(backend.target(output)).approvals("pending")
                     if a.id != approval_id]
         names = ["Dana", "Sam", "Lee"]
         argv = [[sys.executable, "-m", "refund_agent", "approve", "--id", approval_id,
@@ -228,19 +239,19 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path):
         argv[2][3] = "reject"
         argv[2] += ["--note", "Not covered."]
         procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=cli_env(output)) for a in argv]
+                                  env=cli_env(output, **env)) for a in argv]
         done = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
         codes = [c for c, _o, _e in done]
         assert sorted(codes) == [0, 3, 3], done
         assert all("Traceback" not in e for _c, _o, e in done)
-        out = read_outcome(output)
+        out = read_outcome(output, backend)
         (approval,) = [a for a in out.approvals if a["id"] == approval_id]
         winner = names[codes.index(0)]
         assert approval["decided_by"] == winner
         for code, _o, err in done:
             if code == 3:
                 assert f"already {approval['status']} by {winner} at " in err, err
-        untouched = Store(output / "refund-agent.sqlite3").approval(other.id)
+        untouched = Store(backend.target(output)).approval(other.id)
         assert untouched.status == "pending" and untouched.decided_by is None
         out.runs = [r for r in out.runs if r["id"] == approval["run_id"]]
         out.emails = [e for e in out.emails if e["request"]["to"] == "maya.chen@example.com"]
@@ -252,7 +263,8 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path):
         assert Counter(e["event"] for e in out.audit)["ignored"] == 2
         assert out.audit_problem is None and out.integrity == "ok"
     record("races", case="approve/reject commands at once (terminal)", rounds=rounds, racers=3,
-           decisions_per_round=1, lost_decisions=0, double_decisions=0, duplicate_refunds=0)
+           decisions_per_round=1, lost_decisions=0, double_decisions=0, duplicate_refunds=0,
+           backend=backend.name)
 
 
 # -- advancing -----------------------------------------------------------------------------------
@@ -264,9 +276,11 @@ def test_many_processes_advance_one_run_at_once(workers, tmp_path: Path):
     """Three processes resume the same crashed run at once; exactly one advances it (makes the
     model requests and writes the timeline), the others are told which process holds it."""
     output = tmp_path / "output"
-    settings = Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=2, timeout=30)
-    agent = Agent(settings, model=open_model(settings))
     w = workers(3, output)
+    w.backend.prepare(output)
+    settings = Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=2, timeout=30,
+                        database_url=w.backend.url(output) if w.backend.postgres else "")
+    agent = Agent(settings, model=open_model(settings))
     w.all_at_once([{"op": "warm", "output": str(output)}] * 3)
     busy = 0
     for i in range(ADVANCE_ROUNDS):
@@ -293,24 +307,25 @@ def test_many_processes_advance_one_run_at_once(workers, tmp_path: Path):
         agent.decide(approval.id, False, "reset", f"Round {i} is over.")
     assert busy >= ADVANCE_ROUNDS, "the racers never actually overlapped"
     record("races", case="advance one run at once", rounds=ADVANCE_ROUNDS, racers=3,
-           advanced_per_round=1, told_busy=busy, duplicate_requests=0)
+           advanced_per_round=1, told_busy=busy, duplicate_requests=0, backend=w.backend.name)
 
 
 def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(workers,
                                                                              tmp_path: Path):
     output = tmp_path / "output"
-    assert run_cli(output, "sample", "damaged",
-                   REFUND_AGENT_CRASH_AT="after_run_created").returncode == -9
-    run_id = Store(output / "refund-agent.sqlite3").runs()[0].id
     holder, other = workers(1, output), workers(1, output)
+    env = holder.backend.prepare(output)
+    assert run_cli(output, "sample", "damaged", **env,
+                   REFUND_AGENT_CRASH_AT="after_run_created").returncode == -9
+    run_id = Store(holder.backend.target(output)).runs()[0].id
     assert holder.one(0, {"op": "acquire", "output": str(output), "run": run_id})["ok"]
     holder_pid = holder.pids[0]
 
     blocked = other.one(0, {"op": "advance", "output": str(output), "run": run_id})
     assert blocked["kind"] == "RunBusy"
     assert f"being advanced by process {holder_pid}" in blocked["error"]
-    assert "Nothing to resume" in run_cli(output, "resume").stdout  # not orphaned: its owner lives
-    cli = run_cli(output, "resume", "--run", run_id)
+    assert "Nothing to resume" in run_cli(output, "resume", **env).stdout  # its owner lives
+    cli = run_cli(output, "resume", "--run", run_id, **env)
     assert cli.returncode == 1 and "Traceback" not in cli.stderr
     assert f"being advanced by process {holder_pid}" in cli.stderr
 
@@ -318,11 +333,11 @@ def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(work
     assert holder.procs[0].wait(timeout=10) == -signal.SIGKILL
     taken = other.one(0, {"op": "advance", "output": str(output), "run": run_id})
     assert taken["ok"] and taken["status"] == "waiting" and taken["requests"] == 3
-    store = Store(output / "refund-agent.sqlite3")
+    store = Store(holder.backend.target(output))
     restarts = [s.data for s in store.steps(run_id) if s.kind == "restart"]
     assert restarts[-1] == {"previous_pid": holder_pid, "pid": other.pids[0]}
     record("races", case="live lease blocks, dead holder taken over", rounds=1, racers=2,
-           advanced_per_round=1, duplicate_requests=0)
+           advanced_per_round=1, duplicate_requests=0, backend=holder.backend.name)
 
 
 def test_a_stale_lease_of_a_live_pid_is_taken_over(agent: Agent):

@@ -14,6 +14,9 @@ Larger, e.g. two hundred runs::
 
     REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/test_soak.py -q -s
 
+It runs on both backends (SQLite, and a database per run on the throwaway PostgreSQL server);
+``REFUND_AGENT_SOAK_RUNS`` and ``REFUND_AGENT_SOAK_KILLS`` apply to each.
+
 Reproduce a failure with the seed it prints (``REFUND_AGENT_SOAK_SEED=...``). Each run draws from
 its own generator seeded with (seed, run number), so its scenario and its sequence of choices
 (crash point or timed kill, which point, what delay) replay exactly; where a timed kill lands
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_env
+from pg import Backend
 from test_crash_matrix import (  # noqa: F401 - baselines is a fixture used by name
     SCENARIOS,
     Baselines,
@@ -59,8 +63,18 @@ PAUSE_LEASE = 1.0       # seconds: the lease of a process the soak pauses (SIGST
 STALE = -1000           # the exit "code" of a woken process that found its run taken over
 
 
-def _counts(output: Path) -> dict[str, int]:
+def _counts(output: Path, backend: Backend) -> dict[str, int]:
     """Runs, pending approvals and replies so far (zeros before the store exists)."""
+    if backend.postgres:
+        from refund_agent.store import Store
+        store = Store(backend.url(output))  # makes the schema if no process got that far
+        try:
+            one = lambda sql: store._read(sql)[0][0]  # noqa: E731, SLF001
+            return {"runs": one("SELECT COUNT(*) FROM runs"),
+                    "pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
+                    "replies": one("SELECT COUNT(*) FROM replies")}
+        finally:
+            store.close()
     db_path = output / "refund-agent.sqlite3"
     if not db_path.exists():
         return {"runs": 0, "pending": 0, "replies": 0}
@@ -87,7 +101,7 @@ def _took_effect(command: tuple[str, ...], before: dict[str, int], now: dict[str
     raise AssertionError(name)
 
 
-def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
+def _attempt(output: Path, args: tuple[str, ...], rng: random.Random, backend: Backend,
              spare: bool = False) -> tuple[str, int, str]:
     """Run one process, maybe killing it (never when ``spare``); returns (how, code, stderr)."""
     how = rng.choices(["point", "timer", "pause", "alone"], weights=[5, 5, 3, 1])[0]
@@ -95,7 +109,7 @@ def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
     delay = rng.uniform(*KILL_DELAY)
     if spare:
         how = "alone"
-    env = cli_env(output)
+    env = cli_env(output, **backend.env(output))
     if how == "point":
         env["REFUND_AGENT_CRASH_AT"] = point
     if how == "pause":
@@ -107,7 +121,7 @@ def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
         _out, err = proc.communicate(timeout=delay if how in ("timer", "pause") else 120)
     except subprocess.TimeoutExpired:
         if how == "pause":
-            return _stale_owner(output, proc, delay)
+            return _stale_owner(output, proc, delay, backend)
         proc.send_signal(signal.SIGKILL)
         _out, err = proc.communicate()
     label = f"{how}:{point}" if how == "point" else (f"timer:{delay:.2f}s" if how == "timer"
@@ -115,7 +129,7 @@ def _attempt(output: Path, args: tuple[str, ...], rng: random.Random,
     return label, proc.returncode, err
 
 
-def _stale_owner(output: Path, proc: subprocess.Popen[str], delay: float
+def _stale_owner(output: Path, proc: subprocess.Popen[str], delay: float, backend: Backend
                  ) -> tuple[str, int, str]:
     """Pause the process past its lease, let `resume` take the run over, then wake it up.
 
@@ -128,7 +142,8 @@ def _stale_owner(output: Path, proc: subprocess.Popen[str], delay: float
     proc.send_signal(signal.SIGSTOP)
     time.sleep(PAUSE_LEASE + 0.3)
     takeover = subprocess.Popen([sys.executable, "-m", "refund_agent", "resume"],
-                                env=cli_env(output, REFUND_AGENT_LEASE_SECONDS=str(PAUSE_LEASE)),
+                                env=cli_env(output, REFUND_AGENT_LEASE_SECONDS=str(PAUSE_LEASE),
+                                            **backend.env(output)),
                                 cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     try:
@@ -151,18 +166,21 @@ def _stale_owner(output: Path, proc: subprocess.Popen[str], delay: float
     return f"pause:{delay:.2f}s:{woke}", code, err
 
 
-def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> int:
+def _chain(output: Path, scenario: str, rng: random.Random, log: list[str], backend: Backend
+           ) -> int:
     """Type the scenario's commands, killing and restarting at random; returns the kills."""
     kills = 0
+    backend.prepare(output)
     for command in SCENARIOS[scenario]:
-        before = _counts(output)
+        before = _counts(output, backend)
         args = command
         in_a_row = 0
         for _ in range(MAX_ATTEMPTS):
             # After a few kills in a row the processes are left alone until the command has
             # made progress: on a busy machine most timed kills land before a process has
             # even imported its modules, and a chain must finish.
-            how, code, err = _attempt(output, args, rng, spare=in_a_row >= KILLS_IN_A_ROW)
+            how, code, err = _attempt(output, args, rng, backend,
+                                      spare=in_a_row >= KILLS_IN_A_ROW)
             log.append(f"{' '.join(args[:1])} [{how}] -> {code}")
             assert "Traceback" not in err, err
             if code in (-signal.SIGKILL, STALE):
@@ -171,7 +189,7 @@ def _chain(output: Path, scenario: str, rng: random.Random, log: list[str]) -> i
                 args = ("resume",)
                 continue
             assert code == 0, f"{' '.join(args)} exited {code}: {err}"
-            if args == command or _took_effect(command, before, _counts(output)):
+            if args == command or _took_effect(command, before, _counts(output, backend)):
                 break
             args = command     # the kill came before the command did anything: type it again
         else:
@@ -199,10 +217,10 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         context = (f"soak run {i} ({scenario}), REFUND_AGENT_SOAK_SEED={SEED} "
                    f"REFUND_AGENT_SOAK_RUNS={RUNS}")
         try:
-            kills = _chain(output, scenario, rng, log)
+            kills = _chain(output, scenario, rng, log, baselines.backend)
         except AssertionError as exc:
             raise AssertionError(f"{context}: {exc}\n" + "\n".join(log)) from None
-        outcome = read_outcome(output)
+        outcome = read_outcome(output, baselines.backend)
         metrics = measure(outcome, base.outcome)
         # A model request repeated after a kill (a stream cut short, or the simulated customer's
         # reply asked again) costs a request but does nothing twice; fewer would mean a lost turn.
@@ -210,7 +228,8 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         extra = [r["requests"] - b["requests"]
                  for r, b in zip(outcome.runs, base.outcome.runs, strict=False)]
         metrics["fewer_requests_than_baseline"] = sum(1 for x in extra if x < 0)
-        record("soak", seed=SEED, run=i, scenario=scenario, kills=kills,
+        record("soak", backend=baselines.backend.name, seed=SEED, run=i, scenario=scenario,
+               kills=kills,
                point_kills=sum(1 for e in log if "[point:" in e and e.endswith("-> -9")),
                timer_kills=sum(1 for e in log if "[timer:" in e and e.endswith("-> -9")),
                stale_owners=sum(1 for e in log if "[pause:" in e),
@@ -221,8 +240,9 @@ def test_soak_random_kills(baselines: Baselines, tmp_path: Path, capsys):  # noq
         scenarios[scenario] += 1
         held.update(k for k, v in metrics.items() if not v)
     seconds = time.monotonic() - started
-    record("soak_total", seed=SEED, runs=i, kills=total_kills, seconds=round(seconds, 1))
+    record("soak_total", backend=baselines.backend.name, seed=SEED, runs=i, kills=total_kills,
+           seconds=round(seconds, 1))
     with capsys.disabled():
-        print(f"soak: {i} runs ({dict(scenarios)}), {total_kills} kills, all invariants held, "
-              f"{seconds:.0f} s", file=sys.stderr)
+        print(f"soak ({baselines.backend.name}): {i} runs ({dict(scenarios)}), {total_kills} "
+              f"kills, all invariants held, {seconds:.0f} s", file=sys.stderr)
     assert total_kills > 0, "nothing was killed: the soak tested nothing"
