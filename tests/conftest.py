@@ -52,8 +52,9 @@ def cli_env(output_dir: Path, **extra: str) -> dict[str, str]:
     """Environment for a ``refund-agent`` subprocess writing into ``output_dir``."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "XAI_API_KEY")}
-    env.update(REFUND_AGENT_OUTPUT=str(output_dir), REFUND_AGENT_DATA=str(DATA), XAI_API_KEY="",
-               REFUND_AGENT_MAX_RETRIES="2", PYTHONUNBUFFERED="1", **extra)
+    env.update({"REFUND_AGENT_OUTPUT": str(output_dir), "REFUND_AGENT_DATA": str(DATA),
+                "XAI_API_KEY": "", "REFUND_AGENT_MAX_RETRIES": "2", "PYTHONUNBUFFERED": "1",
+                **extra})   # extra may name another shop's data
     return env
 
 

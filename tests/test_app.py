@@ -661,3 +661,26 @@ def test_a_removed_account_cannot_decide(output, store):
     decide(at, approval.id)
     assert shows(at, "Sign in before deciding", "error")
     assert store.approval(approval.id).status == "pending"
+
+
+def test_worker_sweeps_up_a_run_orphaned_after_it_started(agent: Agent, monkeypatch):
+    """A run left mid-turn by a process that died after this server started (a killed
+    terminal, another host) is picked up by the periodic sweep, not only at start-up."""
+    from refund_agent.web import worker as worker_module
+    monkeypatch.setattr(worker_module, "SWEEP_EVERY", 0.2)
+    w = Worker(agent)
+    w.start()
+    try:
+        # Created with no owner: exactly what a process killed before its first turn leaves.
+        orphan = agent.start_sample("damaged")
+        assert orphan.id in [r.id for r in agent.store.orphaned_runs()]
+        wait_status(agent.store, orphan.id, RunStatus.WAITING)
+        # A run that someone else holds is left alone.
+        busy = agent.start_sample("past-window")
+        lease = agent.store.acquire(busy.id, "someone-else")
+        time.sleep(1.0)
+        assert agent.store.run(busy.id).status == RunStatus.WORKING
+        assert agent.store.steps(busy.id)[-1].kind == "email"     # nobody advanced it
+        agent.store.release(lease, RunStatus.STOPPED)
+    finally:
+        w.shutdown()

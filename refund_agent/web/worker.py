@@ -26,7 +26,7 @@ from .views import LiveSegment
 
 log = logging.getLogger(__name__)
 
-EXPIRE_EVERY = 60.0  # seconds between sweeps for approvals nobody decided in time
+SWEEP_EVERY = 60.0  # seconds between sweeps: approvals nobody decided in time, orphaned runs
 
 # The persona model keeps an angry customer going; a person's reply does not (see cli._drive).
 SIMULATED_KINDS = frozenset({"angry"})
@@ -90,7 +90,7 @@ class Worker:
             log.info("Resumed %d run(s) left by an earlier process: %s", len(self.recovered),
                      ", ".join(self.recovered))
         self._stopping.clear()
-        self._sweeper = threading.Thread(target=self._sweep, name="refund-expiry", daemon=True)
+        self._sweeper = threading.Thread(target=self._sweep, name="refund-sweep", daemon=True)
         self._sweeper.start()
         return self.recovered
 
@@ -102,12 +102,20 @@ class Worker:
         return expired
 
     def _sweep(self) -> None:
-        while not self._stopping.is_set():
+        """Every SWEEP_EVERY seconds: expire what waited too long, and pick up runs whose owner
+        died since this server started (a terminal killed mid-turn, another host on
+        PostgreSQL). Only runs whose lease is dead are taken; a live owner keeps its run."""
+        first = True   # start() has just resumed what was orphaned; expiry is due now too
+        while True:
             try:
                 self.expire()
+                for run in [] if first else self.agent.store.orphaned_runs():
+                    self._launch(run.id)
             except Exception:  # noqa: BLE001 - a sweep that failed is retried next time
-                log.exception("Expiring approvals failed")
-            self._stopping.wait(EXPIRE_EVERY)
+                log.exception("The worker's sweep failed")
+            first = False
+            if self._stopping.wait(SWEEP_EVERY):
+                return
 
     @property
     def running(self) -> bool:
