@@ -20,8 +20,8 @@ NOTICE_SECONDS = 12  # how long a success message stays (refusals stay until the
 def notify(area: str, kind: str = "", text: str = "") -> None:
     """Leave a message for one area of the page (or clear it, with no text).
 
-    Successes go to a toast as well as the area, so a message about work that has since moved
-    on does not sit on the page.
+    A success is shown once, as a toast that fades (see :func:`show_notice`), so a message
+    about work that has since moved on does not sit on the page.
     """
     st.session_state[f"notice_{area}"] = (kind, text, time.time()) if text else None
 
