@@ -71,3 +71,19 @@ def test_a_postgresql_store_seeded_by_copy_verifies_reconciles_and_takes_new_run
     assert agent.advance(run.id).status == RunStatus.DONE
     assert agent.store.verify_audit() is None
     assert reconcile(agent.store, tmp_path / "output") is None
+
+
+
+def test_json_store_takes_a_ticket_end_to_end(tmp_path) -> None:
+    """The path ``bench/run.py --quick`` drives in CI: a ticket proposed, approved and finished
+    on the JSON design (it failed there once the agent called ``run_approvals``)."""
+    from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop
+
+    from refund_agent import RunStatus
+
+    data = make_bench_shop(tmp_path / "data", 2)
+    agent = TimedAgent(bench_settings(tmp_path / "out", data))
+    agent.store = JsonStateStore(tmp_path / "out" / "state.json")
+    full_ticket(agent, OrderPool(1, 2).take())
+    [run] = agent.store.runs(10)
+    assert run.status == RunStatus.DONE
