@@ -434,7 +434,8 @@ def report(results: dict, markdown: Path | None = None) -> None:
     print(table(results))
     m = results["machine"]
     print(f"\n{m['nproc']} cores, {m['cpu']}, Python {m['python']}, "
-          f"PostgreSQL {results.get('server_version', '?')} (fsync on); "
+          f"PostgreSQL {results.get('server_version', '?')} "
+          f"(fsync {results.get('server_settings', {}).get('fsync', '?')}); "
           f"{results['seconds']} s")
     loads = results.get("load_avg") or {}
     if loads:
@@ -462,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=10.0,
                    help="seconds each throughput configuration is counted (full runs)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="diagnostic: the server with fsync off (as the tests run it), to see "
+                   "how much of a figure is waiting for the disk; never the reported figures")
     args = p.parse_args(argv)
     if args.from_json:
         report(json.loads(args.from_json.read_text()), args.markdown)
@@ -486,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     data = make_bench_shop(root / "data", needed_orders)
     pool = OrderPool(1, 400)  # the rest is for the throughput workers
     command = "python bench/postgres.py" + (" --quick" if quick else "")
+    if args.no_fsync:
+        command += " --no-fsync"
     if args.only:
         command += " --only " + " ".join(args.only)
     if args.sizes:
@@ -493,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "load_avg": {},
                                "command": command}
     started = time.time()
-    cluster = pg.Cluster(pg.find_bin(), durable=True)
+    cluster = pg.Cluster(pg.find_bin(), durable=not args.no_fsync)
     try:
         cluster.start()
         import psycopg
@@ -526,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    target = args.json or (None if quick else RESULTS)
+    target = args.json or (None if quick or args.no_fsync else RESULTS)
     if target:
         target.write_text(json.dumps(results, indent=2) + "\n")
         log(f"wrote {target}")
