@@ -371,6 +371,12 @@ class JsonStateStore:
         rows.sort(key=lambda a: a["requested_at"], reverse=status is None)
         return [Approval.model_validate(a) for a in rows[:limit]]
 
+    def run_approvals(self, run_id: str) -> list[Approval]:
+        """The run's proposals, oldest first (a scan: this design keeps no index)."""
+        rows = [a for a in self.state["approvals"].values() if a["run_id"] == run_id]
+        rows.sort(key=lambda a: a["requested_at"])
+        return [Approval.model_validate(a) for a in rows]
+
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None

@@ -64,13 +64,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_streamlit(out: Path, data: Path, log: Path, app: Path
+def _start_streamlit(out: Path, data: Path, log: Path, app: Path, database_url: str = ""
                      ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
     env.update(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data), XAI_API_KEY="",
                REFUND_AGENT_OFFLINE_LATENCY="0", PYTHONUNBUFFERED="1")
+    if database_url:
+        env["REFUND_AGENT_DATABASE_URL"] = database_url
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
@@ -95,10 +97,12 @@ def _start_streamlit(out: Path, data: Path, log: Path, app: Path
 
 
 def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
-               app: Path = PROJECT_ROOT / "app.py") -> dict:
+               app: Path = PROJECT_ROOT / "app.py", database_url: str = "") -> dict:
     """Decision-to-page delays; ``stored`` finished tickets are seeded into the store first.
 
     ``app`` may name a modified copy of app.py, to try a change before proposing it.
+    ``database_url``: an empty PostgreSQL database to keep the store in (the page and this
+    process both use it, and the page learns of the decisions through LISTEN/NOTIFY).
     """
     if not CHROMIUM.exists():
         return {"skipped": "no Debian Chromium at /usr/bin/chromium"}
@@ -109,24 +113,27 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
     root.mkdir(parents=True, exist_ok=True)
     data = make_bench_shop(root / "data", reps + 5)
     out = root / "output"
-    agent = TimedAgent(bench_settings(out, data))
+    agent = TimedAgent(bench_settings(out, data, database_url=database_url))
     pool = OrderPool(1, reps + 5)
     if stored:
-        from seeding import read_template, seed_sqlite
+        from seeding import read_template, seed_postgres, seed_sqlite
 
         tmpl = TimedAgent(bench_settings(root / "template", data))
         run = tmpl.advance(start_ticket(tmpl, pool.take()).id)
         tmpl.decide(pending_approval_id(tmpl, run.id), True, APPROVER)
         tmpl.advance(run.id)
         template = read_template(tmpl.store, run.id, root / "template")
-        seed_sqlite(agent.store, out, template, stored)
+        if database_url:
+            seed_postgres(agent.store, template, stored)
+        else:
+            seed_sqlite(agent.store, out, template, stored)
     waiting = []
     for _ in range(reps):
         run = agent.advance(start_ticket(agent, pool.take()).id)
         assert run.status == RunStatus.WAITING, (run.status, run.error)
         waiting.append(pending_approval_id(agent, run.id))
 
-    proc, url = _start_streamlit(out, data, root / "streamlit.log", app)
+    proc, url = _start_streamlit(out, data, root / "streamlit.log", app, database_url)
     rng = random.Random(seed)
     delays: list[float] = []
     try:

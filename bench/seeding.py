@@ -12,11 +12,13 @@ Refunds are itemized: each approval has its order lines (``approval_lines`` in S
 ``lines`` list in the JSON state), and audit entries for money events carry the lines too. Every
 seeded ticket has its own order id, so no two tickets hold the same line.
 
-The SQLite store is filled with bulk inserts in one transaction, the JSON-file store (for the
-comparison) by writing its state file once; the audit chain is computed as the store would, and
-the SQLite store's chain anchor (``audit_anchor``) moved to the new head in the same
-transaction, so the seeded store verifies and accepts new audit entries. Seeded runs are
-finished and released: no lease, and the fencing epoch the template run ended with.
+The SQLite store is filled with bulk inserts in one transaction, a PostgreSQL store with ``COPY``
+in one transaction (the refunds and emails going into its ``ledger`` table, where that backend
+keeps them), the JSON-file store (for the comparison) by writing its state file once; the audit
+chain is computed as the store would, and the store's chain anchor (``audit_anchor``) moved to
+the new head in the same transaction, so the seeded store verifies and accepts new audit
+entries. Seeded runs are finished and released: no lease, and the fencing epoch the template
+run ended with.
 """
 
 from __future__ import annotations
@@ -250,6 +252,82 @@ def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  #
                    audit)
     for batch in (runs, steps, calls, approvals, lines, audit):
         batch.clear()
+
+
+def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
+    """``COPY`` ``n`` template tickets into a PostgreSQL store in one transaction.
+
+    The same rows as :func:`seed_sqlite`; the refund and email records go into the ``ledger``
+    table (log ``refunds`` / ``outbox``, keyed by their idempotency key), where a PostgreSQL
+    store keeps them. Afterwards ``VACUUM ANALYZE``: a store that grew over months would have
+    been vacuumed and analyzed by autovacuum long since, as ``seed_sqlite`` checkpoints.
+    """
+    conn = store._db().conn  # noqa: SLF001 - bulk seeding needs the raw psycopg connection
+    run_cols = list(t.run)
+    copies = {
+        "runs": run_cols,
+        "steps": ["run_id", "at", "pid", "kind", "data"],
+        "calls": ["call_id", "run_id", "response_id", "seq", "name", "arguments", "output"],
+        "approvals": ["id", "run_id", "response_id", "call_id", "order_id", "amount_cents",
+                      "proposed_cents", "summary", "customer", "status", "requested_at",
+                      "requested_pid", "decided_by", "decided_at", "decided_pid", "note"],
+        "approval_lines": ["approval_id", "order_id", "seq", "line", "name", "reason",
+                           "amount_cents", "allowed_cents", "fee_cents", "held", "decision"],
+        "audit": ["at", "event", "actor", "pid", "run_id", "approval_id", "order_id", "amount",
+                  "note", "lines", "prev_hash", "hash"],
+        "ledger": ["log", "key", "record"],
+    }
+    rows: dict[str, list[tuple]] = {table: [] for table in copies}
+
+    def flush(cur: Any) -> None:
+        for table, cols in copies.items():
+            if rows[table]:
+                with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+                    for row in rows[table]:
+                        copy.write_row(row)
+                rows[table].clear()
+
+    with conn.transaction(), conn.cursor() as cur:
+        # The chain continues from the newest entry, which must be where the anchor says.
+        cur.execute("SELECT entries, head FROM audit_anchor WHERE id = 1 FOR UPDATE")
+        anchor = cur.fetchone()
+        cur.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1")
+        row = cur.fetchone()
+        prev = row[0] if row else GENESIS_HASH
+        if anchor is None or anchor[1] != prev:
+            raise StoreError(f"The audit log in {store.path} does not end where its anchor "
+                             "says; not seeding on top of it.")
+        entries = anchor[0]
+        for count, s in enumerate(history(t, n), 1):
+            rows["runs"].append(tuple(int(v) if isinstance(v, bool) else v
+                                      for v in (s.run[c] for c in run_cols)))
+            rows["steps"] += [(s.run["id"], at, pid, kind, data)
+                              for at, pid, kind, data in s.steps]
+            rows["calls"] += [(c["call_id"], c["run_id"], c["response_id"], c["seq"],
+                               c["name"], c["arguments"], c["output"]) for c in s.calls]
+            a = s.approval
+            rows["approvals"].append(tuple(a[c] for c in copies["approvals"]))
+            rows["approval_lines"] += [
+                (a["id"], a["order_id"], seq, line["line"], line["name"], line["reason"],
+                 line["amount_cents"], line["allowed_cents"], line["fee_cents"],
+                 int(line["held"]), line["decision"]) for seq, line in enumerate(a["lines"])]
+            for e in s.audit:
+                h = audit_hash(prev, e)
+                lines = None if e.get("lines") is None else json.dumps(e["lines"])
+                rows["audit"].append((e["at"], e["event"], e["actor"], e["pid"], e["run_id"],
+                                      e["approval_id"], e["order_id"], e["amount"], e["note"],
+                                      lines, prev, h))
+                prev = h
+                entries += 1
+            for log, line in (("refunds", s.refund_line), ("outbox", s.message_line)):
+                if line:
+                    rows["ledger"].append((log, json.loads(line)["idempotency_key"], line))
+            if count % batch == 0:
+                flush(cur)
+        flush(cur)
+        cur.execute("UPDATE audit_anchor SET entries = %s, head = %s WHERE id = 1",
+                    (entries, prev))
+    conn.execute("VACUUM ANALYZE")
 
 
 def seed_json(state_path: Path, output_dir: Path, t: Template, n: int) -> None:

@@ -1,4 +1,5 @@
-"""One throughput worker process (started by ``bench/run.py``; not meant to be run by hand).
+"""One throughput worker process (started by ``bench/run.py`` and ``bench/postgres.py``; not
+meant to be run by hand).
 
 Resolves Maya-style tickets end to end (email, 3 requests, approval by a script, 2 requests)
 against the shared store in ``--output`` for ``--duration`` seconds from ``--start-at``, and
@@ -27,12 +28,15 @@ def main() -> None:
     p.add_argument("--start-at", type=float, required=True, help="epoch seconds")
     p.add_argument("--duration", type=float, required=True)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--database-url", default="",
+                   help="a postgresql:// URL: the store there instead of SQLite in --output")
     args = p.parse_args()
 
-    agent = TimedAgent(bench_settings(args.output, args.data))
+    agent = TimedAgent(bench_settings(args.output, args.data, database_url=args.database_url))
     pool = OrderPool(args.first, args.last)
     for _ in range(args.warmup):  # imports, first connection, lazily loaded shop data
         full_ticket(agent, pool.take())
+    late = time.time() - args.start_at  # > 0: the warm-up ran past the start (fewer counted)
     while time.time() < args.start_at:
         time.sleep(0.002)
     end = args.start_at + args.duration
@@ -45,7 +49,7 @@ def main() -> None:
         done += 1
     cpu = time.process_time() - cpu0
     print(json.dumps({"done": done, "duration": args.duration, "cpu_s": round(cpu, 3),
-                      "orders_used": pool.next - args.first}))
+                      "orders_used": pool.next - args.first, "late_s": round(late, 3)}))
 
 
 if __name__ == "__main__":

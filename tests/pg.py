@@ -44,10 +44,15 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """One PostgreSQL server in a temporary folder, for one test session."""
+    """One PostgreSQL server in a temporary folder, for one test session.
 
-    def __init__(self, bin_dir: Path) -> None:
+    ``durable``: keep the server's own defaults (fsync and full-page writes on), as a benchmark
+    that times commits wants; the tests turn both off, since they never crash the server.
+    """
+
+    def __init__(self, bin_dir: Path, durable: bool = False) -> None:
         self.bin = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="refund-agent-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -71,8 +76,9 @@ class Cluster:
             raise RuntimeError(f"initdb failed:\n{init.stdout}\n{init.stderr}")
         # fsync off: the tests kill clients, never this server, and it is deleted afterwards.
         options = (f"-c listen_addresses=127.0.0.1 -p {self.port} "
-                   f"-c unix_socket_directories={self.root} -c fsync=off "
-                   "-c full_page_writes=off -c max_connections=200")
+                   f"-c unix_socket_directories={self.root} -c max_connections=200")
+        if not self.durable:
+            options += " -c fsync=off -c full_page_writes=off"
         started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"),
                             "-o", options, "-w", "-t", "60", "start")
         if started.returncode:
