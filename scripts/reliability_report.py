@@ -198,7 +198,8 @@ def render(records: list[dict[str, Any]]) -> str:
     ]
     if money:
         rows.append(["Money invariants over generated shops and histories (Hypothesis): "
-                     "approve, partial approve, reject, ask the customer, expire, race, crash, resume",
+                     "approve, partial approve, reject, ask the customer, expire, race, crash, "
+                     "resume",
                      f"{_money_sum(money, 'examples'):,} histories, "
                      f"{_money_sum(money, 'steps'):,} steps, {len(_money_invariants(money))} "
                      "invariants after every step", _money_problems(money, files)])

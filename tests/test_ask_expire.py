@@ -114,7 +114,9 @@ def test_expiry_racing_an_approval_lands_exactly_one(agent):
         barrier = threading.Barrier(2)
         won: list[str] = []
 
-        def approve() -> None:
+        # Each pair of threads is joined before the next attempt: binding the loop's values
+        # as defaults only says so to the linter.
+        def approve(barrier=barrier, approval=approval, won=won) -> None:
             barrier.wait()
             try:
                 agent.decide(approval.id, True, "Dana Kim")
@@ -122,7 +124,7 @@ def test_expiry_racing_an_approval_lands_exactly_one(agent):
             except AlreadyDecided:
                 pass
 
-        def expire() -> None:
+        def expire(barrier=barrier, won=won) -> None:
             barrier.wait()
             won.extend("expired" for _ in agent.store.expire(0))
 

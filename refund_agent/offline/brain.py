@@ -593,8 +593,8 @@ def _after_refund(conv: _Conversation, first: str, order_id: str, outcome: dict[
                     f"on order {order_id}. Sent them the question; waiting on their reply.")
         elif status == "expired":
             note = (f"Nobody decided the refund on order {order_id} in time, so it expired "
-                    f"({_lower_first(_note_sentence(outcome).rstrip('.'))}). Told the customer the team will "
-                    "follow up: someone needs to pick this ticket up.")
+                    f"({_lower_first(_note_sentence(outcome).rstrip('.'))}). Told the "
+                    "customer the team will follow up: someone needs to pick this ticket up.")
         else:
             note = (f"The refund on order {order_id} could not be proposed or issued: "
                     f"{outcome.get('error')} Told the customer the team will follow up.")
