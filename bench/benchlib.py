@@ -257,6 +257,20 @@ def count_commits(agent: Agent) -> list[int]:
 
 # -- statistics --------------------------------------------------------------------------------
 
+def load_avg() -> list[float]:
+    """The 1- and 5-minute load averages: how busy the (shared) machine was."""
+    return [round(x, 2) for x in os.getloadavg()[:2]]
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """The environment for a benchmark's child process: no project settings of the caller's,
+    the offline model, unbuffered output; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
+    env.update({"XAI_API_KEY": "", "PYTHONUNBUFFERED": "1", **extra})
+    return env
+
+
 def pct(values: list[float], p: float) -> float:
     """Percentile with linear interpolation (p in 0..100)."""
     xs = sorted(values)

@@ -46,9 +46,11 @@ from benchlib import (  # noqa: E402
     TimedAgent,
     bench_settings,
     full_ticket,
+    load_avg,
     machine,
     make_bench_shop,
     median,
+    offline_env,
     pending_approval_id,
 )
 
@@ -94,16 +96,6 @@ def missing() -> str | None:
             return "Running as root needs runuser (util-linux) to start the server as postgres."
     return None
 
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()[:2]]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
-    env.update({"XAI_API_KEY": "", "PYTHONUNBUFFERED": "1", **extra})
-    return env
 
 
 # -- the server's CPU ---------------------------------------------------------------------------
@@ -171,7 +163,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
                 next_order += per_worker_orders
                 procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True, cwd=folder,
-                                              env=_env()))
+                                              env=offline_env()))
             time.sleep(max(0.0, start_at - time.time()))
             cpu0 = server_cpu(pid)
             time.sleep(duration)
@@ -227,7 +219,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
 # -- 2. store scale -------------------------------------------------------------------------------
 
 def _scale_case_class():
-    from run import ScaleCase, _offline_env
+    from run import ScaleCase
 
     from refund_agent import RunStatus, Store
 
@@ -270,7 +262,7 @@ def _scale_case_class():
             from benchlib import APPROVER
             run_id = self.waiting.pop(0)
             approval_id = pending_approval_id(self.agent, run_id)
-            env = _offline_env(REFUND_AGENT_OUTPUT=str(self.out), REFUND_AGENT_DATA=str(data),
+            env = offline_env(REFUND_AGENT_OUTPUT=str(self.out), REFUND_AGENT_DATA=str(data),
                                REFUND_AGENT_DATABASE_URL=self.url)
             t0 = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "refund_agent", "approve", "--id",
@@ -510,18 +502,18 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("fsync", "synchronous_commit", "full_page_writes",
                              "shared_buffers", "max_wal_size")}
         if "throughput" in items:
-            results["load_avg"]["throughput"] = _load()
+            results["load_avg"]["throughput"] = load_avg()
             log("1. throughput")
             results["throughput"] = bench_throughput(
                 cluster, root, data, first_order=401, configs=configs, duration=duration,
                 per_worker_orders=per_worker, rounds=rounds)
         if "scale" in items:
-            results["load_avg"]["scale"] = _load()
+            results["load_avg"]["scale"] = load_avg()
             log("2. store scale")
             results["scale"] = bench_scale(cluster, root, data, pool, sizes, reps, warmup,
                                            cli_reps)
         if "page" in items:
-            results["load_avg"]["page"] = _load()
+            results["load_avg"]["page"] = load_avg()
             log("3. page freshness through NOTIFY")
             plan = [(0, 6)] if quick else [(0, 30), (10_000, 10)]
             results["page"] = bench_pages(cluster, root, plan)

@@ -46,10 +46,12 @@ from benchlib import (  # noqa: E402
     count_commits,
     fsync_ms,
     full_ticket,
+    load_avg,
     machine,
     make_bench_shop,
     median,
     ms,
+    offline_env,
     pct,
     pending_approval_id,
     start_ticket,
@@ -175,7 +177,7 @@ class ScaleCase:
         """``refund-agent approve`` as a new process: the terminal's way, cold caches included."""
         run_id = self.waiting.pop(0)
         approval_id = pending_approval_id(self.agent, run_id)
-        env = _offline_env(REFUND_AGENT_OUTPUT=str(self.out), REFUND_AGENT_DATA=str(data))
+        env = offline_env(REFUND_AGENT_OUTPUT=str(self.out), REFUND_AGENT_DATA=str(data))
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "refund_agent", "approve", "--id",
                                approval_id, "--as", APPROVER], env=env, capture_output=True,
@@ -313,7 +315,7 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
                        "--start-at", str(start_at), "--duration", str(duration)]
                 next_order += per_worker_orders
                 procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                              text=True, env=_offline_env()))
+                                              text=True, env=offline_env()))
             done, cpu = 0, 0.0
             for p in procs:
                 stdout, stderr = p.communicate(timeout=duration + 120)
@@ -338,17 +340,6 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
             "load_avg_1min_before": [round(r["load"], 2) for r in rs]}
     return results
 
-
-def _load() -> list[float]:
-    """The 1- and 5-minute load averages: how busy the (shared) machine was."""
-    return [round(x, 2) for x in os.getloadavg()[:2]]
-
-
-def _offline_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("REFUND_AGENT_") and k != "CRASH_AFTER_REFUND"}
-    env.update({"XAI_API_KEY": "", "PYTHONUNBUFFERED": "1", **extra})
-    return env
 
 
 # -- 4. bytes and tokens per turn ---------------------------------------------------------------
@@ -476,7 +467,7 @@ def bench_recovery(targets: list[tuple[Path, str]], data: Path, reps: int) -> li
         for _ in range(reps):
             for out, label in targets:
                 got = samples[label]
-                env = _offline_env(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data),
+                env = offline_env(REFUND_AGENT_OUTPUT=str(out), REFUND_AGENT_DATA=str(data),
                                    XAI_API_KEY="bench-offline-model",
                                    REFUND_AGENT_BASE_URL=server.base_url,
                                    REFUND_AGENT_MAX_RETRIES="0")
@@ -659,12 +650,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     try:
         if "harness" in items:
-            results["load_avg"]["harness"] = _load()
+            results["load_avg"]["harness"] = load_avg()
             log("1. harness overhead per turn")
             results["harness"] = bench_harness(root, data, pool, tickets=8 if quick else 60,
                                                warmup=2 if quick else 5)
         if "scale" in items:
-            results["load_avg"]["scale"] = _load()
+            results["load_avg"]["scale"] = load_avg()
             log("2. store scale")
             if quick:
                 results["scale"] = bench_scale(root, data, pool, sizes=[10, 300],
@@ -681,24 +672,24 @@ def main(argv: list[str] | None = None) -> int:
                     json_plan={10_000: (3, 1), 100_000: (1, 0)}, warmup=2,
                     recovery_reps=8 if "recovery" in items else 0, cli_reps=args.cli_reps)
         if "throughput" in items:
-            results["load_avg"]["throughput"] = _load()
+            results["load_avg"]["throughput"] = load_avg()
             log("3. throughput")
             results["throughput"] = bench_throughput(
                 root, data, first_order=clones // 2 + 1, workers_list=[1, 2],
                 duration=2.0 if quick else 10.0, rounds=1 if quick else 2,
                 per_worker_orders=(clones // 2 - 10) // (3 if quick else 6))
         if "bytes" in items:
-            results["load_avg"]["bytes"] = _load()
+            results["load_avg"]["bytes"] = load_avg()
             log("4. bytes and tokens per turn")
             results["bytes"] = bench_bytes(root)
         if "recovery" in items:
-            results["load_avg"]["recovery"] = _load()
+            results["load_avg"]["recovery"] = load_avg()
             log("5. recovery")
             results["recovery"] = (results.get("scale", {}).get("recovery")
                                    or bench_recovery([(root / "recovery", "empty store")], DATA,
                                                      1 if quick else 8))
         if "page" in items:
-            results["load_avg"]["page"] = _load()
+            results["load_avg"]["page"] = load_avg()
             log("6. page freshness")
             from page_freshness import bench_idle, bench_page
             results["page"] = [bench_page(root / "page", reps=30)]

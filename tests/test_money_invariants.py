@@ -187,11 +187,16 @@ class MoneyMachine(RuleBasedStateMachine):
     def open_shop(self, shop: dict[str, Any]) -> None:
         _write_shop(self.tmp / "data", shop)
         self.settings = Settings(api_key="", data_dir=self.tmp / "data",
-                                 output_dir=self.tmp / "output", max_retries=0, timeout=30.0)
+                                 output_dir=self.tmp / "output", max_retries=0, timeout=30.0,
+                                 database_url=self.database_url())
         server = _server()
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         self.agent = Agent(self.settings, model=ModelAccess(client, "scripted", server))
         self.orders = self.agent.shop.orders
+
+    def database_url(self) -> str:
+        """Where this history's store lives: empty for SQLite in the output folder."""
+        return ""
 
     def teardown(self) -> None:
         try:
@@ -523,17 +528,8 @@ class PostgresMoneyMachine(MoneyMachine):
         super().__init__()
         self.database = f"money_{uuid.uuid4().hex[:12]}"
 
-    @initialize(shop=shops())
-    def open_shop(self, shop: dict[str, Any]) -> None:
-        _write_shop(self.tmp / "data", shop)
-        url = _PG["cluster"].create(self.database)
-        self.settings = Settings(api_key="", data_dir=self.tmp / "data",
-                                 output_dir=self.tmp / "output", max_retries=0, timeout=30.0,
-                                 database_url=url)
-        server = _server()
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        self.agent = Agent(self.settings, model=ModelAccess(client, "scripted", server))
-        self.orders = self.agent.shop.orders
+    def database_url(self) -> str:
+        return _PG["cluster"].create(self.database)
 
     def teardown(self) -> None:
         try:
