@@ -246,16 +246,7 @@ def _scale_case_class():
             store.close()
             t0 = time.perf_counter()
             self.agent = TimedAgent(settings)
-            self.open_seconds = time.perf_counter() - t0
-            self.waiting: list[str] = []
-            from benchlib import start_ticket
-            for _ in range(pending):
-                run = self.agent.advance(start_ticket(self.agent, pool.take()).id)
-                assert run.status == RunStatus.WAITING, (run.status, run.error)
-                self.waiting.append(run.id)
-            self.approve: list[dict] = []
-            self.queue: list[float] = []
-            self.cli: list[float] = []
+            self._open(t0, pool, pending)
 
         def measure_cli_approve(self, data: Path) -> None:
             """``refund-agent approve`` as a new process, on this case's database."""

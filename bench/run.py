@@ -145,6 +145,10 @@ class ScaleCase:
         if design == "json":
             self.agent.store = JsonStateStore(self.out / "state.json",
                                               lease_seconds=settings.lease_seconds)
+        self._open(t0, pool, pending)
+
+    def _open(self, t0: float, pool: OrderPool, pending: int) -> None:
+        """Time the opening since ``t0``, then queue ``pending`` tickets for approval."""
         self.open_seconds = time.perf_counter() - t0
         self.waiting: list[str] = []
         for _ in range(pending):

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -387,16 +388,23 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     assert store.verify_audit() is None
 
 
-def test_a_page_opened_under_a_foreign_host_is_refused(playwright, server: AppServer):
-    # A browser that resolves evil.example to this machine, as DNS rebinding would: the
-    # request reaches the server with "Host: evil.example:PORT".
+@contextmanager
+def browser_resolving(playwright, name: str):
+    """A page in a Chromium that resolves ``name`` to this machine, as DNS rebinding or a
+    team's own DNS would: requests reach the server with "Host: NAME:PORT"."""
     chromium = playwright.chromium.launch(
         executable_path=str(CHROMIUM),
-        args=LAUNCH_ARGS + ["--host-resolver-rules=MAP evil.example 127.0.0.1",
-                            "--no-proxy-server"])
+        args=LAUNCH_ARGS + [f"--host-resolver-rules=MAP {name} 127.0.0.1", "--no-proxy-server"])
     try:
         page = chromium.new_page()
         page.set_default_timeout(WAIT_MS)
+        yield page
+    finally:
+        chromium.close()
+
+
+def test_a_page_opened_under_a_foreign_host_is_refused(playwright, server: AppServer):
+    with browser_resolving(playwright, "evil.example") as page:
         page.goto(f"http://evil.example:{server.port}/?approver=Anyone")
         page.get_by_text("This desk does not answer under this host name").wait_for()
         expect(page.get_by_text("Inbox")).to_have_count(0)
@@ -405,24 +413,14 @@ def test_a_page_opened_under_a_foreign_host_is_refused(playwright, server: AppSe
         page.goto(server.url)
         page.get_by_text("Audit log").first.wait_for()
         expect(page.get_by_text("does not answer under this host name")).to_have_count(0)
-    finally:
-        chromium.close()
 
 
 def test_an_added_host_name_is_served(playwright, app_server: AppServer):
     app_server.start(REFUND_AGENT_ALLOWED_HOSTS="desk.example.com")
-    chromium = playwright.chromium.launch(
-        executable_path=str(CHROMIUM),
-        args=LAUNCH_ARGS + ["--host-resolver-rules=MAP desk.example.com 127.0.0.1",
-                            "--no-proxy-server"])
-    try:
-        page = chromium.new_page()
-        page.set_default_timeout(WAIT_MS)
+    with browser_resolving(playwright, "desk.example.com") as page:
         page.goto(f"http://desk.example.com:{app_server.port}/")
         page.get_by_text("Audit log").first.wait_for()
         expect(page.get_by_text("does not answer under this host name")).to_have_count(0)
-    finally:
-        chromium.close()
 
 
 # -- the desk: ask the customer, expiry, the inbox at scale -------------------------------------
