@@ -199,6 +199,11 @@ class _PgConnection:
     def closed(self) -> bool:
         return bool(self.conn.closed)
 
+    @property
+    def idle(self) -> bool:
+        """Not inside a transaction: safe to hand to another thread."""
+        return self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
 
 def pg_schema(script: str) -> list[str]:
     """The SQLite schema script as PostgreSQL statements (types and one upsert respelled)."""

@@ -54,9 +54,12 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     """None when the store, refunds.log and outbox.log agree; else the first problem.
 
     On a shared store (PostgreSQL) the two logs are the ledger table's "refunds" and "outbox"
-    rows, read and checked the same way.
+    rows, read and checked the same way. Each table is read once, whole (a few queries, however
+    many runs), so the check grows with the history but never by a query per run.
     """
-    problem = store.verify_audit()
+    audit = store.audit()
+    approval_list = store.approvals(status=None, limit=-1)
+    problem = store.verify_audit(audit, approval_list)
     if problem:
         return problem
     output_dir = Path(output_dir)
@@ -73,16 +76,16 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     if problem:
         return problem
     names = log_names(store)
-    approvals = {a.id: a for a in store.approvals(status=None, limit=-1)}
-    audit = store.audit()
+    approvals = {a.id: a for a in approval_list}
+    refund_calls = {c.call_id: c for c in store.calls_named("issue_refund")}
     sends = _send_calls(store)
     # Generators: the checks after the first problem never run.
     problems = chain(
         _approvals_match_audit(approvals, audit),
-        _refunds_match_approvals(refunds, approvals, audit, store),
+        _refunds_match_approvals(refunds, approvals, audit, refund_calls),
         _unique_refunds(refunds),
         _money_events_have_refunds(audit, refunds, names[0]),
-        _made_refunds_have_records(approvals, refunds, store, names[0]),
+        _made_refunds_have_records(approvals, refunds, refund_calls, names[0]),
         _emails_match_calls(emails, sends),
         _sent_calls_have_emails(sends, emails, names[1]),
     )
@@ -247,22 +250,16 @@ def _output(call: Call | None) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def _refund_call(store: Store, approval: Approval) -> Call | None:
-    """The issue_refund call behind an approval (its id is the call id)."""
-    return next((c for c in store.calls(approval.response_id) if c.call_id == approval.id), None)
-
-
 def _send_calls(store: Store) -> dict[str, tuple[Call, Run]]:
-    """Every send_customer_message call, by call id, with the run that made it."""
-    sends: dict[str, tuple[Call, Run]] = {}
-    for run in reversed(store.runs(limit=-1)):  # oldest first
-        responses = {s.data.get("response_id") for s in store.steps(run.id)
-                     if s.kind == "response"}
-        for response_id in sorted(filter(None, responses)):
-            for call in store.calls(response_id):
-                if call.name == "send_customer_message":
-                    sends[call.call_id] = (call, run)
-    return sends
+    """Every send_customer_message call, by call id, with the run that made it.
+
+    A call is stored in its response's own transaction, with the response's timeline step, so
+    every call in the table is one the model made in that run.
+    """
+    runs = {run.id: run for run in store.runs(limit=-1)}
+    calls = [c for c in store.calls_named("send_customer_message") if c.run_id in runs]
+    calls.sort(key=lambda c: runs[c.run_id].created_at)  # oldest run first, as problems are told
+    return {call.call_id: (call, runs[call.run_id]) for call in calls}
 
 
 # -- the checks, each yielding problems -----------------------------------------------------------
@@ -297,7 +294,8 @@ def _approvals_match_audit(approvals: dict[str, Approval], audit: list[AuditEntr
 
 
 def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval],
-                             audit: list[AuditEntry], store: Store) -> Iterator[str]:
+                             audit: list[AuditEntry], refund_calls: dict[str, Call]
+                             ) -> Iterator[str]:
     """Every payment was approved by a person, for exactly what was paid, and audited."""
     money_events: dict[str | None, list[AuditEntry]] = {}
     for m in audit:
@@ -323,7 +321,8 @@ def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval
             yield (f"{where} for {_show(pairs)}, but approval {a.id} approved "
                    f"{_show(_pairs(a.kept))}: the record was edited.")
         money = money_events.get(a.id, [])
-        call = None if money else _refund_call(store, a)
+        # The issue_refund call behind an approval has the approval's id as its call id.
+        call = None if money else refund_calls.get(a.id)
         if call is not None and call.output is not None:
             # The call's output and the 'issued' entry are committed together; with the output
             # there, the audit should name this refund.
@@ -372,13 +371,14 @@ def _money_events_have_refunds(audit: list[AuditEntry], refunds: list[Entry],
 
 
 def _made_refunds_have_records(approvals: dict[str, Approval], refunds: list[Entry],
-                               store: Store, log: str = "refunds.log") -> Iterator[str]:
+                               refund_calls: dict[str, Call], log: str = "refunds.log"
+                               ) -> Iterator[str]:
     """Every refund the agent was told was made (its call output) is in the payment log."""
     paid = {e.key: e.record["refund_id"] for e in refunds}
     for a in sorted(approvals.values(), key=lambda a: a.requested_at):
         if a.status != "approved":
             continue
-        out = _output(_refund_call(store, a))
+        out = _output(refund_calls.get(a.id))
         if out.get("status") == "refunded" and paid.get(a.id) != out.get("refund_id"):
             yield (f"Approval {a.id}'s issue_refund call says refund {out.get('refund_id')} of "
                    f"{_usd(a.amount_cents)} on order {a.order_id} was made, but {log} has "

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,6 +86,28 @@ LEASE_STALE_SECONDS = 15 * 60
 # disagree still agree on whether a lease has expired.
 # Written in SQLite's spelling; on PostgreSQL dialects.pg_sql swaps in clock_timestamp().
 _DB_NOW = SQLITE_NOW
+
+
+class _Handback:
+    """Gives a thread's PostgreSQL connection to the next thread once this one ends.
+
+    Streamlit draws every page on a new thread; without this, each draw would open a connection
+    (about 10 ms, and a server process) and leave the old one to be dropped. Lives in the
+    thread's local storage, which Python clears when the thread ends; a connection left
+    mid-transaction is closed instead (its transaction rolls back with it).
+    """
+
+    IDLE_MAX = 8
+
+    def __init__(self, db: Any, idle: list[Any]) -> None:
+        weakref.finalize(self, _Handback._park, db, idle)
+
+    @staticmethod
+    def _park(db: Any, idle: list[Any]) -> None:
+        if not db.closed and db.idle and len(idle) < _Handback.IDLE_MAX:
+            idle.append(db)
+        else:
+            db.close()
 
 
 @dataclass(frozen=True)
@@ -242,6 +265,7 @@ class Store:
         self.host = host_id()
         self.lease_seconds = lease_seconds
         self._local = threading.local()
+        self._idle: list[Any] = []   # PostgreSQL connections whose threads ended, for reuse
         self._watch: sqlite3.Connection | None = None
         self._watch_lock = threading.Lock()
         if isinstance(self.dialect, SQLite):
@@ -327,13 +351,29 @@ class Store:
         if db is not None and getattr(db, "closed", False):
             db = None  # PostgreSQL dropped it (a restart, a network cut): connect again
         if db is None:
+            db = self._reuse()
+        if db is None:
             try:
                 db = self.dialect.connect()
             except DB_ERRORS as exc:
                 raise StoreError(self._explain(exc)) from None
             self._local.synchronous = "FULL" if isinstance(self.dialect, SQLite) else None
+        if getattr(self._local, "db", None) is not db:
             self._local.db = db
+            if isinstance(self.dialect, Postgres):
+                self._local.handback = _Handback(db, self._idle)
         return db
+
+    def _reuse(self) -> Any | None:
+        """An idle PostgreSQL connection an ended thread left behind, if any."""
+        while self._idle:
+            try:
+                db = self._idle.pop()
+            except IndexError:  # another thread took the last one
+                return None
+            if not db.closed:
+                return db
+        return None
 
     def _explain(self, exc: BaseException) -> str:
         return self.dialect.explain(exc)
@@ -441,6 +481,8 @@ class Store:
             self._local.db = None
         if isinstance(self.dialect, Postgres):
             self.dialect.close()
+            while self._idle:
+                self._idle.pop().close()
 
     def integrity_ok(self) -> bool:
         if isinstance(self.dialect, Postgres):
@@ -785,6 +827,12 @@ class Store:
     def calls(self, response_id: str) -> list[Call]:
         rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
                           " FROM calls WHERE response_id = ? ORDER BY seq", (response_id,))
+        return [Call.model_validate(dict(r)) for r in rows]
+
+    def calls_named(self, name: str) -> list[Call]:
+        """Every call to one tool, across all runs, oldest response first (one query)."""
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
+                          " FROM calls WHERE name = ? ORDER BY run_id, response_id, seq", (name,))
         return [Call.model_validate(dict(r)) for r in rows]
 
     def record_output(self, lease: Lease, call_id: str, output: str,
@@ -1215,16 +1263,20 @@ class Store:
         return [AuditEntry.model_validate({**dict(r), "lines": json.loads(r["lines"])
                                            if r["lines"] else None}) for r in rows]
 
-    def verify_audit(self) -> str | None:
+    def verify_audit(self, entries: list[AuditEntry] | None = None,
+                     approvals: list[Approval] | None = None) -> str | None:
         """Check the audit chain; None if intact, else a sentence naming the first bad entry.
 
         The chain catches an edited, reordered or removed entry anywhere but at the end. The
         facts the log records (approvals, their decisions, refunds in the timeline) are then
         checked against it, which catches a removed last entry, or an edit whose hashes were
         recomputed, as long as the other tables were left alone.
+
+        ``entries`` and ``approvals``: the whole audit and every approval, when the caller has
+        already read them (reconcile does), so a large store is not read twice.
         """
         prev = GENESIS_HASH
-        entries = self.audit()
+        entries = self.audit() if entries is None else entries
         for entry in entries:
             if entry.prev_hash != prev:
                 return (f"Audit entry {entry.id} does not follow the entry before it: an entry "
@@ -1239,7 +1291,7 @@ class Store:
                     "the newest entries were removed or edited.")
         lines = {(e.event, e.approval_id, e.actor) for e in entries}
         requested = {e.approval_id for e in entries if e.event == "requested"}
-        for a in self.approvals(status=None, limit=-1):
+        for a in self.approvals(status=None, limit=-1) if approvals is None else approvals:
             if a.id not in requested:
                 return (f"Approval {a.id} ({a.order_id}, ${a.amount:.2f}) has no 'requested' "
                         "entry in the audit log: an entry was removed.")

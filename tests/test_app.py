@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -340,6 +341,15 @@ def test_two_sessions_approving_yield_one_decision(output, store):
     review_again.run()
     assert shows(review_again, "You approved this refund", "info")
 
+
+def test_the_audit_check_runs_off_the_page_and_shows_tampering(output, store):
+    """The check runs in the worker's thread; the page shows its verdict, then the edit."""
+    at = open_page()
+    start_damaged(at, store)
+    rerun_until(at, "Hash chain intact, payments and emails reconciled · 1 entry", "caption")
+    with sqlite3.connect(output / "refund-agent.sqlite3") as db:
+        db.execute("UPDATE audit SET actor = 'Mallory' WHERE event = 'requested'")
+    rerun_until(at, "Audit check failed: Audit entry 1 (requested) was edited", "error")
 
 def test_mistakes_show_messages_not_tracebacks(output, store):
     at = open_page()

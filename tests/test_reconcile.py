@@ -239,7 +239,8 @@ def test_an_edited_approval_line_is_named(history):
 def test_a_refund_made_but_missing_from_the_log_is_named_by_its_call(history):
     """Audit entries cannot be removed unnoticed, but the call output still says it was paid."""
     (approval,) = [a for a in history.store.approvals(None, -1) if a.order_id == "A1043"]
-    problems = list(_made_refunds_have_records({approval.id: approval}, [], history.store))
+    calls = {c.call_id: c for c in history.store.calls_named("issue_refund")}
+    problems = list(_made_refunds_have_records({approval.id: approval}, [], calls))
     assert problems and "issue_refund call says refund re_" in problems[0]
     assert "the record was removed" in problems[0]
 

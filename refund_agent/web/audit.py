@@ -2,52 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
-from ..reconcile import reconcile
 from . import views
 from .worker import Worker
 
 AUDIT_ROWS = 200     # newest entries in the table; the CSV download has them all
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def chain_check(db_path: str, changes: tuple, _worker: Worker) -> str | None:
-    """The audit chain and the payment and email logs reconciled, redone only when one of them
-    changes (``changes``), not on every render.
-
-    Re-reading everything on every render would make the page slower as the log grows;
-    ``refund-agent audit --verify`` always checks from scratch.
-    """
-    return reconcile(_worker.agent.store, _worker.agent.settings.output_dir)
-
-
-def _log_sizes(worker: Worker) -> tuple[int, ...]:
-    out = worker.agent.settings.output_dir
-    return tuple((out / name).stat().st_size if (out / name).exists() else -1
-                 for name in ("refunds.log", "outbox.log"))
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def audit_csv(db_path: str, head: tuple[int, int], _store: Any) -> bytes:
-    """The whole log as CSV, rebuilt only when the log changes."""
-    return views.audit_csv(_store.audit())
-
-
 def render_audit(worker: Worker) -> None:
     store = worker.agent.store
-    head = store.audit_head()
     entries = store.audit(limit=AUDIT_ROWS)
     title, check = st.columns([1, 3], vertical_alignment="center")
     title.markdown("#### :material/receipt_long: Audit log")
-    problem = chain_check(str(store.path), (head, _log_sizes(worker)), worker)
-    if problem:
-        check.error(f"Audit check failed: {problem}", icon=":material/gpp_bad:")
+    verdict = worker.integrity.latest()
+    if verdict is None:
+        check.caption(":material/hourglass_top: Checking the hash chain and reconciling payments "
+                      "and emails…")
+    elif verdict.problem:
+        # A problem stays on screen until a later check finds none.
+        check.error(f"Audit check failed: {verdict.problem}", icon=":material/gpp_bad:")
     else:
+        newer = store.audit_head()[0] - verdict.entries
+        since = f" · {newer} newer not checked yet" if newer > 0 else ""
         check.caption(f":material/verified: Hash chain intact, payments and emails reconciled "
-                      f"· {views.plural(head[0], 'entry', 'entries')}")
+                      f"· {views.plural(verdict.entries, 'entry', 'entries')} · checked at "
+                      f"{views.clock(verdict.at)}{since}")
     if not entries:
         st.caption("No entries yet.")
         return
@@ -61,6 +41,7 @@ def render_audit(worker: Worker) -> None:
                                 "By": text(width="medium"), "Order": text(width="small"),
                                 "Amount": text(width="small"), "Lines": text(width="medium"),
                                 "Note": text(width="large"), "PID": text(width="small")})
-    st.download_button("Download CSV", audit_csv(str(store.path), head, store),
+    # Built only when clicked (Streamlit runs the callable then, off the script's thread).
+    st.download_button("Download CSV", lambda: views.audit_csv(store.audit()),
                        "refund-audit.csv", "text/csv", on_click="ignore",
                        icon=":material/download:")

@@ -42,8 +42,11 @@ def show_notice(area: str) -> None:
     show(text, icon={"warning": ":material/info:", "error": ":material/error:"}.get(kind))
 
 
-def select(run_id: str | None) -> None:
+def select(run_id: str | None, missing: str | None = None) -> None:
+    """Open a ticket (None: none). ``missing``: the ticket asked for is not in the store, which
+    the ticket panel keeps saying, through later redraws, until another one is picked."""
     st.session_state["selected"] = run_id
+    st.session_state["missing"] = missing
     # The URL remembers the ticket, so a reload or a server restart reopens it.
     if run_id:
         st.query_params["run"] = run_id

@@ -43,19 +43,22 @@ def on_reply(worker: Worker, run_id: str) -> None:
 
 def render_ticket(worker: Worker) -> None:
     run_id = selected_run_id()
+    if run_id:
+        try:
+            run = worker.agent.store.run(run_id)
+        except NotFound:  # a bookmarked ticket from an output folder that was cleared since
+            select(None, missing=run_id)
+            run_id = None
     if not run_id:
         st.markdown("#### :material/confirmation_number: Ticket")
-        st.info("Pick a ticket in the inbox, or start one with a sample email.",
-                icon=":material/arrow_back:")
+        if missing := st.session_state.get("missing"):
+            st.info(f"Ticket {missing} is not in this desk's store. Pick one in the inbox.",
+                    icon=":material/search_off:")
+        else:
+            st.info("Pick a ticket in the inbox, or start one with a sample email.",
+                    icon=":material/arrow_back:")
         return
     store = worker.agent.store
-    try:
-        run = store.run(run_id)
-    except NotFound:  # a bookmarked ticket from an output folder that was cleared since
-        select(None)
-        st.info(f"Ticket {run_id} is not in this desk's store. Pick one in the inbox.",
-                icon=":material/search_off:")
-        return
     active = worker.is_active(run.id)
     status = views.status_view(run.status)
 

@@ -8,6 +8,7 @@ read. Everything durable is in the store; the buffer is only for watching a turn
 
 The worker never calls Streamlit. At start-up it resumes the runs an earlier process left
 behind: runs cut off mid-turn, and runs whose refund was decided while nobody advanced them.
+It also keeps the audit panel's integrity check going in the background (see integrity.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..agent import Agent, Cancel, LiveEvent
 from ..customer import converse
 from ..errors import RefundAgentError, RunNotReady
 from ..models import Approval, Run, RunStatus
+from .integrity import IntegrityWatch
 from .views import LiveSegment
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class Worker:
         # store's change counter, it tells a page whether anything it shows has changed.
         self.version = 0
         self._stopping = threading.Event()
+        self.integrity = IntegrityWatch(agent.store, agent.settings.output_dir, self._changed)
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -92,7 +95,12 @@ class Worker:
         self._stopping.clear()
         self._sweeper = threading.Thread(target=self._sweep, name="refund-sweep", daemon=True)
         self._sweeper.start()
+        self.integrity.start()
         return self.recovered
+
+    def _changed(self) -> None:
+        """Something a page shows changed in this process (pages compare ``version``)."""
+        self.version += 1
 
     def expire(self) -> list[Approval]:
         """Expire the approvals nobody decided in time and let their runs tell the customer."""
@@ -124,6 +132,7 @@ class Worker:
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every active run at its last stored response and wait for the threads."""
         self._stopping.set()
+        self.integrity.stop()
         with self._lock:
             self._running = False
             jobs = list(self._jobs.values())
