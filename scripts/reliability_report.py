@@ -1,10 +1,12 @@
 """Render docs/RELIABILITY.md from what the reliability tests measured.
 
 The adversarial tests (crash matrix, soak, races, faults, hostile input, audit tampering,
-decision re-checks) append one JSON line per case to the file named by
+decision re-checks, the PostgreSQL hosts) append one JSON line per case to the file named by
 ``REFUND_AGENT_RELIABILITY_LOG``; the money-invariant property test (Hypothesis) appends one line
-with how many generated histories and steps it tried. This script turns those lines into
-tables, so every number in the document comes from a test run, not from someone's memory.
+per backend with how many generated histories and steps it tried. Each line names the backend
+its case ran on (``"backend": "sqlite"`` or ``"postgresql"``; a line without one is from SQLite).
+This script turns those lines into tables, one column or row per backend, so every number in
+the document comes from a test run, not from someone's memory.
 
     python scripts/reliability_report.py --run                  # run the tests, then write it
     python scripts/reliability_report.py --run --soak-runs 200  # with a bigger soak
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,8 +39,11 @@ from refund_agent.crash import CRASH_POINTS
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",
          "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py",
-         "test_money_invariants.py", "test_fencing.py", "test_edges.py"]
+         "test_money_invariants.py", "test_fencing.py", "test_edges.py", "test_postgres.py"]
 MONEY_FILE = "test_money_invariants.py"
+# The backends a record can name ("backend"), in the order the tables show them.
+BACKENDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+DASH = "—"   # in a backend's column: no case of that kind ran there
 # Suites whose lines count what was tried, not violations: left out of "What held".
 NOT_VIOLATIONS = {"_file", "soak_total", "money_invariants"}
 # What tests/test_money_invariants.py checks after every step of every generated history (a
@@ -64,7 +70,62 @@ DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", 
                "processes", "repeated_requests", "case", "rounds", "racers", "winners",
                "decisions_per_round", "advanced_per_round", "told_busy", "fault", "turn",
                "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
-               "file", "seconds", "result", "runs", "note"}
+               "file", "seconds", "result", "runs", "note", "backend", "hosts", "tickets",
+               "decisions", "emails"}
+
+# What each violation counter counts, in the order "What held" shows them.
+LABELS = {
+    "duplicate_refunds": "Refunds made twice for one approval",
+    "extra_model_requests": "Model requests made by an owner that had lost its run",
+    "replies_stored_twice": "Customer replies stored twice",
+    "refused_replies_stored": "Replies refused yet stored",
+    "tracebacks": "Tracebacks shown instead of a message",
+    "lost_or_duplicated": "Work lost or done twice after bad input or a failed write",
+    "duplicate_emails": "Emails sent twice for one send call",
+    "lost_decisions": "Decisions lost or recorded twice in the audit log",
+    "pending_approvals": "Approvals left pending at the end",
+    "refunds_without_approval": "Refunds without an approval",
+    "approved_not_refunded": "Approved refunds never paid",
+    "runs_not_done": "Runs not finished (`done`) at the end",
+    "calls_without_output": "Tool calls left without a saved output",
+    "replies_not_sent": "Customer replies never sent to the model",
+    "audit_chain_broken": "Audit chain failing verification",
+    "integrity_not_ok": "`PRAGMA integrity_check` not ok",
+    "torn_log_lines": "Torn lines in refunds.log / outbox.log",
+    "emails_to_someone_else": "Emails to anyone but the sender",
+    "timeline_differs_from_baseline": "Timelines differing from a crash-free run",
+    "emails_differ_from_baseline": "Emails differing from a crash-free run",
+    "refunds_differ_from_baseline": "Refunds differing from a crash-free run",
+    "requests_differ_from_baseline": "Model requests differing from a crash-free run",
+    "leaks": "Another customer's data reaching the model or the sender",
+    "proposals_over_policy_or_not_owned": "Refunds proposed over the policy or on another's"
+                                          " order",
+    "decided_without_a_person": "Refunds decided without a person",
+    "double_decisions": "Approvals decided twice in a race",
+    "over_approved": "Approvals over the policy when approved at once",
+    "half_executed": "Decisions half executed",
+    "calls_run_twice": "Tool calls run twice after a model fault",
+    "refund_reused_after_fault": "Refunds asked of the provider again after a model fault",
+    "fewer_requests_than_baseline": "Model turns lost (fewer than a crash-free run)",
+    "runs_differ_from_baseline": "Runs differing from a crash-free run",
+    "decisions_differ_from_baseline": "Decisions differing from a crash-free run",
+    "audit_requested_not_once": "Approvals without exactly one 'requested' audit line",
+    "audit_refund_not_once": "Paid refunds without exactly one 'issued'/'reused' audit line",
+    "refund_amount_mismatch": "Refunds for another amount than was approved",
+    "emails_without_call": "Emails with no send call behind them",
+    "send_calls_not_sent": "Send calls marked sent that the outbox never got",
+    "timeline_refund_steps_off": "Refund entries in a timeline not matching the refunds",
+    "refunds_without_a_person": "Refunds paid on a hostile run without a person",
+    "run_failed": "Runs crashed by hostile input",
+    "side_effects": "Side effects of malformed or unknown calls",
+    "false_emails": "Emails promising a refund that was rejected",
+    "over_policy": "Refunds over the policy from two calls in one response",
+    "duplicate_requests": "Model requests made twice by racing processes",
+    "failed_opens": "Processes failing to open a new store together",
+    "runs_failed": "Runs failed by faults within the retry budget",
+    "lost": "Bad input that changed or lost stored data",
+    "runs_not_finished": "Runs neither done nor waiting on the customer at the end",
+}
 
 NOT_COVERED = """\
 - **Power loss and the disk's honesty.** SIGKILL stops the process, not the machine: data the
@@ -113,6 +174,15 @@ def _load(path: Path) -> list[dict[str, Any]]:
             if line.strip()]
 
 
+def _backend(record: dict[str, Any]) -> str:
+    """The backend a record ran on; lines from before records named one ran on SQLite."""
+    return str(record.get("backend") or "sqlite")
+
+
+def _name(backend: str) -> str:
+    return BACKENDS.get(backend, backend)
+
+
 def _violations(record: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in record.items()
             if k not in DESCRIPTIVE and isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -124,30 +194,191 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _broken(rs: list[dict[str, Any]]) -> int:
+    return sum(sum(_violations(r).values()) for r in rs)
+
+
+def _sum_of(rs: list[dict[str, Any]], key: str) -> int:
+    return sum(r.get(key, 0) for r in rs)
+
+
+def _problems(per: dict[str, Any]) -> Any:
+    """One "Problems found" cell from each backend's count (only the backends that ran)."""
+    if not per:
+        return DASH
+    if all(isinstance(v, int) for v in per.values()):
+        total = sum(per.values())
+        if total and len(per) > 1:
+            return f"{total} (" + ", ".join(f"{_name(b)} {v}" for b, v in per.items()) + ")"
+        return total
+    return "; ".join(f"{_name(b)}: {v}" for b, v in per.items())
+
+
+Rows = Callable[[str], list[dict[str, Any]]]   # suite -> its records on one backend
+
+
+def _crash_tried(of: Rows) -> str | None:
+    crash = of("crash_matrix")
+    if not crash:
+        return None
+    named = [r for r in crash if r["point"] in CRASH_POINTS]
+    extra = [r for r in crash if r["point"] not in CRASH_POINTS]
+    points = {r["point"] for r in named}
+    scenarios = {r["scenario"] for r in named}
+    return (f"{_plural(len(named), 'case')} ({len(points)} of {len(CRASH_POINTS)} crash points x "
+            f"{_plural(len(scenarios), 'scenario')}, each point in every command that passes "
+            f"it) + {len(extra)} extra (repeated crashes, a kill outside the named points); "
+            f"{sum(r.get('kills', 1) for r in crash)} kills")
+
+
+def _soak_tried(of: Rows) -> str | None:
+    soak = of("soak")
+    if not soak:
+        return None
+    seeds = sorted({r["seed"] for r in soak})
+    return (f"{len(soak)} runs, {_sum_of(soak, 'kills')} kills, {_sum_of(soak, 'processes')} "
+            f"processes (seeds {', '.join(map(str, seeds))})")
+
+
+def _hostile(of: Rows, kind: str) -> list[dict[str, Any]]:
+    return [r for r in of("hostile") if r.get("kind") == kind]
+
+
+def _fencing_tried(of: Rows) -> str | None:
+    fencing, soak = of("fencing"), of("soak")
+    parts = [_plural(len(fencing), "case")] if fencing else []
+    if soak:
+        parts.append(f"{_sum_of(soak, 'stale_owners')} paused processes in the soak "
+                     f"({_sum_of(soak, 'stale_owners_fenced')} stopped by the fence)")
+    return " + ".join(parts) or None
+
+
+def _hosts_tried(of: Rows) -> str | None:
+    hosts = of("many_hosts")
+    if not hosts:
+        return None
+    return (f"{_sum_of(hosts, 'tickets')} tickets on {max(r.get('hosts', 0) for r in hosts)} "
+            f"hosts, {_sum_of(hosts, 'kills')} kills: {_sum_of(hosts, 'decisions')} decisions, "
+            f"{_sum_of(hosts, 'refunds')} refunds, {_sum_of(hosts, 'emails')} emails")
+
+
+def _money_tried(of: Rows) -> str | None:
+    money = of("money_invariants")
+    if not money:
+        return None
+    return (f"{_money_sum(money, 'examples'):,} histories, {_money_sum(money, 'steps'):,} "
+            f"steps, {len(_money_invariants(money))} invariants after every step")
+
+
+def _count(suite: str, word: str) -> Callable[[Rows], str | None]:
+    """"N <word>": how many records the suite has on a backend."""
+    def tried(of: Rows) -> str | None:
+        rs = of(suite)
+        return f"{len(rs)} {word}" if rs else None
+    return tried
+
+
+# The summary's rows: what, what was tried on a backend (None: nothing there), and the problems
+# found there (None: the money test's own count, see _money_problems).
+SUMMARY: list[tuple[str, Callable[[Rows], str | None], Callable[[Rows], Any] | None]] = [
+    ("Crash matrix: real CLI process killed (SIGKILL) at a named point, then resumed",
+     _crash_tried, lambda of: _broken(of("crash_matrix"))),
+    ("Soak: random crash points and timed SIGKILLs, restart until done",
+     _soak_tried, lambda of: _broken(of("soak"))),
+    ("Races between processes (decide one approval; advance one run; lease takeover)",
+     lambda of: (f"{_sum_of(of('races'), 'rounds')} rounds in {_plural(len(of('races')), 'test')}"
+                 if of("races") else None),
+     lambda of: _broken(of("races"))),
+    ("Model faults (429, 500, cut stream at every turn; malformed and parallel calls)",
+     _count("faults", "cases"), lambda of: _broken(of("faults"))),
+    ("Hostile customer emails",
+     lambda of: f"{len(_hostile(of, 'email'))} emails" if _hostile(of, "email") else None,
+     lambda of: _broken(_hostile(of, "email"))),
+    ("Hostile model output (scripted tool calls)",
+     lambda of: (f"{sum(r.get('calls', 1) for r in _hostile(of, 'model'))} calls"
+                 if _hostile(of, "model") else None),
+     lambda of: _broken(_hostile(of, "model"))),
+    ("Bad input at the terminal (ids, names, notes, encodings, sizes, database, data files,"
+     " settings)",
+     lambda of: f"{len(_hostile(of, 'cli'))} cases" if _hostile(of, "cli") else None,
+     lambda of: _broken(_hostile(of, "cli"))),
+    ("Audit log tampering (edit, delete, reorder, re-hash)",
+     lambda of: (f"{len(of('audit'))} tampered logs, {_sum_of(of('audit'), 'caught')} caught"
+                 if of("audit") else None),
+     lambda of: len(of("audit")) - _sum_of(of("audit"), "caught")),
+    ("Policy re-checked when a person decides", _count("decision_recheck", "cases"),
+     lambda of: _broken(of("decision_recheck"))),
+    ("Stale owners: a process paused past its lease wakes after a takeover, a clock 16 "
+     "minutes ahead, two replies at once (fencing tokens)",
+     _fencing_tried, lambda of: _broken(of("fencing"))),
+    ("Broken surroundings and hostile text: header injection, escape sequences, a full "
+     "disk, a store refusing writes, a closed pipe", _count("edges", "cases"),
+     lambda of: _broken(of("edges"))),
+    ("Three worker processes standing for three hosts on one database, a worker SIGKILLed "
+     "about every second", _hosts_tried, lambda of: _broken(of("many_hosts"))),
+    ("Money invariants over generated shops and histories (Hypothesis): approve, partial "
+     "approve, reject, ask the customer, expire, race, crash, resume", _money_tried, None),
+]
+
+# Counters a record carries on a backend where they check nothing (shown as "n/a" there).
+NOT_APPLICABLE = {"postgresql": {"integrity_not_ok", "torn_log_lines"}}
+NOT_APPLICABLE_WHY = (
+    "n/a: the check means nothing on that backend. On PostgreSQL the store does not run "
+    "`PRAGMA integrity_check` (the server checks its own pages), and payments and emails are "
+    "rows of the ledger table, where a key is stored once, not lines in `refunds.log` and "
+    "`outbox.log`.")
+
+# Under the summary: why a suite runs on one backend only (tests/test_*.py, README "Tests").
+WHERE_THEY_RUN = (
+    "A dash means the log holds no case of that kind on that backend. The crash matrix, the "
+    "soak, the races and the money test run on both backends, with two differences: on "
+    "PostgreSQL the crash matrix runs only the angry customer's cases, which pass every crash "
+    "point (`REFUND_AGENT_PG_FULL_MATRIX=1` runs every case there, about four minutes more on "
+    "2 cores), and its zero-retention cases run on SQLite only; the money test tries "
+    "`REFUND_AGENT_MONEY_EXAMPLES_PG` histories on PostgreSQL (100 by default, since each "
+    "makes and drops a database) and `REFUND_AGENT_MONEY_EXAMPLES` on SQLite (500). Model "
+    "faults, hostile input, audit tampering, the decision-time re-check, the stale-owner cases "
+    "and broken surroundings run on SQLite only: those tests are not parametrized by backend, "
+    "and several work on the SQLite file itself (the tampering edits its rows with `sqlite3`; "
+    "the bad input includes a garbage, truncated or locked database file; the store refusing "
+    "writes is a trigger in that file); the soak's paused processes put the fence through "
+    "PostgreSQL as well. The three hosts sharing one database run on PostgreSQL only "
+    "(`tests/test_postgres.py`), the backend meant for several hosts. Without Debian's "
+    "`postgresql` binaries the PostgreSQL tests skip, and their column is all dashes.")
+
+
 def render(records: list[dict[str, Any]]) -> str:
+    records = [{**r, "backend": _backend(r)} for r in records]
+    backends = [*BACKENDS, *sorted({r["backend"] for r in records} - set(BACKENDS))]
     by_suite: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_suite[r["suite"]].append(r)
     files = {r["file"]: r for r in by_suite.pop("_file", [])}
-    soak_seconds = {r["seed"]: r["seconds"] for r in by_suite.pop("soak_total", [])}
+    soak_seconds = {(r["backend"], r["seed"]): r["seconds"]
+                    for r in by_suite.pop("soak_total", [])}
     crash, soak = by_suite.get("crash_matrix", []), by_suite.get("soak", [])
     races, faults = by_suite.get("races", []), by_suite.get("faults", [])
     hostile, audit = by_suite.get("hostile", []), by_suite.get("audit", [])
     recheck = by_suite.get("decision_recheck", [])
     money = by_suite.get("money_invariants", [])
-    fencing, edges = by_suite.get("fencing", []), by_suite.get("edges", [])
 
-    def broken(rs: list[dict[str, Any]]) -> int:
-        return sum(sum(_violations(r).values()) for r in rs)
+    def on(backend: str) -> Rows:
+        return lambda suite: [r for r in by_suite.get(suite, []) if r["backend"] == backend]
 
-    def sum_of(rs: list[dict[str, Any]], key: str) -> int:
-        return sum(r.get(key, 0) for r in rs)
+    def in_order(rs: list[dict[str, Any]]) -> list[str]:
+        return [b for b in backends if any(r["backend"] == b for r in rs)]
 
     out = ["# Reliability: what was tried, and what held", ""]
     out += ["Generated by `scripts/reliability_report.py` from the JSON lines the tests "
             "wrote while they ran (`REFUND_AGENT_RELIABILITY_LOG`); regenerate with "
             "`python scripts/reliability_report.py --run`. Every count of problems below is a "
-            "count the tests measured, and each test also fails if it is not zero.",
+            "count the tests measured, and each test also fails if it is not zero. Each line "
+            "of the log names the backend its case ran on, SQLite or PostgreSQL, and the "
+            "tables below give the two separately.",
             "", "The CI-sized soak is small; a larger one is run on its own and added with "
             "`--log`:", "", "```",
             "REFUND_AGENT_RELIABILITY_LOG=/tmp/soak.jsonl REFUND_AGENT_SOAK_RUNS=150 "
@@ -158,134 +389,51 @@ def render(records: list[dict[str, Any]]) -> str:
             f"Python {platform.python_version()}, {os.cpu_count()} CPUs.", ""]
 
     # -- summary -----------------------------------------------------------------------
-    named = [r for r in crash if r["point"] in CRASH_POINTS]
-    extra = [r for r in crash if r["point"] not in CRASH_POINTS]
-    points = sorted({r["point"] for r in named})
-    scenarios = sorted({r["scenario"] for r in crash})
-    seeds = sorted({r["seed"] for r in soak})
-    race_rounds = sum_of(races, "rounds")
-    rows = [
-        ["Crash matrix: real CLI process killed (SIGKILL) at a named point, then resumed",
-         f"{len(named)} cases ({len(points)} of {len(CRASH_POINTS)} crash points x "
-         f"{len(scenarios)} scenarios, each point in every command that passes it) + "
-         f"{len(extra)} extra (repeated crashes, a kill outside the named points); "
-         f"{sum(r.get('kills', 1) for r in crash)} kills", broken(crash)],
-        ["Soak: random crash points and timed SIGKILLs, restart until done",
-         f"{len(soak)} runs, {sum_of(soak, 'kills')} kills, {sum_of(soak, 'processes')} "
-         f"processes (seeds {', '.join(map(str, seeds)) or '-'})", broken(soak)],
-        ["Races between processes (decide one approval; advance one run; lease takeover)",
-         f"{race_rounds} rounds in {len(races)} tests", broken(races)],
-        ["Model faults (429, 500, cut stream at every turn; malformed and parallel calls)",
-         f"{len(faults)} cases", broken(faults)],
-        ["Hostile customer emails", f"{sum(1 for r in hostile if r['kind'] == 'email')} emails",
-         broken([r for r in hostile if r["kind"] == "email"])],
-        ["Hostile model output (scripted tool calls)",
-         f"{sum(r.get('calls', 1) for r in hostile if r['kind'] == 'model')} calls",
-         broken([r for r in hostile if r["kind"] == "model"])],
-        ["Bad input at the terminal (ids, names, notes, encodings, sizes, database, data files,"
-         " settings)", f"{sum(1 for r in hostile if r['kind'] == 'cli')} cases",
-         broken([r for r in hostile if r["kind"] == "cli"])],
-        ["Audit log tampering (edit, delete, reorder, re-hash)",
-         f"{len(audit)} tampered logs, {sum_of(audit, 'caught')} caught",
-         len(audit) - sum_of(audit, "caught")],
-        ["Policy re-checked when a person decides", f"{len(recheck)} cases", broken(recheck)],
-        ["Stale owners: a process paused past its lease wakes after a takeover, a clock 16 "
-         "minutes ahead, two replies at once (fencing tokens)",
-         f"{len(fencing)} cases + {sum_of(soak, 'stale_owners')} paused processes in the soak "
-         f"({sum_of(soak, 'stale_owners_fenced')} stopped by the fence)", broken(fencing)],
-        ["Broken surroundings and hostile text: header injection, escape sequences, a full "
-         "disk, a store refusing writes, a closed pipe", f"{len(edges)} cases", broken(edges)],
-    ]
-    if money:
-        rows.append(["Money invariants over generated shops and histories (Hypothesis): "
-                     "approve, partial approve, reject, ask the customer, expire, race, crash, "
-                     "resume",
-                     f"{_money_sum(money, 'examples'):,} histories, "
-                     f"{_money_sum(money, 'steps'):,} steps, {len(_money_invariants(money))} "
-                     "invariants after every step", _money_problems(money, files)])
-    out += ["## Summary", "", _table(["What", "Tried", "Problems found"], rows), ""]
+    rows = []
+    for what, tried, problems in SUMMARY:
+        cells, found = [], {}
+        for b in backends:
+            text = tried(on(b))
+            cells.append(DASH if text is None else text)
+            if text is not None:
+                found[b] = (problems(on(b)) if problems else
+                            _money_problems(on(b)("money_invariants"), files))
+        rows.append([what, *cells, _problems(found)])
+    out += ["## Summary", "",
+            _table(["What", *[f"Tried on {_name(b)}" for b in backends], "Problems found"],
+                   rows), "", WHERE_THEY_RUN, ""]
 
     # -- what held ----------------------------------------------------------------------
-    totals: Counter[str] = Counter()
-    seen: Counter[str] = Counter()
+    totals: dict[str, Counter[str]] = {b: Counter() for b in backends}
+    seen: dict[str, Counter[str]] = {b: Counter() for b in backends}
     for r in records:
         if r["suite"] in NOT_VIOLATIONS:
             continue
         for k, v in _violations(r).items():
-            totals[k] += v
-            seen[k] += 1
-    labels = {
-        "duplicate_refunds": "Refunds made twice for one approval",
-        "extra_model_requests": "Model requests made by an owner that had lost its run",
-        "replies_stored_twice": "Customer replies stored twice",
-        "refused_replies_stored": "Replies refused yet stored",
-        "tracebacks": "Tracebacks shown instead of a message",
-        "lost_or_duplicated": "Work lost or done twice after bad input or a failed write",
-        "duplicate_emails": "Emails sent twice for one send call",
-        "lost_decisions": "Decisions lost or recorded twice in the audit log",
-        "pending_approvals": "Approvals left pending at the end",
-        "refunds_without_approval": "Refunds without an approval",
-        "approved_not_refunded": "Approved refunds never paid",
-        "runs_not_done": "Runs not finished (`done`) at the end",
-        "calls_without_output": "Tool calls left without a saved output",
-        "replies_not_sent": "Customer replies never sent to the model",
-        "audit_chain_broken": "Audit chain failing verification",
-        "integrity_not_ok": "`PRAGMA integrity_check` not ok",
-        "torn_log_lines": "Torn lines in refunds.log / outbox.log",
-        "emails_to_someone_else": "Emails to anyone but the sender",
-        "timeline_differs_from_baseline": "Timelines differing from a crash-free run",
-        "emails_differ_from_baseline": "Emails differing from a crash-free run",
-        "refunds_differ_from_baseline": "Refunds differing from a crash-free run",
-        "requests_differ_from_baseline": "Model requests differing from a crash-free run",
-        "leaks": "Another customer's data reaching the model or the sender",
-        "proposals_over_policy_or_not_owned": "Refunds proposed over the policy or on another's"
-                                              " order",
-        "decided_without_a_person": "Refunds decided without a person",
-        "double_decisions": "Approvals decided twice in a race",
-        "over_approved": "Approvals over the policy when approved at once",
-        "half_executed": "Decisions half executed",
-        "calls_run_twice": "Tool calls run twice after a model fault",
-        "refund_reused_after_fault": "Refunds asked of the provider again after a model fault",
-        "fewer_requests_than_baseline": "Model turns lost (fewer than a crash-free run)",
-        "runs_differ_from_baseline": "Runs differing from a crash-free run",
-        "decisions_differ_from_baseline": "Decisions differing from a crash-free run",
-        "audit_requested_not_once": "Approvals without exactly one 'requested' audit line",
-        "audit_refund_not_once": "Paid refunds without exactly one 'issued'/'reused' audit line",
-        "refund_amount_mismatch": "Refunds for another amount than was approved",
-        "emails_without_call": "Emails with no send call behind them",
-        "send_calls_not_sent": "Send calls marked sent that the outbox never got",
-        "timeline_refund_steps_off": "Refund entries in a timeline not matching the refunds",
-        "refunds_without_a_person": "Refunds paid on a hostile run without a person",
-        "run_failed": "Runs crashed by hostile input",
-        "side_effects": "Side effects of malformed or unknown calls",
-        "false_emails": "Emails promising a refund that was rejected",
-        "over_policy": "Refunds over the policy from two calls in one response",
-        "duplicate_requests": "Model requests made twice by racing processes",
-        "failed_opens": "Processes failing to open a new store together",
-        "runs_failed": "Runs failed by faults within the retry budget",
-        "lost": "Bad input that changed or lost stored data",
-    }
-    order = [k for k in labels if k in seen] + sorted(k for k in seen if k not in labels)
-    held = [[labels.get(k, k.replace("_", " ").capitalize()), seen[k], totals[k]]
-            for k in order]
+            totals[r["backend"]][k] += v
+            seen[r["backend"]][k] += 1
+    measured = {k for b in backends for k in seen[b]}
+    order = [k for k in LABELS if k in measured] + sorted(measured - set(LABELS))
+    def cells(b: str, k: str) -> tuple[Any, Any]:
+        if not seen[b][k]:
+            return DASH, DASH
+        return ("n/a", "n/a") if k in NOT_APPLICABLE.get(b, ()) else (seen[b][k], totals[b][k])
+
+    held = [[LABELS.get(k, k.replace("_", " ").capitalize()),
+             *[c for b in backends for c in cells(b, k)]] for k in order]
+    shown_na = any(seen[b][k] for b, keys in NOT_APPLICABLE.items() if b in seen for k in keys)
     out += ["## What held", "",
-            "Each invariant, how many test cases measured it, and the total it came to.", "",
-            _table(["Invariant", "Cases that checked it", "Total"], held), ""]
+            "Each invariant, how many test cases measured it on each backend, and the total it "
+            "came to there. A dash: no case on that backend measured it (the summary says which "
+            "suites run where).", "",
+            _table(["Invariant", *[h for b in backends
+                                   for h in (f"Cases on {_name(b)}", f"Total on {_name(b)}")]],
+                   held), ""]
+    if shown_na:
+        out += [NOT_APPLICABLE_WHY, ""]
 
     # -- crash matrix grid -------------------------------------------------------------
     if crash:
-        grid = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-        for r in crash:
-            grid[r["point"]][r["scenario"]][0] += 1
-            grid[r["point"]][r["scenario"]][1] += r.get("kills", 1)
-
-        def cell(p: str, s: str) -> str:
-            cases, kills = grid[p][s]
-            return f"{cases} ({kills})" if cases else ""
-
-        rows = [[f"`{p}`", *[cell(p, s) for s in scenarios]] for p in points]
-        rows += [[p, *[cell(p, s) for s in scenarios]]
-                 for p in sorted({r["point"] for r in extra})]
         out += ["## Crash matrix", "",
                 "Cases per crash point and scenario, with the kills they made in brackets. A "
                 "scenario is a chain of commands; a point is tried in every command of the "
@@ -293,74 +441,91 @@ def render(records: list[dict[str, Any]]) -> str:
                 "again, dying at each later occurrence (or, for a point the next process "
                 "reaches again, once more at the same spot); then a clean `resume` and the rest "
                 "of the chain run, and the result is compared with a crash-free run of the "
-                "same scenario: same model requests, timeline, emails, refunds and decisions.",
-                "",
-                _table(["Crash point", *scenarios], rows), ""]
+                "same scenario, on the same backend: same model requests, timeline, emails, "
+                "refunds and decisions.", ""]
+        for b in in_order(crash):
+            out += [f"### On {_name(b)}", "", _crash_grid(on(b)("crash_matrix")), ""]
 
     # -- soak -------------------------------------------------------------------------------
     if soak:
-        per = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-        for r in soak:
-            row = per[r["scenario"]]
+        per: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        by_seed: dict[tuple[str, Any], list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r in sorted(soak, key=lambda r: backends.index(r["backend"])):
+            row = per[(r["backend"], r["scenario"])]
             row[0] += 1
             row[1] += r.get("processes", 0)
             row[2] += r["kills"]
             row[3] += r.get("point_kills", 0)
             row[4] += r.get("timer_kills", 0)
             row[5] += r.get("repeated_requests", 0)
-        by_seed = defaultdict(lambda: [0, 0, 0])
-        for r in soak:
-            by_seed[r["seed"]][0] += 1
-            by_seed[r["seed"]][1] += r.get("processes", 0)
-            by_seed[r["seed"]][2] += r["kills"]
+            seed = by_seed[(r["backend"], r["seed"])]
+            seed[0] += 1
+            seed[1] += r.get("processes", 0)
+            seed[2] += r["kills"]
         out += ["## Soak", "",
                 "Each soak is reproducible from its seed: `REFUND_AGENT_SOAK_SEED=<seed> "
-                "REFUND_AGENT_SOAK_RUNS=<runs> python -m pytest tests/test_soak.py -q -s`.", "",
-                _table(["Seed", "Runs", "Processes", "Kills", "Wall time"],
-                       [[seed, *v, f"{soak_seconds[seed]:.0f} s" if seed in soak_seconds else ""]
-                        for seed, v in sorted(by_seed.items(), key=lambda x: -x[1][0])]),
+                "REFUND_AGENT_SOAK_RUNS=<runs> python -m pytest tests/test_soak.py -q -s` (one "
+                "soak per backend, with the same seed).", "",
+                _table(["Backend", "Seed", "Runs", "Processes", "Kills", "Wall time"],
+                       [[_name(b), seed, *v,
+                         f"{soak_seconds[(b, seed)]:.0f} s" if (b, seed) in soak_seconds else ""]
+                        for (b, seed), v in sorted(by_seed.items(), key=lambda x: (
+                            backends.index(x[0][0]), -x[1][0]))]),
                 "",
-                _table(["Scenario", "Runs", "Processes", "Kills", "at a crash point",
+                _table(["Backend", "Scenario", "Runs", "Processes", "Kills", "at a crash point",
                         "by a timed SIGKILL", "Extra requests counted"],
-                       [[s, *v] for s, v in sorted(per.items())]), "",
+                       [[_name(b), s, *v] for (b, s), v in sorted(
+                           per.items(), key=lambda x: (backends.index(x[0][0]), x[0][1]))]), "",
                 "Extra requests counted: the simulated customer's reply asked for again after "
                 "a kill (its cost is counted twice; no tool call is repeated). A stream cut off "
                 "by a kill is never recorded, so it is not counted at all.", ""]
 
     # -- races ---------------------------------------------------------------------------------
     if races:
+        cases = list(dict.fromkeys(r["case"] for r in races))
+        ordered = sorted(races, key=lambda r: (cases.index(r["case"]),
+                                               backends.index(r["backend"])))
         out += ["## Races", "", _table(
-            ["Race", "Rounds", "Processes at once", "Outcome"],
-            [[r["case"], r["rounds"], r["racers"],
+            ["Race", "Backend", "Rounds", "Processes at once", "Outcome"],
+            [[r["case"], _name(r["backend"]), r["rounds"], r["racers"],
               "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in r.items()
                         if k in ("decisions_per_round", "advanced_per_round", "told_busy",
                                  "failed_opens",
                                  "lost_decisions", "double_decisions", "duplicate_requests",
                                  "duplicate_refunds"))]
-             for r in races]), ""]
+             for r in ordered]), ""]
 
-    # -- faults, hostile, audit, recheck -----------------------------------------------------------
+    # -- faults, hostile, audit, recheck: one backend each unless the log says otherwise ----------
+    def section(title: str, rs: list[dict[str, Any]], header: list[str],
+                row: Callable[[list[dict[str, Any]]], list[Any]],
+                key: Callable[[dict[str, Any]], Any] = id) -> list[str]:
+        """A table of ``rs`` grouped by ``key``; a Backend column if they ran on several."""
+        ran = in_order(rs)
+        groups: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
+        for r in rs:
+            groups[(r["backend"], key(r))].append(r)
+        ordered = sorted(groups.items(), key=lambda g: backends.index(g[0][0]))
+        if len(ran) == 1:
+            return [f"## {title} ({_name(ran[0])})", "",
+                    _table(header, [row(g) for _k, g in ordered]), ""]
+        return [f"## {title}", "", _table(["Backend", *header],
+                                          [[_name(b), *row(g)] for (b, _k), g in ordered]), ""]
+
     if faults:
-        kinds = Counter(r["fault"] for r in faults)
-        out += ["## Model faults", "", _table(
-            ["Fault", "Cases", "Problems"],
-            [[k, n, broken([r for r in faults if r["fault"] == k])] for k, n in kinds.items()]),
-            ""]
+        out += section("Model faults", faults, ["Fault", "Cases", "Problems"],
+                       lambda g: [g[0]["fault"], len(g), _broken(g)], key=lambda r: r["fault"])
     if hostile:
-        out += ["## Hostile and bad input", "", _table(
-            ["Kind", "Case", "Problems"],
-            [[r["kind"], r["case"], sum(_violations(r).values())] for r in hostile]), ""]
+        out += section("Hostile and bad input", hostile, ["Kind", "Case", "Problems"],
+                       lambda g: [g[0]["kind"], g[0]["case"], _broken(g)])
     if audit:
-        out += ["## Audit tampering", "", _table(
-            ["Tampering", "Caught by `audit --verify`"],
-            [[r["case"], "yes" if r["caught"] else "**no**"] for r in audit]), ""]
+        out += section("Audit tampering", audit, ["Tampering", "Caught by `audit --verify`"],
+                       lambda g: [g[0]["case"], "yes" if g[0]["caught"] else "**no**"])
     if recheck:
-        out += ["## Policy re-checked at decision time", "", _table(
-            ["Case", "Problems"], [[r["case"], sum(_violations(r).values())] for r in recheck]),
-            ""]
+        out += section("Policy re-checked at decision time", recheck, ["Case", "Problems"],
+                       lambda g: [g[0]["case"], _broken(g)])
 
     if money:
-        out += _money_section(money, files)
+        out += _money_section(money, files, backends)
 
     # -- runtimes -----------------------------------------------------------------------------
     if files:
@@ -371,6 +536,26 @@ def render(records: list[dict[str, Any]]) -> str:
 
     out += ["## What these tests do not cover", "", NOT_COVERED]
     return "\n".join(out)
+
+
+def _crash_grid(crash: list[dict[str, Any]]) -> str:
+    """The crash matrix on one backend: cases (kills) per crash point and scenario."""
+    named = [r for r in crash if r["point"] in CRASH_POINTS]
+    extra = [r for r in crash if r["point"] not in CRASH_POINTS]
+    scenarios = sorted({r["scenario"] for r in crash})
+    grid: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for r in crash:
+        grid[r["point"]][r["scenario"]][0] += 1
+        grid[r["point"]][r["scenario"]][1] += r.get("kills", 1)
+
+    def cell(p: str, s: str) -> str:
+        cases, kills = grid[p][s]
+        return f"{cases} ({kills})" if cases else ""
+
+    rows = [[f"`{p}`", *[cell(p, s) for s in scenarios]]
+            for p in sorted({r["point"] for r in named})]
+    rows += [[p, *[cell(p, s) for s in scenarios]] for p in sorted({r["point"] for r in extra})]
+    return _table(["Crash point", *scenarios], rows)
 
 
 # -- the money invariants (tests/test_money_invariants.py) -----------------------------------------
@@ -421,23 +606,39 @@ def _rules(records: list[dict[str, Any]]) -> tuple[Counter[str], list[str]]:
     return counts, [n for n in names if n not in counts]
 
 
-def _money_section(records: list[dict[str, Any]], files: dict[str, dict[str, Any]]
-                   ) -> list[str]:
-    seeds = sorted({str(r["seed"]) for r in records if r.get("seed") is not None})
-    rows = [[label, f"{_money_sum(records, key):,}"] for key, label in MONEY_COUNTS.items()
-            if any(key in r for r in records)]
+def _money_section(records: list[dict[str, Any]], files: dict[str, dict[str, Any]],
+                   backends: list[str]) -> list[str]:
+    per = {b: [r for r in records if _backend(r) == b] for b in backends}
+
+    def each(value: Callable[[list[dict[str, Any]]], Any]) -> list[Any]:
+        """One cell per backend: ``value`` of its records, or a dash where it did not run."""
+        return [value(per[b]) if per[b] else DASH for b in backends]
+
+    rows = [[label, *each(lambda rs, key=key: f"{_money_sum(rs, key):,}")]
+            for key, label in MONEY_COUNTS.items() if any(key in r for r in records)]
     shown = {*MONEY_COUNTS, "suite", "at", "seed", "rules", "invariants", "seconds",
-             "failures", "violations", "failed"}
-    rows += [[key.replace("_", " ").capitalize(), f"{_money_sum(records, key):,}"]
+             "failures", "violations", "failed", "backend"}
+    rows += [[key.replace("_", " ").capitalize(),
+              *each(lambda rs, key=key: f"{_money_sum(rs, key):,}")]
              for key in sorted({k for r in records for k, v in r.items()
                                 if k not in shown and _number(v)})]
     if any("seconds" in r for r in records):
-        rows.append(["Wall time", f"{_money_sum(records, 'seconds'):.0f} s"])
-    rows.append(["Seeds", ", ".join(seeds) if seeds else "random (Hypothesis' own)"])
-    problems = _money_problems(records, files)
-    result = ("held" if problems == 0 else "**broken**" if isinstance(problems, int)
-              else "**test failed**" if problems == "**test failed**" else "not in the log")
-    steps = _money_sum(records, "steps")
+        rows.append(["Wall time", *each(lambda rs: f"{_money_sum(rs, 'seconds'):.0f} s")])
+
+    def seeds(rs: list[dict[str, Any]]) -> str:
+        found = sorted({str(r["seed"]) for r in rs if r.get("seed") is not None})
+        return ", ".join(found) if found else "random (Hypothesis' own)"
+
+    rows.append(["Seeds", *each(seeds)])
+
+    def result(rs: list[dict[str, Any]]) -> str:
+        problems = _money_problems(rs, files)
+        steps = _money_sum(rs, "steps")
+        word = ("held" if problems == 0 else "**broken**" if isinstance(problems, int)
+                else "**test failed**" if problems == "**test failed**" else "not in the log")
+        return f"{word} after each of {steps:,} steps" if steps else f"{word} after every step"
+
+    names = [_name(b) for b in backends]
     out = ["## Money invariants", "",
            "`tests/test_money_invariants.py` is a Hypothesis state machine: it generates a shop "
            "(prices in cents, quantities, final-sale lines, shipping, delivery ages, a return "
@@ -445,17 +646,27 @@ def _money_section(records: list[dict[str, Any]], files: dict[str, dict[str, Any
            "refunds with any lines, reasons, amounts and order-id spellings; people approve, "
            "approve some lines, reject or race to decide; the process dies at a crash point; "
            "runs are resumed. The invariants are read from the payments log, the store and "
-           "the audit log after every step. "
-           "`REFUND_AGENT_MONEY_EXAMPLES=<n>` sets how many histories are tried.", "",
-           _table(["Tried", "Count"], rows), ""]
-    out += [_table(["Invariant", "Checked", "Result"],
-                   [[text, f"after each of {steps:,} steps" if steps else "after every step",
-                     result] for text in _money_invariants(records)]), ""]
-    counts, names = _rules(records)
-    if counts or names:
-        out += [_table(["Rule", "Times applied"],
-                       [[f"`{k}`", f"{v:,}"] for k, v in counts.most_common()]
-                       + [[f"`{n}`", ""] for n in names]), ""]
+           "the audit log after every step. The same machine runs with its store on each "
+           "backend (a database per history on PostgreSQL). "
+           "`REFUND_AGENT_MONEY_EXAMPLES=<n>` sets how many histories are tried on SQLite, "
+           "`REFUND_AGENT_MONEY_EXAMPLES_PG=<n>` on PostgreSQL.", "",
+           _table(["Tried", *[f"On {n}" for n in names]], rows), ""]
+    out += [_table(["Invariant", *[f"On {n}" for n in names]],
+                   [[text, *each(result)] for text in _money_invariants(records)]), ""]
+    rule_counts = {b: _rules(per[b]) for b in backends}
+    if any(c or n for c, n in rule_counts.values()):
+        every = list(dict.fromkeys(
+            [k for c, _n in rule_counts.values() for k, _v in c.most_common()]
+            + [n for _c, ns in rule_counts.values() for n in ns]))
+
+        def times(b: str, rule: str) -> str:
+            counts, listed = rule_counts[b]
+            if not per[b]:
+                return DASH
+            return f"{counts[rule]:,}" if rule in counts else "" if rule in listed else "0"
+
+        out += [_table(["Rule", *[f"Times applied on {n}" for n in names]],
+                       [[f"`{k}`", *[times(b, k) for b in backends]] for k in every]), ""]
     return out
 
 

@@ -128,3 +128,24 @@ def backend(request):
     if request.param == "sqlite":
         return Backend("sqlite")
     return Backend("postgresql", request.getfixturevalue("pg_cluster"))
+
+
+# The backend the current test runs on, for the reliability log (test_crash_matrix.record).
+_RUNNING_ON = {"backend": "sqlite"}
+
+
+@pytest.fixture(autouse=True)
+def _note_the_backend(request):
+    """Note which backend this test runs on: its ``backend`` parameter (taken directly or
+    through a fixture such as ``baselines``), else SQLite, where every other test keeps its
+    store."""
+    callspec = getattr(request.node, "callspec", None)
+    _RUNNING_ON["backend"] = (callspec.params.get("backend", "sqlite") if callspec
+                              else "sqlite")
+    yield
+    _RUNNING_ON["backend"] = "sqlite"
+
+
+def running_on() -> str:
+    """"sqlite" or "postgresql": the backend of the test running now."""
+    return _RUNNING_ON["backend"]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, running_on
 from pg import Backend
 
 from refund_agent.crash import CRASH_POINTS
@@ -85,10 +85,16 @@ CASES = [(scenario, index, point) for (scenario, index), points in PASSES.items(
 # -- the reliability log -------------------------------------------------------------------------
 
 def record(suite: str, **fields: Any) -> None:
-    """Append one JSON line to ``$REFUND_AGENT_RELIABILITY_LOG`` (if set) for the report."""
+    """Append one JSON line to ``$REFUND_AGENT_RELIABILITY_LOG`` (if set) for the report.
+
+    Every line says which backend the case ran on: ``backend=`` if given, else the running
+    test's ``backend`` parameter (conftest.running_on), which is "sqlite" for a test that has
+    none.
+    """
     path = os.environ.get("REFUND_AGENT_RELIABILITY_LOG")
     if not path:
         return
+    fields.setdefault("backend", running_on())
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"suite": suite, "at": time.time(), **fields}) + "\n")
 

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -102,7 +102,8 @@ class ScriptBrain:
 
 
 _SERVER: OfflineServer | None = None
-_TOTALS: Counter[str] = Counter()
+# What the machines tried, per backend ("sqlite", "postgresql"), for the reliability log.
+_TOTALS: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
 
 def _server() -> OfflineServer:
@@ -194,6 +195,13 @@ class MoneyMachine(RuleBasedStateMachine):
         self.agent = Agent(self.settings, model=ModelAccess(client, "scripted", server))
         self.orders = self.agent.shop.orders
 
+    #: The backend this machine's store is on (the reliability log splits its totals by it).
+    backend = "sqlite"
+
+    @property
+    def totals(self) -> Counter[str]:
+        return _TOTALS[self.backend]
+
     def database_url(self) -> str:
         """Where this history's store lives: empty for SQLite in the output folder."""
         return ""
@@ -206,18 +214,18 @@ class MoneyMachine(RuleBasedStateMachine):
                 self.money_holds()
                 for approval in self.agent.store.approvals("approved", limit=-1):
                     assert self.agent.payments.find(approval.id) is not None, approval
-                _TOTALS["refunds"] += len(self.agent.payments.refunds())
-                _TOTALS["partial"] += sum(1 for a in self.agent.store.approvals(
+                self.totals["refunds"] += len(self.agent.payments.refunds())
+                self.totals["partial"] += sum(1 for a in self.agent.store.approvals(
                     "approved", limit=-1) if a.declined)
-                _TOTALS["refused"] += sum(1 for e in self.agent.store.audit()
-                                          if e.event == "refused")
+                self.totals["refused"] += sum(1 for e in self.agent.store.audit()
+                                              if e.event == "refused")
                 self.agent.store.close()
         finally:
             self.patch.stop()
             shutil.rmtree(self.tmp, ignore_errors=True)
-            _TOTALS["examples"] += 1
-            _TOTALS["steps"] += self.steps
-            _TOTALS["crashes"] += self.crashes
+            self.totals["examples"] += 1
+            self.totals["steps"] += self.steps
+            self.totals["crashes"] += self.crashes
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -322,7 +330,7 @@ class MoneyMachine(RuleBasedStateMachine):
         if approval.status != "pending":
             return
         self.steps += 1
-        _TOTALS["decisions"] += 1
+        self.totals["decisions"] += 1
         skus = [line.line for line in approval.item_lines]
         keep = None
         if choice == "partial":   # untick at least one line when there are two or more
@@ -360,7 +368,7 @@ class MoneyMachine(RuleBasedStateMachine):
         if approval.status != "pending":
             return
         self.steps += 1
-        _TOTALS["races"] += 1
+        self.totals["races"] += 1
         approve = data.draw(st.booleans(), label="approve")
         barrier = threading.Barrier(2)
         outcomes: list[str] = []
@@ -391,7 +399,7 @@ class MoneyMachine(RuleBasedStateMachine):
         """Time passes: everything still waiting expires, and its runs tell the customer."""
         self.steps += 1
         for approval in self.agent.store.expire(0):
-            _TOTALS["expired"] += 1
+            self.totals["expired"] += 1
             self._advance(approval.run_id, None)
 
     @precondition(lambda self: hasattr(self, "agent"))
@@ -409,7 +417,7 @@ class MoneyMachine(RuleBasedStateMachine):
         try:
             self._check_money()
         except AssertionError:
-            _TOTALS["failures"] += 1    # the report must not count a failing run as clean
+            self.totals["failures"] += 1    # the report must not count a failing run as clean
             raise
 
     def _check_money(self) -> None:
@@ -524,6 +532,8 @@ _PG: dict[str, Any] = {}
 class PostgresMoneyMachine(MoneyMachine):
     """The same histories with the store (and the payments and emails) on PostgreSQL."""
 
+    backend = "postgresql"
+
     def __init__(self) -> None:
         super().__init__()
         self.database = f"money_{uuid.uuid4().hex[:12]}"
@@ -552,13 +562,17 @@ def _postgres_for_the_machine(request):
         _PG["cluster"] = request.getfixturevalue("pg_cluster")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _report_what_was_tried():
-    """Write how many histories the machine tried to the reliability log, once it has run."""
+@pytest.fixture(scope="class", autouse=True)
+def _report_what_was_tried(request):
+    """Write how many histories each machine (one per backend) tried to the reliability log,
+    once it has run."""
+    backend = PostgresMoneyMachine.backend if request.cls is TestMoneyInvariantsPostgres \
+        else MoneyMachine.backend
     started = time.time()
     yield
-    if _TOTALS["examples"]:
+    totals = _TOTALS[backend]
+    if totals["examples"]:
         # "failures" always present, so the report can tell a clean run from a failing one.
-        record("money_invariants", **{**_TOTALS, "failures": _TOTALS["failures"]},
-               seconds=round(time.time() - started, 1))
+        record("money_invariants", **{**totals, "failures": totals["failures"]},
+               backend=backend, seconds=round(time.time() - started, 1))
 
