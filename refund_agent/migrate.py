@@ -128,6 +128,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                 say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
                     + ", ".join(f"{ledger[log]:,} from {name}" for log, name in LOGS) + ")")
                 load.reset_sequences()
+                load.analyze()
                 _check_counts(load, rows, ledger)
                 timings["copy"] = time.monotonic() - tick
                 say("Reconciling the copy on PostgreSQL ...")

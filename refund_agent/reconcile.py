@@ -76,13 +76,14 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     approvals = {a.id: a for a in store.approvals(status=None, limit=-1)}
     audit = store.audit()
     sends = _send_calls(store)
+    calls = store.approval_calls()
     # Generators: the checks after the first problem never run.
     problems = chain(
         _approvals_match_audit(approvals, audit),
-        _refunds_match_approvals(refunds, approvals, audit, store),
+        _refunds_match_approvals(refunds, approvals, audit, store, calls),
         _unique_refunds(refunds),
         _money_events_have_refunds(audit, refunds, names[0]),
-        _made_refunds_have_records(approvals, refunds, store, names[0]),
+        _made_refunds_have_records(approvals, refunds, store, names[0], calls),
         _emails_match_calls(emails, sends),
         _sent_calls_have_emails(sends, emails, names[1]),
     )
@@ -247,21 +248,17 @@ def _output(call: Call | None) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def _refund_call(store: Store, approval: Approval) -> Call | None:
-    """The issue_refund call behind an approval (its id is the call id)."""
-    return next((c for c in store.calls(approval.response_id) if c.call_id == approval.id), None)
-
-
 def _send_calls(store: Store) -> dict[str, tuple[Call, Run]]:
-    """Every send_customer_message call, by call id, with the run that made it."""
+    """Every send_customer_message call, by call id, with the run that made it (the run whose
+    timeline records the call's response). A few queries for the whole history: one per run
+    and response took seconds per thousand runs on PostgreSQL."""
     sends: dict[str, tuple[Call, Run]] = {}
+    responses = store.response_ids()
+    calls = store.calls_named("send_customer_message")
     for run in reversed(store.runs(limit=-1)):  # oldest first
-        responses = {s.data.get("response_id") for s in store.steps(run.id)
-                     if s.kind == "response"}
-        for response_id in sorted(filter(None, responses)):
-            for call in store.calls(response_id):
-                if call.name == "send_customer_message":
-                    sends[call.call_id] = (call, run)
+        for response_id in sorted(filter(None, responses.get(run.id, ()))):
+            for call in calls.get(response_id, ()):
+                sends[call.call_id] = (call, run)
     return sends
 
 
@@ -297,8 +294,13 @@ def _approvals_match_audit(approvals: dict[str, Approval], audit: list[AuditEntr
 
 
 def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval],
-                             audit: list[AuditEntry], store: Store) -> Iterator[str]:
-    """Every payment was approved by a person, for exactly what was paid, and audited."""
+                             audit: list[AuditEntry], store: Store,
+                             calls: dict[str, Call] | None = None) -> Iterator[str]:
+    """Every payment was approved by a person, for exactly what was paid, and audited.
+
+    ``calls``: the issue_refund call behind each approval (Store.approval_calls), if read.
+    """
+    calls = store.approval_calls() if calls is None else calls
     money_events: dict[str | None, list[AuditEntry]] = {}
     for m in audit:
         if m.event in _MONEY_EVENTS:
@@ -323,7 +325,7 @@ def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval
             yield (f"{where} for {_show(pairs)}, but approval {a.id} approved "
                    f"{_show(_pairs(a.kept))}: the record was edited.")
         money = money_events.get(a.id, [])
-        call = None if money else _refund_call(store, a)
+        call = None if money else calls.get(a.id)
         if call is not None and call.output is not None:
             # The call's output and the 'issued' entry are committed together; with the output
             # there, the audit should name this refund.
@@ -372,13 +374,15 @@ def _money_events_have_refunds(audit: list[AuditEntry], refunds: list[Entry],
 
 
 def _made_refunds_have_records(approvals: dict[str, Approval], refunds: list[Entry],
-                               store: Store, log: str = "refunds.log") -> Iterator[str]:
+                               store: Store, log: str = "refunds.log",
+                               calls: dict[str, Call] | None = None) -> Iterator[str]:
     """Every refund the agent was told was made (its call output) is in the payment log."""
+    calls = store.approval_calls() if calls is None else calls
     paid = {e.key: e.record["refund_id"] for e in refunds}
     for a in sorted(approvals.values(), key=lambda a: a.requested_at):
         if a.status != "approved":
             continue
-        out = _output(_refund_call(store, a))
+        out = _output(calls.get(a.id))
         if out.get("status") == "refunded" and paid.get(a.id) != out.get("refund_id"):
             yield (f"Approval {a.id}'s issue_refund call says refund {out.get('refund_id')} of "
                    f"{_usd(a.amount_cents)} on order {a.order_id} was made, but {log} has "

@@ -796,6 +796,31 @@ class Store:
                           " FROM calls WHERE response_id = ? ORDER BY seq", (response_id,))
         return [Call.model_validate(dict(r)) for r in rows]
 
+    def calls_named(self, name: str) -> dict[str, list[Call]]:
+        """Every call to the tool ``name``, by the response that made it, in call order: the
+        whole history in one query, for reconciling (``calls`` is one response's)."""
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
+                          " FROM calls WHERE name = ? ORDER BY response_id, seq", (name,))
+        found: dict[str, list[Call]] = {}
+        for row in rows:
+            found.setdefault(row["response_id"], []).append(Call.model_validate(dict(row)))
+        return found
+
+    def approval_calls(self) -> dict[str, Call]:
+        """The call behind each approval (in the approval's response, with the approval's id),
+        by approval id, in one query."""
+        rows = self._read("SELECT c.call_id, c.run_id, c.response_id, c.name, c.arguments,"
+                          " c.output FROM calls c JOIN approvals a ON a.id = c.call_id"
+                          " AND a.response_id = c.response_id")
+        return {row["call_id"]: Call.model_validate(dict(row)) for row in rows}
+
+    def response_ids(self) -> dict[str, set[str]]:
+        """The response ids each run's timeline records (its 'response' steps), by run."""
+        found: dict[str, set[str]] = {}
+        for row in self._read("SELECT run_id, data FROM steps WHERE kind = 'response'"):
+            found.setdefault(row["run_id"], set()).add(json.loads(row["data"]).get("response_id"))
+        return found
+
     def record_output(self, lease: Lease, call_id: str, output: str,
                       steps: list[tuple[str, dict[str, Any]]],
                       audit: dict[str, Any] | None = None) -> None:
@@ -1369,6 +1394,10 @@ class BulkLoad:
             raise StoreError(f"Could not copy the {table} table: "
                              f"{self.store._explain(exc)}") from None
         return count
+
+    def analyze(self) -> None:
+        """Give the planner the new tables' statistics now, not at autovacuum's next pass."""
+        self.db.execute(f"ANALYZE {', '.join(TABLES)}")
 
     def reset_sequences(self) -> None:
         """Move each ``id`` sequence past the highest id copied in, so new rows never collide
