@@ -478,13 +478,20 @@ def _migrate(to: str | None) -> int:
     source = Store(settings.db_path, lease_seconds=settings.lease_seconds)
     report = migrate(source, settings.output_dir, target,
                      progress=lambda line: print(line, flush=True))
-    counts = ", ".join(f"{report.rows[t]:,} {t}" for t in ("runs", "steps", "approvals",
-                                                           "audit", "accounts"))
+    def n(count: int, one: str, many: str) -> str:
+        return f"{count:,} {one if count == 1 else many}"
+
+    counts = ", ".join(n(report.rows[t], one, many) for t, one, many in (
+        ("runs", "run", "runs"), ("steps", "step", "steps"), ("approvals", "approval",
+                                                              "approvals"),
+        ("audit", "audit entry", "audit entries"), ("accounts", "account", "accounts")))
     print("Reconciled on PostgreSQL: audit chain and anchor intact; the ledger table agrees "
           "with the approvals and the audit.\n")
-    print(f"Migrated in {report.seconds:.1f} s: {counts} (rows); {report.ledger['refunds']:,} "
-          f"refunds and {report.ledger['outbox']:,} emails into the ledger table. "
-          f"{report.pending:,} approval(s) still wait for a decision, now on PostgreSQL.")
+    print(f"Migrated in {report.seconds:.1f} s: {counts}; "
+          f"{n(report.ledger['refunds'], 'refund', 'refunds')} and "
+          f"{n(report.ledger['outbox'], 'email', 'emails')} into the ledger table. "
+          f"{n(report.pending, 'refund waits', 'refunds wait')} for a decision, now on "
+          "PostgreSQL.")
     if report.torn:
         print(f"Skipped {report.torn} torn log line(s): writes cut short by a crash, never "
               "acknowledged (reconcile skips them too).")
@@ -507,6 +514,13 @@ def _migrate(to: str | None) -> int:
     print(f"\nNext:\n  {use}\n  keep {settings.output_dir} as it is, as a backup (nothing in "
           "it was changed)\n  refund-agent audit --verify   (checks the copy again, on "
           "PostgreSQL)")
+    state = settings.output_dir / "offline-model.sqlite3"
+    if settings.offline and not settings.offline_url and state.exists():
+        print(f"\nThe offline model's stored responses, and the key its reasoning is sealed "
+              f"with, stay in {state}: continue runs here with this output folder, or serve it "
+              f"to every host (python -m refund_agent.offline --port 8787 --state {state}, "
+              "then REFUND_AGENT_OFFLINE_URL). A stand-in on another file cannot continue "
+              "them.")
     return 0
 
 

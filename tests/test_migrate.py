@@ -95,7 +95,7 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     for line in ("runs", "steps", "transcript", "audit", "ledger"):
         assert f"  {line}" in proc.stdout
     assert "Reconciled on PostgreSQL" in proc.stdout
-    assert "1 approval(s) still wait" in proc.stdout
+    assert "3 runs," in proc.stdout and "1 refund waits for a decision" in proc.stdout
     assert "export REFUND_AGENT_DATABASE_URL=" in proc.stdout
     assert "refund-agent audit --verify" in proc.stdout
 
