@@ -62,6 +62,7 @@ class MigrationReport:
         without_transcript: unfinished runs whose transcript does not reach their last response:
             they continue only while the model still has their stored response.
         seconds: how long it took, checks included.
+        timings: seconds per stage ("check source", "copy", "check target").
     """
 
     source: str

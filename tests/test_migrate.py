@@ -11,6 +11,7 @@ nothing written.
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -162,17 +163,39 @@ def test_a_tampered_store_is_refused_and_the_target_left_empty(agent, settings, 
     assert counts.pop("audit_anchor") == 1 and not any(counts.values())
 
 
-def test_a_run_in_progress_is_refused(agent, settings, new_db):
+def test_a_run_in_progress_is_refused_and_an_abandoned_lease_is_cleared(
+        agent, model, settings, new_db):
     three_runs(agent)
-    run = agent.start(*TICKETS[0][:1], "Where is my order A1043?")
+    run = agent.start(*TICKETS[0][:1], "Order A1043: the glass pour-over coffee maker arrived "
+                                       "cracked. Could I get a refund?")
     lease = agent.store.acquire(run.id, "token")  # this (live) process works on it
     url = new_db()
     with pytest.raises(MigrationRefused, match=f"1 run is being advanced right now "
                                                f"\\({run.id} \\(process"):
         migrate(Store(settings.db_path), settings.output_dir, url)
-    agent.store.release(lease, RunStatus.STOPPED)
+    assert Store(url).row_counts()["runs"] == 0
+    # The process dies holding the lease (a pid that no longer exists): nobody works on it.
+    dead = _dead_pid()
+    with sqlite3.connect(settings.db_path) as db:
+        db.execute("UPDATE runs SET lease_pid = ? WHERE id = ?", (dead, run.id))
+    db.close()
     report = migrate(Store(settings.db_path), settings.output_dir, url)
-    assert report.runs == 4 and report.leases_cleared == 0
+    assert report.runs == 4 and report.leases_cleared == 1
+    # On PostgreSQL any worker takes it, with a fencing token above the dead holder's.
+    on_pg = Agent(settings.with_(database_url=url), model=model)
+    claimed = on_pg.store.claim("worker")
+    assert claimed is not None and claimed.run_id == run.id and claimed.epoch == lease.epoch + 1
+    on_pg.store.release(claimed, RunStatus.WORKING)
+    # Its order was refunded already (three_runs), so the agent says so and finishes.
+    assert on_pg.advance(run.id).status == RunStatus.DONE
+    assert reconcile(on_pg.store, settings.output_dir) is None
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 def test_a_copy_that_does_not_reconcile_on_postgresql_is_rolled_back(
@@ -212,13 +235,27 @@ def test_bad_targets_are_one_sentence_without_a_traceback(agent, settings):
     assert proc.returncode == 1 and "Say where to copy the store" in proc.stderr
 
 
-def test_unfinished_runs_without_a_transcript_are_listed(agent, settings, new_db):
+def test_an_upgraded_schema_3_store_migrates_and_its_runs_without_transcript_are_listed(
+        agent, settings, new_db):
+    """A store from before transcripts: its runs' columns were added at the end of the table
+    (ALTER TABLE), in another order than a new store's; the waiting run, which made its
+    requests before transcripts were kept, can continue only from its stored response."""
     _paid, _rejected, pending, _approval = three_runs(agent)
-    with sqlite3.connect(settings.db_path) as db:  # a run from before transcripts were kept
-        db.execute("UPDATE runs SET transcript_complete = 0 WHERE id = ?", (pending.id,))
+    agent.store.close()
+    with sqlite3.connect(settings.db_path) as db:   # back to schema 3 (see test_transcript.py)
+        db.execute("DROP TABLE transcript")
+        db.execute("DROP TABLE ledger")
+        for column in ("transcript_items", "transcript_bytes", "transcript_complete",
+                       "lease_host"):
+            db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 3")
     db.close()
-    report = migrate(Store(settings.db_path), settings.output_dir, new_db())
+    source = Store(settings.db_path)  # upgraded to the current schema on opening
+    assert source.columns("runs")[-1] == "lease_host"
+    url = new_db()
+    report = migrate(source, settings.output_dir, url)
     assert report.without_transcript == (pending.id,)
+    assert dump(Store(url), {t: source.columns(t) for t in COPIED}) == dump(source)
 
 
 # -- generated histories --------------------------------------------------------------------------
