@@ -21,17 +21,21 @@ from typing import Any, TextIO
 
 from .accounts import DEFAULT_LIMIT, ROLES, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
+from .config import load_settings
 from .customer import converse
 from .errors import (
     AlreadyDecided,
     DecisionRefused,
     LeaseLost,
+    MigrationRefused,
     NotFound,
     RefundAgentError,
     RunBusy,
 )
+from .migrate import migrate
 from .models import Approval, Run, RunStatus, Step
 from .reconcile import log_names, reconcile
+from .store import Store
 from .text import printable, sender_line, size_text, transcript_text
 
 EPILOG = """\
@@ -48,6 +52,7 @@ examples:
   refund-agent reply "That's not enough"    write back to the last finished run as the customer
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
+  refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
   refund-agent users list | users remove NAME
 
@@ -400,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "from any host sharing the store (PostgreSQL); Ctrl+C to stop")
     work.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                       help="exit after this long with nothing to do (default: never)")
+    migrate = sub.add_parser(
+        "migrate", help="copy the SQLite store in the output folder, with its refunds.log and "
+                        "outbox.log, into an empty PostgreSQL database")
+    migrate.add_argument("--to", metavar="URL",
+                         help="the target, postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+                              "(default: REFUND_AGENT_DATABASE_URL)")
     sub.add_parser("queue", help="list refunds waiting for approval")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
@@ -454,9 +465,70 @@ def _users(agent: Agent, args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(to: str | None) -> int:
+    """Copy the SQLite store of these settings into PostgreSQL; say what to do next."""
+    settings = load_settings()
+    target = (to or "").strip() or settings.database_url
+    if not target:
+        raise MigrationRefused("Say where to copy the store: --to postgresql://USER:PASSWORD@"
+                               "HOST:PORT/DATABASE, or set REFUND_AGENT_DATABASE_URL.")
+    if not settings.db_path.exists():
+        raise MigrationRefused(f"There is no SQLite store at {settings.db_path} to migrate "
+                               "(REFUND_AGENT_OUTPUT names the output folder).")
+    source = Store(settings.db_path, lease_seconds=settings.lease_seconds)
+    report = migrate(source, settings.output_dir, target,
+                     progress=lambda line: print(line, flush=True))
+    def n(count: int, one: str, many: str) -> str:
+        return f"{count:,} {one if count == 1 else many}"
+
+    counts = ", ".join(n(report.rows[t], one, many) for t, one, many in (
+        ("runs", "run", "runs"), ("steps", "step", "steps"), ("approvals", "approval",
+                                                              "approvals"),
+        ("audit", "audit entry", "audit entries"), ("accounts", "account", "accounts")))
+    print("Reconciled on PostgreSQL: audit chain and anchor intact; the ledger table agrees "
+          "with the approvals and the audit.\n")
+    print(f"Migrated in {report.seconds:.1f} s: {counts}; "
+          f"{n(report.ledger['refunds'], 'refund', 'refunds')} and "
+          f"{n(report.ledger['outbox'], 'email', 'emails')} into the ledger table. "
+          f"{n(report.pending, 'refund waits', 'refunds wait')} for a decision, now on "
+          "PostgreSQL.")
+    if report.torn:
+        print(f"Skipped {report.torn} torn log line(s): writes cut short by a crash, never "
+              "acknowledged (reconcile skips them too).")
+    if report.leases_cleared:
+        print(f"Cleared {report.leases_cleared} abandoned lease(s), fencing epochs kept: "
+              "`refund-agent resume` or `work` continues those runs.")
+    if report.without_transcript:
+        shown = ", ".join(report.without_transcript[:10])
+        more = (f" and {len(report.without_transcript) - 10} more"
+                if len(report.without_transcript) > 10 else "")
+        print(f"Warning: {len(report.without_transcript)} unfinished run(s) have no complete "
+              f"transcript ({shown}{more}): they continue only while the model still has "
+              "their stored response (the offline model keeps them in this output folder's "
+              "offline-model.sqlite3, xAI for 30 days).")
+    if target == settings.database_url:
+        use = "REFUND_AGENT_DATABASE_URL already names it: every command now uses PostgreSQL."
+    else:
+        use = (f"export REFUND_AGENT_DATABASE_URL='{report.target}'   (with the password, if "
+               "it has one; on every host)")
+    print(f"\nNext:\n  {use}\n  keep {settings.output_dir} as it is, as a backup (nothing in "
+          "it was changed)\n  refund-agent audit --verify   (checks the copy again, on "
+          "PostgreSQL)")
+    state = settings.output_dir / "offline-model.sqlite3"
+    if settings.offline and not settings.offline_url and state.exists():
+        print(f"\nThe offline model's stored responses, and the key its reasoning is sealed "
+              f"with, stay in {state}: continue runs here with this output folder, or serve it "
+              f"to every host (python -m refund_agent.offline --port 8787 --state {state}, "
+              "then REFUND_AGENT_OFFLINE_URL). A stand-in on another file cannot continue "
+              "them.")
+    return 0
+
+
 def run_command(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "sample"
+    if command == "migrate":  # the source is always the SQLite store, whatever the settings
+        return _migrate(args.to)
     agent = Agent()
     printer = Printer()
     if command in ("queue", "runs", "show", "audit"):

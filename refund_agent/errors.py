@@ -97,3 +97,8 @@ class LedgerError(RefundAgentError):
 
 class IdempotencyConflict(RefundAgentError):
     """An idempotency key was reused with different arguments (as payment providers refuse)."""
+
+
+class MigrationRefused(RefundAgentError):
+    """``refund-agent migrate`` would not copy the store (the message says why); nothing was
+    written to the target database."""

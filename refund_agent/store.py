@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +239,15 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# Every table of a store, with the columns its rows are ordered by (its primary key): what a
+# copy of the whole store (migrate.py) reads and fills, in this order.
+TABLES: dict[str, str] = {
+    "runs": "id", "steps": "id", "calls": "call_id", "approvals": "id",
+    "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
+    "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
+}
 
 
 # Calls whose effect leaves the system as soon as they run (see Store.record_response).
@@ -1194,6 +1203,84 @@ class Store:
         return [(r[0], r[1]) for r in
                 self._read("SELECT id, record FROM ledger WHERE log = ? ORDER BY id", (log,))]
 
+    # -- moving a whole store (see migrate.py) ---------------------------------------------
+
+    def row_counts(self) -> dict[str, int]:
+        """How many rows each table holds."""
+        return {table: self._read(f"SELECT COUNT(*) FROM {table}")[0][0] for table in TABLES}
+
+    def columns(self, table: str) -> list[str]:
+        """The table's column names, in this store's order (an upgraded SQLite store has the
+        columns later versions added at the end)."""
+        try:
+            cursor = self._db().execute(f"SELECT * FROM {table} LIMIT 0")
+            return [column[0] for column in cursor.description]
+        except DB_ERRORS as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def table_rows(self, table: str, columns: Sequence[str], batch: int = 5000
+                   ) -> Iterator[list[tuple[Any, ...]]]:
+        """The table's rows (those ``columns``) in primary key order, ``batch`` at a time."""
+        try:
+            cursor = self._db().execute(f"SELECT {', '.join(columns)} FROM {table}"
+                                        f" ORDER BY {TABLES[table]}")
+            while rows := cursor.fetchmany(batch):
+                yield [tuple(row) for row in rows]
+        except DB_ERRORS as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def leased_runs(self, live: bool = True) -> list[Run]:
+        """Runs that a live process holds right now (see _lease_live); with ``live`` False,
+        every run with a lease, abandoned ones included."""
+        rows = self._read("SELECT * FROM runs WHERE lease_token IS NOT NULL ORDER BY updated_at")
+        db = self._db()
+        return [Run.model_validate(dict(r)) for r in rows
+                if not live or self._lease_live(db, dict(r))]
+
+    def runs_without_transcript(self) -> list[Run]:
+        """Runs that made a request but whose transcript does not reach their last response
+        (started before transcripts were kept, or edited): they can continue only from the
+        provider's stored response, never from their own transcript (see Agent._history)."""
+        rows = self._read(
+            "SELECT * FROM runs WHERE last_response_id IS NOT NULL AND (transcript_complete = 0"
+            " OR COALESCE((SELECT t.response_id FROM transcript t WHERE t.run_id = runs.id"
+            " ORDER BY t.seq DESC LIMIT 1), '') != last_response_id) ORDER BY created_at")
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    @contextmanager
+    def writers_held_off(self) -> Iterator[None]:
+        """Read a picture of the store that no other process changes meanwhile.
+
+        SQLite only: the file's write lock (BEGIN IMMEDIATE), released without writing. Reads
+        through this store on this thread see that picture; other processes' writes wait (up
+        to the busy timeout) and then fail, so nobody's decision is lost in between.
+        """
+        if not isinstance(self.dialect, SQLite):
+            raise StoreError("Only an SQLite store can be held this way.")
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except DB_ERRORS as exc:
+            raise StoreError(self._explain(exc)) from None
+        try:
+            yield
+        finally:
+            self._rollback(db)
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[BulkLoad]:
+        """One write transaction that fills tables with COPY (PostgreSQL only).
+
+        Every table is locked against other writers (readers go on) until it commits; if the
+        body raises, nothing of it stays. Reads through this store on this thread, such as
+        ``reconcile``, see the rows loaded so far.
+        """
+        if not isinstance(self.dialect, Postgres):
+            raise StoreError("Only a PostgreSQL store is filled in bulk.")
+        with self._tx() as db:
+            db.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+            yield BulkLoad(self, db)
+
     # -- replies ---------------------------------------------------------------------------
 
     def add_reply(self, run_id: str, text: str, simulated: bool, lease: Lease | None = None
@@ -1306,6 +1393,50 @@ class Store:
                         "log has no 'issued' or 'reused' entry for it: an entry was removed or "
                         "edited.")
         return None
+
+
+class BulkLoad:
+    """The tables of a PostgreSQL store, being filled in one transaction (Store.bulk_load)."""
+
+    def __init__(self, store: Store, db: Any) -> None:
+        self.store, self.db = store, db
+
+    def counts(self) -> dict[str, int]:
+        return {table: self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                for table in TABLES}
+
+    def clear(self, table: str) -> None:
+        self.db.execute(f"DELETE FROM {table}")
+
+    def copy(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """COPY ``rows`` (values for ``columns``) into ``table``; returns how many."""
+        count = 0
+        try:
+            with self.db.conn.cursor() as cursor, cursor.copy(
+                    f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+                    count += 1
+        except DB_ERRORS as exc:
+            raise StoreError(f"Could not copy the {table} table: "
+                             f"{self.store._explain(exc)}") from None
+        return count
+
+    def analyze(self) -> None:
+        """Give the planner the new tables' statistics now, not at autovacuum's next pass."""
+        self.db.execute(f"ANALYZE {', '.join(TABLES)}")
+
+    def reset_sequences(self) -> None:
+        """Move each ``id`` sequence past the highest id copied in, so new rows never collide
+        with copied ones (the schema's ``INTEGER PRIMARY KEY`` is a BIGSERIAL here)."""
+        for table, key in TABLES.items():
+            if key != "id":
+                continue
+            sequence = self.db.execute("SELECT pg_get_serial_sequence(?, 'id')",
+                                       (table,)).fetchone()[0]
+            if sequence is not None:  # text ids (runs, approvals) and the anchor have none
+                self.db.execute(f"SELECT setval(?, (SELECT COALESCE(MAX(id), 0) + 1 FROM"
+                                f" {table}), false)", (sequence,))
 
 
 def _no_limit(limit: int) -> int:

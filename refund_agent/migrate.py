@@ -1,0 +1,243 @@
+"""Move an SQLite store to an empty PostgreSQL database (``refund-agent migrate``).
+
+What moves: every table, row for row, ids and values unchanged, so the audit chain and its
+anchor verify there as they did here; and the payment and email stand-ins' JSONL logs
+(``refunds.log``, ``outbox.log``), whose records become the ``ledger`` table's "refunds" and
+"outbox" rows exactly as the stand-ins write them on a shared store (keyed by idempotency key,
+the record as JSON; a torn last line left by a crash is skipped, as reconcile skips it). Leases
+are cleared, since no process on the new database holds them, but keep their fencing epoch,
+which must only grow.
+
+What is refused, with nothing written to the target: a source that does not reconcile (a copy
+would launder the damage), a source run that a live process is advancing, and a target that
+already holds anything. The copy is one PostgreSQL transaction, reconciled on PostgreSQL before
+it commits and rolled back if that fails. The source is only read, under its write lock, so no
+decision can land in it halfway through.
+
+What stays behind: the offline model's stored responses (its own file in ``output/``). A run
+whose stored response is not found continues from its transcript; the report lists unfinished
+runs whose transcript does not reach their last response, which cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .dialects import is_postgres_url
+from .errors import MigrationRefused
+from .models import RunStatus
+from .reconcile import Entry, _email_shape, _refund_shape, read_log, reconcile
+from .store import TABLES, BulkLoad, Store
+
+Progress = Callable[[str], None]
+
+# Copied from the source's tables; the ledger table is filled from the JSONL logs instead.
+COPIED = tuple(table for table in TABLES if table != "ledger")
+# The logs and the ledger table's name for each (see payments.py and outbox.py).
+LOGS = (("refunds", "refunds.log"), ("outbox", "outbox.log"))
+_LEASE = ("lease_pid", "lease_token", "lease_at", "lease_host")
+# How refusals name what a non-empty target holds, in the order they are looked for.
+_HOLDS = {"runs": ("run", "runs"), "audit": ("audit entry", "audit entries"),
+          "accounts": ("account", "accounts"), "ledger": ("ledger record", "ledger records")}
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What ``migrate`` copied, checked and noticed.
+
+    Attributes:
+        source: the SQLite file.
+        target: the PostgreSQL URL without its password.
+        rows: rows copied per table (every table but ``ledger``).
+        ledger: records written to the ledger table per log ("refunds", "outbox").
+        torn: lines of the logs skipped as torn (a write cut short by a crash, never
+            acknowledged).
+        leases_cleared: runs whose (abandoned) lease was cleared; their fencing epoch was kept.
+        pending: approvals still waiting for a decision, carried over as they are.
+        without_transcript: unfinished runs whose transcript does not reach their last response:
+            they continue only while the model still has their stored response.
+        seconds: how long it took, checks included.
+        timings: seconds per stage ("check source", "copy", "check target").
+    """
+
+    source: str
+    target: str
+    rows: dict[str, int]
+    ledger: dict[str, int]
+    torn: int = 0
+    leases_cleared: int = 0
+    pending: int = 0
+    without_transcript: tuple[str, ...] = ()
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        return self.rows.get("runs", 0)
+
+
+def migrate(source: Store, output_dir: Path, target_url: str,
+            progress: Progress | None = None) -> MigrationReport:
+    """Copy ``source`` (SQLite) and the logs in ``output_dir`` into the empty PostgreSQL
+    database at ``target_url``, in one transaction; ``progress`` gets a line per stage.
+
+    Raises:
+        MigrationRefused: the target URL is not PostgreSQL, the source does not reconcile or
+            a live process holds one of its runs, the target is not empty, or the copy did not
+            reconcile on PostgreSQL (then it was rolled back). Nothing was written to the target.
+        StoreError: a database could not be reached or read (nothing was written either).
+    """
+    say = progress or (lambda _line: None)
+    started = time.monotonic()
+    if not is_postgres_url(target_url):
+        shown = target_url.split("://", 1)[0] + "://..." if "://" in target_url \
+            else repr(target_url[:40])
+        raise MigrationRefused(
+            f"The target must be a postgresql:// URL (got {shown}), for example "
+            "postgresql://refunds:secret@db.internal:5432/refunds.")
+    if source.shared:
+        raise MigrationRefused(f"The source {source.path} is already PostgreSQL; migrate copies "
+                               "an SQLite store (output/) into PostgreSQL.")
+    output_dir = Path(output_dir)
+    target = Store(target_url)  # reaches it, and makes the schema in an empty database
+    timings: dict[str, float] = {}
+    try:
+        with source.writers_held_off():
+            say(f"Checking {source.path} and its logs (reconcile) ...")
+            tick = time.monotonic()
+            leases_cleared = _check_source(source, output_dir)
+            logs, torn = _read_logs(output_dir)
+            pending = len(source.approvals("pending", limit=-1))
+            stranded = tuple(r.id for r in source.runs_without_transcript()
+                             if r.status != RunStatus.DONE)
+            timings["check source"] = time.monotonic() - tick
+            with target.bulk_load() as load:
+                _check_empty(load, target.path)
+                say(f"Copying into {target.path} (one transaction):")
+                tick = time.monotonic()
+                rows = _copy_tables(source, load, say)
+                ledger = {}
+                for log, records in logs.items():
+                    ledger[log] = load.copy("ledger", ("log", "key", "record"),
+                                            ((log, e.key, json.dumps(e.record))
+                                             for e in records))
+                say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
+                    + ", ".join(f"{ledger[log]:,} from {name}" for log, name in LOGS) + ")")
+                load.reset_sequences()
+                load.analyze()
+                _check_counts(load, rows, ledger)
+                timings["copy"] = time.monotonic() - tick
+                say("Reconciling the copy on PostgreSQL ...")
+                tick = time.monotonic()
+                problem = reconcile(target, output_dir)
+                timings["check target"] = time.monotonic() - tick
+                if problem:
+                    raise MigrationRefused(
+                        "The copy did not reconcile on PostgreSQL, so it was rolled back and "
+                        f"nothing was written: {problem}")
+    finally:
+        target.close()
+    return MigrationReport(
+        source=str(source.path), target=str(target.path), rows=rows, ledger=ledger, torn=torn,
+        leases_cleared=leases_cleared, pending=pending, without_transcript=stranded,
+        seconds=time.monotonic() - started, timings=timings)
+
+
+def _check_source(source: Store, output_dir: Path) -> int:
+    """Refuse a source a process is working on, or one that does not reconcile; returns how
+    many runs hold an abandoned lease (cleared on the copy)."""
+    live = source.leased_runs()
+    if live:
+        named = ", ".join(f"{run.id} (process {run.lease_pid})" for run in live[:5])
+        more = f" and {len(live) - 5} more" if len(live) > 5 else ""
+        raise MigrationRefused(
+            f"{len(live)} run{'s are' if len(live) != 1 else ' is'} being advanced right now "
+            f"({named}{more}); stop what runs {'them' if len(live) != 1 else 'it'} (Ctrl+C in "
+            "its terminal, or stop the page and `refund-agent work`) or let it finish, then "
+            "migrate again.")
+    extra = source.row_counts()["ledger"]
+    if extra:
+        raise MigrationRefused(
+            f"The SQLite store {source.path} has {extra} row(s) in its ledger table, which "
+            "only a PostgreSQL store writes; it is not a store this version made, so it was "
+            "not copied.")
+    problem = reconcile(source, output_dir)
+    if problem:
+        raise MigrationRefused(
+            f"The SQLite store in {output_dir} does not reconcile, and copying it would carry "
+            f"the damage over as if it were sound, so nothing was copied: {problem}")
+    return len(source.leased_runs(live=False))
+
+
+def _read_logs(output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
+    """The records of refunds.log and outbox.log, as reconcile reads them; and how many lines
+    were skipped as torn."""
+    shapes = {"refunds": (_refund_shape, "a refund"), "outbox": (_email_shape, "an email")}
+    logs, torn = {}, 0
+    for log, name in LOGS:
+        path = output_dir / name
+        entries, problem = read_log(path, *shapes[log])
+        if problem:  # reconcile just passed on the same files, under the store's lock
+            raise MigrationRefused(f"{problem} Nothing was copied.")
+        logs[log] = entries
+        if path.exists():
+            *lines, tail = path.read_bytes().split(b"\n")
+            torn += len(lines) + (1 if tail else 0) - len(entries)
+    return logs, torn
+
+
+def _check_empty(load: BulkLoad, where: str) -> None:
+    counts = load.counts()
+    held = [t for t in (*_HOLDS, *TABLES) if t != "audit_anchor" and counts.get(t)]
+    if held:
+        first = held[0]
+        one, many = _HOLDS.get(first, (f"row in its {first} table", f"rows in its {first} table"))
+        raise MigrationRefused(
+            f"The target database {where} already has {counts[first]:,} "
+            f"{one if counts[first] == 1 else many}; migrate only "
+            "into an empty database (nothing was written).")
+    load.clear("audit_anchor")  # the new schema's (0 entries); the source's replaces it
+
+
+def _copy_tables(source: Store, load: BulkLoad, say: Progress) -> dict[str, int]:
+    rows: dict[str, int] = {}
+    for table in COPIED:
+        columns = source.columns(table)
+        batches: Iterator[list[tuple[Any, ...]]] = source.table_rows(table, columns)
+        if table == "runs":
+            batches = _without_leases(batches, columns)
+        rows[table] = load.copy(table, columns, (row for batch in batches for row in batch))
+        say(f"  {table:<15}{rows[table]:>10,} rows")
+    return rows
+
+
+def _without_leases(batches: Iterator[list[tuple[Any, ...]]], columns: list[str]
+                    ) -> Iterator[list[tuple[Any, ...]]]:
+    """Runs with their lease cleared: nobody on the new database holds one. ``lease_epoch`` is
+    kept, so the next lease taken there gets a higher fencing token than any before."""
+    cleared = [i for i, name in enumerate(columns) if name in _LEASE]
+    for batch in batches:
+        out = []
+        for row in batch:
+            values = list(row)
+            for i in cleared:
+                values[i] = None
+            out.append(tuple(values))
+        yield out
+
+
+def _check_counts(load: BulkLoad, rows: dict[str, int], ledger: dict[str, int]) -> None:
+    """Every row copied arrived (a cheap check before the reconcile)."""
+    counts = load.counts()
+    expected = {**rows, "ledger": sum(ledger.values())}
+    wrong = [t for t in expected if counts[t] != expected[t]]
+    if wrong:
+        table = wrong[0]
+        raise MigrationRefused(
+            f"The {table} table has {counts[table]:,} rows on PostgreSQL after copying "
+            f"{expected[table]:,}, so the copy was rolled back and nothing was written.")

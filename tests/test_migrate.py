@@ -1,0 +1,311 @@
+"""``refund-agent migrate``: an SQLite store and its JSONL logs moved into PostgreSQL.
+
+Real SQLite files in temporary folders, the real agent against the offline model, and a real
+PostgreSQL server (the session's throwaway cluster; these tests skip without its binaries). A
+migrated store reconciles there, a run waiting for approval finishes there exactly once
+(continuing from its transcript on a host that never saw its stored responses), and a store
+that does not reconcile, a target that is not empty or a run in progress is refused with
+nothing written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pytest
+from conftest import DATA, run_cli
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+
+from refund_agent import Agent, RunStatus, Settings
+from refund_agent.errors import MigrationRefused
+from refund_agent.migrate import COPIED, migrate
+from refund_agent.model import ModelAccess
+from refund_agent.offline import OfflineServer
+from refund_agent.reconcile import reconcile
+from refund_agent.store import Store
+
+# Orders in data/shop.json with a line the policy refunds, and their owners.
+TICKETS = [("maya.chen@example.com", "Order A1043: the glass pour-over coffee maker arrived "
+                                     "cracked."),
+           ("priya.nair@example.com", "Order A1066: the cast iron skillet arrived cracked."),
+           ("leo.martins@example.com", "Order A1058: the oak cutting board arrived split.")]
+LEASE = ("lease_pid", "lease_token", "lease_at", "lease_host")
+
+
+@pytest.fixture
+def new_db(pg_cluster):
+    """A function making fresh empty databases on the session's server; returns their URLs."""
+    return lambda: pg_cluster.create(f"m_{uuid.uuid4().hex[:16]}")
+
+
+def waiting(agent: Agent, which: int):
+    sender, body = TICKETS[which]
+    run = agent.advance(agent.start(sender, body).id)
+    assert run.status == RunStatus.WAITING, run
+    (approval,) = [a for a in agent.store.approvals("pending") if a.run_id == run.id]
+    return run, approval
+
+
+def three_runs(agent: Agent):
+    """A refunded run, a rejected one, and one waiting for approval."""
+    paid, approval = waiting(agent, 0)
+    agent.decide(approval.id, True, "Dana Kim")
+    assert agent.advance(paid.id).status == RunStatus.DONE
+    rejected, approval = waiting(agent, 1)
+    agent.decide(approval.id, False, "Dana Kim", "Cracks from dropping it are not covered.")
+    assert agent.advance(rejected.id).status == RunStatus.DONE
+    pending, approval = waiting(agent, 2)
+    return paid, rejected, pending, approval
+
+
+def dump(store: Store, columns: dict[str, list[str]] | None = None) -> dict[str, list[tuple]]:
+    """Every copied table's rows in primary key order (runs without their lease fields)."""
+    out = {}
+    for table in COPIED:
+        names = (columns or {}).get(table) or store.columns(table)
+        names = [n for n in names if not (table == "runs" and n in LEASE)]
+        out[table] = [row for batch in store.table_rows(table, names) for row in batch]
+    return out
+
+
+def pg_settings(folder: Path, url: str) -> Settings:
+    """Settings for a process on another host: its own (empty) output folder."""
+    return Settings(api_key="", data_dir=DATA, output_dir=folder / "output", max_retries=2,
+                    timeout=30.0, database_url=url)
+
+
+def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgresql(
+        agent, model, settings, new_db, tmp_path):
+    paid, _rejected, pending, approval = three_runs(agent)
+    source = Store(settings.db_path)
+    before = dump(source)
+    refunds_before = agent.payments.refunds()
+    emails_before = agent.outbox.messages()
+    epoch = source._read("SELECT lease_epoch FROM runs WHERE id = ?", (pending.id,))[0][0]
+    url = new_db()
+
+    proc = run_cli(settings.output_dir, "migrate", "--to", url)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for line in ("runs", "steps", "transcript", "audit", "ledger"):
+        assert f"  {line}" in proc.stdout
+    assert "Reconciled on PostgreSQL" in proc.stdout
+    assert "3 runs," in proc.stdout and "1 refund waits for a decision" in proc.stdout
+    assert "export REFUND_AGENT_DATABASE_URL=" in proc.stdout
+    assert "refund-agent audit --verify" in proc.stdout
+
+    target = Store(url)
+    assert dump(target, {t: source.columns(t) for t in COPIED}) == before
+    assert reconcile(target, tmp_path) is None
+    ledger = {log: [r for _, r in target.ledger_rows(log)] for log in ("refunds", "outbox")}
+    assert len(ledger["refunds"]) == len(refunds_before) == 1
+    assert len(ledger["outbox"]) == len(emails_before) == 2
+    row = target._read("SELECT * FROM runs WHERE id = ?", (pending.id,))[0]
+    assert row["lease_epoch"] == epoch and all(row[c] is None for c in LEASE)
+    verify = run_cli(tmp_path / "host-b" / "output", "audit", "--verify",
+                     REFUND_AGENT_DATABASE_URL=url)
+    assert verify.returncode == 0 and "Audit log intact" in verify.stdout, verify.stdout
+
+    # Another host approves the waiting refund. It reaches the offline model as one service on
+    # the old output folder's state file (which holds the key its reasoning was sealed with),
+    # as the README says; the run's stored response is gone (expired, say), so the run
+    # continues from its own transcript, copied with the store.
+    model.client.responses.delete(pending.last_response_id)
+    decided = run_cli(tmp_path / "host-b" / "output", "approve", "--as", "Lee Park",
+                      REFUND_AGENT_DATABASE_URL=url,
+                      REFUND_AGENT_OFFLINE_URL=model.server.base_url)
+    assert decided.returncode == 0, decided.stdout + decided.stderr
+    host_b = Agent(pg_settings(tmp_path / "host-b", url))
+    run = host_b.store.run(pending.id)
+    assert run.status == RunStatus.DONE
+    assert host_b.store.run_approvals(pending.id)[0].status == "approved"
+    assert any(s.kind == "resent" for s in host_b.store.steps(pending.id))
+    refunds = host_b.payments.refunds()
+    assert [r["idempotency_key"] for r in refunds] == [refunds_before[0]["idempotency_key"],
+                                                       approval.id]
+    assert refunds[0] == refunds_before[0]  # the earlier refund was not paid again
+    emails = host_b.outbox.messages()
+    assert emails[:2] == emails_before
+    assert [m["request"]["to"] for m in emails[2:]] == ["leo.martins@example.com"]
+    assert host_b.store._read("SELECT lease_epoch FROM runs WHERE id = ?",
+                              (pending.id,))[0][0] > epoch
+    # New rows got ids past the copied ones (the sequences moved), and it all reconciles.
+    assert reconcile(host_b.store, tmp_path) is None
+    assert paid.id != pending.id and len(host_b.store.audit()) > len(before["audit"])
+
+
+def test_refused_when_the_target_is_not_empty(agent, settings, new_db):
+    three_runs(agent)
+    url = new_db()
+    Store(url).create_run(sender="x@example.com", sender_name="X", subject="s", email="hi")
+    with pytest.raises(MigrationRefused, match="already has 1 run; migrate only into an empty"):
+        migrate(Store(settings.db_path), settings.output_dir, url)
+    assert Store(url).row_counts()["runs"] == 1
+
+
+def test_a_tampered_store_is_refused_and_the_target_left_empty(agent, settings, new_db):
+    paid, _rejected, _pending, _approval = three_runs(agent)
+    with sqlite3.connect(settings.db_path) as db:
+        db.execute("UPDATE audit SET amount = amount + 100 WHERE event = 'issued'")
+    db.close()
+    url = new_db()
+    with pytest.raises(MigrationRefused) as refused:
+        migrate(Store(settings.db_path), settings.output_dir, url)
+    assert "does not reconcile" in str(refused.value)
+    assert "was edited after it was written" in str(refused.value)
+    counts = Store(url).row_counts()
+    assert counts.pop("audit_anchor") == 1 and not any(counts.values())
+
+
+def test_a_run_in_progress_is_refused_and_an_abandoned_lease_is_cleared(
+        agent, model, settings, new_db):
+    three_runs(agent)
+    run = agent.start(*TICKETS[0][:1], "Order A1043: the glass pour-over coffee maker arrived "
+                                       "cracked. Could I get a refund?")
+    lease = agent.store.acquire(run.id, "token")  # this (live) process works on it
+    url = new_db()
+    with pytest.raises(MigrationRefused, match=f"1 run is being advanced right now "
+                                               f"\\({run.id} \\(process"):
+        migrate(Store(settings.db_path), settings.output_dir, url)
+    assert Store(url).row_counts()["runs"] == 0
+    # The process dies holding the lease (a pid that no longer exists): nobody works on it.
+    dead = _dead_pid()
+    with sqlite3.connect(settings.db_path) as db:
+        db.execute("UPDATE runs SET lease_pid = ? WHERE id = ?", (dead, run.id))
+    db.close()
+    report = migrate(Store(settings.db_path), settings.output_dir, url)
+    assert report.runs == 4 and report.leases_cleared == 1
+    # On PostgreSQL any worker takes it, with a fencing token above the dead holder's.
+    on_pg = Agent(settings.with_(database_url=url), model=model)
+    claimed = on_pg.store.claim("worker")
+    assert claimed is not None and claimed.run_id == run.id and claimed.epoch == lease.epoch + 1
+    on_pg.store.release(claimed, RunStatus.WORKING)
+    # Its order was refunded already (three_runs), so the agent says so and finishes.
+    assert on_pg.advance(run.id).status == RunStatus.DONE
+    assert reconcile(on_pg.store, settings.output_dir) is None
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_copy_that_does_not_reconcile_on_postgresql_is_rolled_back(
+        agent, settings, new_db, monkeypatch):
+    three_runs(agent)
+    import refund_agent.migrate as module
+    real = module.reconcile
+    monkeypatch.setattr(module, "reconcile", lambda store, out: "Broken on purpose."
+                        if store.shared else real(store, out))
+    url = new_db()
+    with pytest.raises(MigrationRefused, match="rolled back.*Broken on purpose"):
+        migrate(Store(settings.db_path), settings.output_dir, url)
+    counts = Store(url).row_counts()
+    assert counts.pop("audit_anchor") == 1 and not any(counts.values())
+    monkeypatch.undo()
+    assert migrate(Store(settings.db_path), settings.output_dir, url).runs == 3  # still empty
+
+
+def test_a_torn_last_log_line_is_skipped_and_reported(agent, settings, new_db):
+    three_runs(agent)
+    with open(settings.output_dir / "outbox.log", "a") as log:
+        log.write('{"idempotency_key": "call_cut_sh')  # a write cut short by a crash
+    report = migrate(Store(settings.db_path), settings.output_dir, new_db())
+    assert report.torn == 1 and report.ledger == {"refunds": 1, "outbox": 2}
+
+
+def test_bad_targets_are_one_sentence_without_a_traceback(agent, settings):
+    three_runs(agent)
+    for url, said in (("mysql://db/refunds", "must be a postgresql:// URL"),
+                      ("postgresql://refunds:s3cret@127.0.0.1:9/refunds",
+                       "Cannot reach the PostgreSQL database at")):
+        proc = run_cli(settings.output_dir, "migrate", "--to", url)
+        assert proc.returncode == 1
+        assert "Traceback" not in proc.stderr and "s3cret" not in proc.stderr
+        assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = run_cli(settings.output_dir, "migrate", REFUND_AGENT_DATABASE_URL="")
+    assert proc.returncode == 1 and "Say where to copy the store" in proc.stderr
+
+
+def test_an_upgraded_schema_3_store_migrates_and_its_runs_without_transcript_are_listed(
+        agent, settings, new_db):
+    """A store from before transcripts: its runs' columns were added at the end of the table
+    (ALTER TABLE), in another order than a new store's; the waiting run, which made its
+    requests before transcripts were kept, can continue only from its stored response."""
+    _paid, _rejected, pending, _approval = three_runs(agent)
+    agent.store.close()
+    with sqlite3.connect(settings.db_path) as db:   # back to schema 3 (see test_transcript.py)
+        db.execute("DROP TABLE transcript")
+        db.execute("DROP TABLE ledger")
+        for column in ("transcript_items", "transcript_bytes", "transcript_complete",
+                       "lease_host"):
+            db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 3")
+    db.close()
+    source = Store(settings.db_path)  # upgraded to the current schema on opening
+    assert source.columns("runs")[-1] == "lease_host"
+    url = new_db()
+    report = migrate(source, settings.output_dir, url)
+    assert report.without_transcript == (pending.id,)
+    assert dump(Store(url), {t: source.columns(t) for t in COPIED}) == dump(source)
+
+
+# -- generated histories --------------------------------------------------------------------------
+
+@st.composite
+def histories(draw) -> list[tuple[int, str]]:
+    """A few tickets: (which customer, what happens to the proposal)."""
+    n = draw(st.integers(1, 3))
+    return [(draw(st.integers(0, 2)),
+             draw(st.sampled_from(["approve", "reject", "ask", "pending", "reply"])))
+            for _ in range(n)]
+
+
+@hsettings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(history=histories(), accounts=st.booleans())
+def test_generated_histories_migrate_row_for_row(history, accounts, new_db):
+    import openai
+    with tempfile.TemporaryDirectory(prefix="migrate-") as folder:
+        settings = Settings(api_key="", data_dir=DATA, output_dir=Path(folder) / "output",
+                            max_retries=2, timeout=30.0)
+        server = OfflineServer(Path(folder) / "model.sqlite3").start()
+        try:
+            client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+            agent = Agent(settings, model=ModelAccess(client, "offline", server))
+            if accounts:
+                agent.store.add_account("Dana Kim", "lead", None, "scrypt$x", by="setup")
+            for which, fate in history:
+                run = agent.advance(agent.start(*TICKETS[which]).id)
+                pending = [a for a in agent.store.approvals("pending") if a.run_id == run.id]
+                if not pending:
+                    continue  # the line was already held by an earlier ticket
+                if fate == "approve":
+                    agent.decide(pending[0].id, True, "Dana Kim")
+                elif fate == "reject":
+                    agent.decide(pending[0].id, False, "Dana Kim", "Not covered.")
+                elif fate in ("ask", "reply"):
+                    agent.ask(pending[0].id, "Dana Kim", "Could you send a photo?")
+                if fate != "pending":
+                    run = agent.advance(run.id)
+                if fate == "reply" and run.status == RunStatus.ASKED:
+                    agent.add_reply(run.id, "Here is the photo.")
+            source = Store(settings.db_path)
+            before = dump(source)
+            url = new_db()
+            report = migrate(source, settings.output_dir, url)
+            target = Store(url)
+            assert dump(target, {t: source.columns(t) for t in COPIED}) == before
+            assert report.rows == {t: len(rows) for t, rows in before.items()}
+            assert reconcile(target, settings.output_dir) is None
+            target.close()
+        finally:
+            server.close()
