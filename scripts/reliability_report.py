@@ -133,9 +133,12 @@ NOT_COVERED = """\
   and outbox logs call `fsync` on every record, but nothing here cuts power, and a disk or
   virtual disk that acknowledges writes it has not made can still lose a committed decision.
   The logs' directory entry is not fsynced when they are first created.
-- **Several machines sharing the store.** Leases use the holder's pid and `kill(pid, 0)`,
-  which only mean something on one machine; SQLite's locking is unreliable on network file
-  systems. One host (or one container with one volume) is the supported shape.
+- **Several machines sharing an SQLite store.** SQLite's locking is unreliable on network file
+  systems: with SQLite, one host (or one container with one volume) is the supported shape.
+  Several hosts share a PostgreSQL store instead, where leases record their host and expire by
+  the database's clock; `tests/test_postgres.py` runs three worker processes with their own
+  host ids and folders on one database, but on one machine: a network between them, and its
+  partitions, are not tested.
 - **The real payment provider and mail server.** The stand-ins are files with the same
   idempotency contract as real providers (same key: same result; same key, other arguments:
   refused). A real provider that forgets keys after some hours, or a mail server that
