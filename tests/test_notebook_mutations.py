@@ -61,13 +61,15 @@ MUTANTS = [
         '        return record, reused\n'),)),
     Mutant("verify_always_ok", "verify_audit and reconcile always answer that all is well", (
         ("store.py",
-         "        prev = GENESIS_HASH\n        entries = self.audit()\n",
+         "        prev = GENESIS_HASH\n        entries = self.audit() if entries is None else "
+         "entries\n",
          "        return None  # MUTANT\n        prev = GENESIS_HASH\n"
-         "        entries = self.audit()\n"),
+         "        entries = self.audit() if entries is None else entries\n"),
         ("reconcile.py",
-         "    problem = store.verify_audit()\n    if problem:\n        return problem\n",
-         "    return None  # MUTANT\n    problem = store.verify_audit()\n    if problem:\n"
-         "        return problem\n"),
+         "    problem = store.verify_audit(audit, approval_list)\n    if problem:\n"
+         "        return problem\n",
+         "    return None  # MUTANT\n    problem = store.verify_audit(audit, approval_list)\n"
+         "    if problem:\n        return problem\n"),
     )),
     Mutant("policy_line_checks_removed", "final-sale and already-held lines can be refunded", ((
         "policy.py",

@@ -163,14 +163,16 @@ def main() -> None:
     st.html(PAGE_CSS)
     guarded(header)(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.2, 2.2, 1.6], gap="medium")
+    # The queue is drawn first (columns fill in any order): a decision made elsewhere shows
+    # there, and the browser updates each part as it arrives, so it changes before the rest.
+    with queue_col:
+        guarded(render_approver)(worker)
+        guarded(render_queue)(worker)
     with inbox_col:
         guarded(render_new_tickets)(worker)
         guarded(render_tickets)(worker)
     with ticket_col:
         guarded(render_ticket)(worker)
-    with queue_col:
-        guarded(render_approver)(worker)
-        guarded(render_queue)(worker)
     st.divider()
     guarded(render_audit)(worker)
     reviewing = st.session_state.get("review")
