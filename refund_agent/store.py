@@ -375,14 +375,13 @@ class Store:
 
     def _reuse(self) -> Any | None:
         """An idle PostgreSQL connection an ended thread left behind, if any."""
-        while self._idle:
+        while True:
             try:
-                db = self._idle.pop()
-            except IndexError:  # another thread took the last one
+                db = self._idle.pop()   # atomic: two threads never get the same one
+            except IndexError:
                 return None
             if not db.closed:
                 return db
-        return None
 
     def _explain(self, exc: BaseException) -> str:
         return self.dialect.explain(exc)
