@@ -16,7 +16,10 @@ them it says so and exits with status 2. It is not part of ``bench/run.py --quic
                sharing one database; CPU time per ticket in the workers and in the server, and
                the cores busy (the machine has what ``nproc`` says). The configurations take
                turns, so the ratios come from one run on one (shared) machine; an SQLite
-               worker in the same turns gives the reference.
+               worker in the same turns gives the reference. What the machine gave is measured
+               alongside: before each turn 1, then 2 pure-CPU spinner processes (the cores
+               they got, and 2 against 1), and over each counted window the machine's idle
+               cores and those busy with anything else (/proc/stat).
 2. scale       approve + resume (and ``refund-agent approve`` as a new process) with 10, 1,000
                and 100,000 finished tickets stored, one database each, seeded by COPY of one
                real ticket's rows (bench/seeding.py); the sizes are measured in turns.
@@ -39,7 +42,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# This checkout's refund_agent, even where the environment's editable install points at
+# another checkout of it (a second git worktree sharing one virtualenv); the worker processes
+# get the same through PYTHONPATH.
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from benchlib import (  # noqa: E402
     OrderPool,
@@ -120,18 +128,82 @@ def server_cpu(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+# -- what the shared machine gives ----------------------------------------------------------------
+
+_SPINNER = """
+import sys, time
+start, seconds = float(sys.argv[1]), float(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+n, c0, end = 0, time.process_time(), start + seconds
+while time.time() < end:
+    n += 1
+print(n, time.process_time() - c0)
+"""
+
+
+def _spin(processes: int, seconds: float) -> tuple[int, float]:
+    """``processes`` pure-CPU Python loops started together for ``seconds``: their summed
+    iterations and CPU seconds."""
+    start = time.time() + 0.3  # past the interpreters' start-up
+    procs = [subprocess.Popen([sys.executable, "-c", _SPINNER, str(start), str(seconds)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    iterations, cpu = 0, 0.0
+    for p in procs:
+        n, c = p.communicate(timeout=seconds + 60)[0].split()
+        iterations, cpu = iterations + int(n), cpu + float(c)
+    return iterations, cpu
+
+
+def spinner_calibration(seconds: float) -> dict:
+    """How much of its 2 (or ``nproc``) cores the shared machine gives right now.
+
+    One spinner (a pure-CPU Python loop in its own process), then two at once, ``seconds``
+    each. ``cores``: the CPU seconds the two got per second of wall time, the most that 2
+    workers could have had at that moment; ``ratio``: the two's iterations over the one's, 2.0
+    when a second core is there for the taking; ``speed``: the two's iterations per CPU second
+    over the one's (below 1.0: a CPU second buys less work while both cores are busy). It is a
+    snapshot: the machine_split of a turn's own window says what the turn itself got.
+    """
+    one, one_cpu = _spin(1, seconds)
+    two, two_cpu = _spin(2, seconds)
+    per_cpu_one, per_cpu_two = one / max(one_cpu, 1e-3), two / max(two_cpu, 1e-3)
+    return {"ratio": round(two / max(one, 1), 2), "cores": round(two_cpu / seconds, 2),
+            "one_core": round(one_cpu / seconds, 2),
+            "speed": round(per_cpu_two / max(per_cpu_one, 1e-3), 2)}
+
+
+def machine_jiffies() -> list[int]:
+    """The whole machine's CPU time so far (/proc/stat's first line): user, nice, system,
+    idle, iowait, irq, softirq, steal, in clock ticks summed over every core."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
+    return [int(f) for f in fields]
+
+
+def machine_split(before: list[int], after: list[int], seconds: float) -> dict:
+    """Cores busy (anyone's) and idle over a window, from two machine_jiffies readings."""
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    per_s = os.sysconf("SC_CLK_TCK") * seconds
+    idle = d[3] + d[4]
+    return {"busy": round((sum(d) - idle) / per_s, 2), "idle": round(idle / per_s, 2),
+            "steal": round(d[7] / per_s, 2)}
+
+
 # -- 1. throughput --------------------------------------------------------------------------------
 
 def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
                      configs: list[tuple[str, int]], duration: float, per_worker_orders: int,
-                     rounds: int) -> dict:
+                     rounds: int, calibrate: float = 1.5) -> dict:
     """Tickets per second for each (backend, workers) configuration, taking turns.
 
     Each PostgreSQL configuration gets a new database; each worker its own output folder and
     working directory (its own offline model, as on its own host). The workers warm up (two
     tickets each), start together at a set time and count the tickets they finish in
-    ``duration`` seconds. The server's CPU is read over the same window. Later rounds go
-    through the configurations in reverse order, so none always runs first.
+    ``duration`` seconds. The server's CPU and the whole machine's (/proc/stat: busy, idle)
+    are read over the same window. Just before each turn the spinner calibration (1 then 2
+    pure-CPU processes, ``calibrate`` seconds each) says how many cores the shared machine
+    gives at that moment. Later rounds go through the configurations in reverse order, so none
+    always runs first.
     """
     from refund_agent import Store
 
@@ -151,6 +223,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
             for folder in folders:
                 folder.mkdir(parents=True, exist_ok=True)
             load = os.getloadavg()[0]
+            calib = spinner_calibration(calibrate)
             start_at = time.time() + 3.0 + 1.5 * workers  # start, import, warm up
             procs = []
             for folder in folders:
@@ -165,9 +238,10 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
                                               stderr=subprocess.PIPE, text=True, cwd=folder,
                                               env=offline_env()))
             time.sleep(max(0.0, start_at - time.time()))
-            cpu0 = server_cpu(pid)
+            cpu0, jiffies0 = server_cpu(pid), machine_jiffies()
             time.sleep(duration)
             server = server_cpu(pid) - cpu0
+            box = machine_split(jiffies0, machine_jiffies(), duration)
             done, cpu, late = 0, 0.0, []
             for p in procs:
                 stdout, stderr = p.communicate(timeout=duration + 180)
@@ -186,7 +260,13 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
                 "worker_cpu_ms_per_ticket": 1000 * cpu / max(done, 1),
                 "server_cpu_ms_per_ticket": 1000 * server / max(done, 1),
                 "cores_busy": (cpu + server) / duration, "load": load,
-                "latest_start_s": max(late)})
+                "latest_start_s": max(late), "spinner_ratio": calib["ratio"],
+                "spinner_cores": calib["cores"], "spinner_speed": calib["speed"],
+                "machine_busy_cores": box["busy"],
+                "idle_cores": box["idle"], "steal_cores": box["steal"],
+                # everything else the machine ran meanwhile: other sessions, and the kernel's
+                # loopback networking (softirq), which no process is charged for
+                "other_cores": max(0.0, box["busy"] - (cpu + server) / duration)})
             log(f"  throughput: {backend}, {workers} worker(s), round {rnd + 1}: "
                 f"{samples[(backend, workers)][-1]}")
             shutil.rmtree(root / tag, ignore_errors=True)
@@ -208,12 +288,33 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
             # CPU seconds per second of workers and server: 2 cores fully busy would show 2.
             "cores_busy": round(median([r["cores_busy"] for r in rs]), 2),
             "latest_worker_start_s": round(max(r["latest_start_s"] for r in rs), 2),
-            "load_avg_1min_before": [round(r["load"], 2) for r in rs]})
+            "load_avg_1min_before": [round(r["load"], 2) for r in rs],
+            # What the machine gave: 2 spinners against 1 just before each round (2.0: a free
+            # second core), and over each counted window the cores idle and those busy with
+            # anything but these workers and this server.
+            "spinner_ratio_each_round": [r["spinner_ratio"] for r in rs],
+            "spinner_cores_each_round": [r["spinner_cores"] for r in rs],
+            "idle_cores_each_round": [r["idle_cores"] for r in rs],
+            "other_cores_each_round": [round(r["other_cores"], 2) for r in rs],
+            "steal_cores_each_round": [r["steal_cores"] for r in rs],
+            "cores_busy_each_round": [round(r["cores_busy"], 2) for r in rs]})
     one = next((r for r in rows if r["backend"] == "postgresql" and r["workers"] == 1), None)
     for r in rows:
         if one and r["backend"] == "postgresql":
             r["vs_1_worker"] = round(r["tickets_per_s"] / one["tickets_per_s"], 2)
-    return {"cores_available": len(os.sched_getaffinity(0)), "rows": rows}
+    every = [r for rs in samples.values() for r in rs]
+    return {"cores_available": len(os.sched_getaffinity(0)), "rows": rows,
+            "calibration": {
+                "seconds_each": calibrate, "turns": len(every),
+                "spinner_ratio_median": round(median([r["spinner_ratio"] for r in every]), 2),
+                "spinner_ratio_range": [min(r["spinner_ratio"] for r in every),
+                                        max(r["spinner_ratio"] for r in every)],
+                "spinner_cores_median": round(median([r["spinner_cores"] for r in every]), 2),
+                "spinner_speed_median": round(median([r["spinner_speed"] for r in every]), 2),
+                "note": "before each turn: 1 pure-CPU process, then 2 at once; ratio = the two's "
+                        "iterations over the one's (2.0 = a free second core), cores = CPU "
+                        "seconds the two got per second, speed = the two's iterations per CPU "
+                        "second over the one's"}}
 
 
 # -- 2. store scale -------------------------------------------------------------------------------
@@ -350,6 +451,15 @@ def bench_pages(cluster: Any, root: Path, plan: list[tuple[int, int]]) -> list[d
 
 # -- reporting ------------------------------------------------------------------------------------
 
+def _machine_note(r: dict) -> str:
+    """What else the machine did during a throughput row's windows (medians), if recorded."""
+    if "idle_cores_each_round" not in r:
+        return ""  # saved before the calibration was measured
+    return (f" (meanwhile {median(r['idle_cores_each_round']):.2f} idle, "
+            f"{median(r['other_cores_each_round']):.2f} busy with other work; "
+            f"2 spinners got {median(r['spinner_cores_each_round']):.2f} cores just before)")
+
+
 def table(results: dict, markdown: bool = False) -> str:
     rows: list[tuple[str, str, str, str]] = []
     t = results.get("throughput")
@@ -363,7 +473,17 @@ def table(results: dict, markdown: bool = False) -> str:
                 f"{r['tickets_per_s']:.1f} tickets/s{vs}; CPU/ticket {r['cpu_ms_per_ticket']:.0f}"
                 f" ms ({r['worker_cpu_ms_per_ticket']:.0f} workers + "
                 f"{r['server_cpu_ms_per_ticket']:.0f} server); "
-                f"{r['cores_busy']:.2f} of {t['cores_available']} cores busy", ""))
+                f"{r['cores_busy']:.2f} of {t['cores_available']} cores busy"
+                + _machine_note(r), ""))
+        c = t.get("calibration")
+        if c:
+            rows.append((
+                "throughput", f"the machine: 1, then 2 pure-CPU spinner processes, before each "
+                f"of the {c['turns']} turns ({c['seconds_each']:g} s each)",
+                f"the two got {c['spinner_cores_median']:.2f} cores; did "
+                f"{c['spinner_ratio_median']:.2f}x the work of one (range "
+                f"{c['spinner_ratio_range'][0]:.2f}-{c['spinner_ratio_range'][1]:.2f})",
+                "2 cores, 2.00x"))
     s = results.get("scale")
     if s:
         for c in s["cases"]:
@@ -445,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="throughput rounds (full runs)")
     p.add_argument("--duration", type=float, default=10.0,
                    help="seconds each throughput configuration is counted (full runs)")
+    p.add_argument("--calibrate", type=float, default=1.5,
+                   help="seconds of each spinner run (1, then 2 processes) before each "
+                   "throughput turn (full runs)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument("--no-fsync", action="store_true",
                    help="diagnostic: the server with fsync off (as the tests run it), to see "
@@ -462,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or ([10, 300] if quick else [10, 1_000, 100_000])
     reps, warmup, cli_reps = (2, 1, 1) if quick else (args.reps, 2, args.cli_reps)
     rounds, duration = (1, 2.0) if quick else (args.rounds, args.duration)
+    calibrate = 0.5 if quick else args.calibrate
     configs = ([("postgresql", 1), ("postgresql", 2), ("postgresql", 4)] if quick else
                [("postgresql", 1), ("postgresql", 2), ("postgresql", 4), ("sqlite", 1)])
     per_worker = 40 if quick else 400
@@ -479,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
         command += " --only " + " ".join(args.only)
     if args.sizes:
         command += " --sizes " + " ".join(map(str, args.sizes))
+    if not quick and args.rounds != p.get_default("rounds"):
+        command += f" --rounds {args.rounds}"
+    if not quick and args.duration != p.get_default("duration"):
+        command += f" --duration {args.duration:g}"
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "load_avg": {},
                                "command": command}
     started = time.time()
@@ -497,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             log("1. throughput")
             results["throughput"] = bench_throughput(
                 cluster, root, data, first_order=401, configs=configs, duration=duration,
-                per_worker_orders=per_worker, rounds=rounds)
+                per_worker_orders=per_worker, rounds=rounds, calibrate=calibrate)
         if "scale" in items:
             results["load_avg"]["scale"] = load_avg()
             log("2. store scale")

@@ -140,12 +140,22 @@ class _Row(tuple):
         return self._names
 
 
+@lru_cache(maxsize=256)
+def _row_type(names: tuple[bytes, ...]) -> type[_Row]:
+    """The row class for one list of column names, made once (the store asks a few dozen
+    shapes, each thousands of times)."""
+    text = tuple(n.decode() for n in names)
+    return type("Row", (_Row,), {"_names": text, "_index": {n: i for i, n in enumerate(text)},
+                                 "__slots__": ()})
+
+
 def _row_factory(cursor: Any) -> Any:
-    names = tuple(c.name for c in cursor.description or ())
-    row_type = type("Row", (_Row,), {"_names": names,
-                                     "_index": {n: i for i, n in enumerate(names)},
-                                     "__slots__": ()})
-    return lambda values: row_type(values)
+    result = cursor.pgresult
+    if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK:
+        # A query's rows: the names straight from the result, no Column objects on the way.
+        return _row_type(tuple(result.fname(i) for i in range(result.nfields)))
+    # Anything else (a command, COPY): as psycopg describes it, if at all.
+    return _row_type(tuple(c.name.encode() for c in cursor.description or ()))
 
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<!:):[A-Za-z_]\w*|%")

@@ -400,16 +400,16 @@ class Store:
 
         On PostgreSQL the same choice is ``synchronous_commit`` (off: the commit returns before
         its WAL reaches the disk; a server crash may lose it, never half of it), and every
-        commit notifies the listening pages (LISTEN/NOTIFY, see change_counter).
+        commit notifies the listening pages (LISTEN/NOTIFY, see change_counter). Each pair of
+        control statements there goes as one string, one round trip: ``BEGIN`` with the
+        ``SET LOCAL``, and ``NOTIFY`` with ``COMMIT``.
         """
         db = self._db()
         postgres = isinstance(self.dialect, Postgres)
         level = "FULL" if durable else "NORMAL"
         try:
             if postgres:
-                db.execute("BEGIN")
-                if not durable:
-                    db.execute("SET LOCAL synchronous_commit = off")
+                db.execute("BEGIN" if durable else "BEGIN; SET LOCAL synchronous_commit = off")
             else:
                 if getattr(self._local, "synchronous", None) != level:
                     # Not allowed inside a transaction, so set before BEGIN; per connection.
@@ -420,8 +420,6 @@ class Store:
             raise StoreError(self._explain(exc)) from None
         try:
             yield db
-            if postgres:
-                db.execute(f"NOTIFY {CHANNEL}")  # delivered to listeners at COMMIT, not before
         except DB_ERRORS as exc:  # a read-only folder, a full disk, a corrupt page
             self._rollback(db)
             raise StoreError(self._explain(exc)) from None
@@ -429,8 +427,11 @@ class Store:
             self._rollback(db)
             raise
         try:
-            db.execute("COMMIT")
+            # NOTIFY is delivered to listeners at COMMIT, not before.
+            db.execute(f"NOTIFY {CHANNEL}; COMMIT" if postgres else "COMMIT")
         except DB_ERRORS as exc:
+            if postgres:  # a failed NOTIFY leaves the transaction open: the COMMIT never ran
+                self._rollback(db)
             raise StoreError(self._explain(exc)) from None
 
     @staticmethod
