@@ -943,6 +943,10 @@ class Store:
         return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?",
                                (status, _no_limit(limit)))
 
+    def pending_count(self) -> int:
+        """How many refunds wait for a decision."""
+        return self._read("SELECT COUNT(*) FROM approvals WHERE status = 'pending'")[0][0]
+
     def run_approvals(self, run_id: str) -> list[Approval]:
         """The run's proposals, oldest first."""
         return self._approvals("WHERE run_id = ? ORDER BY requested_at", (run_id,))

@@ -351,6 +351,32 @@ def test_the_audit_check_runs_off_the_page_and_shows_tampering(output, store):
         db.execute("UPDATE audit SET actor = 'Mallory' WHERE event = 'requested'")
     rerun_until(at, "Audit check failed: Audit entry 1 (requested) was edited", "error")
 
+def test_the_queue_draws_the_oldest_cards_a_page_at_a_time(output, tmp_path, monkeypatch):
+    """Three refunds waiting and a page of two: the two oldest, then the third on request."""
+    import sys
+    sys.path.insert(0, str(PROJECT_ROOT / "bench"))
+    from benchlib import make_bench_shop, start_ticket
+
+    from refund_agent.config import load_settings
+    from refund_agent.web import desk
+
+    monkeypatch.setenv("REFUND_AGENT_DATA", str(make_bench_shop(tmp_path / "shop", 3)))
+    monkeypatch.setattr(desk, "QUEUE_PAGE", 2)
+    agent = Agent(load_settings())
+    waiting = []
+    for order in ("B00001", "B00002", "B00003"):
+        run = agent.advance(start_ticket(agent, order).id)
+        waiting.append(agent.store.run_approvals(run.id)[0].id)
+    at = open_page()
+    assert shows(at, "Waiting for approval (3)", "markdown")
+    cards = [b.key for b in at.button if b.key and b.key.startswith("approve_")]
+    assert cards == [f"approve_{a}" for a in waiting[:2]]
+    assert at.button(key="queue_more").label == "Show 1 more (1 not shown)"
+    at.button(key="queue_more").click().run()
+    cards = [b.key for b in at.button if b.key and b.key.startswith("approve_")]
+    assert cards == [f"approve_{a}" for a in waiting]
+    assert not [b for b in at.button if b.key == "queue_more"]
+
 def test_mistakes_show_messages_not_tracebacks(output, store):
     at = open_page()
     at.text_input(key="mail_from").input("not an address")

@@ -30,6 +30,7 @@ from .worker import Worker
 
 # The three ways to decide, as the review names them.
 MODES = {"approve": "Approve", "ask": "Ask the customer", "reject": "Reject"}
+QUEUE_PAGE = 10   # refund cards drawn at a time, oldest first
 NOTE_LABELS = {
     "approve": "Note (optional; say why a line is unticked; the agent passes it on)",
     "ask": "Question for the customer (required; sent to them as written)",
@@ -127,13 +128,26 @@ def close_review() -> None:
 
 
 def render_queue(worker: Worker) -> None:
-    pending = worker.agent.store.approvals("pending")
-    st.markdown(f"#### :material/pending_actions: Waiting for approval ({len(pending)})")
+    """The oldest refunds waiting, QUEUE_PAGE at a time: the page costs the same to draw (and
+    to keep fresh) with 5 or 500 waiting."""
+    store = worker.agent.store
+    total = store.pending_count()
+    shown = st.session_state.get("queue_shown", QUEUE_PAGE)
+    pending = store.approvals("pending", limit=shown)
+    st.markdown(f"#### :material/pending_actions: Waiting for approval ({total})")
     show_notice("queue")
     if not pending:
         st.caption("Nothing waiting. Refunds the agent proposes show up here.")
     for approval in pending:
         render_card(worker, approval)
+    if total > len(pending):
+        st.button(f"Show {min(QUEUE_PAGE, total - len(pending))} more "
+                  f"({total - len(pending)} not shown)", key="queue_more", type="tertiary",
+                  icon=":material/expand_more:", on_click=_show_more, args=(len(pending),))
+
+
+def _show_more(shown: int) -> None:
+    st.session_state["queue_shown"] = shown + QUEUE_PAGE
 
 
 def render_card(worker: Worker, approval: Approval) -> None:
