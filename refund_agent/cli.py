@@ -476,8 +476,14 @@ def _migrate(to: str | None) -> int:
         raise MigrationRefused(f"There is no SQLite store at {settings.db_path} to migrate "
                                "(REFUND_AGENT_OUTPUT names the output folder).")
     source = Store(settings.db_path, lease_seconds=settings.lease_seconds)
-    report = migrate(source, settings.output_dir, target,
-                     progress=lambda line: print(line, flush=True))
+    try:
+        report = migrate(source, settings.output_dir, target,
+                         progress=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print("\nStopped. A copy stopped before it committed is rolled back, so PostgreSQL is "
+              "as it was; the SQLite store was only read. Run migrate again (it refuses a "
+              "target that is not empty).")
+        return 130
     def n(count: int, one: str, many: str) -> str:
         return f"{count:,} {one if count == 1 else many}"
 

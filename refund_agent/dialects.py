@@ -260,8 +260,9 @@ class Postgres:
             conn = psycopg.connect(self.url, autocommit=True, row_factory=_row_factory,
                                    connect_timeout=10, application_name="refund-agent")
         except psycopg.ProgrammingError as exc:  # a malformed URL, an unknown option
-            raise StoreError(f"REFUND_AGENT_DATABASE_URL is not a usable PostgreSQL URL "
-                             f"({self.where}): {_first_line(exc)}") from None
+            # Named by its value, not a setting: it may come from --to as well.
+            raise StoreError(f"{self.where} is not a usable PostgreSQL URL: "
+                             f"{_first_line(exc)}") from None
         except psycopg.OperationalError as exc:  # refused, unknown host, bad password, no db
             raise StoreError(f"Cannot reach the PostgreSQL database at {self.where}: "
                              f"{_first_line(exc)}. Check that the server runs and the URL "

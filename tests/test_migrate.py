@@ -214,6 +214,28 @@ def test_a_copy_that_does_not_reconcile_on_postgresql_is_rolled_back(
     assert migrate(Store(settings.db_path), settings.output_dir, url).runs == 3  # still empty
 
 
+def test_ctrl_c_during_the_copy_rolls_it_back_and_says_so(
+        agent, settings, new_db, monkeypatch, capsys):
+    """Ctrl+C in the middle of the copy: exit 130, nothing on PostgreSQL, and a message about
+    the copy (not the generic hint about resuming runs)."""
+    from refund_agent import cli
+
+    three_runs(agent)
+    import refund_agent.migrate as module
+
+    def interrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "_check_counts", interrupted)   # after every table is copied
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(settings.output_dir))
+    url = new_db()
+    assert cli.main(["migrate", "--to", url]) == 130
+    said = capsys.readouterr().out
+    assert "A copy stopped before it committed is rolled back" in said
+    assert "refund-agent resume" not in said
+    counts = Store(url).row_counts()
+    assert counts.pop("audit_anchor") == 1 and not any(counts.values())
+
 def test_a_torn_last_log_line_is_skipped_and_reported(agent, settings, new_db):
     three_runs(agent)
     with open(settings.output_dir / "outbox.log", "a") as log:
@@ -226,7 +248,10 @@ def test_bad_targets_are_one_sentence_without_a_traceback(agent, settings):
     three_runs(agent)
     for url, said in (("mysql://db/refunds", "must be a postgresql:// URL"),
                       ("postgresql://refunds:s3cret@127.0.0.1:9/refunds",
-                       "Cannot reach the PostgreSQL database at")):
+                       "Cannot reach the PostgreSQL database at"),
+                      # Named by its value: it came from --to, not from the setting.
+                      ("postgresql://refunds:s3cret@127.0.0.1:9/refunds?nosuchoption=1",
+                       "is not a usable PostgreSQL URL")):
         proc = run_cli(settings.output_dir, "migrate", "--to", url)
         assert proc.returncode == 1
         assert "Traceback" not in proc.stderr and "s3cret" not in proc.stderr
