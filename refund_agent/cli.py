@@ -36,7 +36,7 @@ from .migrate import migrate
 from .models import Approval, Run, RunStatus, Step
 from .reconcile import log_names, reconcile
 from .store import Store
-from .text import printable, sender_line, size_text, transcript_text
+from .text import plural, printable, sender_line, size_text, transcript_text
 
 EPILOG = """\
 examples:
@@ -484,19 +484,16 @@ def _migrate(to: str | None) -> int:
               "as it was; the SQLite store was only read. Run migrate again (it refuses a "
               "target that is not empty).")
         return 130
-    def n(count: int, one: str, many: str) -> str:
-        return f"{count:,} {one if count == 1 else many}"
-
-    counts = ", ".join(n(report.rows[t], one, many) for t, one, many in (
+    counts = ", ".join(plural(report.rows[t], one, many) for t, one, many in (
         ("runs", "run", "runs"), ("steps", "step", "steps"), ("approvals", "approval",
                                                               "approvals"),
         ("audit", "audit entry", "audit entries"), ("accounts", "account", "accounts")))
     print("Reconciled on PostgreSQL: audit chain and anchor intact; the ledger table agrees "
           "with the approvals and the audit.\n")
     print(f"Migrated in {report.seconds:.1f} s: {counts}; "
-          f"{n(report.ledger['refunds'], 'refund', 'refunds')} and "
-          f"{n(report.ledger['outbox'], 'email', 'emails')} into the ledger table. "
-          f"{n(report.pending, 'refund waits', 'refunds wait')} for a decision, now on "
+          f"{plural(report.ledger['refunds'], 'refund', 'refunds')} and "
+          f"{plural(report.ledger['outbox'], 'email', 'emails')} into the ledger table. "
+          f"{plural(report.pending, 'refund waits', 'refunds wait')} for a decision, now on "
           "PostgreSQL.")
     if report.torn:
         print(f"Skipped {report.torn} torn log line(s): writes cut short by a crash, never "

@@ -31,15 +31,13 @@ from typing import Any
 from .dialects import is_postgres_url
 from .errors import MigrationRefused
 from .models import RunStatus
-from .reconcile import Entry, _email_shape, _refund_shape, read_log, reconcile
+from .reconcile import LOGS, Entry, read_records, reconcile
 from .store import TABLES, BulkLoad, Store
 
 Progress = Callable[[str], None]
 
 # Copied from the source's tables; the ledger table is filled from the JSONL logs instead.
 COPIED = tuple(table for table in TABLES if table != "ledger")
-# The logs and the ledger table's name for each (see payments.py and outbox.py).
-LOGS = (("refunds", "refunds.log"), ("outbox", "outbox.log"))
 _LEASE = ("lease_pid", "lease_token", "lease_at", "lease_host")
 # How refusals name what a non-empty target holds, in the order they are looked for.
 _HOLDS = {"runs": ("run", "runs"), "audit": ("audit entry", "audit entries"),
@@ -111,7 +109,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
             say(f"Checking {source.path} and its logs (reconcile) ...")
             tick = time.monotonic()
             leases_cleared = _check_source(source, output_dir)
-            logs, torn = _read_logs(output_dir)
+            logs, torn = _read_logs(source, output_dir)
             pending = len(source.approvals("pending", limit=-1))
             stranded = tuple(r.id for r in source.runs_without_transcript()
                              if r.status != RunStatus.DONE)
@@ -127,7 +125,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                                             ((log, e.key, json.dumps(e.record))
                                              for e in records))
                 say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
-                    + ", ".join(f"{ledger[log]:,} from {name}" for log, name in LOGS) + ")")
+                    + ", ".join(f"{ledger[log]:,} from {LOGS[log][0]}" for log in LOGS) + ")")
                 load.reset_sequences()
                 load.analyze()
                 _check_counts(load, rows, ledger)
@@ -174,17 +172,16 @@ def _check_source(source: Store, output_dir: Path) -> int:
     return len(source.leased_runs(live=False))
 
 
-def _read_logs(output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
+def _read_logs(source: Store, output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
     """The records of refunds.log and outbox.log, as reconcile reads them; and how many lines
     were skipped as torn."""
-    shapes = {"refunds": (_refund_shape, "a refund"), "outbox": (_email_shape, "an email")}
     logs, torn = {}, 0
-    for log, name in LOGS:
-        path = output_dir / name
-        entries, problem = read_log(path, *shapes[log])
+    for log, (name, _shape, _what) in LOGS.items():
+        entries, problem = read_records(source, output_dir, log)
         if problem:  # reconcile just passed on the same files, under the store's lock
             raise MigrationRefused(f"{problem} Nothing was copied.")
         logs[log] = entries
+        path = output_dir / name
         if path.exists():
             *lines, tail = path.read_bytes().split(b"\n")
             torn += len(lines) + (1 if tail else 0) - len(entries)
@@ -192,7 +189,7 @@ def _read_logs(output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
 
 
 def _check_empty(load: BulkLoad, where: str) -> None:
-    counts = load.counts()
+    counts = load.store.row_counts()   # inside the load's transaction (same thread)
     held = [t for t in (*_HOLDS, *TABLES) if t != "audit_anchor" and counts.get(t)]
     if held:
         first = held[0]
@@ -233,7 +230,7 @@ def _without_leases(batches: Iterator[list[tuple[Any, ...]]], columns: list[str]
 
 def _check_counts(load: BulkLoad, rows: dict[str, int], ledger: dict[str, int]) -> None:
     """Every row copied arrived (a cheap check before the reconcile)."""
-    counts = load.counts()
+    counts = load.store.row_counts()
     expected = {**rows, "ledger": sum(ledger.values())}
     wrong = [t for t in expected if counts[t] != expected[t]]
     if wrong:

@@ -62,17 +62,10 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     problem = store.verify_audit(audit, approval_list)
     if problem:
         return problem
-    output_dir = Path(output_dir)
-    if store.shared:
-        refunds, problem = read_rows(store, "refunds", _refund_shape, "a refund")
-    else:
-        refunds, problem = read_log(output_dir / "refunds.log", _refund_shape, "a refund")
+    refunds, problem = read_records(store, output_dir, "refunds")
     if problem:
         return problem
-    if store.shared:
-        emails, problem = read_rows(store, "outbox", _email_shape, "an email")
-    else:
-        emails, problem = read_log(output_dir / "outbox.log", _email_shape, "an email")
+    emails, problem = read_records(store, output_dir, "outbox")
     if problem:
         return problem
     names = log_names(store)
@@ -90,6 +83,15 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
         _sent_calls_have_emails(sends, emails, names[1]),
     )
     return next(problems, None)
+
+
+def read_records(store: Store, output_dir: Path, log: str) -> tuple[list[Entry], str | None]:
+    """The records of one stand-in log ("refunds" or "outbox"), or the first bad one: the
+    ledger table's rows on a shared store, else the JSONL file beside the SQLite store."""
+    name, shape, what = LOGS[log]
+    if store.shared:
+        return read_rows(store, log, shape, what)
+    return read_log(Path(output_dir) / name, shape, what)
 
 
 def log_names(store: Store) -> tuple[str, str]:
@@ -213,6 +215,14 @@ def _email_shape(record: dict[str, Any]) -> str | None:
             isinstance(request.get(k), str) for k in ("to", "subject", "body")):
         return "has no to, subject and body"
     return None
+
+
+# The payment and email stand-ins' logs: the ledger table's name for each (on a shared store),
+# its file beside an SQLite store, and what its records look like.
+LOGS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None], str]] = {
+    "refunds": ("refunds.log", _refund_shape, "a refund"),
+    "outbox": ("outbox.log", _email_shape, "an email"),
+}
 
 
 # -- small helpers --------------------------------------------------------------------------------

@@ -1405,10 +1405,6 @@ class BulkLoad:
     def __init__(self, store: Store, db: Any) -> None:
         self.store, self.db = store, db
 
-    def counts(self) -> dict[str, int]:
-        return {table: self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-                for table in TABLES}
-
     def clear(self, table: str) -> None:
         self.db.execute(f"DELETE FROM {table}")
 

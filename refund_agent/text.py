@@ -55,3 +55,8 @@ def sender_line(name: str | None, address: str) -> str:
     """``Maya Chen <maya.chen@example.com>``, or the address alone when there is no other name
     (a run started without a name keeps the address as its name)."""
     return f"{name} <{address}>" if name and name != address else address
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 entry``, ``2 entries``."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"

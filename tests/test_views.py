@@ -11,6 +11,7 @@ from conftest import DATA
 from refund_agent.models import Approval, ApprovalLine, AuditEntry, InboxRow, Run, RunStatus, Step
 from refund_agent.policy import Held, quote_refund
 from refund_agent.shop import Shop
+from refund_agent.text import plural
 from refund_agent.web import views
 
 NOW = 1_800_000_000.0
@@ -252,8 +253,8 @@ def test_inbox_filters_counts_pages_and_plurals():
     assert sorted(grouped) == sorted(RunStatus)
     assert views.page_range(50, 50, 120) == "51–100 of 120"
     assert views.page_range(0, 0, 0) == "No tickets"
-    assert views.plural(1, "entry", "entries") == "1 entry"
-    assert views.plural(2, "entry", "entries") == "2 entries"
+    assert plural(1, "entry", "entries") == "1 entry"
+    assert plural(2, "entry", "entries") == "2 entries"
 
 
 def test_an_email_without_a_name_shows_the_address_once():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ..text import plural
 from . import views
 from .worker import Worker
 
@@ -26,7 +27,7 @@ def render_audit(worker: Worker) -> None:
         newer = store.audit_head()[0] - verdict.entries
         since = f" · {newer} newer not checked yet" if newer > 0 else ""
         check.caption(f":material/verified: Hash chain intact, payments and emails reconciled "
-                      f"· {views.plural(verdict.entries, 'entry', 'entries')} · checked at "
+                      f"· {plural(verdict.entries, 'entry', 'entries')} · checked at "
                       f"{views.clock(verdict.at)}{since}")
     if not entries:
         st.caption("No entries yet.")

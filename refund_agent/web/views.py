@@ -141,11 +141,6 @@ def page_range(offset: int, shown: int, total: int) -> str:
     return f"{offset + 1}–{offset + shown} of {total}"
 
 
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """``1 entry``, ``2 entries``."""
-    return f"{n:,} {word if n == 1 else words or word + 's'}"
-
-
 def cost_line(run: Run) -> str:
     """Requests, cost, cache use and the transcript kept for a run, in one line."""
     requests = f"{run.requests} model request{'s' if run.requests != 1 else ''}"
