@@ -57,11 +57,19 @@ class OrderPool:
     def __init__(self, start: int, stop: int) -> None:
         self.next, self.stop = start, stop
 
+    def left(self) -> int:
+        return max(0, self.stop - self.next)
+
     def take(self) -> str:
         if self.next >= self.stop:
             raise RuntimeError("The bench shop ran out of cloned orders; raise the clone count.")
         self.next += 1
         return clone_id(self.next - 1)
+
+
+def tickets_per_second(reports: list[dict]) -> float:
+    """The workers' combined rate, each over the window it measured (shorter if it ran dry)."""
+    return sum(r["done"] / r["window_s"] for r in reports if r.get("window_s", 0) > 0)
 
 
 @dataclass

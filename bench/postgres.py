@@ -60,6 +60,7 @@ from benchlib import (  # noqa: E402
     median,
     offline_env,
     pending_approval_id,
+    tickets_per_second,
 )
 
 from refund_agent.config import PROJECT_ROOT  # noqa: E402
@@ -242,12 +243,13 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
             time.sleep(duration)
             server = server_cpu(pid) - cpu0
             box = machine_split(jiffies0, machine_jiffies(), duration)
-            done, cpu, late = 0, 0.0, []
+            done, cpu, late, reports = 0, 0.0, [], []
             for p in procs:
                 stdout, stderr = p.communicate(timeout=duration + 180)
                 if p.returncode != 0:
                     raise RuntimeError(f"throughput worker failed:\n{stderr}")
                 report = json.loads(stdout.strip().splitlines()[-1])
+                reports.append(report)
                 done += report["done"]
                 cpu += report["cpu_s"]
                 late.append(report.get("late_s", 0.0))
@@ -256,7 +258,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
             if max(late) > 0:
                 log(f"  throughput: a worker started {max(late):.1f} s late (fewer counted)")
             samples[(backend, workers)].append({
-                "tickets": done, "tickets_per_s": done / duration,
+                "tickets": done, "tickets_per_s": tickets_per_second(reports),
                 "worker_cpu_ms_per_ticket": 1000 * cpu / max(done, 1),
                 "server_cpu_ms_per_ticket": 1000 * server / max(done, 1),
                 "cores_busy": (cpu + server) / duration, "load": load,

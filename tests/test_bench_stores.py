@@ -87,3 +87,27 @@ def test_json_store_takes_a_ticket_end_to_end(tmp_path) -> None:
     full_ticket(agent, OrderPool(1, 2).take())
     [run] = agent.store.runs(10)
     assert run.status == RunStatus.DONE
+
+
+def test_a_throughput_worker_that_uses_up_its_orders_reports_the_window_it_measured(tmp_path):
+    """On a fast machine the workers used to run out of cloned orders mid-window and crash
+    ``bench/run.py --quick`` (RuntimeError). A worker given too few orders for its window now
+    stops when they are used up and reports the shorter window, so a rate can still be had."""
+    import json
+    import subprocess
+    import time
+
+    from benchlib import make_bench_shop, offline_env, tickets_per_second
+
+    data = make_bench_shop(tmp_path / "data", clones=6)
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    out = subprocess.run(
+        [sys.executable, str(bench / "tput_worker.py"), "--output", str(tmp_path / "out"),
+         "--data", str(data), "--first", "1", "--last", "6", "--warmup", "1",
+         "--start-at", str(time.time() + 1), "--duration", "600"],
+        capture_output=True, text=True, timeout=300, env=offline_env())
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["ran_dry"] is True and report["done"] == 4, report
+    assert 0 < report["window_s"] < 600
+    assert tickets_per_second([report]) == report["done"] / report["window_s"]
