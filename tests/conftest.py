@@ -149,3 +149,25 @@ def _note_the_backend(request):
 def running_on() -> str:
     """"sqlite" or "postgresql": the backend of the test running now."""
     return _RUNNING_ON["backend"]
+
+
+# -- markers for a fast subset (./dev test --fast) ---------------------------------------------
+
+# Whole modules whose tests kill processes, soak or generate hundreds of histories: the safety
+# net for every change to the store or the agent, and most of the suite's time.
+SLOW_MODULES = {"test_crash_matrix", "test_soak", "test_races", "test_money_invariants",
+                "test_migrate", "test_faults", "test_hostile"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark tests by what they need, so ``-m "not slow and not browser and not postgres"``
+    (``./dev test --fast``) leaves out the long ones without a marker in every file."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if "playwright" in names:
+            item.add_marker(pytest.mark.browser)
+        if "pg_cluster" in names or (callspec and callspec.params.get("backend") == "postgresql"):
+            item.add_marker(pytest.mark.postgres)
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
