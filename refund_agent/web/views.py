@@ -412,7 +412,7 @@ def live_title(segment: LiveSegment) -> str:
         return "Thinking…"
     if segment.kind == "text":
         return "Writing…"
-    return f"Calling {segment.name}…"
+    return f"Calling {md(segment.name)}…"   # the name is the model's
 
 
 # -- the approval card ------------------------------------------------------------------
@@ -595,16 +595,30 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's list): "=HYPERLINK(...)" in an
+# account name, an approver's note, the model's summary or an order id must stay text.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet will show as text: a leading formula character gets a single
+    quote before it (OWASP's advice). Numbers and empty cells pass unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
     """The audit log as CSV (newest first), with every field including the chain hashes.
 
-    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none.
+    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none. Text
+    cells go through :func:`csv_cell`, so no cell opens as a formula.
     """
     rows = []
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
-        rows.append(row)
+        rows.append({key: csv_cell(value) for key, value in row.items()})
     frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
     return frame.to_csv(index=False).encode()
 
