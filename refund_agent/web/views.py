@@ -620,5 +620,7 @@ def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
         rows.append({key: csv_cell(value) for key, value in row.items()})
     frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
-    return frame.to_csv(index=False).encode()
+    # RFC 4180's CRLF rows: the writer then quotes any cell holding a CR or an LF, so a carriage
+    # return in a note cannot start a row of its own (with "\n" rows it would go unquoted).
+    return frame.to_csv(index=False, lineterminator="\r\n").encode()
 
