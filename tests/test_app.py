@@ -633,7 +633,7 @@ def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, st
     assert shows(at, "Signed in as Lee Park · lead, no limit", "markdown")
     approval = start_damaged(at, store)
     assert "account" not in at.query_params and "approver" not in at.query_params
-    confirm(at, approval.id)
+    decide(at, approval.id)
     assert shows(at, "Approved $48.00 for order A1043 as Lee Park", "toast")
     assert store.approval(approval.id).decided_by == "Lee Park"
     # Signing out asks again.

@@ -8,6 +8,7 @@ decides *what* they say.
 from __future__ import annotations
 
 import json
+import re
 import string
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ from ..text import sender_line, size_text, transcript_text
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
 # text is escaped wholesale rather than character by character.
 _MD_SPECIAL = set(string.punctuation)
+# Where a GitHub-style autolink literal starts, in escaped text: "http(s)\:" and "www\.".
+_AUTOLINK = re.compile(r"(?i)(https?|www)(?=\\[:.])")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ def md(text: str) -> str:
     and "**urgent**" must show its asterisks.
     """
     escaped = "".join("\\" + c if c in _MD_SPECIAL else c for c in text)
+    # Escapes do not stop GitHub-style autolinks (they are found in the text after parsing):
+    # an invisible WORD JOINER after "https" or "www" does, so a URL someone wrote into an
+    # email or a link to the desk shows as text, not as a link to click.
+    escaped = _AUTOLINK.sub("\\1\u2060", escaped)
     # Two trailing spaces make a hard line break, so an email keeps its shape.
     return "\n".join(line.rstrip() + "  " if line.strip() else "" for line in
                      escaped.splitlines()).rstrip()
