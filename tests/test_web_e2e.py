@@ -357,6 +357,8 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     ana.get_by_text("Wrong name or password.").wait_for()
     sign_in(ana, "Ana Ruiz", "ana-password")
     ana.get_by_text("Signed in as Ana Ruiz").wait_for()
+    # The desk is drawn once signed in; its "New ticket" section opens as it appears.
+    ana.get_by_role("button", name="Cracked on arrival").wait_for()
     assert "Ana" not in ana.url and "password" not in ana.url
 
     start_sample(ana)
