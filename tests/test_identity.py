@@ -22,7 +22,7 @@ from refund_agent.identity import (
 from refund_agent.models import AuditEntry
 from refund_agent.store import SCHEMA_HISTORY, Store
 from refund_agent.tools import LookupOrder, ShopTools
-from refund_agent.web.views import audit_csv, csv_cell
+from refund_agent.web.views import audit_csv
 
 LEE = "lee-password"
 KELVIN_TOM = "tom.bec\u212aer@example.com"      # KELVIN SIGN, drawn like a K
@@ -176,4 +176,5 @@ def test_the_audit_csv_neutralises_formula_cells():
             assert row[field].startswith("'"), row[field]
             assert row[field][1:] in hostile
     assert {row["amount"] for row in rows} == {"-5.0", "1.0"}   # numbers stay numbers
+    from refund_agent.web.views import csv_cell
     assert csv_cell("Lee Park") == "Lee Park" and csv_cell(None) is None
