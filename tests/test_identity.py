@@ -178,3 +178,25 @@ def test_the_audit_csv_neutralises_formula_cells():
     assert {row["amount"] for row in rows} == {"-5.0", "1.0"}   # numbers stay numbers
     from refund_agent.web.views import csv_cell
     assert csv_cell("Lee Park") == "Lee Park" and csv_cell(None) is None
+
+
+def test_the_throttle_and_canonical_names_on_both_engines(backend, tmp_path):
+    """The throttle's table and the database's clock, and the name check under the write
+    lock, on SQLite and PostgreSQL alike."""
+    out = tmp_path / "out"
+    backend.prepare(out)
+    target = backend.url(out) if backend.postgres else out / "refund-agent.sqlite3"
+    accounts = Accounts(Store(target))
+    accounts.add("Lee Park", "lead", LEE)
+    with pytest.raises(DecisionRefused, match="already exists"):
+        accounts.add("LEE PARK", "lead", "other-password")
+    for _ in range(SIGN_IN_FAILURES):
+        with pytest.raises(SignInFailed, match="Wrong name"):
+            accounts.sign_in("lee park", "guess", client="page 10.0.0.66")
+    other = Accounts(Store(target))   # another process on the same store
+    with pytest.raises(SignInFailed, match="Too many"):
+        other.sign_in("Lee Park", LEE, client="page 10.0.0.66")
+    assert other.sign_in("Lee Park", LEE, client="terminal").name == "Lee Park"
+    count, age = other.store.sign_in_failures("lee park", "page 10.0.0.66", 300.0)
+    assert count == SIGN_IN_FAILURES and 0 <= age < 60
+    assert other.store.verify_audit() is None
