@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from .errors import DecisionRefused, NotFound, RefundAgentError
-from .identity import name_key, name_problem
+from .identity import canonical_name, name_key, name_problem
 from .shop import MAX_DOLLARS
 from .store import Store
 from .text import one_line
@@ -206,7 +206,9 @@ class Accounts:
         if not rows:
             check_password(password or "", _DUMMY)
         if not rows or not check_password(password or "", rows[0]["password"]):
-            self.store.sign_in_failed(key, client, SIGN_IN_WINDOW,
+            # The audit names the name as tried (NFKC, case-folded): a look-alike spelling
+            # shows as one there, while the throttle counts it with the name it imitates.
+            self.store.sign_in_failed(key, client, SIGN_IN_WINDOW, canonical_name(name),
                                       f"{'wrong password' if rows else 'no such account'}"
                                       f" from {client}")
             raise SignInFailed("Wrong name or password.")

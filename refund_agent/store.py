@@ -1198,8 +1198,10 @@ class Store:
             (key, client, window))[0]
         return count, (now - oldest) if count else 0.0
 
-    def sign_in_failed(self, key: str, client: str, window: float, note: str) -> None:
-        """Count one failed sign-in and audit it (by the canonical name; never the password).
+    def sign_in_failed(self, key: str, client: str, window: float, actor: str, note: str
+                       ) -> None:
+        """Count one failed sign-in under ``key`` and audit it as by ``actor`` (the name as
+        tried, in canonical form; never the password).
 
         Entries older than the window are dropped here, so the table holds one window's worth.
         """
@@ -1207,7 +1209,7 @@ class Store:
             db.execute(f"DELETE FROM sign_in_failures WHERE at <= {_DB_NOW} - ?", (window,))
             db.execute("INSERT INTO sign_in_failures(name_key, client, at)"
                        f" VALUES (?, ?, {_DB_NOW})", (key, client))
-            self._audit(db, "sign_in_failed", key, note=note)
+            self._audit(db, "sign_in_failed", actor, note=note)
 
     def sign_in_succeeded(self, key: str, client: str) -> None:
         """Forget ``client``'s failures for ``key`` (a write only when there are some)."""

@@ -200,3 +200,17 @@ def test_the_throttle_and_canonical_names_on_both_engines(backend, tmp_path):
     count, age = other.store.sign_in_failures("lee park", "page 10.0.0.66", 300.0)
     assert count == SIGN_IN_FAILURES and 0 <= age < 60
     assert other.store.verify_audit() is None
+
+
+def test_a_look_alike_spelling_counts_with_the_name_and_shows_in_the_audit(tmp_path):
+    store = store_at(tmp_path)
+    accounts = Accounts(store)
+    accounts.add("Lee Park", "lead", LEE)
+    cyrillic_lee = "L\u0435\u0435 Park"          # CYRILLIC SMALL LETTER IE, twice
+    for _ in range(SIGN_IN_FAILURES):
+        with pytest.raises(SignInFailed):
+            accounts.sign_in(cyrillic_lee, "guess", client="page 10.0.0.66")
+    with pytest.raises(SignInFailed, match="Too many"):
+        accounts.sign_in("Lee Park", LEE, client="page 10.0.0.66")
+    actors = {e.actor for e in store.audit() if e.event == "sign_in_failed"}
+    assert actors == {"l\u0435\u0435 park"}      # the spelling tried, so the attempt is visible
