@@ -107,7 +107,7 @@ def test_the_throttle_is_per_canonical_name_and_client_and_shared_by_processes(t
     # Five wrong tries under five spellings, from one client, through two "processes" (two
     # stores on one file): one count.
     spellings = ["lee park", "LEE PARK", "Lee  Park", "Ｌｅｅ Ｐａｒｋ", "lee park"]
-    for i, name in enumerate(spellings[:SIGN_IN_FAILURES]):
+    for name in spellings[:SIGN_IN_FAILURES]:
         with pytest.raises(SignInFailed, match="Wrong name or password"):
             Accounts(Store(path)).sign_in(name, "guess", client="page 10.0.0.66")
     with pytest.raises(SignInFailed, match="Too many wrong passwords"):
