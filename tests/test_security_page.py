@@ -87,3 +87,18 @@ def test_notices_show_outside_text_as_text(output, store):
     (error,) = [el for el in at.error if "is not an email address" in el.value]
     assert "[x](https://evil.example)" not in error.value
     assert md("[x](https://evil.example)") in error.value
+
+
+def test_a_signed_out_session_cannot_act_through_a_form_it_still_holds(output, store):
+    """The form was drawn while signed in; the account is removed before it is sent. The
+    callback runs before the page is drawn again, so it checks the sign-in itself."""
+    add_accounts(store)
+    at = open_page()
+    sign_in(at, "Lee Park", "lee-password")
+    at.text_input(key="mail_from").input("maya.chen@example.com")
+    at.text_area(key="mail_body").input("Order A1043: the coffee maker arrived shattered.")
+    Accounts(store).remove("Lee Park", by="ops (login)")
+    at.button(key="mail_send").click().run()
+    assert store.runs(limit=5) == []              # no ticket made, no agent run
+    assert [b.key for b in at.button] == ["sign_in"]
+    assert shows(at, "Your account was removed or changed since you signed in", "warning")
