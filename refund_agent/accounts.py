@@ -3,7 +3,9 @@
 With no accounts the desk runs in single-user demo mode: a decision is signed with whatever
 name is typed. Once one account exists, every decision is signed by an account whose password
 was given for it (the page's sign-in, or the terminal's prompt), and an approver may approve
-only up to their limit; a lead has none. Rejections are open to every account.
+only up to their limit; a lead has none. Rejections are open to every account. Names are
+unique, and signed in with, in canonical form (identity.py); the page shows nothing to a
+visitor who has not signed in (web/page.py).
 
 Passwords are never stored: only a salted scrypt hash (standard library) with its parameters,
 so they can be raised later without breaking the accounts made before.
