@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 
 import pytest
 from conftest import run_cli
@@ -126,10 +127,19 @@ def test_the_throttle_is_per_canonical_name_and_client_and_shared_by_processes(t
     assert Store(path).verify_audit() is None
 
 
-def test_schema_7_is_the_throttle_table(tmp_path):
+def test_schema_7_is_the_throttle_table_and_a_version_5_store_gets_it(tmp_path):
     store = store_at(tmp_path)
     assert 7 in SCHEMA_HISTORY and "sign_in_failures" in SCHEMA_HISTORY[7]
     assert store.sign_in_failures("lee park", "page", 300.0) == (0, 0.0)
+    # A store as version 5 left it (no throttle table) is upgraded on open, accounts kept.
+    Accounts(store).add("Lee Park", "lead", LEE)
+    with sqlite3.connect(store.path) as db:
+        db.execute("DROP TABLE sign_in_failures")
+        db.execute("PRAGMA user_version = 5")
+    upgraded = Store(store.path)
+    assert upgraded.sign_in_failures("lee park", "page", 300.0) == (0, 0.0)
+    assert upgraded._read("PRAGMA user_version")[0][0] == max(SCHEMA_HISTORY)
+    assert Accounts(upgraded).sign_in("Lee Park", LEE).name == "Lee Park"
 
 
 # -- 15: limits -----------------------------------------------------------------------------
