@@ -3,7 +3,9 @@
 With no accounts the desk runs in single-user demo mode: a decision is signed with whatever
 name is typed. Once one account exists, every decision is signed by an account whose password
 was given for it (the page's sign-in, or the terminal's prompt), and an approver may approve
-only up to their limit; a lead has none. Rejections are open to every account.
+only up to their limit; a lead has none. Rejections are open to every account. Names are
+unique, and signed in with, in canonical form (identity.py); the page shows nothing to a
+visitor who has not signed in (web/page.py).
 
 Passwords are never stored: only a salted scrypt hash (standard library) with its parameters,
 so they can be raised later without breaking the accounts made before.
@@ -15,13 +17,13 @@ import base64
 import getpass
 import hashlib
 import hmac
+import math
 import os
-import threading
-import time
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import DecisionRefused, NotFound, RefundAgentError
+from .identity import canonical_name, name_key, name_problem
+from .shop import MAX_DOLLARS
 from .store import Store
 from .text import one_line
 
@@ -31,8 +33,9 @@ MIN_PASSWORD = 8
 # scrypt's cost: 16 MiB of memory and about 50 ms per check, slow enough to make guessing a
 # stolen hash expensive and fast enough for a sign-in.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
-# Failed sign-ins a name may have in SIGN_IN_WINDOW seconds before further tries are refused
-# for the rest of the window, without checking the password (a page is a guessing machine).
+# Failed sign-ins one client may have for a name in SIGN_IN_WINDOW seconds before its further
+# tries are refused for the rest of the window, without checking the password (a page is a
+# guessing machine). Counted in the store, so every process and restart shares the count.
 SIGN_IN_FAILURES, SIGN_IN_WINDOW = 5, 300.0
 # Host names the page answers to unless REFUND_AGENT_ALLOWED_HOSTS adds more.
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -47,6 +50,7 @@ class Account:
     name: str
     role: str
     limit: float | None     # dollars; None for a lead
+    version: str = field(default="", compare=False, repr=False)  # see fingerprint()
 
     @property
     def limit_cents(self) -> int | None:
@@ -92,43 +96,36 @@ def _operator() -> str:
         return "unknown login"
 
 
-class _Throttle:
-    """Recent failed sign-ins per name, shared by every session of this process."""
+def limit_to_cents(limit: float) -> int:
+    """An approver's limit in dollars as whole cents, or DecisionRefused saying why not.
 
-    def __init__(self) -> None:
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def _recent(self, name: str, now: float) -> deque[float]:
-        failures = self._failures.setdefault(name.casefold(), deque())
-        while failures and now - failures[0] > SIGN_IN_WINDOW:
-            failures.popleft()
-        return failures
-
-    def wait(self, name: str) -> float:
-        """Seconds until ``name`` may try again (0: now)."""
-        now = time.monotonic()
-        with self._lock:
-            failures = self._recent(name, now)
-            if len(failures) < SIGN_IN_FAILURES:
-                return 0.0
-            return SIGN_IN_WINDOW - (now - failures[0])
-
-    def failed(self, name: str) -> None:
-        with self._lock:
-            self._recent(name, time.monotonic()).append(time.monotonic())
-
-    def clear(self, name: str) -> None:
-        with self._lock:
-            self._failures.pop(name.casefold(), None)
+    Finite, above zero, at most the largest amount the shop handles, and in whole cents: a
+    limit of 47.995 is refused rather than shown as $48.00 and enforced as something else.
+    """
+    if not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        raise DecisionRefused(f"The limit must be a number of dollars, not {limit!r}.")
+    if not 0 < limit <= MAX_DOLLARS:
+        raise DecisionRefused(f"The limit must be more than $0 and at most "
+                              f"${MAX_DOLLARS:,}, not {limit:g}.")
+    cents = round(limit * 100)
+    if abs(limit * 100 - cents) > 1e-6:   # float noise (0.1 + 0.2) is not a fraction of a cent
+        low = math.floor(limit * 100)
+        raise DecisionRefused(f"The limit must be in whole cents: {limit:g} is not; give "
+                              f"{low / 100:.2f} or {(low + 1) / 100:.2f}.")
+    return cents
 
 
-_THROTTLE = _Throttle()
+def fingerprint(row: dict) -> str:
+    """What a signed-in session remembers of its account: any change to the account (removed
+    and added again, a new password, role or limit) gives another value, ending the session."""
+    fields = (row["name"], row["role"], row["limit_cents"], row["password"], row["created_at"])
+    return hashlib.sha256(repr(fields).encode()).hexdigest()[:32]
 
 
 def _account(row: dict) -> Account:
     cents = row["limit_cents"]
-    return Account(row["name"], row["role"], None if cents is None else cents / 100)
+    return Account(row["name"], row["role"], None if cents is None else cents / 100,
+                   fingerprint(row))
 
 
 class Accounts:
@@ -144,53 +141,80 @@ class Accounts:
     def all(self) -> list[Account]:
         return [_account(row) for row in self.store.account_rows()]
 
+    def _rows(self, name: str) -> list[dict]:
+        """The account rows whose name is ``name`` in canonical form (at most one)."""
+        key = name_key(name)
+        return [row for row in self.store.account_rows() if name_key(row["name"]) == key]
+
     def get(self, name: str) -> Account | None:
-        rows = self.store.account_rows(name)
+        """The account named ``name`` under any spelling of it (case, width, spacing)."""
+        rows = self._rows(name) if name else []
         return _account(rows[0]) if rows else None
 
-    def add(self, name: str, role: str, password: str, limit: float | None = None,
-            by: str | None = None) -> Account:
-        """Create an account; ``by`` (default: the operating-system login) is audited."""
+    def check(self, name: str, role: str, limit: float | None = None
+              ) -> tuple[str, int | None]:
+        """The name to keep and the limit in cents for a new account, or DecisionRefused.
+
+        Separate from :meth:`add`, so the terminal refuses a bad name or limit before it asks
+        for a password.
+        """
         name = " ".join(one_line(name, "account name").split())
-        if not name:
-            raise DecisionRefused("An account needs a name.")
+        if problem := name_problem(name):
+            raise DecisionRefused(problem)
         if role not in ROLES:
             raise DecisionRefused(f"The role must be one of {', '.join(ROLES)}, not {role!r}.")
         if role == "lead" and limit is not None:
             raise DecisionRefused("A lead has no approval limit; leave out --limit.")
-        if role == "approver":
-            limit = DEFAULT_LIMIT if limit is None else limit
-            if not limit >= 0:  # also refuses NaN
-                raise DecisionRefused("The limit must be a number of dollars, 0 or more.")
+        if role == "lead":
+            return name, None
+        return name, limit_to_cents(DEFAULT_LIMIT if limit is None else limit)
+
+    def add(self, name: str, role: str, password: str, limit: float | None = None,
+            by: str | None = None) -> Account:
+        """Create an account; ``by`` (default: the operating-system login) is audited.
+
+        The name is kept as written (spaces collapsed) for display; it is unique, and signed
+        in with, by its canonical form (see identity.py).
+        """
+        name, cents = self.check(name, role, limit)
         if len(password) < MIN_PASSWORD:
             raise DecisionRefused(f"The password needs at least {MIN_PASSWORD} characters.")
-        cents = None if limit is None else round(limit * 100)
         self.store.add_account(name, role, cents, hash_password(password), by or _operator())
-        return Account(name, role, None if cents is None else cents / 100)
+        return self.current(name)
 
     def remove(self, name: str, by: str | None = None) -> None:
-        self.store.remove_account(name.strip(), by or _operator())
+        rows = self._rows(name.strip()) if name.strip() else []
+        self.store.remove_account(rows[0]["name"] if rows else name.strip(), by or _operator())
 
-    def sign_in(self, name: str, password: str) -> Account:
+    def sign_in(self, name: str, password: str, client: str = "terminal") -> Account:
         """The account, if ``password`` is its password; SignInFailed otherwise.
 
-        After SIGN_IN_FAILURES wrong tries for a name within SIGN_IN_WINDOW seconds, this
-        process refuses that name for the rest of the window without checking anything, so
-        the page cannot be used to guess passwords. Unknown names count too, so the refusal
-        does not tell which names exist.
+        After SIGN_IN_FAILURES wrong tries for a name from one ``client`` (the page's remote
+        address, or the terminal) within SIGN_IN_WINDOW seconds, that client is refused that
+        name for the rest of the window without checking anything, so the page cannot be used
+        to guess passwords. The count is kept in the store, by the name's canonical form: every
+        spelling, tab, process and restart shares it. Another client is not locked out, so a
+        stranger's guesses never keep the person with the right password out. Unknown names
+        count too, so the refusal does not tell which names exist; every failure is audited.
         """
         name = " ".join((name or "").split())
-        wait = _THROTTLE.wait(name)
-        if wait:
+        key = name_key(name)
+        count, age = self.store.sign_in_failures(key, client, SIGN_IN_WINDOW)
+        if count >= SIGN_IN_FAILURES:
+            wait = SIGN_IN_WINDOW - age
             raise SignInFailed(f"Too many wrong passwords for this name; try again in "
                                f"{max(1, round(wait / 60))} min.")
-        rows = self.store.account_rows(name) if name else []
+        rows = self._rows(name) if name else []
         if not rows:
             check_password(password or "", _DUMMY)
         if not rows or not check_password(password or "", rows[0]["password"]):
-            _THROTTLE.failed(name)
+            # The audit names the name as tried (NFKC, case-folded): a look-alike spelling
+            # shows as one there, while the throttle counts it with the name it imitates.
+            self.store.sign_in_failed(key, client, SIGN_IN_WINDOW, canonical_name(name),
+                                      f"{'wrong password' if rows else 'no such account'}"
+                                      f" from {client}")
             raise SignInFailed("Wrong name or password.")
-        _THROTTLE.clear(name)
+        self.store.sign_in_succeeded(key, client)
         return _account(rows[0])
 
     def current(self, name: str) -> Account:

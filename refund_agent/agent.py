@@ -24,6 +24,7 @@ from openai.types.responses import Response
 from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
+from .identity import address_problem
 from .model import ModelAccess, open_model
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outbox import Outbox, with_signature
@@ -249,6 +250,8 @@ class Agent:
         if ("@" not in sender or len(sender) > 254
                 or any(c.isspace() or not c.isprintable() for c in sender)):
             raise RunNotReady(f"{sender!r} is not an email address.")
+        if problem := address_problem(sender):  # a look-alike of someone else's address
+            raise RunNotReady(problem)
         subject = one_line(subject, "subject")
         sender_name = one_line(sender_name, "sender's name")
         if not body:

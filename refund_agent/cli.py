@@ -448,6 +448,7 @@ def _new_password(name: str) -> str:
 def _users(agent: Agent, args: argparse.Namespace) -> int:
     accounts = Accounts(agent.store)
     if args.users_command == "add":
+        accounts.check(args.name, args.role, args.limit)  # before the password is asked for
         account = accounts.add(args.name, args.role, _new_password(args.name), args.limit)
         print(f"Added {account.describe()}. Decisions now need an account's password.")
     elif args.users_command == "remove":

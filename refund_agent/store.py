@@ -34,6 +34,7 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
+from .identity import name_key
 from .models import (
     Approval,
     AuditEntry,
@@ -62,6 +63,8 @@ SCHEMA_HISTORY: dict[int, str] = {
     5: "Leases name their host (a pid means something only on the machine that wrote it), for "
        "several hosts on one PostgreSQL database; the ledger table holds the payment and email "
        "stand-ins' idempotency records there (on SQLite they stay in output/'s JSONL logs).",
+    7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
+       "throttle is shared by every process and survives a restart (a new table only).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 # The steps that change tables an older store already has (CREATE TABLE IF NOT EXISTS never adds
@@ -200,6 +203,13 @@ CREATE TABLE IF NOT EXISTS accounts (
     name TEXT PRIMARY KEY, role TEXT NOT NULL, limit_cents INTEGER, password TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+-- Failed sign-ins within the throttle's window (see accounts.py), by the name's canonical key
+-- and the client that tried: shared by every page and terminal on this store, so a restart or
+-- another tab does not reset it, and one client's failures never lock out another client.
+CREATE TABLE IF NOT EXISTS sign_in_failures (
+    id INTEGER PRIMARY KEY, name_key TEXT NOT NULL, client TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sign_in_failures_by_name ON sign_in_failures(name_key, client, at);
 -- The payment and email stand-ins' idempotency records when the store is shared by several
 -- hosts (PostgreSQL): one row per (log, key), the whole record as JSON, in the order written.
 -- On SQLite the JSONL logs in output/ hold them instead and this table stays empty.
@@ -247,6 +257,7 @@ TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "call_id", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
+    "sign_in_failures": "id",
 }
 
 
@@ -1142,6 +1153,17 @@ class Store:
         Who may sign decisions is part of the record: the change is audited, by ``by``.
         """
         with self._tx() as db:
+            # Names are unique by their canonical key (case, width, look-alike letters), which
+            # SQL cannot compute: the check reads every name under the write lock (SQLite's
+            # BEGIN IMMEDIATE; on PostgreSQL an advisory lock that no order id can take).
+            self.dialect.lock_order(db, "accounts (names)")
+            key = name_key(name)
+            for (existing,) in db.execute("SELECT name FROM accounts").fetchall():
+                if name_key(existing) == key:
+                    raise DecisionRefused(
+                        f"An account named {existing!r} already exists ({name!r} is the same "
+                        "name: names are compared ignoring case, spacing and look-alike "
+                        "letters).")
             added = db.execute("INSERT INTO accounts(name, role, limit_cents, password,"
                                " created_at) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
                                (name, role, limit_cents, password, time.time())).rowcount
@@ -1164,6 +1186,38 @@ class Store:
 
     def has_accounts(self) -> bool:
         return bool(self._read("SELECT 1 FROM accounts LIMIT 1"))
+
+    # -- the sign-in throttle, shared by every process on this store (see accounts.py) ------
+
+    def sign_in_failures(self, key: str, client: str, window: float) -> tuple[int, float]:
+        """(failed sign-ins of ``key`` from ``client`` in the last ``window`` seconds, seconds
+        since the oldest of them), by the database's clock."""
+        count, oldest, now = self._read(
+            f"SELECT COUNT(*), MIN(at), {_DB_NOW} FROM sign_in_failures"
+            f" WHERE name_key = ? AND client = ? AND at > {_DB_NOW} - ?",
+            (key, client, window))[0]
+        return count, (now - oldest) if count else 0.0
+
+    def sign_in_failed(self, key: str, client: str, window: float, actor: str, note: str
+                       ) -> None:
+        """Count one failed sign-in under ``key`` and audit it as by ``actor`` (the name as
+        tried, in canonical form; never the password).
+
+        Entries older than the window are dropped here, so the table holds one window's worth.
+        """
+        with self._tx() as db:
+            db.execute(f"DELETE FROM sign_in_failures WHERE at <= {_DB_NOW} - ?", (window,))
+            db.execute("INSERT INTO sign_in_failures(name_key, client, at)"
+                       f" VALUES (?, ?, {_DB_NOW})", (key, client))
+            self._audit(db, "sign_in_failed", actor, note=note)
+
+    def sign_in_succeeded(self, key: str, client: str) -> None:
+        """Forget ``client``'s failures for ``key`` (a write only when there are some)."""
+        if self._read("SELECT 1 FROM sign_in_failures WHERE name_key = ? AND client = ?"
+                      " LIMIT 1", (key, client)):
+            with self._tx(durable=False) as db:
+                db.execute("DELETE FROM sign_in_failures WHERE name_key = ? AND client = ?",
+                           (key, client))
 
     def audit_head(self) -> tuple[int, int]:
         """(number of entries, id of the newest): cheap, to notice that the log changed."""

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
+from .identity import same_address
 from .policy import Held, Quote, policy_facts, quote_refund
 from .shop import MAX_DOLLARS, Order, Reason, Shop, canonical_order_id, to_cents
 
@@ -168,7 +169,8 @@ class ShopTools:
         order = self.shop.order(order_id)
         # An unknown order and someone else's order get the same answer, so a stranger cannot
         # probe which order numbers exist.
-        if order is None or order.customer.email.lower() != self.sender.strip().lower():
+        # Compared in canonical form; a look-alike sender (a KELVIN SIGN for K) matches no one.
+        if order is None or not same_address(order.customer.email, self.sender):
             return (f"No order {order_id} was found for {self.sender}. Ask the customer to check "
                     "the order number, or to write from the address they ordered with.")
         return order

@@ -625,17 +625,15 @@ def test_no_accounts_is_an_explicit_demo_mode(output, store):
 def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, store):
     add_accounts(store)
     at = open_page()
-    approval = start_damaged(at, store)
-    decide(at, approval.id)
-    assert shows(at, "Sign in before deciding", "error")
     sign_in(at, "Lee Park", "not-the-password")
     assert shows(at, "Wrong name or password.", "error")
     assert "account" not in at.session_state or not at.session_state["account"]
     assert at.text_input(key="signin_password").value == ""   # never kept after a try
     sign_in(at, "Lee Park", "lee-password")
     assert shows(at, "Signed in as Lee Park · lead, no limit", "markdown")
+    approval = start_damaged(at, store)
     assert "account" not in at.query_params and "approver" not in at.query_params
-    confirm(at, approval.id)
+    decide(at, approval.id)
     assert shows(at, "Approved $48.00 for order A1043 as Lee Park", "toast")
     assert store.approval(approval.id).decided_by == "Lee Park"
     # Signing out asks again.
@@ -646,9 +644,9 @@ def test_sign_in_signs_every_decision_and_a_wrong_password_is_refused(output, st
 def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, store):
     add_accounts(store)
     ana = open_page()
-    approval = start_damaged(ana, store)
     sign_in(ana, "Ana Ruiz", "ana-password")
     assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
+    approval = start_damaged(ana, store)
     review(ana, approval.id)
     assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
                  "warning")
@@ -676,8 +674,8 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
     from refund_agent.accounts import Accounts
     Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=50)
     at = open_page()
-    approval = start_two_lines(at, store)
     sign_in(at, "Ana Ruiz", "ana-password")
+    approval = start_two_lines(at, store)
     review(at, approval.id)
     assert shows(at, "$66.50 is above your approval limit of $50.00", "warning")
     # Unticking the mugs brings what approving pays ($48.00) within the limit.
@@ -691,11 +689,14 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
 def test_a_removed_account_cannot_decide(output, store):
     add_accounts(store)
     at = open_page()
-    approval = start_damaged(at, store)
     sign_in(at, "Lee Park", "lee-password")
+    approval = start_damaged(at, store)
+    review(at, approval.id)
     store.remove_account("Lee Park", "test")
-    decide(at, approval.id)
-    assert shows(at, "Sign in before deciding", "error")
+    # The next draw signs the session out: only the sign-in form is left, nothing to decide.
+    at.run()
+    assert shows(at, "Your account was removed or changed since you signed in", "warning")
+    assert [b.key for b in at.button] == ["sign_in"]
     assert store.approval(approval.id).status == "pending"
 
 

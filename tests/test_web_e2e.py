@@ -348,13 +348,17 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     Accounts(store).add("Lee Park", "lead", "lee-password")
     app_server.start()
 
-    ana = new_page(context, app_server.url + "?approver=Anyone")  # the old URL signs nothing
+    ana = context.new_page()
+    ana.goto(app_server.url + "?approver=Anyone")  # the old URL signs nothing
+    ana.get_by_role("button", name="Sign in").wait_for()   # all a visitor is shown
     expect(ana.get_by_text("Single-user demo")).to_have_count(0)
     expect(ana.get_by_label("Your name (signs every decision in the audit log)")).to_have_count(0)
     sign_in(ana, "Ana Ruiz", "wrong-password")
     ana.get_by_text("Wrong name or password.").wait_for()
     sign_in(ana, "Ana Ruiz", "ana-password")
     ana.get_by_text("Signed in as Ana Ruiz").wait_for()
+    # The desk is drawn once signed in; its "New ticket" section opens as it appears.
+    ana.get_by_role("button", name="Cracked on arrival").wait_for()
     assert "Ana" not in ana.url and "password" not in ana.url
 
     start_sample(ana)
@@ -369,7 +373,8 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     (approval,) = store.approvals(None)
     assert approval.status == "pending"
 
-    lee = new_page(context, app_server.url)
+    lee = context.new_page()
+    lee.goto(app_server.url)
     sign_in(lee, "Lee Park", "lee-password")
     lee.get_by_text("Signed in as Lee Park").wait_for()
     lee_card = lee.locator(CARD).filter(has_text="$48.00 for order A1043")
@@ -380,11 +385,11 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     expect(ana.locator(CARD)).to_have_count(0)  # the other tab sees it decided
     # The run's end reruns the whole page, which would cancel a download started before it.
     lee.get_by_text("Note for the team", exact=True).wait_for()
-    audit = downloaded_audit(lee, 6)    # the two accounts' creation is audited too
-    assert [(r["event"], r["actor"]) for r in audit][:4] == [
+    audit = downloaded_audit(lee, 7)    # the accounts' creation and the failed sign-in too
+    assert [(r["event"], r["actor"]) for r in audit][:5] == [
         ("issued", "payments"), ("approved", "Lee Park"), ("refused", "Ana Ruiz"),
-        ("requested", "agent")]
-    assert [r["event"] for r in audit][4:] == ["account_added", "account_added"]
+        ("requested", "agent"), ("sign_in_failed", "ana ruiz")]
+    assert [r["event"] for r in audit][5:] == ["account_added", "account_added"]
     assert store.verify_audit() is None
 
 

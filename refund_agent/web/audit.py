@@ -22,7 +22,8 @@ def render_audit(worker: Worker) -> None:
                       "and emails…")
     elif verdict.problem:
         # A problem stays on screen until a later check finds none.
-        check.error(f"Audit check failed: {verdict.problem}", icon=":material/gpp_bad:")
+        check.error(f"Audit check failed: {views.md(verdict.problem)}",
+                    icon=":material/gpp_bad:")
     else:
         newer = store.audit_head()[0] - verdict.entries
         since = f" · {newer} newer not checked yet" if newer > 0 else ""

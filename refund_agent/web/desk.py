@@ -17,10 +17,13 @@ from ..policy import Quote
 from . import views
 from .session import (
     approver,
+    client,
     keep_key,
     notify,
     select,
     show_notice,
+    sign_in_as,
+    sign_out,
     signed_in,
     signer,
     ticked,
@@ -61,17 +64,18 @@ def on_sign_in(worker: Worker) -> None:
     state = st.session_state
     password, state["signin_password"] = state.get("signin_password", ""), ""
     try:
-        account = Accounts(worker.agent.store).sign_in(state.get("signin_name", ""), password)
+        account = Accounts(worker.agent.store).sign_in(state.get("signin_name", ""), password,
+                                                       client())
     except RefundAgentError as exc:
         notify("queue", "error", str(exc))
         return
     notify("queue")
     notify("review")   # "sign in before deciding" is answered
-    state["account"] = account.name
+    sign_in_as(account)
 
 
 def on_sign_out() -> None:
-    st.session_state["account"] = None
+    sign_out()
     close_review()
     notify("queue")
 
@@ -189,7 +193,7 @@ def review(worker: Worker, approval_id: str) -> None:
         st.info(f"You {approval.status} this refund at {views.clock(approval.decided_at)}; "
                 "nothing more to do." if mine else
                 f"This refund is no longer waiting: it was {approval.status} by "
-                f"{approval.decided_by}.", icon=":material/info:")
+                f"{md(approval.decided_by or '')}.", icon=":material/info:")
         if st.button("Close", key="review_close"):
             close_review()
             st.rerun()

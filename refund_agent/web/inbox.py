@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ..errors import RefundAgentError
-from .session import notify, select, selected_run_id, show_notice
+from .session import notify, permitted, select, selected_run_id, show_notice
 from .views import INBOX_FILTERS, filter_label, md, page_range, run_label
 from .worker import Worker
 
@@ -13,6 +13,8 @@ PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" awa
 
 
 def on_sample(worker: Worker, key: str) -> None:
+    if not permitted(worker, "inbox"):
+        return
     notify("inbox")
     try:
         run = worker.submit_sample(key)
@@ -24,6 +26,8 @@ def on_sample(worker: Worker, key: str) -> None:
 
 def on_send_email(worker: Worker) -> None:
     state = st.session_state
+    if not permitted(worker, "inbox"):
+        return
     notify("inbox")
     try:
         run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),

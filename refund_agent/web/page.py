@@ -22,8 +22,9 @@ from ..agent import Agent
 from ..config import Settings, load_settings
 from ..errors import RefundAgentError
 from .audit import render_audit
-from .desk import render_approver, render_queue, review
+from .desk import render_approver, render_queue, render_sign_in, review
 from .inbox import render_new_tickets, render_tickets
+from .session import show_notice, signed_in
 from .ticket import render_ticket
 from .views import md
 from .worker import Worker
@@ -80,10 +81,11 @@ def guarded(render: Callable[..., None]) -> Callable[..., None]:
         try:
             render(*args, **kwargs)
         except RefundAgentError as exc:
-            st.error(str(exc), icon=":material/error:")
+            st.error(md(str(exc)), icon=":material/error:")
         except Exception as exc:  # noqa: BLE001 - the page must stay usable
             log.exception("Page section %s failed", render.__name__)
-            st.error(f"Something went wrong: {type(exc).__name__}: {exc}", icon=":material/error:")
+            st.error(md(f"Something went wrong: {type(exc).__name__}: {exc}"),
+                     icon=":material/error:")
 
     return wrapper
 
@@ -150,6 +152,23 @@ def refuse_foreign_host() -> None:
         st.stop()
 
 
+def visitor(worker: Worker) -> bool:
+    """Whether accounts exist and this browser session has not signed in (or its account was
+    removed or changed since). A visitor sees the sign-in form and nothing else: no ticket,
+    email, address, audit entry or button that acts."""
+    accounts = Accounts(worker.agent.store)
+    return accounts.exist() and signed_in(accounts) is None
+
+
+def sign_in_page(worker: Worker) -> None:
+    st.markdown(f"### :material/support_agent: {md(worker.agent.shop.info.name)}")
+    st.caption("Refund desk · sign in to see the tickets and decide refunds")
+    _, middle, _ = st.columns([1, 2, 1])
+    with middle:
+        render_sign_in(worker, Accounts(worker.agent.store))
+        show_notice("queue")
+
+
 def main() -> None:
     st.set_page_config(page_title="Refund desk", page_icon="🧾", layout="wide")
     refuse_foreign_host()  # before anything else renders or starts
@@ -158,9 +177,17 @@ def main() -> None:
         # Read before drawing: a change made while drawing is noticed at the next check.
         st.session_state["drawn"] = fingerprint(worker)
     except RefundAgentError as exc:
-        st.error(f"The helpdesk cannot start: {exc}", icon=":material/error:")
+        st.error(md(f"The helpdesk cannot start: {exc}"), icon=":material/error:")
         st.stop()
     st.html(PAGE_CSS)
+    try:
+        gated = visitor(worker)
+    except RefundAgentError as exc:
+        st.error(md(f"The helpdesk cannot start: {exc}"), icon=":material/error:")
+        st.stop()
+    if gated:
+        guarded(sign_in_page)(worker)
+        st.stop()
     guarded(header)(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.2, 2.2, 1.6], gap="medium")
     # The queue is drawn first (columns fill in any order): a decision made elsewhere shows

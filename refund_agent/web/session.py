@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from ..accounts import Account, Accounts
+from .views import md
 from .worker import Worker
 
 NOTICE_SECONDS = 12  # how long a success message stays (refusals stay until the next action)
@@ -32,6 +33,9 @@ def show_notice(area: str) -> None:
     if not notice:
         return
     kind, text, at = notice
+    # Messages carry outside text (an order id, a name, the store's refusal quoting a model's
+    # argument): shown as written, never as Markdown (links, images, coloured text).
+    text = md(text)
     if kind == "success":
         # Shown once, as a toast that fades; the page itself moves on (the ticket, the queue).
         st.session_state[f"notice_{area}"] = None
@@ -74,13 +78,53 @@ def approver() -> str:
     return st.session_state.get("approver", "")
 
 
+def sign_in_as(account: Account) -> None:
+    """Remember the account in this session, with the version of it that was signed in."""
+    st.session_state["account"] = account.name
+    st.session_state["account_version"] = account.version
+
+
+def sign_out() -> None:
+    st.session_state["account"] = None
+    st.session_state["account_version"] = None
+
+
+def client() -> str:
+    """Who is trying to sign in, for the throttle: the browser's address as the server sees it
+    (every tab of one browser alike, so a new tab does not reset the count)."""
+    try:
+        address = st.context.ip_address
+    except Exception:  # noqa: BLE001 - no request (AppTest): one client for the session
+        address = None
+    return f"page {address}" if address else "page"
+
+
 def signed_in(accounts: Accounts) -> Account | None:
-    """The account signed in in this browser session, as it is now in the store."""
+    """The account signed in in this browser session, as it is now in the store.
+
+    None once the account was removed, or changed in any way since this session signed in
+    (removed and added again is the password reset): the session is signed out and says why.
+    """
     name = st.session_state.get("account")
     account = accounts.get(name) if name else None
-    if name and account is None:  # removed since: the session signs out
-        st.session_state["account"] = None
+    if name and (account is None or account.version != st.session_state.get("account_version")):
+        sign_out()
+        notify("queue", "warning", "Your account was removed or changed since you signed in; "
+                                   "sign in again.")
+        return None
     return account
+
+
+def permitted(worker: Worker, area: str) -> bool:
+    """Whether this session may read or act on the desk: always in demo mode (no accounts),
+    else only when signed in (told why not). Every callback that acts checks it, besides the
+    page drawing only the sign-in form for a visitor."""
+    accounts = Accounts(worker.agent.store)
+    if not accounts.exist() or signed_in(accounts) is not None:
+        return True
+    notify(area, "error", "Sign in first: with accounts set up, the desk is for signed-in "
+                          "people only.")
+    return False
 
 
 def signer(worker: Worker, area: str = "queue") -> tuple[str, int | None] | None:

@@ -9,12 +9,14 @@ import streamlit as st
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views
-from .session import notify, select, selected_run_id, show_notice
+from .session import notify, permitted, select, selected_run_id, show_notice
 from .views import md
 from .worker import Worker
 
 
 def on_stop(worker: Worker, run_id: str) -> None:
+    if not permitted(worker, "ticket"):
+        return
     if worker.stop(run_id):
         notify("ticket")
     else:
@@ -23,6 +25,8 @@ def on_stop(worker: Worker, run_id: str) -> None:
 
 
 def on_resume(worker: Worker, run_id: str) -> None:
+    if not permitted(worker, "ticket"):
+        return
     notify("ticket")
     try:
         worker.resume(run_id)
@@ -32,6 +36,8 @@ def on_resume(worker: Worker, run_id: str) -> None:
 
 def on_reply(worker: Worker, run_id: str) -> None:
     key = f"reply_{run_id}"
+    if not permitted(worker, "ticket"):
+        return
     notify("ticket")
     try:
         worker.reply(run_id, st.session_state.get(key, ""))
@@ -52,7 +58,8 @@ def render_ticket(worker: Worker) -> None:
     if not run_id:
         st.markdown("#### :material/confirmation_number: Ticket")
         if missing := st.session_state.get("missing"):
-            st.info(f"Ticket {missing} is not in this desk's store. Pick one in the inbox.",
+            # The id comes from the URL (?run=): whoever wrote the link chose it.
+            st.info(f"Ticket {md(missing)} is not in this desk's store. Pick one in the inbox.",
                     icon=":material/search_off:")
         else:
             st.info("Pick a ticket in the inbox, or start one with a sample email.",
@@ -76,7 +83,7 @@ def render_ticket(worker: Worker) -> None:
     show_notice("ticket")
     problem = worker.problem(run.id)
     if problem:
-        st.warning(problem, icon=":material/warning:")
+        st.warning(md(problem), icon=":material/warning:")
 
     for block in views.timeline(store.steps(run.id)):
         render_block(block)

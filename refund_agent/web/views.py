@@ -8,6 +8,7 @@ decides *what* they say.
 from __future__ import annotations
 
 import json
+import re
 import string
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ from ..text import sender_line, size_text, transcript_text
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
 # text is escaped wholesale rather than character by character.
 _MD_SPECIAL = set(string.punctuation)
+# Where a GitHub-style autolink literal starts, in escaped text: "http(s)\:" and "www\.".
+_AUTOLINK = re.compile(r"(?i)(https?|www)(?=\\[:.])")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ def md(text: str) -> str:
     and "**urgent**" must show its asterisks.
     """
     escaped = "".join("\\" + c if c in _MD_SPECIAL else c for c in text)
+    # Escapes do not stop GitHub-style autolinks (they are found in the text after parsing):
+    # an invisible WORD JOINER after "https" or "www" does, so a URL someone wrote into an
+    # email or a link to the desk shows as text, not as a link to click.
+    escaped = _AUTOLINK.sub("\\1\u2060", escaped)
     # Two trailing spaces make a hard line break, so an email keeps its shape.
     return "\n".join(line.rstrip() + "  " if line.strip() else "" for line in
                      escaped.splitlines()).rstrip()
@@ -412,7 +419,7 @@ def live_title(segment: LiveSegment) -> str:
         return "Thinking…"
     if segment.kind == "text":
         return "Writing…"
-    return f"Calling {segment.name}…"
+    return f"Calling {md(segment.name)}…"   # the name is the model's
 
 
 # -- the approval card ------------------------------------------------------------------
@@ -595,16 +602,32 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's list): "=HYPERLINK(...)" in an
+# account name, an approver's note, the model's summary or an order id must stay text.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet will show as text: a leading formula character gets a single
+    quote before it (OWASP's advice). Numbers and empty cells pass unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
     """The audit log as CSV (newest first), with every field including the chain hashes.
 
-    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none.
+    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none. Text
+    cells go through :func:`csv_cell`, so no cell opens as a formula.
     """
     rows = []
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
-        rows.append(row)
+        rows.append({key: csv_cell(value) for key, value in row.items()})
     frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
-    return frame.to_csv(index=False).encode()
+    # RFC 4180's CRLF rows: the writer then quotes any cell holding a CR or an LF, so a carriage
+    # return in a note cannot start a row of its own (with "\n" rows it would go unquoted).
+    return frame.to_csv(index=False, lineterminator="\r\n").encode()
 
