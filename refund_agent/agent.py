@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream raises
 import openai
 from openai.types.responses import Response
@@ -545,7 +544,7 @@ class Agent:
                 elif kind in ("response.failed", "response.incomplete", "error"):
                     raise openai.APIError(f"The model stream ended with {kind}.",
                                           request=stream.http_request, body=event)
-        except (openai.APIError, httpx.HTTPError):
+        except (openai.APIError, httpx2.HTTPError, httpx2.StreamError):
             heartbeat.check()   # the stream was closed because the run was lost
             if cancel and cancel.is_set():
                 raise _Stopped from None

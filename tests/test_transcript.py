@@ -14,7 +14,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from refund_agent import Agent, RunStatus, Settings, converse
@@ -133,7 +133,7 @@ def test_a_deleted_stored_response_is_replaced_by_the_transcript(agent: Agent, m
 def test_thirty_one_days_later_the_run_finishes_from_its_transcript(agent: Agent, model):
     run = _waiting_damaged(agent)
     # Over HTTP, as another process (the terminal's) would move it.
-    moved = httpx.post(model.server.base_url.replace("/v1", "/_offline/clock"),
+    moved = httpx2.post(model.server.base_url.replace("/v1", "/_offline/clock"),
                        json={"advance_seconds": 31 * 86400})
     assert moved.status_code == 200
     with pytest.raises(Exception, match="not found"):
