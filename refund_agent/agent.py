@@ -23,12 +23,13 @@ from openai.types.responses import Response
 from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
-from .model import ModelAccess, open_model
+from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outbox import Outbox, with_signature
 from .payments import Payments
 from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
+from .providers import ProviderError, effort_for, estimate_cost_ticks, needs_include
 from .shop import Shop
 from .store import Lease, Store
 from .text import one_line
@@ -37,10 +38,13 @@ from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30
 MAX_EMAIL_CHARS = 20_000
-# Asked for on every request, so the transcript holds each reasoning item with the encrypted
-# reasoning the provider needs to read it back when the run sends its history itself.
+# Asked for where the response would not carry it otherwise (store=false, or a model that does
+# not return it unasked; see providers.needs_include), so the transcript holds each reasoning
+# item with the encrypted reasoning the provider needs to read it back when the run sends its
+# history itself.
 INCLUDE = ["reasoning.encrypted_content"]
-# The provider's code for encrypted reasoning that does not verify (a changed transcript).
+# OpenAI's code for encrypted reasoning that does not verify (a changed transcript); xAI
+# documents none, and its refusal is read from the message (providers.read_error).
 BAD_REASONING = "invalid_encrypted_content"
 
 
@@ -159,8 +163,12 @@ def _user_message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": text}
 
 
-def _usage(response: Any) -> dict[str, int]:
-    """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``."""
+def _usage(response: Any, model: str = "") -> dict[str, int]:
+    """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``.
+
+    A provider that reports no cost (OpenAI) gets an estimate from the price table in
+    providers.py, marked ``cost_estimated`` so front ends can say so.
+    """
     usage = response.usage
     if usage is None:
         return {}
@@ -168,9 +176,15 @@ def _usage(response: Any) -> dict[str, int]:
     ticks = getattr(usage, "cost_in_usd_ticks", None)
     if ticks is None and usage.model_extra:
         ticks = usage.model_extra.get("cost_in_usd_ticks")
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-            "cached_tokens": getattr(details, "cached_tokens", 0) or 0,
-            "cost_ticks": int(ticks or 0)}
+    cached = getattr(details, "cached_tokens", 0) or 0
+    found = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+             "cached_tokens": cached, "cost_ticks": int(ticks or 0)}
+    if ticks is None:
+        estimate = estimate_cost_ticks(model or getattr(response, "model", "") or "",
+                                       usage.input_tokens, cached, usage.output_tokens)
+        if estimate is not None:
+            found.update(cost_ticks=estimate, cost_estimated=1)
+    return found
 
 
 def _sse_events(stream: Any) -> Iterator[dict[str, Any]]:
@@ -313,17 +327,18 @@ class Agent:
                 raise
         except _NoTranscript as exc:
             self._finish(lease, RunStatus.FAILED, str(exc))
-        except openai.NotFoundError as exc:
-            self._finish(lease, RunStatus.FAILED, self._not_found(run_id, exc))
         except openai.APIError as exc:
             if cancel and cancel.is_set():
                 self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
-            elif getattr(exc, "code", None) == BAD_REASONING:
-                self._finish(lease, RunStatus.FAILED, self._refused_transcript(exc))
             else:
-                self._finish(lease, RunStatus.FAILED,
-                             f"The model request failed ({type(exc).__name__}: {exc}). Resume "
-                             "retries from the last stored response.")
+                error = self._read_error(exc, run_id)
+                if error.kind == "bad_reasoning":
+                    message = self._refused_transcript(error)
+                elif error.kind == "response_gone":
+                    message = self._not_found(run_id, error)
+                else:
+                    message = error.plain()
+                self._finish(lease, RunStatus.FAILED, message)
         except BaseException as exc:
             self._finish(lease, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
             raise
@@ -339,24 +354,45 @@ class Agent:
         asked_at = approvals[-1].decided_at or 0
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
 
-    def _not_found(self, run_id: str, exc: openai.NotFoundError) -> str:
-        """A 404 that is not about the stored response (that one falls back to the transcript)."""
+    def _read_error(self, exc: openai.APIError, run_id: str | None = None) -> ProviderError:
+        """The provider's error in plain words (its body read whatever the shape)."""
+        previous = self.store.run(run_id).last_response_id if run_id else None
+        return provider_error(exc, self.settings.provider, previous)
+
+    def _not_found(self, run_id: str, error: ProviderError) -> str:
+        """The stored response is gone and the request sent from the transcript failed too."""
         previous = self.store.run(run_id).last_response_id
-        if previous and previous in str(exc):
-            # Reached only if the request sent from the transcript was refused as well.
-            return (f"The stored response {previous} is gone, and the request sent from the "
-                    f"run's transcript instead was refused too ({exc}); resume retries.")
-        return (f"The model endpoint answered 404 Not Found ({exc}). Check "
-                "REFUND_AGENT_BASE_URL and REFUND_AGENT_MODEL; resume retries.")
+        return (f"The stored response {previous} is gone, and the request sent from the "
+                f"run's transcript instead was refused too ({error.message or error.code}); "
+                "resume retries.")
 
     @staticmethod
-    def _refused_transcript(exc: openai.APIError) -> str:
+    def _refused_transcript(error: ProviderError) -> str:
         """The provider refused the transcript's encrypted reasoning: say so plainly."""
         return ("The model refused this run's transcript: the encrypted reasoning kept in the "
-                f"store does not verify ({exc.message}). The transcript was changed after the "
+                f"store does not verify ({error.message}). The transcript was changed after the "
                 "model wrote it, or was written under another key or provider, so the run "
                 "stopped here rather than continue without its reasoning. Restore the store "
                 "from a backup, or start a new ticket.")
+
+    def _response_gone(self, exc: openai.APIStatusError, missing: str) -> bool:
+        """Whether a refused continuation means the stored response ``missing`` is gone.
+
+        Recognised in every form providers use: a 404 or 400 naming the id anywhere in its
+        body, OpenAI's or xAI's ``previous_response_not_found`` code; a bare 404 (xAI's flat
+        body says only "Error code: 404") is confirmed by asking for the response itself.
+        """
+        if provider_error(exc, self.settings.provider, missing).kind == "response_gone":
+            return True
+        if exc.status_code != 404:
+            return False
+        try:
+            self.model.client.responses.retrieve(missing)
+        except openai.NotFoundError:
+            return True
+        except openai.APIError:
+            return False
+        return False  # the response is there: the 404 was about something else
 
     def _history(self, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as input items, checked to reach from the first request to
@@ -448,25 +484,29 @@ class Agent:
         """
         started = time.monotonic()
         keep_nothing = self.settings.zero_retention
+        model = self.settings.model
         params: dict[str, Any] = {
-            "model": self.settings.model, "input": items, "tools": tool_schemas(),
-            "store": not keep_nothing, "include": INCLUDE, "stream": True,
+            "model": model, "input": items, "tools": tool_schemas(),
+            "store": not keep_nothing, "stream": True,
             "parallel_tool_calls": False, "prompt_cache_key": run.id,
         }
+        if needs_include(model, store=not keep_nothing):
+            params["include"] = INCLUDE
         if keep_nothing:
             params["input"] = self._history(run) + items
         elif run.last_response_id:
             params["previous_response_id"] = run.last_response_id
-        if self.settings.reasoning_effort:
-            params["reasoning"] = {"effort": self.settings.reasoning_effort}
+        effort = effort_for(model, self.settings.reasoning_effort)
+        if effort:
+            params["reasoning"] = {"effort": effort}
         resent: dict[str, Any] | None = None
         with _Heartbeat(self.store, lease) as heartbeat:
             try:
                 response = self._stream(run.id, params, emit, cancel, heartbeat)
-            except openai.NotFoundError as exc:
+            except openai.APIStatusError as exc:
                 missing = params.get("previous_response_id")
-                if not missing or missing not in str(exc):
-                    raise  # a wrong URL or model, not the stored response
+                if not missing or not self._response_gone(exc, missing):
+                    raise  # a wrong URL or model, a refused parameter: not the stored response
                 history = self._history(run)
                 params.pop("previous_response_id")
                 params.update(input=history + items, store=True)  # chain from the new one
@@ -493,7 +533,7 @@ class Agent:
         if text.strip():
             # Text next to calls is commentary; text with no calls ends the turn: the note.
             steps.append(("text" if calls else "note", {"text": text.strip()}))
-        usage = _usage(response)
+        usage = _usage(response, model)
         steps.append(("response", {"response_id": response.id,
                                    "seconds": round(time.monotonic() - started, 3), **usage}))
         # What this request added to the conversation, then every output item as it arrived
@@ -539,9 +579,11 @@ class Agent:
                     emit(LiveEvent(run_id, "call", event["item"].get("name") or ""))
                 elif kind == "response.function_call_arguments.delta":
                     emit(LiveEvent(run_id, "arguments", event.get("delta") or ""))
-                elif kind == "response.completed":
+                elif kind in ("response.completed", "response.incomplete"):
+                    # xAI documents response.incomplete as a terminal event carrying the
+                    # output (cut short by a limit); its items are kept like a completed one's.
                     final = Response.construct(**event["response"])
-                elif kind in ("response.failed", "response.incomplete", "error"):
+                elif kind in ("response.failed", "error"):
                     raise openai.APIError(f"The model stream ended with {kind}.",
                                           request=stream.http_request, body=event)
         except (openai.APIError, httpx2.HTTPError, httpx2.StreamError):

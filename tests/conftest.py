@@ -26,6 +26,8 @@ DATA = PROJECT_ROOT / "data"
 def _no_real_key(monkeypatch):
     """Tests must never reach Grok, whatever the developer's shell or .env holds."""
     monkeypatch.setenv("XAI_API_KEY", "")
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    monkeypatch.delenv("REFUND_AGENT_PROVIDER", raising=False)
     for name in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "REFUND_AGENT_OFFLINE_FAULTS",
                  "REFUND_AGENT_OFFLINE_LATENCY"):
         monkeypatch.delenv(name, raising=False)
