@@ -15,7 +15,7 @@ import openai
 
 from .config import Settings
 from .offline import OfflineServer, start_offline_server
-from .providers import ProviderError, read_error, worth_retrying
+from .providers import RESUME, ProviderError, read_error, worth_retrying
 
 _servers: dict[str, OfflineServer] = {}
 _lock = threading.Lock()
@@ -67,9 +67,7 @@ def provider_error(exc: openai.APIError, provider: str,
                    response_id: str | None = None) -> ProviderError:
     """What an SDK error means, read from the body the provider actually sent."""
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(None, None, "", "connection", True,
-                             "The SDK retried it; resume continues from the last stored "
-                             "response.")
+        return ProviderError(None, None, "", "connection", True, f"Retried. {RESUME}")
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
     body: Any = exc.body

@@ -245,6 +245,7 @@ _RETENTION = re.compile(r"zero[ -]data[ -]retention|\bzdr\b|retention|store.{0,2
 _PARAM = re.compile(r"reasoning|effort|argument not supported|unsupported parameter|"
                     r"not supported|unknown parameter|invalid value|parameter", re.I)
 GONE_CODES = frozenset({"previous_response_not_found"})
+RESUME = "Resume retries from the last stored response."
 
 
 def body_fields(body: Any) -> tuple[str | None, str]:
@@ -319,7 +320,7 @@ def read_error(status: int | None, body: Any, *, settings_hint: str = XAI,
     if status == 429:
         return error("rate_limit", True,
                      "Retried with backoff; if it persists, send fewer requests at once or "
-                     f"raise the team's rate limit at {console}.")
+                     f"raise the team's rate limit at {console}. {RESUME}")
     if status in (400, 403) and _RETENTION.search(text):
         return error("zero_retention", False,
                      "Set REFUND_AGENT_ZERO_RETENTION=1 so every request is sent with "
@@ -340,8 +341,8 @@ def read_error(status: int | None, body: Any, *, settings_hint: str = XAI,
                       "none to send no effort.")
         return error("bad_parameter", False, advice)
     if status is not None and status >= 500:
-        return error("server", True, "Retried with backoff; resume tries again later.")
-    return error("other", False, "Resume retries from the last stored response.")
+        return error("server", True, f"Retried with backoff. {RESUME}")
+    return error("other", False, RESUME)
 
 
 def worth_retrying(status: int, body: Any) -> bool:

@@ -227,7 +227,7 @@ def test_rate_limit_before_the_answer_is_retried(agent, model):
 def test_rate_limit_past_the_retry_budget_fails_resumably(agent, model):
     model.server.inject("429", "429", "429")  # max_retries=2 in the test settings
     run = agent.advance(agent.start_sample("damaged").id)
-    assert run.status == RunStatus.FAILED and "RateLimitError" in run.error
+    assert run.status == RunStatus.FAILED and "rate-limiting" in run.error
     assert agent.advance(run.id).status == RunStatus.WAITING
 
 
