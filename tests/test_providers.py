@@ -327,12 +327,12 @@ def test_settings_pick_openai_when_only_its_key_is_set(monkeypatch, tmp_path: Pa
         load_settings(tmp_path / "none.env")
 
 
-@pytest.mark.parametrize("model, effort", [("grok-4.7", "low"), ("grok-4", None),
+@pytest.mark.parametrize("name, effort", [("grok-4.7", "low"), ("grok-4", None),
                                            ("gpt-5-mini", "low")])
-def test_the_simulated_customer_request_uses_low_effort_where_taken(agent, model, effort):
+def test_the_simulated_customer_request_uses_low_effort_where_taken(agent, name, effort):
     from refund_agent.customer import persona_request
 
     run = agent.advance(agent.start_sample("past-window").id)
-    agent.settings = agent.settings.with_(model=model)
+    agent.settings = agent.settings.with_(model=name)
     body = persona_request(agent, run)
     assert body.get("reasoning") == ({"effort": effort} if effort else None)
