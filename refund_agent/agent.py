@@ -7,6 +7,7 @@ stop in one process and continue in another, days later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -147,6 +148,22 @@ class _Stopped(Exception):
 
 class _NoTranscript(Exception):
     """The run needs its transcript, but it does not go back to the first request."""
+
+
+def transcript_digest(entries: list[tuple[str, dict[str, Any]]]) -> str:
+    """SHA-256 over one response's transcript items (origin and item, canonical JSON).
+
+    Kept in the response's timeline step, written in the same transaction as the items, so an
+    item changed, added or removed afterwards (a hand edit, a bad restore, a tampered reasoning
+    blob) is found before the transcript is ever sent. It detects changes, it does not
+    authenticate: whoever can rewrite the store can rewrite the step too.
+    """
+    digest = hashlib.sha256()
+    for origin, item in entries:
+        digest.update(json.dumps([origin, item], sort_keys=True, ensure_ascii=False,
+                                 separators=(",", ":")).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 def _require_utf8(*texts: str) -> None:
@@ -326,14 +343,14 @@ class Agent:
             if isinstance(exc, KeyboardInterrupt):
                 raise
         except _NoTranscript as exc:
-            self._finish(lease, RunStatus.FAILED, str(exc))
+            self._finish(lease, RunStatus.FAILED, self._hand_over(run_id, lease, str(exc)))
         except openai.APIError as exc:
             if cancel and cancel.is_set():
                 self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
             else:
                 error = self._read_error(exc, run_id)
                 if error.kind == "bad_reasoning":
-                    message = self._refused_transcript(error)
+                    message = self._hand_over(run_id, lease, self._refused_transcript(error))
                 elif error.kind == "response_gone":
                     message = self._not_found(run_id, error)
                 else:
@@ -353,6 +370,33 @@ class Agent:
             return False
         asked_at = approvals[-1].decided_at or 0
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
+
+    def _hand_over(self, run_id: str, lease: Lease, why: str) -> str:
+        """A run that cannot continue: tell the customer a person will follow up, and leave
+        the team a note (the run's failure) saying so.
+
+        The email goes through the outbox under a key of the run's own, so however often the
+        run is resumed and fails again, the customer gets it once; only ever to the sender.
+        A refund paid before the failure is named in it, since the model never got to say so.
+        """
+        run = self.store.run(run_id)
+        paid = [s.data for s in self.store.steps(run_id) if s.kind == "refund"]
+        refund = ""
+        if paid:
+            total = sum(float(d.get("amount") or 0) for d in paid)
+            refund = (f" Your refund of ${total:,.2f} has been issued and should reach you "
+                      "within a few business days.")
+        greeting = f"Hello {run.sender_name}," if run.sender_name else "Hello,"
+        body = with_signature(
+            f"{greeting}\n\nThank you for your patience.{refund} We could not finish handling "
+            "your request automatically, so a member of our team will look at it and follow "
+            "up with you personally.", self.shop.info.signature)
+        self.store.check_lease(lease)   # a process that lost the run sends nothing
+        _record, reused = self.outbox.send(f"{run_id}/follow-up", run.sender,
+                                           f"Re: {run.subject}", body)
+        told = "was already told" if reused else "was told"
+        return (f"{why} A person needs to take this ticket over: the customer ({run.sender}) "
+                f"{told} by email that a person will follow up.")
 
     def _read_error(self, exc: openai.APIError, run_id: str | None = None) -> ProviderError:
         """The provider's error in plain words (its body read whatever the shape)."""
@@ -411,13 +455,34 @@ class Agent:
         elif not entries or entries[-1].response_id != run.last_response_id:
             why = ("its transcript does not end at that response (the store was edited, or "
                    "restored from an older copy)")
+        else:
+            why = self._changed_item(run, entries)
         if why:
             raise _NoTranscript(
                 f"Run {run.id} needs its own transcript (its stored response "
                 f"{run.last_response_id} is gone, or zero retention is on), but {why}, so it "
-                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days. "
-                "Start a new ticket.")
+                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days.")
         return [entry.item for entry in entries]
+
+    def _changed_item(self, run: Run, entries: list[Any]) -> str | None:
+        """Why the transcript fails its integrity check, or None (see transcript_digest)."""
+        digests = {s.data["response_id"]: s.data["transcript_digest"]
+                   for s in self.store.steps(run.id)
+                   if s.kind == "response" and s.data.get("transcript_digest")}
+        if not digests:
+            return None   # written before transcripts were checked
+        groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for entry in entries:
+            groups.setdefault(entry.response_id, []).append((entry.origin, entry.item))
+        for response_id, group in groups.items():
+            expected = digests.get(response_id)
+            if expected is not None and transcript_digest(group) != expected:
+                return (f"its transcript was changed after it was written (an item of "
+                        f"response {response_id} differs from what was sent or received)")
+        missing = [rid for rid in digests if rid not in groups]
+        if missing:
+            return f"its transcript lost the items of response {missing[0]}"
+        return None
 
     def _finish(self, lease: Lease, status: RunStatus, error: str | None,
                 step: tuple[str, dict] | None = None) -> None:
@@ -534,12 +599,13 @@ class Agent:
             # Text next to calls is commentary; text with no calls ends the turn: the note.
             steps.append(("text" if calls else "note", {"text": text.strip()}))
         usage = _usage(response, model)
-        steps.append(("response", {"response_id": response.id,
-                                   "seconds": round(time.monotonic() - started, 3), **usage}))
         # What this request added to the conversation, then every output item as it arrived
         # (to_dict keeps exactly the fields the API sent, encrypted reasoning included).
         transcript = [*(("input", item) for item in items),
                       *(("output", item.to_dict(mode="json")) for item in response.output)]
+        steps.append(("response", {"response_id": response.id,
+                                   "seconds": round(time.monotonic() - started, 3), **usage,
+                                   "transcript_digest": transcript_digest(transcript)}))
         self.store.record_response(lease, response_id=response.id, calls=calls, steps=steps,
                                    usage=usage, replies_sent=reply_ids, transcript=transcript,
                                    resent=resent)
