@@ -63,7 +63,8 @@ def simulate_reply(agent: Agent, run: Run, lease: Lease) -> str | None:
     response = agent.model.client.responses.create(**persona_request(agent, run))
     text = (response.output_text or "").strip()
     finished = not text or text.upper().strip(". ") == DONE
-    agent.store.add_cost(lease, _usage(response, agent.settings.model), ("customer_done", {}) if finished else None)
+    agent.store.add_cost(lease, _usage(response, agent.settings.model),
+                         ("customer_done", {}) if finished else None)
     return None if finished else text
 
 

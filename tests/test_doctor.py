@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from conftest import run_cli
+
 from refund_agent import Settings
 from refund_agent.doctor import diagnose, report
 from refund_agent.offline import OfflineServer

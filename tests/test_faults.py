@@ -189,7 +189,8 @@ def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path)
             model.server.inject(*["429"] * (MAX_RETRIES + 1))
 
     after = converse(agent, run.id, fail_the_persona)
-    assert after.status == RunStatus.FAILED and "rate-limiting" in after.error and "customer" in after.error
+    assert after.status == RunStatus.FAILED
+    assert "rate-limiting" in after.error and "customer" in after.error
     assert agent.store.latest_run({RunStatus.FAILED}).id == run.id
     finished = converse(agent, run.id)
     assert finished.status == RunStatus.DONE and finished.simulated_replies == 2

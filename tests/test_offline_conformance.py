@@ -25,6 +25,7 @@ from typing import Any
 import openai
 import pydantic
 import pytest
+from conftest import error_fields, refused
 from openai import BaseModel as SDKModel
 from openai.types.responses import (
     CompactedResponse,
@@ -35,7 +36,6 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 
-from conftest import error_fields, refused
 from refund_agent import RunStatus, converse
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.offline import OfflineServer, brain

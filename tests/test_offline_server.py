@@ -23,9 +23,9 @@ from typing import Any
 
 import openai
 import pytest
+from conftest import error_fields, refused
 from openai.types.responses import Response
 
-from conftest import error_fields, refused
 from refund_agent.offline import OfflineServer, start_offline_server
 from refund_agent.offline.events import delta_delays
 from refund_agent.offline.server import FAULTS_ENV
