@@ -212,7 +212,11 @@ def test_expired_stored_response_without_a_transcript_fails_with_a_clear_message
         assert run.status == RunStatus.FAILED
         assert "expire after 30 days" in run.error
         assert "before refund-agent kept transcripts" in run.error
-        assert agent.outbox.messages() == []  # the refund was paid first; no email promised it
+        # The refund was paid first; the customer is told it was, and that a person will
+        # follow up (once, to the sender), since the run cannot (#21 item 17).
+        [sent] = agent.outbox.messages()
+        assert sent["request"]["to"] == run.sender and "follow up" in sent["request"]["body"]
+        assert "refund of $" in sent["request"]["body"]
     finally:
         server.close()
 
