@@ -336,3 +336,29 @@ def test_the_simulated_customer_request_uses_low_effort_where_taken(agent, name,
     agent.settings = agent.settings.with_(model=name)
     body = persona_request(agent, run)
     assert body.get("reasoning") == ({"effort": effort} if effort else None)
+
+
+def test_the_page_shows_the_reason_and_an_openai_cost_as_an_estimate(desk):
+    from refund_agent.web import views
+
+    agent, server = desk("openai")
+    waiting = _waiting(agent)
+    titles = [b.title for b in views.timeline(agent.store.steps(waiting.id))
+              if b.kind == "response"]
+    assert titles and all("(estimate)" in t for t in titles)
+    server.inject("credits")
+    failed = agent.advance(agent.start_sample("past-window").id)
+    [shown] = [b.title for b in views.timeline(agent.store.steps(failed.id)) if b.kind == "error"]
+    assert "out of credits" in shown and "exceeded your current quota" in shown
+    assert "OPENAI_API_KEY" not in shown and "platform.openai.com" in shown
+
+
+def test_the_terminal_shows_the_reason(tmp_path):
+    from conftest import run_cli
+
+    done = run_cli(tmp_path / "out", "sample", "past-window",
+                   REFUND_AGENT_OFFLINE_FAULTS="credits")
+    assert done.returncode != 0 or "failed" in done.stdout
+    shown = done.stdout + done.stderr
+    assert "out of credits" in shown and "purchase more credits" in shown
+    assert "Error code: 429" not in shown
