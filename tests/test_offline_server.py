@@ -557,7 +557,7 @@ def test_cli_help() -> None:
     assert "--port" in result.stdout and "--state" in result.stdout and "--latency" in result.stdout
 
 
-def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
+def test_cli_serves_until_interrupted(tmp_path: Path, dialect: str) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -575,6 +575,7 @@ def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
     try:
         banner = process.stdout.readline()
         base_url = banner.split(" at ")[1].split()[0]
+        assert f"({dialect} dialect" in banner   # from REFUND_AGENT_OFFLINE_DIALECT
         with urllib.request.urlopen(
             base_url.removesuffix("/v1") + "/_offline/health", timeout=5
         ) as reply:
