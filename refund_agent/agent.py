@@ -7,6 +7,7 @@ stop in one process and continue in another, days later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -16,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream raises
 import openai
 from openai.types.responses import Response
@@ -25,12 +25,13 @@ from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
 from .identity import address_problem
-from .model import ModelAccess, open_model
+from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outbox import Outbox, with_signature
 from .payments import Payments
 from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
+from .providers import ProviderError, effort_for, estimate_cost_ticks, needs_include
 from .shop import Shop
 from .store import Lease, Store
 from .text import one_line
@@ -39,10 +40,13 @@ from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30
 MAX_EMAIL_CHARS = 20_000
-# Asked for on every request, so the transcript holds each reasoning item with the encrypted
-# reasoning the provider needs to read it back when the run sends its history itself.
+# Asked for where the response would not carry it otherwise (store=false, or a model that does
+# not return it unasked; see providers.needs_include), so the transcript holds each reasoning
+# item with the encrypted reasoning the provider needs to read it back when the run sends its
+# history itself.
 INCLUDE = ["reasoning.encrypted_content"]
-# The provider's code for encrypted reasoning that does not verify (a changed transcript).
+# OpenAI's code for encrypted reasoning that does not verify (a changed transcript); xAI
+# documents none, and its refusal is read from the message (providers.read_error).
 BAD_REASONING = "invalid_encrypted_content"
 
 
@@ -147,6 +151,22 @@ class _NoTranscript(Exception):
     """The run needs its transcript, but it does not go back to the first request."""
 
 
+def transcript_digest(entries: list[tuple[str, dict[str, Any]]]) -> str:
+    """SHA-256 over one response's transcript items (origin and item, canonical JSON).
+
+    Kept in the response's timeline step, written in the same transaction as the items, so an
+    item changed, added or removed afterwards (a hand edit, a bad restore, a tampered reasoning
+    blob) is found before the transcript is ever sent. It detects changes, it does not
+    authenticate: whoever can rewrite the store can rewrite the step too.
+    """
+    digest = hashlib.sha256()
+    for origin, item in entries:
+        digest.update(json.dumps([origin, item], sort_keys=True, ensure_ascii=False,
+                                 separators=(",", ":")).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def _require_utf8(*texts: str) -> None:
     """Refuse text that cannot be stored or sent (undecodable bytes from a terminal or file)."""
     for text in texts:
@@ -161,8 +181,12 @@ def _user_message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": text}
 
 
-def _usage(response: Any) -> dict[str, int]:
-    """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``."""
+def _usage(response: Any, model: str = "") -> dict[str, int]:
+    """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``.
+
+    A provider that reports no cost (OpenAI) gets an estimate from the price table in
+    providers.py, marked ``cost_estimated`` so front ends can say so.
+    """
     usage = response.usage
     if usage is None:
         return {}
@@ -170,9 +194,15 @@ def _usage(response: Any) -> dict[str, int]:
     ticks = getattr(usage, "cost_in_usd_ticks", None)
     if ticks is None and usage.model_extra:
         ticks = usage.model_extra.get("cost_in_usd_ticks")
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-            "cached_tokens": getattr(details, "cached_tokens", 0) or 0,
-            "cost_ticks": int(ticks or 0)}
+    cached = getattr(details, "cached_tokens", 0) or 0
+    found = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+             "cached_tokens": cached, "cost_ticks": int(ticks or 0)}
+    if ticks is None:
+        estimate = estimate_cost_ticks(model or getattr(response, "model", "") or "",
+                                       usage.input_tokens, cached, usage.output_tokens)
+        if estimate is not None:
+            found.update(cost_ticks=estimate, cost_estimated=1)
+    return found
 
 
 def _sse_events(stream: Any) -> Iterator[dict[str, Any]]:
@@ -316,18 +346,19 @@ class Agent:
             if isinstance(exc, KeyboardInterrupt):
                 raise
         except _NoTranscript as exc:
-            self._finish(lease, RunStatus.FAILED, str(exc))
-        except openai.NotFoundError as exc:
-            self._finish(lease, RunStatus.FAILED, self._not_found(run_id, exc))
+            self._finish(lease, RunStatus.FAILED, self._hand_over(run_id, lease, str(exc)))
         except openai.APIError as exc:
             if cancel and cancel.is_set():
                 self._finish(lease, RunStatus.STOPPED, None, ("stopped", {}))
-            elif getattr(exc, "code", None) == BAD_REASONING:
-                self._finish(lease, RunStatus.FAILED, self._refused_transcript(exc))
             else:
-                self._finish(lease, RunStatus.FAILED,
-                             f"The model request failed ({type(exc).__name__}: {exc}). Resume "
-                             "retries from the last stored response.")
+                error = self._read_error(exc, run_id)
+                if error.kind == "bad_reasoning":
+                    message = self._hand_over(run_id, lease, self._refused_transcript(error))
+                elif error.kind == "response_gone":
+                    message = self._not_found(run_id, error)
+                else:
+                    message = error.plain()
+                self._finish(lease, RunStatus.FAILED, message)
         except BaseException as exc:
             self._finish(lease, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
             raise
@@ -343,24 +374,72 @@ class Agent:
         asked_at = approvals[-1].decided_at or 0
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
 
-    def _not_found(self, run_id: str, exc: openai.NotFoundError) -> str:
-        """A 404 that is not about the stored response (that one falls back to the transcript)."""
+    def _hand_over(self, run_id: str, lease: Lease, why: str) -> str:
+        """A run that cannot continue: tell the customer a person will follow up, and leave
+        the team a note (the run's failure) saying so.
+
+        The email goes through the outbox under a key of the run's own, so however often the
+        run is resumed and fails again, the customer gets it once; only ever to the sender.
+        A refund paid before the failure is named in it, since the model never got to say so.
+        """
+        run = self.store.run(run_id)
+        paid = [s.data for s in self.store.steps(run_id) if s.kind == "refund"]
+        refund = ""
+        if paid:
+            total = sum(float(d.get("amount") or 0) for d in paid)
+            refund = (f" Your refund of ${total:,.2f} has been issued and should reach you "
+                      "within a few business days.")
+        greeting = f"Hello {run.sender_name}," if run.sender_name else "Hello,"
+        body = with_signature(
+            f"{greeting}\n\nThank you for your patience.{refund} We could not finish handling "
+            "your request automatically, so a member of our team will look at it and follow "
+            "up with you personally.", self.shop.info.signature)
+        self.store.check_lease(lease)   # a process that lost the run sends nothing
+        _record, reused = self.outbox.send(f"{run_id}/follow-up", run.sender,
+                                           f"Re: {run.subject}", body)
+        told = "was already told" if reused else "was told"
+        return (f"{why} A person needs to take this ticket over: the customer ({run.sender}) "
+                f"{told} by email that a person will follow up.")
+
+    def _read_error(self, exc: openai.APIError, run_id: str | None = None) -> ProviderError:
+        """The provider's error in plain words (its body read whatever the shape)."""
+        previous = self.store.run(run_id).last_response_id if run_id else None
+        return provider_error(exc, self.settings.provider, previous)
+
+    def _not_found(self, run_id: str, error: ProviderError) -> str:
+        """The stored response is gone and the request sent from the transcript failed too."""
         previous = self.store.run(run_id).last_response_id
-        if previous and previous in str(exc):
-            # Reached only if the request sent from the transcript was refused as well.
-            return (f"The stored response {previous} is gone, and the request sent from the "
-                    f"run's transcript instead was refused too ({exc}); resume retries.")
-        return (f"The model endpoint answered 404 Not Found ({exc}). Check "
-                "REFUND_AGENT_BASE_URL and REFUND_AGENT_MODEL; resume retries.")
+        return (f"The stored response {previous} is gone, and the request sent from the "
+                f"run's transcript instead was refused too ({error.message or error.code}); "
+                "resume retries.")
 
     @staticmethod
-    def _refused_transcript(exc: openai.APIError) -> str:
+    def _refused_transcript(error: ProviderError) -> str:
         """The provider refused the transcript's encrypted reasoning: say so plainly."""
         return ("The model refused this run's transcript: the encrypted reasoning kept in the "
-                f"store does not verify ({exc.message}). The transcript was changed after the "
+                f"store does not verify ({error.message}). The transcript was changed after the "
                 "model wrote it, or was written under another key or provider, so the run "
                 "stopped here rather than continue without its reasoning. Restore the store "
                 "from a backup, or start a new ticket.")
+
+    def _response_gone(self, exc: openai.APIStatusError, missing: str) -> bool:
+        """Whether a refused continuation means the stored response ``missing`` is gone.
+
+        Recognised in every form providers use: a 404 or 400 naming the id anywhere in its
+        body, OpenAI's or xAI's ``previous_response_not_found`` code; a bare 404 (xAI's flat
+        body says only "Error code: 404") is confirmed by asking for the response itself.
+        """
+        if provider_error(exc, self.settings.provider, missing).kind == "response_gone":
+            return True
+        if exc.status_code != 404:
+            return False
+        try:
+            self.model.client.responses.retrieve(missing)
+        except openai.NotFoundError:
+            return True
+        except openai.APIError:
+            return False
+        return False  # the response is there: the 404 was about something else
 
     def _history(self, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as input items, checked to reach from the first request to
@@ -379,13 +458,34 @@ class Agent:
         elif not entries or entries[-1].response_id != run.last_response_id:
             why = ("its transcript does not end at that response (the store was edited, or "
                    "restored from an older copy)")
+        else:
+            why = self._changed_item(run, entries)
         if why:
             raise _NoTranscript(
                 f"Run {run.id} needs its own transcript (its stored response "
                 f"{run.last_response_id} is gone, or zero retention is on), but {why}, so it "
-                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days. "
-                "Start a new ticket.")
+                f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days.")
         return [entry.item for entry in entries]
+
+    def _changed_item(self, run: Run, entries: list[Any]) -> str | None:
+        """Why the transcript fails its integrity check, or None (see transcript_digest)."""
+        digests = {s.data["response_id"]: s.data["transcript_digest"]
+                   for s in self.store.steps(run.id)
+                   if s.kind == "response" and s.data.get("transcript_digest")}
+        if not digests:
+            return None   # written before transcripts were checked
+        groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for entry in entries:
+            groups.setdefault(entry.response_id, []).append((entry.origin, entry.item))
+        for response_id, group in groups.items():
+            expected = digests.get(response_id)
+            if expected is not None and transcript_digest(group) != expected:
+                return (f"its transcript was changed after it was written (an item of "
+                        f"response {response_id} differs from what was sent or received)")
+        missing = [rid for rid in digests if rid not in groups]
+        if missing:
+            return f"its transcript lost the items of response {missing[0]}"
+        return None
 
     def _finish(self, lease: Lease, status: RunStatus, error: str | None,
                 step: tuple[str, dict] | None = None) -> None:
@@ -452,25 +552,29 @@ class Agent:
         """
         started = time.monotonic()
         keep_nothing = self.settings.zero_retention
+        model = self.settings.model
         params: dict[str, Any] = {
-            "model": self.settings.model, "input": items, "tools": tool_schemas(),
-            "store": not keep_nothing, "include": INCLUDE, "stream": True,
+            "model": model, "input": items, "tools": tool_schemas(),
+            "store": not keep_nothing, "stream": True,
             "parallel_tool_calls": False, "prompt_cache_key": run.id,
         }
+        if needs_include(model, store=not keep_nothing):
+            params["include"] = INCLUDE
         if keep_nothing:
             params["input"] = self._history(run) + items
         elif run.last_response_id:
             params["previous_response_id"] = run.last_response_id
-        if self.settings.reasoning_effort:
-            params["reasoning"] = {"effort": self.settings.reasoning_effort}
+        effort = effort_for(model, self.settings.reasoning_effort)
+        if effort:
+            params["reasoning"] = {"effort": effort}
         resent: dict[str, Any] | None = None
         with _Heartbeat(self.store, lease) as heartbeat:
             try:
                 response = self._stream(run.id, params, emit, cancel, heartbeat)
-            except openai.NotFoundError as exc:
+            except openai.APIStatusError as exc:
                 missing = params.get("previous_response_id")
-                if not missing or missing not in str(exc):
-                    raise  # a wrong URL or model, not the stored response
+                if not missing or not self._response_gone(exc, missing):
+                    raise  # a wrong URL or model, a refused parameter: not the stored response
                 history = self._history(run)
                 params.pop("previous_response_id")
                 params.update(input=history + items, store=True)  # chain from the new one
@@ -497,13 +601,14 @@ class Agent:
         if text.strip():
             # Text next to calls is commentary; text with no calls ends the turn: the note.
             steps.append(("text" if calls else "note", {"text": text.strip()}))
-        usage = _usage(response)
-        steps.append(("response", {"response_id": response.id,
-                                   "seconds": round(time.monotonic() - started, 3), **usage}))
+        usage = _usage(response, model)
         # What this request added to the conversation, then every output item as it arrived
         # (to_dict keeps exactly the fields the API sent, encrypted reasoning included).
         transcript = [*(("input", item) for item in items),
                       *(("output", item.to_dict(mode="json")) for item in response.output)]
+        steps.append(("response", {"response_id": response.id,
+                                   "seconds": round(time.monotonic() - started, 3), **usage,
+                                   "transcript_digest": transcript_digest(transcript)}))
         self.store.record_response(lease, response_id=response.id, calls=calls, steps=steps,
                                    usage=usage, replies_sent=reply_ids, transcript=transcript,
                                    resent=resent)
@@ -543,12 +648,14 @@ class Agent:
                     emit(LiveEvent(run_id, "call", event["item"].get("name") or ""))
                 elif kind == "response.function_call_arguments.delta":
                     emit(LiveEvent(run_id, "arguments", event.get("delta") or ""))
-                elif kind == "response.completed":
+                elif kind in ("response.completed", "response.incomplete"):
+                    # xAI documents response.incomplete as a terminal event carrying the
+                    # output (cut short by a limit); its items are kept like a completed one's.
                     final = Response.construct(**event["response"])
-                elif kind in ("response.failed", "response.incomplete", "error"):
+                elif kind in ("response.failed", "error"):
                     raise openai.APIError(f"The model stream ended with {kind}.",
                                           request=stream.http_request, body=event)
-        except (openai.APIError, httpx.HTTPError):
+        except (openai.APIError, httpx2.HTTPError, httpx2.StreamError):
             heartbeat.check()   # the stream was closed because the run was lost
             if cancel and cancel.is_set():
                 raise _Stopped from None

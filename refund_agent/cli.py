@@ -52,6 +52,7 @@ examples:
   refund-agent reply "That's not enough"    write back to the last finished run as the customer
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
+  refund-agent doctor                       does the model provider work? (one tiny request)
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
   refund-agent users list | users remove NAME
@@ -411,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", metavar="URL",
                          help="the target, postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
                               "(default: REFUND_AGENT_DATABASE_URL)")
+    sub.add_parser("doctor", help="check the model provider: key, model, effort, storage, "
+                   "streaming (one tiny request), or say how to switch from the stand-in")
     sub.add_parser("queue", help="list refunds waiting for approval")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
@@ -528,11 +531,22 @@ def _migrate(to: str | None) -> int:
     return 0
 
 
+def _doctor() -> int:
+    """``refund-agent doctor``: exit 0 when the provider works (or the stand-in is in use)."""
+    from .doctor import report  # only this command needs it
+
+    lines, ok = report(load_settings())
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
 def run_command(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "sample"
     if command == "migrate":  # the source is always the SQLite store, whatever the settings
         return _migrate(args.to)
+    if command == "doctor":
+        return _doctor()
     agent = Agent()
     printer = Printer()
     if command in ("queue", "runs", "show", "audit"):

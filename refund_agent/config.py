@@ -13,6 +13,7 @@ from pathlib import Path
 from dotenv import load_dotenv
 
 from .errors import ConfigError
+from .providers import ALL_EFFORTS, OPENAI, PROFILES, XAI
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 XAI_BASE_URL = "https://api.x.ai/v1"
@@ -33,10 +34,14 @@ class Settings:
     """Everything configurable, in one immutable object.
 
     Attributes:
-        api_key: the xAI key; when empty the offline stand-in model is used.
+        provider: ``xai`` (the default) or ``openai`` (REFUND_AGENT_PROVIDER, or only
+            OPENAI_API_KEY set); see providers.py for what differs.
+        api_key: the provider's key; when empty the offline stand-in model is used (speaking
+            the provider's dialect).
         model: model name sent with each request.
         base_url: the Responses API endpoint for the real model.
-        reasoning_effort: "low", "medium", "high", or None to omit the parameter.
+        reasoning_effort: the wanted ``reasoning.effort`` ("low", "xhigh", ...), or None to omit
+            it; sent only to models that take it (providers.MODELS).
         timeout: seconds to wait for one model request (reasoning models can be slow).
         max_retries: retries for a request that fails before the answer starts.
         data_dir: the shop's orders, policy and sample emails.
@@ -61,6 +66,7 @@ class Settings:
     """
 
     api_key: str = ""
+    provider: str = XAI
     model: str = "grok-4.7"
     base_url: str = XAI_BASE_URL
     reasoning_effort: str | None = "low"
@@ -85,8 +91,11 @@ class Settings:
     @property
     def model_label(self) -> str:
         """How front ends name the model: plainly, so nobody mistakes the stand-in for Grok."""
+        key = PROFILES[self.provider].key_env
         if self.offline:
-            return "offline stand-in model (no XAI_API_KEY set)"
+            return f"offline stand-in model (no {key} set)"
+        if self.provider == OPENAI:
+            return f"OpenAI ({self.model})"
         return f"Grok ({self.model})"
 
     @property
@@ -117,15 +126,18 @@ def load_settings(env_file: Path | None = None) -> Settings:
     load_dotenv(env_file or PROJECT_ROOT / ".env", override=False)
     env = os.environ
     effort = env.get("REFUND_AGENT_REASONING_EFFORT", "low").strip().lower()
-    if effort not in {"low", "medium", "high", "none", ""}:
-        raise ConfigError("REFUND_AGENT_REASONING_EFFORT must be low, medium, high or none.")
+    if effort not in ALL_EFFORTS | {"none", ""}:
+        raise ConfigError("REFUND_AGENT_REASONING_EFFORT must be one of "
+                          f"{', '.join(sorted(ALL_EFFORTS))} or none, got {effort!r}.")
+    profile = PROFILES[_provider(env)]
     crash = {p.strip() for p in env.get("REFUND_AGENT_CRASH_AT", "").split(",") if p.strip()}
     if env.get("CRASH_AFTER_REFUND", "").strip() not in {"", "0"}:
         crash.add("after_refund")
     return Settings(
-        api_key=env.get("XAI_API_KEY", "").strip(),
-        model=env.get("REFUND_AGENT_MODEL", "grok-4.7").strip() or "grok-4.7",
-        base_url=env.get("REFUND_AGENT_BASE_URL", XAI_BASE_URL).strip() or XAI_BASE_URL,
+        api_key=env.get(profile.key_env, "").strip(),
+        provider=profile.name,
+        model=env.get("REFUND_AGENT_MODEL", "").strip() or profile.default_model,
+        base_url=env.get("REFUND_AGENT_BASE_URL", "").strip() or profile.base_url,
         reasoning_effort=None if effort in {"none", ""} else effort,
         timeout=_float("REFUND_AGENT_TIMEOUT", 900.0),
         max_retries=int(_float("REFUND_AGENT_MAX_RETRIES", 5)),
@@ -142,6 +154,20 @@ def load_settings(env_file: Path | None = None) -> Settings:
         database_url=_database_url(env.get("REFUND_AGENT_DATABASE_URL", "")),
         offline_url=env.get("REFUND_AGENT_OFFLINE_URL", "").strip().rstrip("/"),
     )
+
+
+def _provider(env: os._Environ[str]) -> str:
+    """REFUND_AGENT_PROVIDER, or OpenAI when only an OpenAI key is set; else xAI."""
+    raw = env.get("REFUND_AGENT_PROVIDER", "").strip().lower()
+    if raw in ("grok", "x.ai"):
+        raw = XAI
+    if raw and raw not in PROFILES:
+        raise ConfigError(f"REFUND_AGENT_PROVIDER must be xai or openai, got {raw!r}.")
+    if raw:
+        return raw
+    if env.get("OPENAI_API_KEY", "").strip() and not env.get("XAI_API_KEY", "").strip():
+        return OPENAI
+    return XAI
 
 
 def _database_url(raw: str) -> str:

@@ -15,8 +15,10 @@ import openai
 
 from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent, _usage
 from .crash import crash_point
+from .model import provider_error
 from .models import Run, RunStatus
 from .prompts import customer_brief
+from .providers import low_effort
 from .store import Lease
 
 MAX_SIMULATED_REPLIES = 3
@@ -37,8 +39,12 @@ def transcript(agent: Agent, run_id: str) -> str:
 
 
 def persona_request(agent: Agent, run: Run) -> dict[str, Any]:
-    """The request body for the simulated customer's next reply."""
-    return {
+    """The request body for the simulated customer's next reply.
+
+    A low effort where the model takes one: playing the customer needs little thinking, and
+    without it grok-4.7 would think at its default, high.
+    """
+    body: dict[str, Any] = {
         "model": agent.settings.model, "store": False,
         "input": [
             {"type": "message", "role": "system",
@@ -46,6 +52,10 @@ def persona_request(agent: Agent, run: Run) -> dict[str, Any]:
             {"type": "message", "role": "user", "content": transcript(agent, run.id)},
         ],
     }
+    effort = low_effort(agent.settings.model)
+    if effort:
+        body["reasoning"] = {"effort": effort}
+    return body
 
 
 def simulate_reply(agent: Agent, run: Run, lease: Lease) -> str | None:
@@ -53,7 +63,8 @@ def simulate_reply(agent: Agent, run: Run, lease: Lease) -> str | None:
     response = agent.model.client.responses.create(**persona_request(agent, run))
     text = (response.output_text or "").strip()
     finished = not text or text.upper().strip(". ") == DONE
-    agent.store.add_cost(lease, _usage(response), ("customer_done", {}) if finished else None)
+    agent.store.add_cost(lease, _usage(response, agent.settings.model),
+                         ("customer_done", {}) if finished else None)
     return None if finished else text
 
 
@@ -80,8 +91,8 @@ def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
             text = simulate_reply(agent, run, lease)
         except openai.APIError as exc:
             # Say why the conversation paused, so the front end shows it and resume retries.
-            error = (f"The simulated customer's reply failed ({type(exc).__name__}: {exc}). "
-                     "Resume asks for it again.")
+            why = provider_error(exc, agent.settings.provider).plain()
+            error = f"The simulated customer's reply failed: {why} Resume asks for it again."
             agent.store.release(lease, RunStatus.FAILED, error,
                                 ("error", {"message": error}))
             return agent.store.run(run_id)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
+import httpx2
 import openai
 
 from .config import Settings
 from .offline import OfflineServer, start_offline_server
+from .providers import RESUME, ProviderError, read_error, worth_retrying
 
 _servers: dict[str, OfflineServer] = {}
 _lock = threading.Lock()
@@ -25,17 +28,57 @@ def offline_server(settings: Settings) -> OfflineServer:
     process starts its own on the same file, so stored responses outlive the process.
     """
     state = settings.output_dir / "offline-model.sqlite3"
+    key = f"{state}|{settings.provider}"  # the stand-in speaks the provider's dialect
     with _lock:
-        server = _servers.get(str(state))
+        server = _servers.get(key)
         if server is not None and not state.exists():
             # The output folder was deleted under us (a test or notebook starting afresh);
             # the old server would keep writing to a file nobody else can see.
             server.close()
             server = None
         if server is None:
-            server = start_offline_server(state, latency=settings.offline_latency)
-            _servers[str(state)] = server
+            server = start_offline_server(state, latency=settings.offline_latency,
+                                          dialect=settings.provider)
+            _servers[key] = server
         return server
+
+
+class ProviderClient(openai.OpenAI):
+    """The SDK's client, retrying only what is worth retrying.
+
+    The SDK retries every 429, but a 429 that says the team is out of credits will say the same
+    five times over (each after a longer wait), so its body is read first and such an answer is
+    not retried. Rate limits and 5xx are retried as before, and so is a connection cut before
+    the answer starts.
+    """
+
+    def _should_retry(self, response: httpx2.Response) -> bool:
+        if response.status_code == 429:
+            try:
+                body = response.read()
+            except (httpx2.HTTPError, httpx2.StreamError):
+                body = b""
+            if not worth_retrying(response.status_code, body):
+                return False
+        return super()._should_retry(response)
+
+
+def provider_error(exc: openai.APIError, provider: str,
+                   response_id: str | None = None) -> ProviderError:
+    """What an SDK error means, read from the body the provider actually sent."""
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(None, None, "", "connection", True, f"Retried. {RESUME}")
+    status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    body: Any = exc.body
+    if response is not None:
+        try:
+            body = response.text
+        except (httpx2.ResponseNotRead, httpx2.StreamError):
+            pass
+    if isinstance(body, dict) and isinstance(body.get("response"), dict):
+        body = body["response"].get("error") or body  # a stream's response.failed event
+    return read_error(status, body, settings_hint=provider, response_id=response_id)
 
 
 @dataclass
@@ -51,12 +94,12 @@ def open_model(settings: Settings) -> ModelAccess:
     if settings.offline and settings.offline_url:
         # One offline service for every host (see the README's PostgreSQL section): a run
         # continued on another host finds its stored responses there, as it would at xAI.
-        client = openai.OpenAI(base_url=settings.offline_url, api_key="offline-stand-in",
+        client = ProviderClient(base_url=settings.offline_url, api_key="offline-stand-in",
                                **common)
         return ModelAccess(client, settings.model_label, None)
     if settings.offline:
         server = offline_server(settings)
-        client = openai.OpenAI(base_url=server.base_url, api_key="offline-stand-in", **common)
+        client = ProviderClient(base_url=server.base_url, api_key="offline-stand-in", **common)
         return ModelAccess(client, settings.model_label, server)
-    client = openai.OpenAI(base_url=settings.base_url, api_key=settings.api_key, **common)
+    client = ProviderClient(base_url=settings.base_url, api_key=settings.api_key, **common)
     return ModelAccess(client, settings.model_label, None)

@@ -212,7 +212,11 @@ def test_expired_stored_response_without_a_transcript_fails_with_a_clear_message
         assert run.status == RunStatus.FAILED
         assert "expire after 30 days" in run.error
         assert "before refund-agent kept transcripts" in run.error
-        assert agent.outbox.messages() == []  # the refund was paid first; no email promised it
+        # The refund was paid first; the customer is told it was, and that a person will
+        # follow up (once, to the sender), since the run cannot (#21 item 17).
+        [sent] = agent.outbox.messages()
+        assert sent["request"]["to"] == run.sender and "follow up" in sent["request"]["body"]
+        assert "refund of $" in sent["request"]["body"]
     finally:
         server.close()
 
@@ -227,7 +231,7 @@ def test_rate_limit_before_the_answer_is_retried(agent, model):
 def test_rate_limit_past_the_retry_budget_fails_resumably(agent, model):
     model.server.inject("429", "429", "429")  # max_retries=2 in the test settings
     run = agent.advance(agent.start_sample("damaged").id)
-    assert run.status == RunStatus.FAILED and "RateLimitError" in run.error
+    assert run.status == RunStatus.FAILED and "rate-limiting" in run.error
     assert agent.advance(run.id).status == RunStatus.WAITING
 
 

@@ -7,6 +7,7 @@ response and stream event against its pydantic models instead of trusting them.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +23,15 @@ from typing import Any
 
 import openai
 import pytest
+from conftest import error_fields, refused
 from openai.types.responses import Response
 
 from refund_agent.offline import OfflineServer, start_offline_server
 from refund_agent.offline.events import delta_delays
 from refund_agent.offline.server import FAULTS_ENV
 
+# Every test here runs against the stand-in in xAI's dialect and in OpenAI's.
+pytestmark = pytest.mark.usefixtures("dialect")
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86400.0
 TOOLS = [
@@ -142,11 +147,15 @@ def stored_ids(state_path: Path) -> list[str]:
 # -- responses ---------------------------------------------------------------
 
 
-def test_create_parses_into_response_with_all_output_kinds(client: openai.OpenAI) -> None:
+def test_create_parses_into_response_with_all_output_kinds(client: openai.OpenAI,
+                                                           dialect: str) -> None:
     response = create(client)
 
-    assert isinstance(response, Response)
-    assert response.id.startswith("resp_") and response.status == "completed"
+    assert isinstance(response, Response) and response.status == "completed"
+    if dialect == "xai":   # a UUID, and xAI's call ids: a prefix plus the index in the response
+        assert str(uuid.UUID(response.id)) == response.id
+    else:
+        assert response.id.startswith("resp_")
     assert [item.type for item in response.output] == ["reasoning", "message", "function_call"]
     reasoning, message, call = response.output
     assert reasoning.summary[0].text == FakeReply().reasoning
@@ -154,7 +163,8 @@ def test_create_parses_into_response_with_all_output_kinds(client: openai.OpenAI
     assert message.id.startswith("msg_") and message.role == "assistant"
     assert (
         call.name == "lookup_order"
-        and call.call_id.startswith("call_")
+        and re.fullmatch(r"call-[0-9a-f]{8}-0" if dialect == "xai" else r"call_[0-9a-f]{32}",
+                         call.call_id)
         and call.id.startswith("fc_")
     )
     assert json.loads(call.arguments) == {"order_id": "A-1001"}
@@ -244,14 +254,15 @@ def test_stream_yields_events_in_order_and_final_equals_stored(client: openai.Op
     assert client.responses.retrieve(final.id) == final
 
 
-def test_stream_helper_returns_final_response(client: openai.OpenAI) -> None:
+def test_stream_helper_returns_final_response(client: openai.OpenAI, dialect: str) -> None:
     with client.responses.stream(model="grok-4-fast", input="refund please", tools=TOOLS) as stream:
         deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
         final = stream.get_final_response()
 
     assert "".join(deltas) == final.output_text == FakeReply().text
     assert final.output[2].type == "function_call"
-    assert final.usage.model_extra["cost_in_usd_ticks"] > 0
+    # xAI reports each response's cost; OpenAI does not.
+    assert (final.usage.model_extra.get("cost_in_usd_ticks", 0) > 0) == (dialect == "xai")
 
 
 def test_retrieve_can_replay_a_stored_response_as_a_stream(client: openai.OpenAI) -> None:
@@ -284,7 +295,7 @@ def expected_ticks(usage: Any) -> int:
 
 
 def test_cached_tokens_on_second_request_of_a_chain_with_the_same_key(
-    client: openai.OpenAI,
+    client: openai.OpenAI, dialect: str
 ) -> None:
     first = create(client, prompt_cache_key="conv-1")
     call_id = first.output[2].call_id
@@ -314,11 +325,16 @@ def test_cached_tokens_on_second_request_of_a_chain_with_the_same_key(
         usage = response.usage
         assert usage.total_tokens == usage.input_tokens + usage.output_tokens
         assert usage.input_tokens_details.cache_write_tokens == 0
+        if dialect == "openai":   # OpenAI reports tokens, never a cost
+            assert "cost_in_usd_ticks" not in usage.model_extra
+            continue
         assert (
             usage.cost_in_usd_ticks
             == usage.model_extra["cost_in_usd_ticks"]
             == expected_ticks(usage)
         )
+    if dialect == "openai":
+        return
     # Cached input is billed at a quarter of the price.
     assert second.usage.cost_in_usd_ticks < expected_ticks(
         second.usage.model_copy(update={"input_tokens_details": first.usage.input_tokens_details})
@@ -383,20 +399,15 @@ def test_expired_responses_are_not_found(client: openai.OpenAI, clock: FakeClock
     create(client, input="still there", previous_response_id=first.id)
     clock.now += 2 * DAY
 
-    with pytest.raises(openai.NotFoundError) as caught:
+    with refused(openai.NotFoundError, param="previous_response_id", code="not_found") as caught:
         create(client, input="too late", previous_response_id=first.id)
-    assert caught.value.body == {
-        "message": f"Response with id '{first.id}' not found.",
-        "type": "invalid_request_error",
-        "param": "previous_response_id",
-        "code": "not_found",
-    }
+    assert error_fields(caught.value)["message"] == f"Response with id '{first.id}' not found."
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(first.id)
 
 
 def test_unknown_previous_response_is_not_found(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError, match="resp_missing"):
+    with refused(openai.NotFoundError, "resp_missing"):
         create(client, previous_response_id="resp_missing")
 
 
@@ -409,25 +420,29 @@ def test_store_false_cannot_be_continued(client: openai.OpenAI, state_path: Path
     assert response.id not in stored_ids(state_path)
 
 
-def test_instructions_with_previous_response_id_are_rejected(client: openai.OpenAI) -> None:
+def test_instructions_with_previous_response_id_are_rejected_by_xai_only(
+        client: openai.OpenAI, dialect: str) -> None:
     first = create(client, instructions="You are a refund agent.")
 
     assert first.instructions == "You are a refund agent."
-    with pytest.raises(openai.BadRequestError, match="instructions"):
+    if dialect == "openai":   # OpenAI takes them on a continued conversation
+        create(client, input="next", previous_response_id=first.id, instructions="Be brief.")
+        return
+    with refused(openai.BadRequestError, "instructions"):
         create(client, input="next", previous_response_id=first.id, instructions="Be brief.")
 
 
 def test_malformed_requests_get_400(server: OfflineServer) -> None:
     status, body = raw_post(server, "/v1/responses", b"{not json")
-    assert status == 400 and "JSON" in body["error"]["message"]
+    assert status == 400 and "JSON" in error_fields(body)["message"]
 
     status, body = raw_post(server, "/v1/responses", json.dumps({"input": "hi"}).encode())
-    assert (
-        status == 400 and body["error"]["param"] == "model" and "model" in body["error"]["message"]
-    )
+    error = error_fields(body)
+    assert status == 400 and error["param"] in ("model", None) and "model" in error["message"]
 
     status, body = raw_post(server, "/v1/responses", json.dumps({"model": "m"}).encode())
-    assert status == 400 and body["error"]["param"] == "input"
+    error = error_fields(body)
+    assert status == 400 and error["param"] in ("input", None) and "input" in error["message"]
 
 
 # -- faults ------------------------------------------------------------------------
@@ -492,7 +507,7 @@ def test_brain_failure_is_a_500_that_is_not_retried(
     brain.error = RuntimeError("boom")
     client = make_client(server, max_retries=2)
 
-    with pytest.raises(openai.InternalServerError, match="boom"):
+    with refused(openai.InternalServerError, "boom"):
         create(client)
     assert len(server.requests) == 1
 
@@ -542,7 +557,7 @@ def test_cli_help() -> None:
     assert "--port" in result.stdout and "--state" in result.stdout and "--latency" in result.stdout
 
 
-def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
+def test_cli_serves_until_interrupted(tmp_path: Path, dialect: str) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -560,6 +575,7 @@ def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
     try:
         banner = process.stdout.readline()
         base_url = banner.split(" at ")[1].split()[0]
+        assert f"({dialect} dialect" in banner   # from REFUND_AGENT_OFFLINE_DIALECT
         with urllib.request.urlopen(
             base_url.removesuffix("/v1") + "/_offline/health", timeout=5
         ) as reply:

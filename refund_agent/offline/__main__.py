@@ -11,6 +11,7 @@ SIGTERM) stops it cleanly.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -46,6 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help=f"comma-separated fault queue, from {sorted(KNOWN_FAULTS)} (default: ${FAULTS_ENV})",
     )
+    parser.add_argument(
+        "--dialect",
+        choices=["xai", "openai"],
+        default=None,
+        help="the provider it answers like (default: $REFUND_AGENT_OFFLINE_DIALECT, else "
+        "$REFUND_AGENT_PROVIDER, else xai)",
+    )
     return parser.parse_args(argv)
 
 
@@ -71,15 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
+        dialect = (args.dialect or os.environ.get("REFUND_AGENT_OFFLINE_DIALECT", "").strip()
+                   or os.environ.get("REFUND_AGENT_PROVIDER", "").strip().lower() or None)
         server = OfflineServer(
-            args.state, latency=args.latency, faults=faults, port=args.port
+            args.state, latency=args.latency, faults=faults, port=args.port, dialect=dialect
         ).start()
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with server:
         print(
-            f"Offline Responses API at {server.base_url} (state: {args.state}); Ctrl+C to stop.",
+            f"Offline Responses API at {server.base_url} ({server.dialect} dialect, state: "
+            f"{args.state}); Ctrl+C to stop.",
             flush=True,
         )
         stop.wait()

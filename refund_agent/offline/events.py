@@ -75,8 +75,34 @@ class ReplyLike(Protocol):
     calls: list[tuple[str, dict[str, Any]]]
 
 
+# The dialects the stand-in speaks: xAI (the default) and OpenAI. They differ in error bodies,
+# id shapes and whether ``instructions`` may go with ``previous_response_id``.
+XAI, OPENAI = "xai", "openai"
+DIALECTS = (XAI, OPENAI)
+# The gRPC status texts xAI puts in a flat error body's "code" (grpc.io status codes), by the
+# HTTP status it answers with (docs.x.ai/developers/debugging).
+GRPC_TEXT = {
+    400: "Client specified an invalid argument",
+    401: "The request does not have valid authentication credentials for the operation",
+    403: "The caller does not have permission to execute the specified operation",
+    404: "Some requested entity (e.g., file or directory) was not found",
+    405: "The operation is not implemented or is not supported/enabled in this service",
+    409: "The operation was aborted",
+    415: "Client specified an invalid argument",
+    429: "Some resource has been exhausted",
+    500: "Internal error",
+    503: "The service is currently unavailable",
+}
+
+
 class ApiError(Exception):
-    """An HTTP error answered with an OpenAI-style ``{"error": {...}}`` body."""
+    """An HTTP error, answered in the dialect's shape (see :meth:`render`).
+
+    OpenAI's is nested, ``{"error": {"message", "type", "param", "code"}}`` (``body``); xAI's is
+    flat, ``{"code": "<gRPC status text>", "error": "<message>"}``, where an explicit ``code``
+    (such as ``previous_response_not_found``) takes the gRPC text's place when ``flat_code`` is
+    set.
+    """
 
     def __init__(
         self,
@@ -90,8 +116,18 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.status = status
+        self.message, self.code = message, code
         self.body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         self.headers = headers or {}
+        self.flat_code = False
+
+    def render(self, dialect: str) -> dict[str, Any]:
+        """The body this error is answered with in ``dialect``."""
+        if dialect != XAI:
+            return self.body
+        code = self.code if self.flat_code and self.code else GRPC_TEXT.get(
+            self.status, "Unknown error")
+        return {"code": code, "error": self.message}
 
 
 def not_found(response_id: str, param: str | None) -> ApiError:
@@ -157,8 +193,10 @@ _INCLUDABLE = frozenset({
 })
 
 
-def validate_body(body: Any) -> None:
+def validate_body(body: Any, dialect: str = XAI) -> None:
     """Checks the parts of a create request the server relies on or cannot honour.
+
+    xAI refuses ``instructions`` with ``previous_response_id``; OpenAI takes them.
 
     Raises:
         ApiError: 400 with a message naming the offending parameter.
@@ -175,7 +213,7 @@ def validate_body(body: Any) -> None:
             )
     if not isinstance(body["model"], str) or not body["model"]:
         raise ApiError(400, "Invalid 'model': expected a non-empty string.", param="model")
-    if body.get("previous_response_id") and body.get("instructions"):
+    if dialect == XAI and body.get("previous_response_id") and body.get("instructions"):
         raise ApiError(
             400,
             "Parameter 'instructions' is not supported with 'previous_response_id': "
@@ -316,11 +354,28 @@ def _validate_text_format(text: Any) -> None:
         )
 
 
-def fault_error(fault: str) -> ApiError:
+def fault_error(fault: str, dialect: str = XAI) -> ApiError:
     """The error answered for a status fault, before anything is streamed."""
     # The SDK ignores `retry-after: 0` (it only honours positive delays) and would
     # back off 0.5 s+; `retry-after-ms: 1` makes its retries effectively immediate.
     headers = {"retry-after": "0", "retry-after-ms": "1"}
+    if fault == "credits":
+        # A team out of credits: a 429 that no retry will cure (each provider's own words).
+        if dialect == XAI:
+            return ApiError(
+                429,
+                "Your team 0a1b2c3d-stand-in has either used all available credits or reached "
+                "its monthly spending limit. To continue making API requests, please purchase "
+                "more credits or raise your spending limit.",
+                headers=headers,
+            )
+        return ApiError(
+            429,
+            "You exceeded your current quota, please check your plan and billing details.",
+            kind="insufficient_quota",
+            code="insufficient_quota",
+            headers=headers,
+        )
     if fault == "429":
         return ApiError(
             429,
@@ -343,6 +398,21 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+def response_id(dialect: str) -> str:
+    """A response id in the dialect's shape: a UUID at xAI, ``resp_<hex>`` at OpenAI."""
+    return str(uuid.uuid4()) if dialect == XAI else new_id("resp")
+
+
+def call_ids(dialect: str) -> Iterator[str]:
+    """The call ids of one response: xAI's ``call-<8 hex>-<index>`` (as in its reasoning guide,
+    ``call-5faadddf-0``), or OpenAI's ``call_<hex>``."""
+    stem = uuid.uuid4().hex[:8]
+    index = 0
+    while True:
+        yield f"call-{stem}-{index}" if dialect == XAI else new_id("call")
+        index += 1
+
+
 def estimate_tokens(value: Any) -> int:
     """Estimates tokens as one per four characters.
 
@@ -361,7 +431,7 @@ def estimate_tokens(value: Any) -> int:
     return math.ceil(len(text) / 4)
 
 
-def build_output_items(reply: ReplyLike) -> list[Item]:
+def build_output_items(reply: ReplyLike, dialect: str = XAI) -> list[Item]:
     """Turns a brain reply into completed output items.
 
     Order is reasoning, then message, then one function call per requested call,
@@ -369,11 +439,13 @@ def build_output_items(reply: ReplyLike) -> list[Item]:
 
     Args:
         reply: The brain's decision.
+        dialect: whose call-id shape to use.
 
     Returns:
         Output items as Responses API dicts.
     """
     items: list[Item] = []
+    ids = call_ids(dialect)
     if reply.reasoning:
         items.append(
             {
@@ -398,7 +470,7 @@ def build_output_items(reply: ReplyLike) -> list[Item]:
             {
                 "type": "function_call",
                 "id": new_id("fc"),
-                "call_id": new_id("call"),
+                "call_id": next(ids),
                 "name": name,
                 "arguments": json.dumps(arguments),
                 "status": "completed",

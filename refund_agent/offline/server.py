@@ -14,7 +14,12 @@
   ``POST /v1/responses/compact``.
 
 Requests are routed before any body is read, and every error, from any path or
-method, is a JSON ``{"error": {...}}`` body in the OpenAI/xAI shape, never HTML.
+method, is JSON in the dialect's shape, never HTML: xAI's flat ``{"code": "<gRPC status
+text>", "error": "<message>"}`` (the default), or OpenAI's nested ``{"error": {...}}``
+(``dialect="openai"`` or ``REFUND_AGENT_OFFLINE_DIALECT=openai``). The xAI dialect also
+answers with UUID response ids and ``call-<8 hex>-<n>`` call ids, returns the encrypted
+reasoning of grok-4.7 unasked, refuses ``instructions`` with ``previous_response_id``, and
+refuses a reasoning effort the model does not take (the model table in providers.py).
 ``POST /_offline/clock`` moves the server's clock forward (tests age stored
 responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
 Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
@@ -70,7 +75,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FAULTS_ENV = "REFUND_AGENT_OFFLINE_FAULTS"
-KNOWN_FAULTS = frozenset({"429", "500", "503", "cut"})
+DIALECT_ENV = "REFUND_AGENT_OFFLINE_DIALECT"
+# "credits": a 429 saying the team is out of credits (not worth retrying).
+KNOWN_FAULTS = frozenset({"429", "500", "503", "cut", "credits"})
+# How a continuation of a gone stored response is refused: a 404 naming the id (both
+# dialects), a bare 404 that names nothing (only a retrieve tells), or xAI's 400
+# previous_response_not_found (its WebSocket-mode documentation).
+GONE_FORMS = ("404", "404-bare", "400")
 RETENTION_SECONDS = 30 * 86400
 # A "cut" stream dies after this many delta events: enough for a client to have
 # started rendering, so the test exercises a genuinely partial stream.
@@ -306,6 +317,10 @@ class OfflineServer:
             request's. Its tool calls are sent as they are: the default brain
             calls only declared tools, and a test brain may deliberately not.
         port: Port to bind on 127.0.0.1; 0 picks a free one.
+        dialect: ``"xai"`` or ``"openai"``; None reads ``REFUND_AGENT_OFFLINE_DIALECT``
+            (default xai).
+        gone_as: how a continuation of a gone stored response is refused (``GONE_FORMS``).
+        zero_retention: the team keeps no data: requests with ``store: true`` are refused.
 
     Attributes:
         requests: Every JSON body received at ``POST /v1/responses``, in order.
@@ -320,7 +335,18 @@ class OfflineServer:
         clock: Callable[[], float] = time.time,
         brain: Brain | None = None,
         port: int = 0,
+        dialect: str | None = None,
+        gone_as: str = "404",
+        zero_retention: bool = False,
     ) -> None:
+        self.dialect = (dialect or os.environ.get(DIALECT_ENV, "").strip().lower()
+                        or events.XAI)
+        if self.dialect not in events.DIALECTS:
+            raise ValueError(f"unknown dialect {self.dialect!r}; expected xai or openai")
+        if gone_as not in GONE_FORMS:
+            raise ValueError(f"unknown gone_as {gone_as!r}; expected one of {GONE_FORMS}")
+        self.gone_as = gone_as
+        self.zero_retention = zero_retention
         self.state_path = Path(state_path)
         self.latency = latency
         self.clock = clock
@@ -443,7 +469,7 @@ class OfflineServer:
         """
         turn = self._prepare(body)
         created_at = self.now()
-        response = self._answer(turn, events.new_id("resp"), created_at)
+        response = self._answer(turn, events.response_id(self.dialect), created_at)
         return _Created(response, turn.input_items, created_at)
 
     def persist(self, created: _Created) -> None:
@@ -468,7 +494,7 @@ class OfflineServer:
         created_at = self.now()
         queued = events.build_response(
             body,
-            response_id=events.new_id("resp"),
+            response_id=events.response_id(self.dialect),
             created_at=created_at,
             output=[],
             usage=None,
@@ -591,12 +617,63 @@ class OfflineServer:
 
     def _prepare(self, body: dict[str, Any]) -> _Turn:
         """Validates a request and loads the chain it continues."""
-        validate_body(body)
+        validate_body(body, self.dialect)
+        self._check_model(body)
+        if self.zero_retention and body.get("store", True) is not False:
+            raise ApiError(
+                403 if self.dialect == events.XAI else 400,
+                "This team has zero data retention enabled: requests must set store=false "
+                "(nothing is kept for previous_response_id).",
+                param="store",
+            )
         self._verify_reasoning(body["input"])
         input_items = normalize_input(body["input"])
         previous = body.get("previous_response_id")
-        chain = self._require_store().chain(previous) if previous else []
+        chain = self._chain(previous) if previous else []
         return _Turn(body, input_items, chain)
+
+    def _chain(self, previous: str) -> list[StoredResponse]:
+        """The stored chain ``previous`` ends, refused in the form ``gone_as`` names if gone."""
+        try:
+            return self._require_store().chain(previous)
+        except ApiError as err:
+            if err.status != 404 or self.gone_as == "404":
+                raise
+            if self.gone_as == "404-bare":
+                raise ApiError(404, "Not found.", code="not_found") from None
+            gone = ApiError(400, f"Previous response with id '{previous}' not found.",
+                            param="previous_response_id", code="previous_response_not_found")
+            gone.flat_code = True
+            raise gone from None
+
+    def _check_model(self, body: dict[str, Any]) -> None:
+        """Refuses a reasoning effort the model does not take, as the provider would.
+
+        The model table is providers.MODELS; a model it does not know is served as it is.
+        """
+        effort = (body.get("reasoning") or {}).get("effort")
+        if effort is None:
+            return
+        from ..providers import model_info  # lazily: the server imports only the stdlib
+
+        info = model_info(body["model"])
+        if info is None or effort in info.efforts:
+            return
+        if self.dialect == events.XAI:
+            if not info.efforts:
+                message = f"Model {body['model']} does not support parameter reasoningEffort."
+            else:
+                message = (f"Argument not supported on this model: reasoning.effort "
+                           f"{effort!r} (takes {', '.join(info.efforts)}).")
+            raise ApiError(400, message, param="reasoning.effort")
+        raise ApiError(
+            400,
+            f"Unsupported value: 'reasoning.effort' does not support {effort!r} with this "
+            "model." if info.efforts else
+            "Unsupported parameter: 'reasoning.effort' is not supported with this model.",
+            param="reasoning.effort",
+            code="unsupported_value" if info.efforts else "unsupported_parameter",
+        )
 
     def _verify_reasoning(self, raw_input: Any) -> None:
         """Refuses input reasoning items whose encrypted content does not verify (a 400).
@@ -625,9 +702,14 @@ class OfflineServer:
                 ) from None
 
     def _seal_reasoning(self, body: dict[str, Any], output: list[Item]) -> None:
-        """Adds ``encrypted_content`` to reasoning items when the request included it."""
+        """Adds ``encrypted_content`` to reasoning items when the request included it, or
+        unasked for a model that returns it by default (xAI's grok-4.7)."""
         if events.INCLUDE_ENCRYPTED_REASONING not in (body.get("include") or []):
-            return
+            from ..providers import model_info  # lazily, as in _check_model
+
+            info = model_info(str(body.get("model")))
+            if not (self.dialect == events.XAI and info and info.encrypted_by_default):
+                return
         secret = self._require_store().secret
         for item in output:
             if item["type"] == "reasoning":
@@ -678,9 +760,11 @@ class OfflineServer:
                 *conversation,
             ]
         reply = self._think(seen, body.get("tools") or [], body.get("tool_choice"))
-        output = events.build_output_items(reply)
+        output = events.build_output_items(reply, self.dialect)
         self._seal_reasoning(body, output)
         usage = events.build_usage(conversation, output, self._cached_prefix(turn, conversation))
+        if self.dialect == events.OPENAI:
+            usage.pop("cost_in_usd_ticks", None)  # OpenAI reports tokens, never a cost
         self._remember(body.get("prompt_cache_key"), conversation + output)
         return events.build_response(
             body, response_id=response_id, created_at=created_at, output=output, usage=usage
@@ -896,10 +980,11 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             raise ApiError(404, f"Unknown path {path!r}.", code="unknown_url")
         except ApiError as err:
-            self._send_json(err.status, err.body, err.headers)
+            self._send_json(err.status, err.render(self.server.app.dialect), err.headers)
         except Exception as exc:  # a server bug must not kill the connection silently
             log.exception("offline server: request failed")
-            self._send_json(500, ApiError(500, f"Internal error: {exc}", kind="server_error").body)
+            self._send_json(500, ApiError(500, f"Internal error: {exc}", kind="server_error")
+                            .render(self.server.app.dialect))
 
 
     # Every method goes through the same router, which answers unknown ones in JSON.
@@ -910,7 +995,8 @@ class _Handler(BaseHTTPRequestHandler):
         (A malformed request line, an over-long header, a method with no ``do_`` handler.)
         """
         self.close_connection = True
-        body = ApiError(code, message or explain or "Bad request.").body
+        error = ApiError(code, message or explain or "Bad request.")
+        body = error.render(self.server.app.dialect)
         try:
             data = json.dumps(body).encode()
             self.send_response(code, message)
@@ -929,8 +1015,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         app = self.server.app
         fault = app.record(body) if isinstance(body, dict) else None
-        if fault in ("429", "500", "503"):
-            raise fault_error(fault)
+        if fault in ("429", "500", "503", "credits"):
+            raise fault_error(fault, app.dialect)
         if isinstance(body, dict) and body.get("background"):
             if fault == "cut":
                 validate_body(body)

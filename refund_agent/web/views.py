@@ -294,7 +294,9 @@ def _response_title(data: dict[str, Any], turn: int) -> str:
         parts.append(f"{data.get('input_tokens', 0):,} in ({data.get('cached_tokens', 0):,} "
                      f"cached) / {data.get('output_tokens', 0):,} out tokens")
     if data.get("cost_ticks") is not None:
-        parts.append(f"${data['cost_ticks'] / 1e10:.4f}")
+        # OpenAI reports no cost: the figure is estimated from providers.py's price table.
+        estimate = " (estimate)" if data.get("cost_estimated") else ""
+        parts.append(f"${data['cost_ticks'] / 1e10:.4f}{estimate}")
     return " · ".join(parts)
 
 
