@@ -41,9 +41,10 @@ MAX_EMAIL_CHARS = 20_000
 # What a person writes with a decision (a note, a question for the customer), in characters:
 # it goes on the card, into the audit and to the model; a page of text is the most it needs.
 MAX_NOTE_CHARS = 2_000
-# The model's own text (a note for the team, a reasoning summary) is kept up to this many
-# characters on the timeline, the rest cut with a marker saying how much: it ends a turn, so
-# there is no call to fail and no way to ask for a shorter one.
+# The model's own text (a note for the team, a reasoning summary, a call's arguments as the
+# timeline shows them) is kept up to this many characters on the timeline, the rest cut with
+# a marker saying how much: a note ends a turn, so there is no call to fail and no way to ask
+# for a shorter one, and a 2 MB argument would freeze the page that draws it.
 MAX_MODEL_TEXT_CHARS = 10_000
 # Asked for on every request, so the transcript holds each reasoning item with the encrypted
 # reasoning the provider needs to read it back when the run sends its history itself.
@@ -496,8 +497,10 @@ class Agent:
                 text += "".join(getattr(c, "text", "") or "" for c in item.content)
             elif item.type == "function_call":
                 calls.append((item.call_id, item.name, item.arguments))
+                # The timeline shows the arguments; the call runs (and is refused, when too
+                # long) from the calls table, which keeps them whole.
                 steps.append(("call", {"call_id": item.call_id, "name": item.name,
-                                       "arguments": item.arguments}))
+                                       "arguments": _capped(item.arguments)}))
         if text.strip():
             # Text next to calls is commentary; text with no calls ends the turn: the note.
             steps.append(("text" if calls else "note", {"text": _capped(text.strip())}))

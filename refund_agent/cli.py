@@ -534,10 +534,10 @@ def _users(agent: Agent, args: argparse.Namespace) -> int:
     if args.users_command == "add":
         # Whether the name is free is known before any password is asked for.
         if accounts.get(" ".join(args.name.split())) is not None:
-            raise DecisionRefused(f"There is already an account called {args.name.strip()!r}; "
+            raise DecisionRefused(f"An account called {args.name.strip()!r} already exists; "
                                   "`refund-agent users list` shows them all.")
         account = accounts.add(args.name, args.role, _new_password(args.name), args.limit)
-        default = (f" That is the default limit for an approver; --limit sets another."
+        default = (" That is the default limit for an approver; --limit sets another."
                    if args.role == "approver" and args.limit is None else "")
         print(f"Added {account.describe()}.{default} Decisions now need an account's "
               "password.")

@@ -39,6 +39,9 @@ def test_an_over_long_summary_is_a_tool_error_and_a_short_one_is_proposed(script
     assert f"{len(huge):,} characters long; write at most {MAX_SUMMARY_CHARS:,}" in error
     [approval] = agent.store.approvals("pending")
     assert approval.summary == "The carafe arrived cracked."
+    # The timeline shows the refused call's arguments cut short, not 2 MB of them.
+    shown = [s.data["arguments"] for s in agent.store.steps(run.id) if s.kind == "call"][0]
+    assert len(shown) < MAX_MODEL_TEXT_CHARS + 100 and shown.endswith("more characters not kept]")
 
 
 def test_a_summary_at_the_cap_is_accepted(scripted):
