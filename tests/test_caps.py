@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_app import output, store  # noqa: F401  (the page's fixtures)
 
 from refund_agent import DecisionRefused, RunStatus
 from refund_agent.agent import MAX_MODEL_TEXT_CHARS, MAX_NOTE_CHARS
@@ -101,3 +102,19 @@ def test_a_persons_over_long_note_is_refused_and_loses_nothing(agent, what):
     assert [a.id for a in agent.store.approvals("pending")] == [approval.id]
     agent.decide(approval.id, False, "Lee Park", "w" * MAX_NOTE_CHARS)
     assert agent.store.approvals("pending") == []
+
+
+def test_the_page_refuses_an_over_long_note_and_keeps_it(output, store):  # noqa: F811
+    from test_app import confirm, decide, open_page, save_name, shows, start_damaged
+
+    at = open_page()
+    approval = start_damaged(at, store)
+    save_name(at, "Dana Kim")
+    long = "The carafe is covered by the courier claim. " * 50     # 2,250 characters
+    decide(at, approval.id, "reject", long)
+    assert shows(at, f"The note is {len(long.strip()):,} characters long; keep it to 2,000 or "
+                     "fewer.", "error")
+    assert store.approval(approval.id).status == "pending" and not at.exception
+    assert at.session_state[f"note_{approval.id}"] == long          # nothing typed is lost
+    confirm(at, approval.id, long[:1_000])
+    assert store.approval(approval.id).status == "rejected"
