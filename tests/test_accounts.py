@@ -233,6 +233,8 @@ def test_users_add_asks_twice_and_a_decision_asks_the_password(tmp_path, monkeyp
     monkeypatch.delenv("REFUND_AGENT_PASSWORD", raising=False)
     answers = iter(["lee-password", "lee-passwrod"])
     monkeypatch.setattr(cli.getpass, "getpass", lambda prompt="": next(answers))
+    # A terminal to ask on (without one, the password is read from standard input).
+    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True, raising=False)
     assert cli.main(["users", "add", "Lee Park", "--role", "lead"]) == 1
     assert "The two passwords differ; nothing was changed." in capsys.readouterr().err
     store = store_of(tmp_path / "out")

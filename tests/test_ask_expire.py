@@ -8,6 +8,7 @@ in time expires, the customer is told, and a late approval finds it closed.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import run_cli
@@ -158,7 +159,9 @@ def test_terminal_ask_reply_and_expire(tmp_path):
 
     kept = run_cli(out, "expire")
     assert kept.returncode == 0 and "0 approvals expired (older than 7 days" in kept.stdout
-    gone = run_cli(out, "expire", REFUND_AGENT_APPROVAL_DAYS="0")
+    # The shortest wait the setting allows is a second (0 is refused: see test_settings.py).
+    time.sleep(1.1)
+    gone = run_cli(out, "expire", REFUND_AGENT_APPROVAL_DAYS=str(1 / 86400))
     assert gone.returncode == 0, gone.stderr
     assert "1 approval expired" in gone.stdout and "wasn't reviewed in time" in gone.stdout
     late = run_cli(out, "approve", "--as", "Dana Kim")

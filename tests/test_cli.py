@@ -76,11 +76,21 @@ def test_two_processes_approving_at_once_make_one_decision(tmp_path):
     assert len(refunds(out)) == 1
 
 
+def _sigint_default() -> None:
+    """In the child, before exec: Ctrl+C as in a terminal, however the suite was started.
+
+    A suite started in the background (``./dev test &``, nohup) runs with SIGINT ignored,
+    the children inherit that, and Python then never turns SIGINT into KeyboardInterrupt.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_and_resume_continues(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "refund_agent"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT,
-                            env=cli_env(out, REFUND_AGENT_OFFLINE_LATENCY="3"))
+                            env=cli_env(out, REFUND_AGENT_OFFLINE_LATENCY="3"),
+                            preexec_fn=_sigint_default)
     deadline = time.monotonic() + 30
     seen = ""
     while "thinking:" not in seen and time.monotonic() < deadline:
@@ -92,6 +102,22 @@ def test_ctrl_c_stops_and_resume_continues(tmp_path):
     assert "stopped" in runs
     resumed = run_cli(out, "resume")
     assert resumed.returncode == 0 and "waiting for approval" in resumed.stdout
+
+
+def test_the_ctrl_c_child_gets_ctrl_c_even_when_the_suite_ignores_it():
+    """What a background start does to the suite, done here: the child still gets Ctrl+C."""
+    probe = [sys.executable, "-c", "import signal; h = signal.getsignal(signal.SIGINT); "
+             "print('ignored' if h == signal.SIG_IGN else 'Ctrl+C' if h is "
+             "signal.default_int_handler else h)"]
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        inherited = subprocess.run(probe, capture_output=True, text=True, timeout=30).stdout
+        restored = subprocess.run(probe, capture_output=True, text=True, timeout=30,
+                                  preexec_fn=_sigint_default).stdout
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert inherited.strip() == "ignored"       # the trap the Ctrl+C test used to fall into
+    assert restored.strip() == "Ctrl+C"
 
 
 def test_user_mistakes_get_messages_not_tracebacks(tmp_path):
