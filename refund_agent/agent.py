@@ -28,7 +28,7 @@ from .model import ModelAccess, open_model
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outbox import Outbox, with_signature
 from .payments import Payments
-from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
+from .policy import SHIPPING, Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .shop import Shop
 from .store import Lease, Store
@@ -723,8 +723,13 @@ class Agent:
             return order
         reasons = {line.line: line.reason for line in approval.item_lines}
         shipping = any(line.reason == "shipping" for line in approval.lines)
-        return quote_refund(order, self.shop.terms, [(line, reasons[line]) for line in kept],
-                            held, self.shop.today, shipping=shipping)
+        requested = [(line, reasons[line]) for line in kept]
+        if not approval.item_lines and shipping:
+            # The shipping alone, owed after every item was refunded as damaged: priced again
+            # as it was proposed (SHIPPING named on its own, see quote_refund).
+            requested = [(SHIPPING, "damaged")]
+        return quote_refund(order, self.shop.terms, requested, held, self.shop.today,
+                            shipping=shipping)
 
     def quote_kept(self, approval: Approval, keep: list[str] | None = None) -> Quote | str:
         """What approving these lines (all when None) would pay now, or why it would be refused.
@@ -733,7 +738,7 @@ class Agent:
         """
         keep = [line.line for line in approval.item_lines] if keep is None else keep
         unknown = set(keep) - {line.line for line in approval.item_lines}
-        if unknown or not keep:
+        if unknown or (not keep and approval.item_lines):
             return "keep at least one of the proposed lines, and only those."
         held = self.store.held_lines(approval.order_id, except_id=approval.id)
         return self._requote(approval, keep, held)
