@@ -73,7 +73,7 @@ SCRIPT = "SCRIPT "
 CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.com")]
 NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
 # Approvers with a limit on what each may approve per order, in all (cents); a lead has none.
-LIMITED = ["Ana", "Ben"]
+LIMITED = ["Ana"]
 # Where a "process death" can happen during the steps below.
 CRASH_POINTS = ["after_response", "before_tool", "after_tool", "after_approval_queued",
                 "after_decision", "before_refund", "after_refund", "after_email"]
@@ -195,7 +195,7 @@ class MoneyMachine(RuleBasedStateMachine):
         self.crashes = 0
         self.steps = 0
 
-    @initialize(shop=shops(), limits=st.tuples(*[st.sampled_from([0, 1500, 5000, 20_000])
+    @initialize(shop=shops(), limits=st.tuples(*[st.sampled_from([1000, 3000, 8000, 20_000])
                                                   for _ in LIMITED]))
     def open_shop(self, shop: dict[str, Any], limits: tuple[int, ...]) -> None:
         _write_shop(self.tmp / "data", shop)
@@ -233,6 +233,10 @@ class MoneyMachine(RuleBasedStateMachine):
                     "approved", limit=-1) if a.declined)
                 self.totals["refused"] += sum(1 for e in self.agent.store.audit()
                                               if e.event == "refused")
+                # Orders where a limited approver approved more than once (a split).
+                self.totals["splits"] += sum(1 for n in Counter(
+                    (a.decided_by, a.order_id) for a in self.agent.store.approvals(
+                        "approved", limit=-1) if a.decided_by in self.limits).values() if n > 1)
                 self.agent.store.close()
         finally:
             self.patch.stop()
