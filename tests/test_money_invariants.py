@@ -384,6 +384,40 @@ class MoneyMachine(RuleBasedStateMachine):
             return
         self._advance(approval.run_id, None)
 
+    @rule(approval_id=waiting)
+    def split(self, approval_id: str) -> None:
+        """The split attack: Ana approves one line, the customer writes back for the rest on
+        the same ticket, the model proposes it, and Ana approves that too where her limit
+        (what she approved on the order, in all) allows."""
+        approval = self.agent.store.approval(approval_id)
+        if approval.status != "pending" or len(approval.item_lines) < 2:
+            return
+        self.steps += 1
+        self.totals["splits tried"] += 1
+        limit = self.limits["Ana"]
+        try:
+            self.agent.decide(approval.id, True, "Ana", keep=[approval.item_lines[0].line],
+                              limit_cents=limit)
+        except DecisionRefused:
+            return
+        self._advance(approval.run_id, None)
+        rest = [{"line": x.line, "reason": x.reason} for x in approval.item_lines[1:]]
+        script = [{"order_id": approval.order_id, "lines": rest, "amount": None,
+                   "summary": "The rest of the refund."}]
+        try:
+            self.agent.add_reply(approval.run_id,
+                                 f"And the rest, please.\n{SCRIPT}{json.dumps(script)}")
+        except RefundAgentError:
+            return
+        self._advance(approval.run_id, None)
+        for again in self.agent.store.approvals("pending"):
+            if again.run_id == approval.run_id:
+                try:
+                    self.agent.decide(again.id, True, "Ana", limit_cents=limit)
+                except DecisionRefused:
+                    continue
+                self._advance(again.run_id, None)
+
     @precondition(lambda self: hasattr(self, "agent"))
     @rule(data=st.data())
     def raise_price(self, data: st.DataObject) -> None:
