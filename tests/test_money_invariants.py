@@ -354,12 +354,15 @@ class MoneyMachine(RuleBasedStateMachine):
     def reply(self, data: st.DataObject) -> Any:
         """The customer answers a question or writes again on a finished ticket; the model
         proposes again (the rest of a partly approved refund, say)."""
-        runs = [r.id for r in self.agent.store.runs(limit=10_000)
+        # Oldest first, drawn by position: run ids are random, and Hypothesis replays a
+        # history by its draws, so it must not draw the ids themselves.
+        runs = [r.id for r in sorted(self.agent.store.runs(limit=10_000),
+                                     key=lambda r: r.created_at)
                 if r.status in (RunStatus.ASKED, RunStatus.DONE)]
         if not runs:
             return multiple()
-        return self._request(data, chaos=False,
-                             reply_to=data.draw(st.sampled_from(sorted(runs)), label="run"))
+        which = data.draw(st.integers(0, len(runs) - 1), label="run (oldest first)")
+        return self._request(data, chaos=False, reply_to=runs[which])
 
     @rule(approval_id=waiting, data=st.data())
     def decide_limited(self, approval_id: str, data: st.DataObject) -> None:
@@ -384,39 +387,60 @@ class MoneyMachine(RuleBasedStateMachine):
             return
         self._advance(approval.run_id, None)
 
-    @rule(approval_id=waiting)
-    def split(self, approval_id: str) -> None:
-        """The split attack: Ana approves one line, the customer writes back for the rest on
-        the same ticket, the model proposes it, and Ana approves that too where her limit
-        (what she approved on the order, in all) allows."""
-        approval = self.agent.store.approval(approval_id)
-        if approval.status != "pending" or len(approval.item_lines) < 2:
-            return
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(data=st.data())
+    def split(self, data: st.DataObject) -> None:
+        """The split attack: a refund of two or more lines is proposed; Ben, whose limit is
+        below its total but covers each part, approves one line; the customer writes back for
+        the rest on the same ticket, the model proposes it, and Ben approves that too where
+        his limit (what he approved on the order, in all) allows. The old code paid both."""
         self.steps += 1
+        candidates = [o for o in self.orders.values() if len(self._open_lines(o)) >= 2]
+        if not candidates:
+            return
+        order = data.draw(st.sampled_from(candidates), label="order split")
+        reason = data.draw(st.sampled_from(["damaged", "changed_mind"]), label="reason")
+        lines = [{"line": sku, "reason": reason} for sku in self._open_lines(order)[:3]]
+        script = [{"order_id": order.order_id, "lines": lines, "amount": None,
+                   "summary": "Refund as asked."}]
+        run = self.agent.start(order.customer.email, f"Please refund order {order.order_id}."
+                                                     f"\n{SCRIPT}{json.dumps(script)}")
+        self._advance(run.id, None)
+        pending = [a for a in self.agent.store.approvals("pending") if a.run_id == run.id]
+        if not pending:
+            return
+        (approval,) = pending
         self.totals["splits tried"] += 1
-        limit = self.limits["Ana"]
+        first = approval.item_lines[0].amount_cents
+        # The first limit Ben gets stays his for the history; chosen so each part fits.
+        limit = self.limits.setdefault("Ben", max(first, approval.amount_cents - first))
         try:
-            self.agent.decide(approval.id, True, "Ana", keep=[approval.item_lines[0].line],
+            self.agent.decide(approval.id, True, "Ben", keep=[approval.item_lines[0].line],
                               limit_cents=limit)
         except DecisionRefused:
             return
-        self._advance(approval.run_id, None)
+        self._advance(run.id, None)
         rest = [{"line": x.line, "reason": x.reason} for x in approval.item_lines[1:]]
-        script = [{"order_id": approval.order_id, "lines": rest, "amount": None,
+        script = [{"order_id": order.order_id, "lines": rest, "amount": None,
                    "summary": "The rest of the refund."}]
         try:
-            self.agent.add_reply(approval.run_id,
-                                 f"And the rest, please.\n{SCRIPT}{json.dumps(script)}")
+            self.agent.add_reply(run.id, f"And the rest, please.\n{SCRIPT}{json.dumps(script)}")
         except RefundAgentError:
             return
-        self._advance(approval.run_id, None)
+        self._advance(run.id, None)
         for again in self.agent.store.approvals("pending"):
-            if again.run_id == approval.run_id:
+            if again.run_id == run.id:
                 try:
-                    self.agent.decide(again.id, True, "Ana", limit_cents=limit)
+                    self.agent.decide(again.id, True, "Ben", limit_cents=limit)
                 except DecisionRefused:
                     continue
-                self._advance(again.run_id, None)
+                self._advance(run.id, None)
+
+    def _open_lines(self, order: Any) -> list[str]:
+        """The order's lines no refund holds, made or pending, and not final sale."""
+        held = self.agent.store.held_lines(order.order_id)
+        return [i.sku for i in order.items if not i.final_sale and i.sku not in held
+                and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
 
     @precondition(lambda self: hasattr(self, "agent"))
     @rule(data=st.data())
@@ -503,6 +527,8 @@ class MoneyMachine(RuleBasedStateMachine):
                 outcomes.append("won")
             except AlreadyDecided:
                 outcomes.append("lost")
+            except DecisionRefused:   # a price rose since the proposal: refused, still pending
+                outcomes.append("refused")
 
         threads = [threading.Thread(target=decide, args=(approve, "Dana")),
                    threading.Thread(target=decide, args=(approve, "Sam"))]
@@ -510,6 +536,9 @@ class MoneyMachine(RuleBasedStateMachine):
             t.start()
         for t in threads:
             t.join()
+        if outcomes == ["refused", "refused"]:   # the same refusal for both, nothing decided
+            assert approve and self.agent.store.approval(approval.id).status == "pending"
+            return
         assert sorted(outcomes) == ["lost", "won"], outcomes
         ignored = [e for e in self.agent.store.audit()
                    if e.event == "ignored" and e.approval_id == approval.id]
