@@ -659,12 +659,15 @@ class Agent:
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined.
                 None keeps every proposed line.
-            limit_cents: the most ``by`` may approve (an approver's limit, see accounts.py);
-                None for no limit. Checked inside the decision's transaction.
+            limit_cents: the most ``by`` may approve on the order, in all (an approver's
+                limit, see accounts.py): this decision plus what ``by`` approved on the order
+                before, on any ticket. None for no limit. Checked inside the decision's
+                transaction.
 
         Raises:
             DecisionRefused: no name, a rejection without a note, lines that are not the
-                proposal's, an amount above ``limit_cents``, or a policy that no longer
+                proposal's, an amount above ``limit_cents``, a kept line that would now pay
+                more than its card showed, or a policy that no longer
                 allows the refund (a line was refunded elsewhere since, say). An approval
                 decided after the run's stored response expired is decided like any other:
                 the run continues from its own transcript.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .approving import limit_problem, overpaid_line
 from .dialects import CHANNEL, DB_ERRORS, SQLITE_NOW, Postgres, SQLite, host_id, is_postgres_url
 from .errors import (
     AlreadyDecided,
@@ -45,7 +46,6 @@ from .models import (
     Step,
     TranscriptEntry,
 )
-from .approving import limit_problem, overpaid_line
 from .policy import SHIPPING, Held, Quote
 
 # What each schema version added, oldest first. Every bump adds a line here and, when existing
