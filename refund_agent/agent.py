@@ -29,7 +29,7 @@ from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outbox import Outbox, with_signature
 from .payments import Payments
-from .policy import Held, Quote, QuotedLine, policy_facts, quote_refund
+from .policy import SHIPPING, Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .providers import ProviderError, effort_for, estimate_cost_ticks, needs_include
 from .shop import Shop
@@ -779,12 +779,15 @@ class Agent:
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined.
                 None keeps every proposed line.
-            limit_cents: the most ``by`` may approve (an approver's limit, see accounts.py);
-                None for no limit. Checked inside the decision's transaction.
+            limit_cents: the most ``by`` may approve on the order, in all (an approver's
+                limit, see accounts.py): this decision plus what ``by`` approved on the order
+                before, on any ticket. None for no limit. Checked inside the decision's
+                transaction.
 
         Raises:
             DecisionRefused: no name, a rejection without a note, lines that are not the
-                proposal's, an amount above ``limit_cents``, or a policy that no longer
+                proposal's, an amount above ``limit_cents``, a kept line that would now pay
+                more than its card showed, or a policy that no longer
                 allows the refund (a line was refunded elsewhere since, say). An approval
                 decided after the run's stored response expired is decided like any other:
                 the run continues from its own transcript.
@@ -845,8 +848,13 @@ class Agent:
             return order
         reasons = {line.line: line.reason for line in approval.item_lines}
         shipping = any(line.reason == "shipping" for line in approval.lines)
-        return quote_refund(order, self.shop.terms, [(line, reasons[line]) for line in kept],
-                            held, self.shop.today, shipping=shipping)
+        requested = [(line, reasons[line]) for line in kept]
+        if not approval.item_lines and shipping:
+            # The shipping alone, owed after every item was refunded as damaged: priced again
+            # as it was proposed (SHIPPING named on its own, see quote_refund).
+            requested = [(SHIPPING, "damaged")]
+        return quote_refund(order, self.shop.terms, requested, held, self.shop.today,
+                            shipping=shipping)
 
     def quote_kept(self, approval: Approval, keep: list[str] | None = None) -> Quote | str:
         """What approving these lines (all when None) would pay now, or why it would be refused.
@@ -855,7 +863,7 @@ class Agent:
         """
         keep = [line.line for line in approval.item_lines] if keep is None else keep
         unknown = set(keep) - {line.line for line in approval.item_lines}
-        if unknown or not keep:
+        if unknown or (not keep and approval.item_lines):
             return "keep at least one of the proposed lines, and only those."
         held = self.store.held_lines(approval.order_id, except_id=approval.id)
         return self._requote(approval, keep, held)

@@ -109,6 +109,10 @@ def window_problem(order: Order, terms: PolicyTerms, today: date) -> str | None:
 def _line_problem(order: Order, line: str, held: Mapping[str, Held]) -> str | None:
     item = order.item(line)
     if line == SHIPPING:
+        holder = held.get(SHIPPING)
+        if holder is not None:   # paid once, ever: say so, not that items are still open
+            return ("Shipping has already been refunded" if holder.state == "refunded" else
+                    "Shipping is already in a refund waiting for approval") + f" ({holder.by})."
         if not shipping_owed(order, held):
             return ("Shipping is refunded only once every item of the order has been refunded "
                     "as damaged; the refund that completes that includes it by itself.")

@@ -8,10 +8,15 @@ refused at load with the file, the order and the field.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import re
+import threading
+import time
 import unicodedata
+from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -196,6 +201,24 @@ class Sample(BaseModel):
     body: str
 
 
+#: A file modified less than this long before it was read is read again at its next use: a
+#: rewrite within the file system's timestamp granularity could keep size and time the same.
+RACY_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A data file's parsed contents and the ``stat`` signature they were read under."""
+
+    signature: tuple | None
+    read_at_ns: int
+    digest: bytes | None   # of the bytes read, so an unchanged file is not parsed again
+    value: Any
+
+    def trusted(self, signature: tuple) -> bool:
+        return signature == self.signature and self.read_at_ns - signature[3] > RACY_NS
+
+
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -257,18 +280,58 @@ class Shop:
         self.today = today or date.today()
         if not self.data_dir.is_dir():
             raise ConfigError(f"Data folder not found: {self.data_dir}")
+        self._fresh: dict[str, _Loaded] = {}
+        self._fresh_lock = threading.Lock()
 
-    @cached_property
+    def _current(self, name: str, load: Any) -> Any:
+        """``load()``'s answer for ``data/<name>``, read again whenever the file changed.
+
+        A long-lived process (the page's server) must see what the shop's export says now: a
+        line refunded elsewhere (by phone) since start-up must be refused there as it is in a
+        new terminal process. One ``stat`` per use keeps it cheap: the file is read again only
+        when its identity, size or modification time moved, or when it was modified so
+        recently that a same-size rewrite in the same clock tick could hide (as git treats a
+        "racily clean" index entry); it is parsed again only if its bytes differ.
+        """
+        path = self.data_dir / name
+        try:
+            st = os.stat(path)
+            signature: tuple | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            signature = None   # load() says what is wrong with the file
+        with self._fresh_lock:
+            cached = self._fresh.get(name)
+            if cached is not None and signature is not None and cached.trusted(signature):
+                return cached.value
+            read_at = time.time_ns()
+            try:
+                digest = hashlib.blake2b(path.read_bytes(), digest_size=16).digest()
+            except OSError:
+                digest = None
+            if cached is not None and digest is not None and digest == cached.digest:
+                value = cached.value   # touched, or read too soon after a write: unchanged
+            else:
+                value = load()
+            self._fresh[name] = _Loaded(signature, read_at, digest, value)
+            return value
+
+    @property
     def info(self) -> ShopInfo:
-        raw = _without_comments(_read_json(self.data_dir / "shop.json"))
-        return self._validated(ShopInfo, raw, "shop.json")
+        def load() -> ShopInfo:
+            raw = _without_comments(_read_json(self.data_dir / "shop.json"))
+            return self._validated(ShopInfo, raw, "shop.json")
+        return self._current("shop.json", load)
 
     @property
     def terms(self) -> PolicyTerms:
         return self.info.policy
 
-    @cached_property
+    @property
     def orders(self) -> dict[str, Order]:
+        """The orders by id, as ``orders.json`` holds them now (see :meth:`_current`)."""
+        return self._current("orders.json", self._load_orders)
+
+    def _load_orders(self) -> dict[str, Order]:
         raw = _read_json(self.data_dir / "orders.json").get("orders", [])
         if not isinstance(raw, list):
             raise ConfigError("orders.json: 'orders' must be a list.")
@@ -291,14 +354,17 @@ class Shop:
             orders[key] = order
         return orders
 
-    @cached_property
+    @property
     def policy_text(self) -> str:
         """``refund-policy.md`` with the policy's numbers filled in from ``shop.json``."""
         path = self.data_dir / "refund-policy.md"
-        try:
-            template = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"Cannot read the refund policy {path}: {exc}") from None
+
+        def load() -> str:
+            try:
+                return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"Cannot read the refund policy {path}: {exc}") from None
+        template = self._current("refund-policy.md", load)
         values = {"shop_name": self.info.name, **self.terms.placeholders()}
         try:
             return template.format_map(values)

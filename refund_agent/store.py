@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .approving import limit_problem, overpaid_line
 from .dialects import CHANNEL, DB_ERRORS, SQLITE_NOW, Postgres, SQLite, host_id, is_postgres_url
 from .errors import (
     AlreadyDecided,
@@ -46,7 +47,7 @@ from .models import (
     Step,
     TranscriptEntry,
 )
-from .policy import Held, Quote
+from .policy import SHIPPING, Held, Quote
 
 # What each schema version added, oldest first. Every bump adds a line here and, when existing
 # tables change, a numbered step in _STEPS that runs while the store's user_version is below it.
@@ -990,8 +991,9 @@ class Store:
         declined and their lines freed. ``requote`` prices the kept lines inside the same
         transaction, against the lines other refunds hold right now, so nothing the policy
         forbids can be approved, however the store changed since the proposal. ``limit_cents``
-        is the most the deciding person may approve (None: no limit); it is compared with
-        what the kept lines pay, in the same transaction.
+        is the most the deciding person may approve on the order (None: no limit); what the
+        kept lines pay plus what that person approved on the order before (any ticket, any run)
+        is compared with it, in the same transaction.
 
         Raises:
             NotFound: no such approval.
@@ -1084,12 +1086,22 @@ class Store:
                  limit_cents: int | None = None) -> Exception | None:
         proposed = [line.line for line in approval.item_lines]
         kept = proposed if keep is None else [line.strip() for line in keep]
-        strangers = sorted(set(kept) - set(proposed))
-        if strangers or not kept:
-            return DecisionRefused(
-                f"Keep at least one of the proposed lines ({', '.join(proposed)}); "
-                + (f"{', '.join(strangers)} is not one of them." if strangers else
-                   "to refund nothing, reject with a note instead."))
+        if not proposed:
+            # A refund of the shipping alone (owed once every item was refunded as damaged by
+            # refunds proposed side by side) has no line to tick: it is approved as it is.
+            strangers = sorted(set(kept) - {SHIPPING})
+            if strangers:
+                return DecisionRefused(
+                    f"This refund pays only the shipping ({SHIPPING}); approve it as it is, or "
+                    f"reject it with a note. {', '.join(strangers)} is not one of its lines.")
+            kept = []
+        else:
+            strangers = sorted(set(kept) - set(proposed))
+            if strangers or not kept:
+                return DecisionRefused(
+                    f"Keep at least one of the proposed lines ({', '.join(proposed)}); "
+                    + (f"{', '.join(strangers)} is not one of them." if strangers else
+                       "to refund nothing, reject with a note instead."))
         where = {"run_id": approval.run_id, "approval_id": approval.id,
                  "order_id": approval.order_id}
         quote: Quote | str | None = None
@@ -1098,6 +1110,9 @@ class Store:
             if isinstance(quote, Quote) and quote.total_cents > approval.proposed_cents:
                 quote = (f"the kept lines now come to ${quote.amount:.2f}, more than the "
                          f"${approval.amount:.2f} proposed; ask the agent to propose again.")
+            elif isinstance(quote, Quote):
+                # Line by line too: one line's rise can hide behind another line's removal.
+                quote = overpaid_line(approval.lines, quote) or quote
         if isinstance(quote, str):
             self._audit(db, "refused", by, **where, amount=approval.amount, note=quote)
             return DecisionRefused(f"Cannot approve: {quote}")
@@ -1105,11 +1120,14 @@ class Store:
                    {line.line: line for line in approval.lines if line.line in kept
                     or line.reason == "shipping"})
         total = sum(q.amount_cents for q in amounts.values())
-        if limit_cents is not None and total > limit_cents:
-            # Checked here, not only on the card: the amount is what the kept lines pay now.
-            # Before any line changes: a refusal leaves the proposal exactly as it was.
-            reason = (f"${total / 100:.2f} is above {by}'s approval limit of "
-                      f"${limit_cents / 100:.2f}; a lead must decide this refund.")
+        # Checked here, not only on the card: the amount is what the kept lines pay now, and
+        # the limit covers all this person approved on the order (every ticket, every run),
+        # read under the order's lock so two decisions cannot both count the old total.
+        # Before any line changes: a refusal leaves the proposal exactly as it was.
+        reason = None if limit_cents is None else limit_problem(
+            by, limit_cents, approval.order_id, total,
+            self._approved_by(db, approval.order_id, by))
+        if reason:
             self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
             return DecisionRefused(f"Cannot approve: {reason}")
         for line in approval.lines:
@@ -1136,6 +1154,14 @@ class Store:
                    {"approval_id": approval.id, "decision": "approved", "by": by, "note": note,
                     "amount": total / 100, "declined": [line.line for line in declined]})
         return None
+
+    def _approved_by(self, db: Any, order_id: str, by: str) -> int:
+        """What ``by`` has approved on this order so far, in cents (locks the order)."""
+        self.dialect.lock_order(db, order_id)
+        row = db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM approvals WHERE"
+                         " order_id = ? AND status = 'approved' AND decided_by = ?",
+                         (order_id, by)).fetchone()
+        return int(row[0])
 
     def _set_decision(self, db: Any, approval: Approval, status: str, by: str,
                       note: str | None, amount_cents: int) -> None:

@@ -8,7 +8,11 @@ item or per refund) and random histories against them:
 
 - a scripted model calls ``issue_refund`` with arbitrary lines, reasons, amounts (right, wrong,
   NaN, a boolean, a string) and order-id spellings, sometimes twice in one run;
-- people approve, approve only some lines, reject, and race each other to decide;
+- people approve, approve only some lines, reject, and race each other to decide; approvers
+  with a limit split refunds (approve some lines, then the re-proposed rest; ask, the customer
+  replies, a new proposal) and a lead decides what they may not;
+- the shop's export raises a price between a proposal and its decision, and the model asks for
+  the shipping on its own;
 - the process "dies" at a named crash point, and runs are resumed.
 
 After every step the invariants are read straight from the payments log, the store and the
@@ -52,7 +56,7 @@ from test_crash_matrix import record
 
 import refund_agent.agent as agent_module
 from refund_agent import Agent, Settings
-from refund_agent.errors import AlreadyDecided, DecisionRefused
+from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
 from refund_agent.model import ModelAccess
 from refund_agent.models import RunStatus
 from refund_agent.offline import OfflineServer
@@ -68,6 +72,8 @@ pytestmark = pytest.mark.timeout(120 + max(EXAMPLES, 2 * PG_EXAMPLES))
 SCRIPT = "SCRIPT "
 CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.com")]
 NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
+# Approvers with a limit on what each may approve per order, in all (cents); a lead has none.
+LIMITED = ["Ana"]
 # Where a "process death" can happen during the steps below.
 CRASH_POINTS = ["after_response", "before_tool", "after_tool", "after_approval_queued",
                 "after_decision", "before_refund", "after_refund", "after_email"]
@@ -90,11 +96,16 @@ class ScriptBrain:
     """
 
     def __call__(self, conversation: list[dict[str, Any]], tools: Any) -> Reply:
-        first = next((i for i in conversation if i.get("role") == "user"), {})
-        content = first.get("content")
-        text = content if isinstance(content, str) else "".join(
-            p.get("text", "") for p in content or [])
-        script = json.loads(text.split(SCRIPT, 1)[1]) if SCRIPT in text else []
+        # The customer's email and each reply may carry calls: one script, in order.
+        script = []
+        for item in conversation:
+            if item.get("role") != "user":
+                continue
+            content = item.get("content")
+            text = content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content or [])
+            if SCRIPT in text:
+                script += json.loads(text.split(SCRIPT, 1)[1].strip().splitlines()[0])
         made = sum(1 for i in conversation if i.get("type") == "function_call")
         if made < len(script):
             return Reply("scripted", calls=[("issue_refund", script[made])])
@@ -184,9 +195,12 @@ class MoneyMachine(RuleBasedStateMachine):
         self.crashes = 0
         self.steps = 0
 
-    @initialize(shop=shops())
-    def open_shop(self, shop: dict[str, Any]) -> None:
+    @initialize(shop=shops(), limits=st.tuples(*[st.sampled_from([1000, 3000, 8000, 20_000])
+                                                  for _ in LIMITED]))
+    def open_shop(self, shop: dict[str, Any], limits: tuple[int, ...]) -> None:
         _write_shop(self.tmp / "data", shop)
+        self.shop = json.loads(json.dumps(shop))   # edited by raise_price
+        self.limits = dict(zip(LIMITED, limits, strict=True))
         self.settings = Settings(api_key="", data_dir=self.tmp / "data",
                                  output_dir=self.tmp / "output", max_retries=0, timeout=30.0,
                                  database_url=self.database_url())
@@ -219,6 +233,10 @@ class MoneyMachine(RuleBasedStateMachine):
                     "approved", limit=-1) if a.declined)
                 self.totals["refused"] += sum(1 for e in self.agent.store.audit()
                                               if e.event == "refused")
+                # Orders where a limited approver approved more than once (a split).
+                self.totals["splits"] += sum(1 for n in Counter(
+                    (a.decided_by, a.order_id) for a in self.agent.store.approvals(
+                        "approved", limit=-1) if a.decided_by in self.limits).values() if n > 1)
                 self.agent.store.close()
         finally:
             self.patch.stop()
@@ -250,10 +268,14 @@ class MoneyMachine(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------
 
-    def _request(self, data: st.DataObject, chaos: bool) -> Any:
+    def _request(self, data: st.DataObject, chaos: bool, reply_to: str | None = None) -> Any:
         self.steps += 1
         order = data.draw(st.sampled_from(list(self.orders.values())), label="order")
-        other = chaos and data.draw(st.integers(0, 4), label="stranger") == 0
+        if reply_to is not None:
+            # The customer writes back on the same ticket: about the same order, as its owner.
+            order = self.orders[self._order_of(reply_to, order.order_id)]
+        other = chaos and reply_to is None and data.draw(st.integers(0, 4),
+                                                          label="stranger") == 0
         sender = next(e for _n, e in CUSTOMERS if e != order.customer.email) if other \
             else order.customer.email
         skus = [i.sku for i in order.items]
@@ -278,10 +300,11 @@ class MoneyMachine(RuleBasedStateMachine):
             amounts = st.one_of(amounts, st.floats(allow_nan=True, allow_infinity=True),
                                 st.integers(-100, 100_000).map(lambda c: c / 100),
                                 st.just(True), st.just("48"))
+        shipping_only = st.just([{"line": "SHIPPING", "reason": "damaged"}])
         script = []
         for _ in range(data.draw(st.integers(1, 2), label="calls")):
-            lines = data.draw(st.one_of(wellformed, anything) if chaos else wellformed,
-                              label="lines")
+            lines = data.draw(st.one_of(wellformed, anything) if chaos else
+                              st.one_of(wellformed, wellformed, shipping_only), label="lines")
             spelling = data.draw(st.sampled_from(
                 [*_spellings(order.order_id), *(["Z9999"] if chaos else [])]), label="order id")
             amount = data.draw(amounts, label="amount")
@@ -296,11 +319,23 @@ class MoneyMachine(RuleBasedStateMachine):
             script.append({"order_id": spelling, "lines": lines, "amount": amount,
                            "summary": summary})
         body = f"Please refund order {order.order_id}.\n{SCRIPT}{json.dumps(script)}"
-        run = self.agent.start(sender, body)
+        if reply_to is not None:
+            try:
+                self.agent.add_reply(reply_to, body)
+            except RefundAgentError:
+                return multiple()     # not open for a reply (waiting, working): nothing sent
+            run = self.agent.store.run(reply_to)
+        else:
+            run = self.agent.start(sender, body)
         crash = data.draw(st.sampled_from([None] * 6 + CRASH_POINTS[:4]), label="crash")
         self._advance(run.id, crash)
         return multiple(*[a.id for a in self.agent.store.approvals("pending")
                           if a.run_id == run.id])
+
+    def _order_of(self, run_id: str, fallback: str) -> str:
+        """The order a run's proposals were about (the drawn one if it made none)."""
+        made = [a.order_id for a in self.agent.store.run_approvals(run_id)]
+        return made[-1] if made else fallback
 
     @precondition(lambda self: hasattr(self, "agent"))
     @rule(target=waiting, data=st.data())
@@ -313,6 +348,116 @@ class MoneyMachine(RuleBasedStateMachine):
     def request_anything(self, data: st.DataObject) -> Any:
         """The same, with a model that sends anything: strangers' orders, bad lines, NaN."""
         return self._request(data, chaos=True)
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(target=waiting, data=st.data())
+    def reply(self, data: st.DataObject) -> Any:
+        """The customer answers a question or writes again on a finished ticket; the model
+        proposes again (the rest of a partly approved refund, say)."""
+        # Oldest first, drawn by position: run ids are random, and Hypothesis replays a
+        # history by its draws, so it must not draw the ids themselves.
+        runs = [r.id for r in sorted(self.agent.store.runs(limit=10_000),
+                                     key=lambda r: r.created_at)
+                if r.status in (RunStatus.ASKED, RunStatus.DONE)]
+        if not runs:
+            return multiple()
+        which = data.draw(st.integers(0, len(runs) - 1), label="run (oldest first)")
+        return self._request(data, chaos=False, reply_to=runs[which])
+
+    @rule(approval_id=waiting, data=st.data())
+    def decide_limited(self, approval_id: str, data: st.DataObject) -> None:
+        """An approver with a limit approves all or some lines; above what is left of the
+        limit on the order the decision is refused and stays for a lead (not consumed)."""
+        approval = self.agent.store.approval(approval_id)
+        if approval.status != "pending":
+            return
+        self.steps += 1
+        self.totals["limited decisions"] += 1
+        name = data.draw(st.sampled_from(LIMITED), label="approver")
+        skus = [line.line for line in approval.item_lines]
+        keep = None
+        if skus and data.draw(st.booleans(), label="partial"):
+            keep = data.draw(st.lists(st.sampled_from(skus), min_size=1, unique=True),
+                             label="keep")
+        try:
+            self.agent.decide(approval.id, True, name, keep=keep,
+                              limit_cents=self.limits[name])
+        except DecisionRefused:
+            assert self.agent.store.approval(approval.id).status == "pending"
+            return
+        self._advance(approval.run_id, None)
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(data=st.data())
+    def split(self, data: st.DataObject) -> None:
+        """The split attack: a refund of two or more lines is proposed; Ben, whose limit is
+        below its total but covers each part, approves one line; the customer writes back for
+        the rest on the same ticket, the model proposes it, and Ben approves that too where
+        his limit (what he approved on the order, in all) allows. The old code paid both."""
+        self.steps += 1
+        candidates = [o for o in self.orders.values() if len(self._open_lines(o)) >= 2]
+        if not candidates:
+            return
+        order = data.draw(st.sampled_from(candidates), label="order split")
+        reason = data.draw(st.sampled_from(["damaged", "changed_mind"]), label="reason")
+        lines = [{"line": sku, "reason": reason} for sku in self._open_lines(order)[:3]]
+        script = [{"order_id": order.order_id, "lines": lines, "amount": None,
+                   "summary": "Refund as asked."}]
+        run = self.agent.start(order.customer.email, f"Please refund order {order.order_id}."
+                                                     f"\n{SCRIPT}{json.dumps(script)}")
+        self._advance(run.id, None)
+        pending = [a for a in self.agent.store.approvals("pending") if a.run_id == run.id]
+        if not pending:
+            return
+        (approval,) = pending
+        self.totals["splits tried"] += 1
+        first = approval.item_lines[0].amount_cents
+        # The first limit Ben gets stays his for the history; chosen so each part fits.
+        limit = self.limits.setdefault("Ben", max(first, approval.amount_cents - first))
+        try:
+            self.agent.decide(approval.id, True, "Ben", keep=[approval.item_lines[0].line],
+                              limit_cents=limit)
+        except DecisionRefused:
+            return
+        self._advance(run.id, None)
+        rest = [{"line": x.line, "reason": x.reason} for x in approval.item_lines[1:]]
+        script = [{"order_id": order.order_id, "lines": rest, "amount": None,
+                   "summary": "The rest of the refund."}]
+        try:
+            self.agent.add_reply(run.id, f"And the rest, please.\n{SCRIPT}{json.dumps(script)}")
+        except RefundAgentError:
+            return
+        self._advance(run.id, None)
+        for again in self.agent.store.approvals("pending"):
+            if again.run_id == run.id:
+                try:
+                    self.agent.decide(again.id, True, "Ben", limit_cents=limit)
+                except DecisionRefused:
+                    continue
+                self._advance(run.id, None)
+
+    def _open_lines(self, order: Any) -> list[str]:
+        """The order's lines no refund holds, made or pending, and not final sale."""
+        held = self.agent.store.held_lines(order.order_id)
+        return [i.sku for i in order.items if not i.final_sale and i.sku not in held
+                and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
+
+    @precondition(lambda self: hasattr(self, "agent"))
+    @rule(data=st.data())
+    def raise_price(self, data: st.DataObject) -> None:
+        """The shop's export raises a line's price (between a proposal and its decision, say):
+        the running agent must price with it, and never pay a kept line more than its card
+        showed. Prices only rise, so the invariants can check against today's data."""
+        self.steps += 1
+        order = data.draw(st.sampled_from(self.shop["orders"]), label="order edited")
+        item = data.draw(st.sampled_from(order["items"]), label="item edited")
+        delta = data.draw(st.integers(1, 5000), label="cents more")
+        item["price"] = round(item["price"] + delta / 100, 2)
+        order["total"] = round(order["total"] + delta * item["quantity"] / 100, 2)
+        (self.tmp / "data" / "orders.json").write_text(json.dumps({"orders":
+                                                                   self.shop["orders"]}))
+        self.orders = self.agent.shop.orders
+        assert self.orders[order["order_id"]].item(item["sku"]).price == item["price"]
 
     @rule(approval_id=consumes(waiting), data=st.data())
     def decide(self, approval_id: str, data: st.DataObject) -> None:
@@ -333,6 +478,8 @@ class MoneyMachine(RuleBasedStateMachine):
         self.totals["decisions"] += 1
         skus = [line.line for line in approval.item_lines]
         keep = None
+        if choice == "partial" and not skus:
+            choice = "approve"    # shipping alone: nothing to untick
         if choice == "partial":   # untick at least one line when there are two or more
             keep = data.draw(st.lists(st.sampled_from(skus), min_size=1,
                                       max_size=max(1, len(skus) - 1), unique=True), label="keep")
@@ -380,6 +527,8 @@ class MoneyMachine(RuleBasedStateMachine):
                 outcomes.append("won")
             except AlreadyDecided:
                 outcomes.append("lost")
+            except DecisionRefused:   # a price rose since the proposal: refused, still pending
+                outcomes.append("refused")
 
         threads = [threading.Thread(target=decide, args=(approve, "Dana")),
                    threading.Thread(target=decide, args=(approve, "Sam"))]
@@ -387,6 +536,9 @@ class MoneyMachine(RuleBasedStateMachine):
             t.start()
         for t in threads:
             t.join()
+        if outcomes == ["refused", "refused"]:   # the same refusal for both, nothing decided
+            assert approve and self.agent.store.approval(approval.id).status == "pending"
+            return
         assert sorted(outcomes) == ["lost", "won"], outcomes
         ignored = [e for e in self.agent.store.audit()
                    if e.event == "ignored" and e.approval_id == approval.id]
@@ -517,6 +669,23 @@ class MoneyMachine(RuleBasedStateMachine):
                 if run.status == RunStatus.DONE:
                     assert a.id in by_key, ("approved, run done, never paid", a.id)
         assert agent.store.verify_audit() is None
+        self._check_decisions(approvals, audit)
+
+    def _check_decisions(self, approvals: dict[str, Any], audit: list[Any]) -> None:
+        """No approver's approvals on one order add up past their limit, and no kept line pays
+        more than the amount its proposal showed for it."""
+        by_person: Counter[tuple[str, str]] = Counter()
+        for a in approvals.values():
+            if a.status == "approved" and a.decided_by in self.limits:
+                by_person[(a.decided_by, a.order_id)] += a.amount_cents
+        for (name, order_id), cents in by_person.items():
+            assert cents <= self.limits[name], ("over the limit", name, order_id, cents)
+        proposed = {e.approval_id: {x["line"]: x["amount_cents"] for x in e.lines}
+                    for e in audit if e.event == "requested" and e.approval_id}
+        for a in approvals.values():
+            for line in a.kept:
+                assert line.amount_cents <= proposed[a.id][line.line], (
+                    "kept line paid more than proposed", a.id, line.line)
 
 
 MoneyMachine.TestCase.settings = settings(

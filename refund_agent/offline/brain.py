@@ -446,6 +446,10 @@ def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
     return wanted
 
 
+# The customer asks about the shipping they paid (one alternation of words: linear time).
+SHIPPING_ASKED = re.compile(r"\b(?:shipping|postage|delivery (?:fee|charge|cost))", re.I)
+
+
 def _propose(facts: dict[str, Any], email: str) -> _Proposal:
     """The lines the policy lets us refund for what the customer describes."""
     if not facts.get("delivered"):
@@ -455,7 +459,10 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
                          f"ago, past the {facts.get('window_days')}-day refund window")
     lines = facts.get("lines", [])
     wanted = _wanted(lines, email)
-    if not wanted:
+    # Shipping the facts say is owed (every item refunded as damaged, by refunds proposed side
+    # by side, none of which could include it) is refunded on its own when the customer asks.
+    shipping = bool(facts.get("shipping_owed")) and bool(SHIPPING_ASKED.search(email))
+    if not wanted and not shipping:
         return _Proposal([], why_not="unclear")
     by_id = {line["line"]: line for line in lines}
     proposal = _Proposal([])
@@ -467,6 +474,9 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
             proposal.taken.append(f"{line['name']} ({line.get('status')})")
         else:
             proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"]})
+    if shipping:
+        # The tool takes a reason per line; shipping follows the items' "damaged".
+        proposal.lines.append({"line": "SHIPPING", "reason": "damaged", "name": "Shipping"})
     if not proposal.lines:
         if proposal.taken:
             proposal.why_not = ("what you describe has already been taken care of: "
@@ -478,7 +488,8 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
 
 def _explain(p: _Proposal) -> str:
     """One sentence on what is proposed and why, for the approver and the reasoning."""
-    damaged = [line["name"].lower() for line in p.lines if line["reason"] == "damaged"]
+    damaged = [line["name"].lower() for line in p.lines if line["reason"] == "damaged"
+               and line["line"] != "SHIPPING"]
     returned = [line["name"].lower() for line in p.lines if line["reason"] == "changed_mind"]
     parts = []
     if damaged:
@@ -486,6 +497,8 @@ def _explain(p: _Proposal) -> str:
     if returned:
         parts.append(f"the {' and '.join(returned)} returned for a change of mind (less the "
                      "return fee)")
+    if any(line["line"] == "SHIPPING" for line in p.lines):
+        parts.append("the shipping paid, owed now that every item was refunded as damaged")
     text = "; ".join(parts)
     if p.final_sale:
         text += f". The {' and '.join(p.final_sale).lower()} is final sale and can't be refunded"
