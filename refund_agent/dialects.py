@@ -116,12 +116,32 @@ class SQLite:
 
     def explain(self, exc: BaseException) -> str:
         text = str(exc)
-        if "not a database" in text or "malformed" in text:
-            return (f"{self.path} is not a readable refund-agent database ({text}). "
-                    "Move it aside to start fresh; nothing else was changed.")
+        if "database disk image is malformed" in text or "not a database" in text:
+            return corrupt_message(self.path, text)
         if "locked" in text or "busy" in text:
             return f"{self.path} is locked by another process for too long ({text}); try again."
         return f"Database error in {self.path}: {text}"
+
+
+def corrupt_message(path: Path, detail: str) -> str:
+    """What to do about a store SQLite cannot read, in words that lose nothing.
+
+    Moving the file aside is advised only when it truly is not a database (it does not begin
+    with SQLite's header): a damaged database still holds pending approvals and the audit, and
+    starting afresh beside it would lose them from view.
+    """
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(16)
+    except OSError:
+        header = b""
+    if header and header != b"SQLite format 3\x00":
+        return (f"{path} is not a refund-agent database ({detail}): it is some other kind of "
+                "file. Move it aside to start fresh; nothing in it was changed.")
+    return (f"{path} is damaged ({detail}). It still holds the approvals and the audit, so "
+            "do not delete or replace it: stop every page and worker, restore it from a "
+            "backup, or recover what is readable with `sqlite3 " + str(path) + " .recover`; "
+            "`refund-agent audit --verify` says whether it is whole. Nothing was changed.")
 
 
 class _Row(tuple):
@@ -166,7 +186,7 @@ def pg_sql(sql: str) -> str:
     """The store's SQLite spelling of a statement, as PostgreSQL (and psycopg) want it.
 
     Placeholders become psycopg's (``?`` -> ``%s``, ``:name`` -> ``%(name)s``, a literal ``%``
-    doubled), SQLite's clock and JSON function become PostgreSQL's, and LIKE becomes ILIKE
+    doubled), SQLite's clock becomes PostgreSQL's, and LIKE becomes ILIKE
     (SQLite's LIKE ignores the case of ASCII letters; PostgreSQL's does not).
     """
     def swap(match: re.Match[str]) -> str:
@@ -180,10 +200,7 @@ def pg_sql(sql: str) -> str:
         return f"%({token[1:]})s"
 
     sql = _TOKENS.sub(swap, sql)
-    return (sql.replace(SQLITE_NOW, PG_NOW)
-            .replace("json_extract(c.arguments, '$.order_id')",
-                     "(c.arguments::jsonb ->> 'order_id')")
-            .replace(" LIKE ", " ILIKE "))
+    return sql.replace(SQLITE_NOW, PG_NOW).replace(" LIKE ", " ILIKE ")
 
 
 def _plain(args: Any) -> Any:

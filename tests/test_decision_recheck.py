@@ -61,7 +61,7 @@ def _another_ticket(scripted, args: dict = COFFEE_MAKER) -> tuple[Agent, dict]:
     assert run.status == RunStatus.DONE, run.error
     (call,) = [c for s in other.store.steps(run.id) if s.kind == "response"
                for c in other.store.calls(s.data["response_id"]) if c.name == "issue_refund"]
-    assert other.store.find_approval(call.call_id) is None      # nothing was queued
+    assert other.store.find_approval(call.key) is None      # nothing was queued
     return other, json.loads(call.output)
 
 

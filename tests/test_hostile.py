@@ -146,7 +146,7 @@ def check_guards(agent: Agent, run_id: str, said: str) -> dict[str, int]:
     calls = [c for s in agent.store.steps(run_id) if s.kind == "response"
              for c in agent.store.calls(s.data["response_id"])]
     emails = [m for m in agent.outbox.messages()
-              if m["idempotency_key"] in {c.call_id for c in calls}]
+              if m["idempotency_key"] in {c.key for c in calls}]
     # What the model itself wrote in its arguments may come back in an error ("no line
     # 'SKL-CI-10'"): an echo, not a leak. Anything it could only have learned from a tool
     # would show up in that tool's output first.
