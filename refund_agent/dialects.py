@@ -26,7 +26,7 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from .errors import StoreError
 
@@ -94,6 +94,43 @@ class SQLite:
         self.where = str(self.path)
 
     def connect(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.OperationalError:
+            if not self.read_only_here():
+                raise
+        return self._connect_read_only()
+
+    def read_only_here(self) -> bool:
+        """Whether the store exists but this process may not write it: the file or its folder
+        is read-only (permissions, a read-only mount, a backup opened for a look)."""
+        return self.path.exists() and not (os.access(self.path, os.W_OK)
+                                           and os.access(self.path.parent, os.W_OK))
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that only reads, for a store nobody may write here.
+
+        A WAL database is read through its ``-shm`` index, which a read-only folder cannot
+        hold; with no write-ahead log beside the file there is nothing it would index, so
+        the file is opened as immutable. A log that exists but cannot be indexed is refused
+        rather than ignored (its transactions would be missing from what is read).
+        """
+        uri = "file:" + quote(str(self.path.resolve())) + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=10)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            db.close()
+            wal = Path(f"{self.path}-wal")
+            if wal.exists() and wal.stat().st_size:
+                raise
+            db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None,
+                                 timeout=10)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA busy_timeout=10000")
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
         db.row_factory = sqlite3.Row
         for attempt in range(50):
@@ -118,6 +155,10 @@ class SQLite:
         text = str(exc)
         if "database disk image is malformed" in text or "not a database" in text:
             return corrupt_message(self.path, text)
+        if "readonly" in text or "read-only" in text:
+            return (f"{self.path} is read-only here ({text}): it can be read (queue, show, "
+                    "audit --verify), but nothing can be decided or written until the file "
+                    "and its folder are writable again.")
         if "locked" in text or "busy" in text:
             return f"{self.path} is locked by another process for too long ({text}); try again."
         return f"Database error in {self.path}: {text}"
