@@ -569,6 +569,13 @@ class Store:
         rows = self._read("SELECT target FROM store_moved")
         return rows[0][0] if rows else None
 
+    def moved_message(self) -> str | None:
+        """Why this store refuses writes, if ``migrate`` moved it: a sentence for people."""
+        if isinstance(self.dialect, Postgres):
+            return None
+        rows = self._read("SELECT target, at FROM store_moved")
+        return _moved_message(self.path, rows[0]["target"], rows[0]["at"]) if rows else None
+
     # -- small helpers used inside transactions -----------------------------------------
 
     def _step(self, db: Any, run_id: str, kind: str, data: dict[str, Any]) -> None:
@@ -1135,6 +1142,9 @@ class Store:
         Each is its own compare-and-set, so a person deciding at the same moment wins or loses
         cleanly. Returns the approvals this call expired.
         """
+        moved = self.moved_message()
+        if moved:   # even with nothing due: a cron job on the old settings must hear of it
+            raise StoreError(moved)
         # By the database's clock, which wrote requested_at: not this process's own.
         due = [a.id for a in self._approvals(
             f"WHERE status = 'pending' AND requested_at < {_DB_NOW} - ?", (older_than,))]

@@ -71,13 +71,13 @@ def test_invalid_or_deeply_nested_arguments_never_break_the_inbox(backend, setti
     store = store_for(backend, settings)
     broken, deep, good = new_run(store), new_run(store), new_run(store)
     respond(store, broken, [("call_1", "lookup_order", '{"order_id": "A10')])   # cut short
-    respond(store, deep, [("call_1", "lookup_order", DEEP)])
-    respond(store, good, [("call_1", "lookup_order", '{"order_id": "A1043"}')])
+    respond(store, deep, [("call_2", "lookup_order", DEEP)])
+    respond(store, good, [("call_3", "lookup_order", '{"order_id": "A1043"}')])
     rows = {row.run.id: row.order_id for row in store.inbox()}
     assert rows == {broken: None, deep: None, good: "A1043"}
     assert store.inbox_counts()[RunStatus.DONE] == 3
     (call,) = store.calls(store.run(good).last_response_id)
-    assert (call.key, call.order_id) == (call_key(good, "call_1"), "A1043")
+    assert (call.key, call.order_id) == (call_key(good, "call_3"), "A1043")
 
 
 def test_arguments_are_read_within_bounds():
