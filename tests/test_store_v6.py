@@ -16,13 +16,14 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import openai
 import pytest
-from conftest import DATA, ScriptedBrain, run_cli
+from conftest import DATA, PROJECT_ROOT, ScriptedBrain, cli_env, run_cli
 
 from refund_agent import Agent, RunStatus
 from refund_agent.callrecords import call_key, nesting_depth, order_id_in, parse_bounded
@@ -208,14 +209,15 @@ class _Sqlite:
 _SQLITE = _Sqlite()
 
 
-# -- upgrading a schema-5 store ----------------------------------------------------------------------
+# -- upgrading a schema-5 store --------------------------------------------------------------
 
 def _as_schema_5(store: Store) -> None:
     """Put a store made by this version back into schema 5's shape (calls keyed by call id
     alone, no key or order id), as a store written by the previous version is."""
     if store.shared:
         with store._tx() as db:
-            for sql in ("ALTER TABLE calls DROP COLUMN key", "ALTER TABLE calls DROP COLUMN order_id",
+            for sql in ("ALTER TABLE calls DROP COLUMN key",
+                        "ALTER TABLE calls DROP COLUMN order_id",
                         "ALTER TABLE calls DROP CONSTRAINT calls_pkey",
                         "ALTER TABLE calls ADD PRIMARY KEY (call_id)",
                         "DROP INDEX calls_by_call_id", "DROP TABLE store_moved",
@@ -278,7 +280,7 @@ def test_a_schema_5_store_upgrades_keeping_its_ids_and_keys(backend, settings, m
     assert store.verify_audit() is None and reconcile(store, settings.output_dir) is None
 
 
-# -- D: expiry by the database's clock ---------------------------------------------------------------
+# -- D: expiry by the database's clock -------------------------------------------------------
 
 def test_a_host_whose_clock_runs_ahead_does_not_expire_a_fresh_proposal(backend, settings,
                                                                        monkeypatch):
@@ -306,7 +308,7 @@ def test_a_host_whose_clock_runs_ahead_does_not_expire_a_fresh_proposal(backend,
     assert [a.id for a in store.expire(7 * 86400)] == [approval.id]
 
 
-# -- E: read-only and damaged stores -----------------------------------------------------------------
+# -- E: read-only and damaged stores ---------------------------------------------------------
 
 def _read_only_runner(output: Path):
     """Run the terminal with ``output`` read-only: by permissions for an ordinary user; for
@@ -330,8 +332,6 @@ def _read_only_runner(output: Path):
         pytest.skip("cannot make a read-only folder here (root without mount namespaces)")
 
     def run_ro(*args: str) -> subprocess.CompletedProcess:
-        from conftest import PROJECT_ROOT, cli_env
-        import sys
         command = " ".join(["exec", sys.executable, "-m", "refund_agent",
                             *(f"'{a}'" for a in args)])
         return subprocess.run(
