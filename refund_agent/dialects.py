@@ -177,8 +177,8 @@ def corrupt_message(path: Path, detail: str) -> str:
     except OSError:
         header = b""
     if header and header != b"SQLite format 3\x00":
-        return (f"{path} is not a refund-agent database ({detail}): it is some other kind of "
-                "file. Move it aside to start fresh; nothing in it was changed.")
+        return (f"{path} is not a readable refund-agent database ({detail}): it is not an "
+                "SQLite file at all. Move it aside to start fresh; nothing in it was changed.")
     return (f"{path} is damaged ({detail}). It still holds the approvals and the audit, so "
             "do not delete or replace it: stop every page and worker, restore it from a "
             "backup, or recover what is readable with `sqlite3 " + str(path) + " .recover`; "

@@ -478,7 +478,7 @@ def test_a_corrupt_database_is_reported_and_left_alone(tmp_path: Path):
     # damaged one still holds the approvals and the audit.
     for name, damage, said in (
             ("garbage", lambda b: b"not a database at all" * 300,
-             "is not a refund-agent database"),
+             "is not a readable refund-agent database"),
             ("truncated", lambda b: b[: len(b) // 2], "is damaged")):
         output = tmp_path / name
         assert run_cli(output, "sample", "damaged").returncode == 0
