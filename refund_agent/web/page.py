@@ -163,7 +163,7 @@ def main() -> None:
     st.html(PAGE_CSS)
     moved = worker.agent.store.moved_message()
     if moved:   # `migrate` moved the store: it can be read here, decided only there
-        st.error(moved, icon=":material/move_item:")
+        st.error(moved, icon=":material/error:")
     guarded(header)(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.2, 2.2, 1.6], gap="medium")
     # The queue is drawn first (columns fill in any order): a decision made elsewhere shows
