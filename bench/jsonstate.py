@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from refund_agent.callrecords import call_key
 from refund_agent.errors import (
     AlreadyDecided,
     DecisionRefused,
@@ -246,7 +247,8 @@ class JsonStateStore:
         run_id = run["id"]
         for seq, (call_id, name, arguments) in enumerate(calls):
             call = {"call_id": call_id, "run_id": run_id, "response_id": response_id, "seq": seq,
-                    "name": name, "arguments": arguments, "output": None}
+                    "name": name, "arguments": arguments, "output": None,
+                    "key": call_key(run_id, call_id)}
             run["calls"].append(call)
             self._calls_by_response.setdefault(response_id, []).append(call)
         for kind, data in steps:
@@ -275,8 +277,8 @@ class JsonStateStore:
             self.save()
 
     def calls(self, response_id: str) -> list[Call]:
-        return [Call.model_validate({k: c[k] for k in ("call_id", "run_id", "response_id", "name",
-                                                       "arguments", "output")})
+        return [Call.model_validate({k: c.get(k) for k in ("call_id", "run_id", "response_id",
+                                                           "name", "arguments", "output", "key")})
                 for c in self._calls_by_response.get(response_id, [])]
 
     def record_output(self, lease: Lease, call_id: str, output: str,
@@ -332,12 +334,13 @@ class JsonStateStore:
                         order_id: str, summary: str, customer: str,
                         price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
         run_id = run["id"]
-        if call_id in self.state["approvals"]:
-            return self.approval(call_id)
+        approval_id = call_key(run_id, call_id)   # as the store's (see callrecords.py)
+        if approval_id in self.state["approvals"]:
+            return self.approval(approval_id)
         quote = price(self._held(order_id))
         if isinstance(quote, str):
             return quote
-        row = {"id": call_id, "run_id": run_id, "response_id": response_id, "call_id": call_id,
+        row = {"id": approval_id, "run_id": run_id, "response_id": response_id, "call_id": call_id,
                "order_id": quote.order_id, "amount_cents": quote.total_cents,
                "proposed_cents": quote.total_cents, "summary": summary, "customer": customer,
                "status": "pending", "requested_at": time.time(), "requested_pid": self.pid,
@@ -345,15 +348,15 @@ class JsonStateStore:
                "lines": [{**q.model_dump(), "decision": None, "held": True}
                          for q in quote.lines]}
         self._order_approvals(quote.order_id).append(row)
-        self.state["approvals"][call_id] = row
+        self.state["approvals"][approval_id] = row
         lines = _audit_lines(quote.lines)
-        self._step(run, "approval", {"approval_id": call_id, "order_id": quote.order_id,
+        self._step(run, "approval", {"approval_id": approval_id, "order_id": quote.order_id,
                                      "amount": quote.amount, "summary": summary, "lines": lines})
         run["status"], run["updated_at"] = RunStatus.WAITING.value, time.time()
         self.save()
-        self._audit("requested", "agent", run_id=run_id, approval_id=call_id,
+        self._audit("requested", "agent", run_id=run_id, approval_id=approval_id,
                     order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
-        return self.approval(call_id)
+        return self.approval(approval_id)
 
     def approval(self, approval_id: str) -> Approval:
         try:
@@ -361,8 +364,8 @@ class JsonStateStore:
         except KeyError:
             raise NotFound(f"No refund approval with id {approval_id!r}.") from None
 
-    def find_approval(self, call_id: str) -> Approval | None:
-        row = self.state["approvals"].get(call_id)
+    def find_approval(self, key: str) -> Approval | None:
+        row = self.state["approvals"].get(key)
         return Approval.model_validate(row) if row else None
 
     def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from refund_agent.callrecords import call_key, order_id_in
 from refund_agent.errors import StoreError
 from refund_agent.store import GENESIS_HASH, Store, audit_hash
 
@@ -124,8 +125,14 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
             steps = [_rejected_step(step) for step in steps if step[2] != "refund"]
         calls = [{**c, "call_id": new_ids[c["call_id"]], "run_id": run["id"],
                   "response_id": new_ids[c["response_id"]], "arguments": call_texts[2 * j],
-                  "output": call_texts[2 * j + 1] or None} for j, c in enumerate(t.calls)]
-        approval = {**t.approval, "id": new_ids[t.approval["id"]], "run_id": run["id"],
+                  "output": call_texts[2 * j + 1] or None,
+                  # The key names the run and the call (see callrecords.py), as the text
+                  # fields do once both ids are replaced.
+                  "key": call_key(run["id"], new_ids[c["call_id"]]) if c["key"] else None,
+                  "order_id": order_id_in(call_texts[2 * j])}
+                 for j, c in enumerate(t.calls)]
+        approval = {**t.approval, "id": call_key(run["id"], new_ids[t.approval["call_id"]]),
+                    "run_id": run["id"],
                     "response_id": new_ids[t.approval["response_id"]],
                     "call_id": new_ids[t.approval["call_id"]],
                     "order_id": new_ids[t.approval["order_id"]], "summary": summary,
@@ -195,7 +202,8 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
             batch_runs.append(tuple(s.run[c] for c in run_cols))
             batch_steps += [(s.run["id"], at, pid, kind, data) for at, pid, kind, data in s.steps]
             batch_calls += [(c["call_id"], c["run_id"], c["response_id"], c["seq"], c["name"],
-                             c["arguments"], c["output"]) for c in s.calls]
+                             c["arguments"], c["output"], c["key"], c["order_id"])
+                            for c in s.calls]
             a = s.approval
             batch_appr.append((a["id"], a["run_id"], a["response_id"], a["call_id"], a["order_id"],
                                a["amount_cents"], a["proposed_cents"], a["summary"],
@@ -238,8 +246,8 @@ def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  #
     """Insert one batch; the columns follow refund_agent/store.py's schema (version 3)."""
     db.executemany(run_sql, runs)
     db.executemany("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)", steps)
-    db.executemany("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output)"
-                   " VALUES (?,?,?,?,?,?,?)", calls)
+    db.executemany("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output,"
+                   " key, order_id) VALUES (?,?,?,?,?,?,?,?,?)", calls)
     db.executemany("INSERT INTO approvals(id, run_id, response_id, call_id, order_id,"
                    " amount_cents, proposed_cents, summary, customer, status, requested_at,"
                    " requested_pid, decided_by, decided_at, decided_pid, note)"
@@ -267,7 +275,8 @@ def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
     copies = {
         "runs": run_cols,
         "steps": ["run_id", "at", "pid", "kind", "data"],
-        "calls": ["call_id", "run_id", "response_id", "seq", "name", "arguments", "output"],
+        "calls": ["call_id", "run_id", "response_id", "seq", "name", "arguments", "output", "key",
+                  "order_id"],
         "approvals": ["id", "run_id", "response_id", "call_id", "order_id", "amount_cents",
                       "proposed_cents", "summary", "customer", "status", "requested_at",
                       "requested_pid", "decided_by", "decided_at", "decided_pid", "note"],
@@ -304,7 +313,8 @@ def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
             rows["steps"] += [(s.run["id"], at, pid, kind, data)
                               for at, pid, kind, data in s.steps]
             rows["calls"] += [(c["call_id"], c["run_id"], c["response_id"], c["seq"],
-                               c["name"], c["arguments"], c["output"]) for c in s.calls]
+                               c["name"], c["arguments"], c["output"], c["key"], c["order_id"])
+                              for c in s.calls]
             a = s.approval
             rows["approvals"].append(tuple(a[c] for c in copies["approvals"]))
             rows["approval_lines"] += [

@@ -708,7 +708,7 @@ class Agent:
     def _refund(self, run: Run, lease: Lease, call: Call, args: IssueRefund
                 ) -> tuple[dict[str, Any], list, dict[str, Any] | None]:
         """issue_refund: queue it for a person, or carry out the person's decision."""
-        approval = self.store.find_approval(call.call_id)
+        approval = self.store.find_approval(call.key)
         if approval is None:
             tools = self._tools(run)
             queued = self.store.queue_approval(
@@ -762,10 +762,10 @@ class Agent:
 
     def _email(self, run: Run, lease: Lease, call: Call, message: str
                ) -> tuple[dict[str, Any], list]:
-        """send_customer_message: always to the sender, signed once, sent once per call id."""
+        """send_customer_message: always to the sender, signed once, sent once per call key."""
         body = with_signature(message, self.shop.info.signature)
         self.store.check_lease(lease)   # a process that lost the run sends nothing
-        record, reused = self.outbox.send(call.call_id, run.sender, f"Re: {run.subject}", body)
+        record, reused = self.outbox.send(call.key, run.sender, f"Re: {run.subject}", body)
         crash_point("after_email", self._crash)
         output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
         return output, [("message", {"to": run.sender, "body": body, "reused": reused})]

@@ -400,7 +400,14 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
         _summary(agent.store.run(args.run), sys.stdout)
     elif what == "audit":
         if args.verify:
-            problem = reconcile(agent.store, agent.settings.output_dir)
+            # The engine's own check first: a damaged page the checks below never read (an
+            # index, say) would still let them say "intact" while a decision fails on it.
+            damage = agent.store.integrity_problem()
+            problem = (f"The store {agent.store.path} is damaged, so the audit cannot be "
+                       f"trusted: the database's integrity check says: {damage}. Stop every "
+                       "page and worker and restore it from a backup; nothing was changed."
+                       if damage else
+                       reconcile(agent.store, agent.settings.output_dir))
             refunds, emails = log_names(agent.store)
             print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
                   f"anchor ok; {refunds} and {emails} agree with the approvals and the audit.")

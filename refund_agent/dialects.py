@@ -26,7 +26,7 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from .errors import StoreError
 
@@ -94,6 +94,43 @@ class SQLite:
         self.where = str(self.path)
 
     def connect(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.OperationalError:
+            if not self.read_only_here():
+                raise
+        return self._connect_read_only()
+
+    def read_only_here(self) -> bool:
+        """Whether the store exists but this process may not write it: the file or its folder
+        is read-only (permissions, a read-only mount, a backup opened for a look)."""
+        return self.path.exists() and not (os.access(self.path, os.W_OK)
+                                           and os.access(self.path.parent, os.W_OK))
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that only reads, for a store nobody may write here.
+
+        A WAL database is read through its ``-shm`` index, which a read-only folder cannot
+        hold; with no write-ahead log beside the file there is nothing it would index, so
+        the file is opened as immutable. A log that exists but cannot be indexed is refused
+        rather than ignored (its transactions would be missing from what is read).
+        """
+        uri = "file:" + quote(str(self.path.resolve())) + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=10)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            db.close()
+            wal = Path(f"{self.path}-wal")
+            if wal.exists() and wal.stat().st_size:
+                raise
+            db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None,
+                                 timeout=10)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA busy_timeout=10000")
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
         db.row_factory = sqlite3.Row
         for attempt in range(50):
@@ -116,12 +153,36 @@ class SQLite:
 
     def explain(self, exc: BaseException) -> str:
         text = str(exc)
-        if "not a database" in text or "malformed" in text:
-            return (f"{self.path} is not a readable refund-agent database ({text}). "
-                    "Move it aside to start fresh; nothing else was changed.")
+        if "database disk image is malformed" in text or "not a database" in text:
+            return corrupt_message(self.path, text)
+        if "readonly" in text or "read-only" in text:
+            return (f"{self.path} is read-only here ({text}): it can be read (queue, show, "
+                    "audit --verify), but nothing can be decided or written until the file "
+                    "and its folder are writable again.")
         if "locked" in text or "busy" in text:
             return f"{self.path} is locked by another process for too long ({text}); try again."
         return f"Database error in {self.path}: {text}"
+
+
+def corrupt_message(path: Path, detail: str) -> str:
+    """What to do about a store SQLite cannot read, in words that lose nothing.
+
+    Moving the file aside is advised only when it truly is not a database (it does not begin
+    with SQLite's header): a damaged database still holds pending approvals and the audit, and
+    starting afresh beside it would lose them from view.
+    """
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(16)
+    except OSError:
+        header = b""
+    if header and header != b"SQLite format 3\x00":
+        return (f"{path} is not a readable refund-agent database ({detail}): it is not an "
+                "SQLite file at all. Move it aside to start fresh; nothing in it was changed.")
+    return (f"{path} is damaged ({detail}). It still holds the approvals and the audit, so "
+            "do not delete or replace it: stop every page and worker, restore it from a "
+            "backup, or recover what is readable with `sqlite3 " + str(path) + " .recover`; "
+            "`refund-agent audit --verify` says whether it is whole. Nothing was changed.")
 
 
 class _Row(tuple):
@@ -166,7 +227,7 @@ def pg_sql(sql: str) -> str:
     """The store's SQLite spelling of a statement, as PostgreSQL (and psycopg) want it.
 
     Placeholders become psycopg's (``?`` -> ``%s``, ``:name`` -> ``%(name)s``, a literal ``%``
-    doubled), SQLite's clock and JSON function become PostgreSQL's, and LIKE becomes ILIKE
+    doubled), SQLite's clock becomes PostgreSQL's, and LIKE becomes ILIKE
     (SQLite's LIKE ignores the case of ASCII letters; PostgreSQL's does not).
     """
     def swap(match: re.Match[str]) -> str:
@@ -180,10 +241,7 @@ def pg_sql(sql: str) -> str:
         return f"%({token[1:]})s"
 
     sql = _TOKENS.sub(swap, sql)
-    return (sql.replace(SQLITE_NOW, PG_NOW)
-            .replace("json_extract(c.arguments, '$.order_id')",
-                     "(c.arguments::jsonb ->> 'order_id')")
-            .replace(" LIKE ", " ILIKE "))
+    return sql.replace(SQLITE_NOW, PG_NOW).replace(" LIKE ", " ILIKE ")
 
 
 def _plain(args: Any) -> Any:

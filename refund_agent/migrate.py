@@ -14,6 +14,10 @@ already holds anything. The copy is one PostgreSQL transaction, reconciled on Po
 it commits and rolled back if that fails. The source is only read, under its write lock, so no
 decision can land in it halfway through.
 
+Once the copy committed, the SQLite store is marked as moved (still under its write lock): it
+refuses every write from then on with a message naming the new database, so a page, a worker
+or a cron ``expire`` left on the old settings cannot decide or pay on both. It stays readable.
+
 What stays behind: the offline model's stored responses (its own file in ``output/``). A run
 whose stored response is not found continues from its transcript; the report lists unfinished
 runs whose transcript does not reach their last response, which cannot.
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .dialects import is_postgres_url
-from .errors import MigrationRefused
+from .errors import MigrationRefused, StoreError
 from .models import RunStatus
 from .reconcile import LOGS, Entry, read_records, reconcile
 from .store import TABLES, BulkLoad, Store
@@ -101,6 +105,9 @@ def migrate(source: Store, output_dir: Path, target_url: str,
     if source.shared:
         raise MigrationRefused(f"The source {source.path} is already PostgreSQL; migrate copies "
                                "an SQLite store (output/) into PostgreSQL.")
+    moved = source.moved_to()
+    if moved:
+        raise MigrationRefused(f"{source.path} was already moved to {moved}; nothing was copied.")
     output_dir = Path(output_dir)
     target = Store(target_url)  # reaches it, and makes the schema in an empty database
     timings: dict[str, float] = {}
@@ -138,12 +145,25 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                     raise MigrationRefused(
                         "The copy did not reconcile on PostgreSQL, so it was rolled back and "
                         f"nothing was written: {problem}")
+            # The copy committed; still under the source's write lock, the source is marked
+            # moved, so no page, worker or cron job decides or pays there again.
+            _mark_moved(source, target.path)
     finally:
         target.close()
     return MigrationReport(
         source=str(source.path), target=str(target.path), rows=rows, ledger=ledger, torn=torn,
         leases_cleared=leases_cleared, pending=pending, without_transcript=stranded,
         seconds=time.monotonic() - started, timings=timings)
+
+
+def _mark_moved(source: Store, where: str) -> None:
+    try:
+        source.mark_moved(where)
+    except StoreError as exc:
+        raise StoreError(
+            f"The copy in {where} is complete, but {source.path} could not be marked as moved "
+            f"({exc}). Stop every page and worker that uses it before using the new database, "
+            "so nothing is decided on both.") from None
 
 
 def _check_source(source: Store, output_dir: Path) -> int:

@@ -77,6 +77,10 @@ class Call(BaseModel):
     name: str
     arguments: str
     output: str | None
+    # The approval id and idempotency key of what the call does (see callrecords.py); None
+    # for a call that repeated an id its run had used, answered without running.
+    key: str | None = None
+    order_id: str | None = None   # the one its arguments name, as the model wrote it
 
 
 class ApprovalLine(BaseModel):
@@ -99,7 +103,8 @@ class ApprovalLine(BaseModel):
 class Approval(BaseModel):
     """A refund the agent proposed, waiting for (or holding) a person's decision."""
 
-    id: str              # the issue_refund call id, also the payment idempotency key
+    id: str              # the issue_refund call's key (run and call id; the bare call id for
+                         # proposals made before schema 6), also the payment idempotency key
     run_id: str
     response_id: str
     call_id: str

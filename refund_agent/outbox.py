@@ -27,7 +27,8 @@ def with_signature(message: str, signature: str) -> str:
 
 
 class Outbox:
-    """Sends each email once per idempotency key (the ``send_customer_message`` call id)."""
+    """Sends each email once per idempotency key (the run and the ``send_customer_message``
+    call id, see callrecords.py)."""
 
     def __init__(self, output_dir: Path, store: Any | None = None) -> None:
         # ``store``: a shared store (PostgreSQL) keeps the records where every host sees them.

@@ -11,7 +11,8 @@ from .policy import Quote
 
 
 class Payments:
-    """Issues refunds exactly once per idempotency key (the ``issue_refund`` call id).
+    """Issues refunds exactly once per idempotency key (the approval id: the run and the
+    ``issue_refund`` call id, see callrecords.py).
 
     Each refund records its order lines, so the log alone can be reconciled line by line with
     the approvals and the audit.

@@ -70,7 +70,8 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
         return problem
     names = log_names(store)
     approvals = {a.id: a for a in approval_list}
-    refund_calls = {c.call_id: c for c in store.calls_named("issue_refund")}
+    # By key, the approval's id (a repeated call, answered without running, has none).
+    refund_calls = {c.key: c for c in store.calls_named("issue_refund") if c.key}
     sends = _send_calls(store)
     # Generators: the checks after the first problem never run.
     problems = chain(
@@ -261,15 +262,17 @@ def _output(call: Call | None) -> dict[str, Any]:
 
 
 def _send_calls(store: Store) -> dict[str, tuple[Call, Run]]:
-    """Every send_customer_message call, by call id, with the run that made it.
+    """Every send_customer_message call, by its key (the outbox's idempotency key), with the
+    run that made it.
 
     A call is stored in its response's own transaction, with the response's timeline step, so
     every call in the table is one the model made in that run.
     """
     runs = {run.id: run for run in store.runs(limit=-1)}
-    calls = [c for c in store.calls_named("send_customer_message") if c.run_id in runs]
+    calls = [c for c in store.calls_named("send_customer_message")
+             if c.run_id in runs and c.key]
     calls.sort(key=lambda c: runs[c.run_id].created_at)  # oldest run first, as problems are told
-    return {call.call_id: (call, runs[call.run_id]) for call in calls}
+    return {call.key: (call, runs[call.run_id]) for call in calls}
 
 
 # -- the checks, each yielding problems -----------------------------------------------------------
@@ -331,7 +334,7 @@ def _refunds_match_approvals(refunds: list[Entry], approvals: dict[str, Approval
             yield (f"{where} for {_show(pairs)}, but approval {a.id} approved "
                    f"{_show(_pairs(a.kept))}: the record was edited.")
         money = money_events.get(a.id, [])
-        # The issue_refund call behind an approval has the approval's id as its call id.
+        # The issue_refund call behind an approval has the approval's id as its key.
         call = None if money else refund_calls.get(a.id)
         if call is not None and call.output is not None:
             # The call's output and the 'issued' entry are committed together; with the output
@@ -407,7 +410,7 @@ def _emails_match_calls(emails: list[Entry], sends: dict[str, tuple[Call, Run]]
                    "once, so the record was copied in (forged).")
         seen.setdefault(e.key, e.number)
         if e.key not in sends:
-            yield (f"{where} has key {e.key}, but no send_customer_message call has that id: "
+            yield (f"{where} has key {e.key}, but no send_customer_message call has that key: "
                    "the record was forged.")
             continue
         call, run = sends[e.key]
@@ -430,9 +433,9 @@ def _sent_calls_have_emails(sends: dict[str, tuple[Call, Run]], emails: list[Ent
                             log: str = "outbox.log") -> Iterator[str]:
     """Every email the agent was told was sent is in the outbox."""
     sent = {e.key: e.record["message_id"] for e in emails}
-    for call_id, (call, run) in sends.items():
+    for key, (call, run) in sends.items():
         out = _output(call)
-        if out.get("status") == "sent" and sent.get(call_id) != out.get("message_id"):
-            yield (f"Call {call_id} in run {run.id} says message {out.get('message_id')} was "
+        if out.get("status") == "sent" and sent.get(key) != out.get("message_id"):
+            yield (f"Call {call.call_id} in run {run.id} says message {out.get('message_id')} was "
                    f"sent to {out.get('to')}, but {log} has no record of it: the record "
                    "was removed.")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .approving import limit_problem, overpaid_line
+from .callrecords import call_key, order_id_in
 from .dialects import CHANNEL, DB_ERRORS, SQLITE_NOW, Postgres, SQLite, host_id, is_postgres_url
 from .errors import (
     AlreadyDecided,
@@ -64,6 +65,12 @@ SCHEMA_HISTORY: dict[int, str] = {
     5: "Leases name their host (a pid means something only on the machine that wrote it), for "
        "several hosts on one PostgreSQL database; the ledger table holds the payment and email "
        "stand-ins' idempotency records there (on SQLite they stay in output/'s JSONL logs).",
+    6: "Calls are keyed by their run and response (provider call ids are not unique across "
+       "runs) and carry their key (the approval id and idempotency key, with the run in it; "
+       "calls saved before keep their call id as key) and the order id their arguments name, "
+       "read in Python when the call is saved, so no query parses model-written JSON; "
+       "approvals are requested by the database's clock; an SQLite store that `migrate` "
+       "moved says where (store_moved) and refuses writes.",
     7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
        "throttle is shared by every process and survives a restart (a new table only).",
 }
@@ -80,6 +87,17 @@ _STEPS: dict[int, str] = {
        "ALTER TABLE runs ADD COLUMN transcript_complete INTEGER NOT NULL DEFAULT 0; "
        "UPDATE runs SET transcript_complete = 1 WHERE last_response_id IS NULL;",
     5: "ALTER TABLE runs ADD COLUMN lease_host TEXT;",
+    # The calls table gets a new primary key, which SQLite cannot alter: the old one is set
+    # aside (with its indexes, whose names the new table's take) and copied over in Python by
+    # _calls_v6, in the same transaction, reading each call's order id without the database.
+    6: "DROP INDEX IF EXISTS calls_by_response; DROP INDEX IF EXISTS calls_by_run; "
+       "ALTER TABLE calls RENAME TO calls_v5;",
+}
+# The same step on PostgreSQL, whose tables can change their key in place.
+_PG_STEPS: dict[int, tuple[str, ...]] = {
+    6: ("ALTER TABLE calls DROP CONSTRAINT calls_pkey",
+        "ALTER TABLE calls ADD COLUMN key TEXT", "ALTER TABLE calls ADD COLUMN order_id TEXT",
+        "ALTER TABLE calls ADD PRIMARY KEY (run_id, response_id, seq)"),
 }
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
@@ -148,12 +166,21 @@ CREATE TABLE IF NOT EXISTS steps (
     kind TEXT NOT NULL, data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id, id);
+-- A call is its run's, its response's, at its place in the response: provider call ids are not
+-- unique across runs, and a model may even repeat one. ``key`` (see callrecords.py) is what
+-- outlives the request, unique: the approval's id, the payment's or email's idempotency key;
+-- NULL for a repeated call, which is answered without running. ``order_id`` is the one the
+-- arguments name, read in Python when the call is saved (no query parses the arguments).
 CREATE TABLE IF NOT EXISTS calls (
-    call_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL,
-    seq INTEGER NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT
+    call_id TEXT NOT NULL, run_id TEXT NOT NULL, response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT,
+    key TEXT, order_id TEXT,
+    PRIMARY KEY (run_id, response_id, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq);
 CREATE INDEX IF NOT EXISTS calls_by_run ON calls(run_id, name);
+CREATE INDEX IF NOT EXISTS calls_by_call_id ON calls(run_id, call_id);
+CREATE UNIQUE INDEX IF NOT EXISTS calls_by_key ON calls(key);
 CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
     order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL, proposed_cents INTEGER NOT NULL,
@@ -218,6 +245,11 @@ CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
     UNIQUE (log, key)
 );
+-- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
+-- store then refuses every write, naming the database it moved to (its URL without password).
+CREATE TABLE IF NOT EXISTS store_moved (
+    id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL, at REAL NOT NULL
+);
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
 """
@@ -255,7 +287,7 @@ def pid_alive(pid: int | None) -> bool:
 # Every table of a store, with the columns its rows are ordered by (its primary key): what a
 # copy of the whole store (migrate.py) reads and fills, in this order.
 TABLES: dict[str, str] = {
-    "runs": "id", "steps": "id", "calls": "call_id", "approvals": "id",
+    "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
     "sign_in_failures": "id",
@@ -334,8 +366,11 @@ class Store:
         script = steps + _SCHEMA
         db = self._db()
         try:  # executescript commits on its own, so the schema gets its own transaction
-            db.executescript(
-                f"BEGIN IMMEDIATE; {script} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            db.executescript(f"BEGIN IMMEDIATE; {script}")
+            if version and version < 6:
+                _calls_v6(db, "calls_v5")
+                db.execute("DROP TABLE calls_v5")
+            db.executescript(f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.Error as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -359,6 +394,13 @@ class Store:
             row = db.execute("SELECT version FROM refund_agent_schema").fetchone()
             if row is not None and row[0] >= SCHEMA_VERSION:
                 return
+            if row is not None:   # an older store: its steps, then whatever is new
+                for number, statements in sorted(_PG_STEPS.items()):
+                    if row[0] < number:
+                        for statement in statements:
+                            db.execute(statement)
+                if row[0] < 6:
+                    _calls_v6(db, None)
             for statement in pg_schema(_SCHEMA):
                 db.execute(statement)
             db.execute("INSERT INTO refund_agent_schema(id, version) VALUES (1, ?)"
@@ -428,7 +470,12 @@ class Store:
                     db.execute(f"PRAGMA synchronous={level}")
                     self._local.synchronous = level
                 db.execute("BEGIN IMMEDIATE")
+                moved = db.execute("SELECT target, at FROM store_moved").fetchone()
+                if moved is not None:
+                    self._rollback(db)
+                    raise StoreError(_moved_message(self.path, moved["target"], moved["at"]))
         except DB_ERRORS as exc:
+            self._rollback(db)
             raise StoreError(self._explain(exc)) from None
         try:
             yield db
@@ -506,9 +553,40 @@ class Store:
                 self._idle.pop().close()
 
     def integrity_ok(self) -> bool:
+        return self.integrity_problem() is None
+
+    def integrity_problem(self, quick: bool = False) -> str | None:
+        """None if the engine finds the store's pages and indexes sound; else what it found.
+
+        SQLite's ``integrity_check`` reads every page (``quick``: ``quick_check``, which skips
+        matching indexes against their tables); a corrupt page makes it answer with the
+        damage, or fail outright. PostgreSQL checks its own pages (data checksums): nothing
+        to ask.
+        """
         if isinstance(self.dialect, Postgres):
-            return True  # the server checks its own pages (data checksums); nothing to ask
-        return self._read("PRAGMA integrity_check")[0][0] == "ok"
+            return None
+        pragma = "quick_check" if quick else "integrity_check"
+        try:
+            rows = self._db().execute(f"PRAGMA {pragma}(20)").fetchall()
+        except DB_ERRORS as exc:
+            return str(exc)
+        found = [str(r[0]) for r in rows]
+        return None if found == ["ok"] else "; ".join(found)
+
+    def moved_to(self) -> str | None:
+        """Where ``refund-agent migrate`` moved this SQLite store (the URL without its
+        password), or None while it is the live store."""
+        if isinstance(self.dialect, Postgres):
+            return None
+        rows = self._read("SELECT target FROM store_moved")
+        return rows[0][0] if rows else None
+
+    def moved_message(self) -> str | None:
+        """Why this store refuses writes, if ``migrate`` moved it: a sentence for people."""
+        if isinstance(self.dialect, Postgres):
+            return None
+        rows = self._read("SELECT target, at FROM store_moved")
+        return _moved_message(self.path, rows[0]["target"], rows[0]["at"]) if rows else None
 
     # -- small helpers used inside transactions -----------------------------------------
 
@@ -593,8 +671,8 @@ class Store:
             "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
             " (SELECT amount_cents FROM approvals a WHERE a.run_id = runs.id"
             "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_amount,"
-            " (SELECT json_extract(c.arguments, '$.order_id') FROM calls c"
-            "  WHERE c.run_id = runs.id AND c.name = 'lookup_order' LIMIT 1) AS looked_up"
+            " (SELECT c.order_id FROM calls c WHERE c.run_id = runs.id"
+            "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up"
             f" FROM runs {where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
             (*args, limit, offset))
         found = []
@@ -787,11 +865,8 @@ class Store:
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "
                                  f"continuing as {response_id}")
             self._append_transcript(db, run_id, response_id, transcript)
-            for seq, (call_id, name, arguments) in enumerate(calls):
-                db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments)"
-                           " VALUES (?,?,?,?,?,?)",
-                           (call_id, run_id, response_id, seq, name, arguments))
-            for kind, data in steps:
+            answered = self._save_calls(db, run_id, response_id, calls)
+            for kind, data in [*steps, *answered]:
                 self._step(db, run_id, kind, data)
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
@@ -804,6 +879,38 @@ class Store:
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
                  run_id))
+
+    def _save_calls(self, db: Any, run_id: str, response_id: str,
+                    calls: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
+        """Insert a response's calls, each with its key and the order id its arguments name;
+        returns the timeline steps of the calls answered at once.
+
+        A call whose id the run already used (in an earlier response, or earlier in this one)
+        is saved with an error for its output and no key, so it never runs: running it would
+        reach the approval, refund or email of the call that had the id first.
+        """
+        ids = list({call_id for call_id, _, _ in calls})
+        used: set[str] = set()
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            marks = ",".join("?" * len(chunk))
+            used.update(r[0] for r in db.execute(
+                f"SELECT call_id FROM calls WHERE run_id = ? AND call_id IN ({marks})",
+                (run_id, *chunk)))
+        answered = []
+        for seq, (call_id, name, arguments) in enumerate(calls):
+            key, output = call_key(run_id, call_id), None
+            if call_id in used:
+                key, error = None, (f"This call repeats call id {call_id!r} of an earlier call "
+                                    "in this run, so it was not run. Make the call again.")
+                output = json.dumps({"error": error})
+                answered.append(("result", {"call_id": call_id, "name": name,
+                                            "output": {"error": error}}))
+            used.add(call_id)
+            db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments,"
+                       " output, key, order_id) VALUES (?,?,?,?,?,?,?,?,?)",
+                       (call_id, run_id, response_id, seq, name, arguments, output, key,
+                        order_id_in(arguments)))
+        return answered
 
     def _append_transcript(self, db: Any, run_id: str, response_id: str,
                            entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
@@ -846,14 +953,16 @@ class Store:
                 self._step(db, run_id, *step)
 
     def calls(self, response_id: str) -> list[Call]:
-        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
-                          " FROM calls WHERE response_id = ? ORDER BY seq", (response_id,))
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output, key,"
+                          " order_id FROM calls WHERE response_id = ? ORDER BY seq",
+                          (response_id,))
         return [Call.model_validate(dict(r)) for r in rows]
 
     def calls_named(self, name: str) -> list[Call]:
         """Every call to one tool, across all runs, oldest response first (one query)."""
-        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output"
-                          " FROM calls WHERE name = ? ORDER BY run_id, response_id, seq", (name,))
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output, key,"
+                          " order_id FROM calls WHERE name = ? ORDER BY run_id, response_id, seq",
+                          (name,))
         return [Call.model_validate(dict(r)) for r in rows]
 
     def record_output(self, lease: Lease, call_id: str, output: str,
@@ -865,8 +974,8 @@ class Store:
         # what it did the first time (same idempotency key); read-only calls just re-run.
         with self._tx(durable=False) as db:
             self._fence(db, lease)
-            db.execute("UPDATE calls SET output = ? WHERE call_id = ? AND output IS NULL",
-                       (output, call_id))
+            db.execute("UPDATE calls SET output = ? WHERE run_id = ? AND call_id = ?"
+                       " AND output IS NULL", (output, run_id, call_id))
             for kind, data in steps:
                 self._step(db, run_id, kind, data)
             if audit:
@@ -888,32 +997,40 @@ class Store:
         run_id = lease.run_id
         with self._tx() as db:
             self._fence(db, lease)
-            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (call_id,)).fetchone():
-                return self.approval(call_id, db)
+            # The approval's id is the call's key (see callrecords.py): calls saved before
+            # schema 6 keep their call id as key, so their approvals keep their ids.
+            row = db.execute("SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
+                             " AND call_id = ? AND key IS NOT NULL",
+                             (run_id, response_id, call_id)).fetchone()
+            approval_id = row[0] if row else call_key(run_id, call_id)
+            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (approval_id,)).fetchone():
+                return self.approval(approval_id, db)
             quote = price(self._held(db, order_id))
             if isinstance(quote, str):
                 return quote
+            # Requested by the database's clock, as expiry reads it: a host whose clock runs
+            # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
             db.execute(
                 "INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount_cents,"
                 " proposed_cents, summary, customer, status, requested_at, requested_pid)"
-                " VALUES (?,?,?,?,?,?,?,?,?, 'pending', ?, ?)",
-                (call_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
-                 quote.total_cents, summary, customer, time.time(), self.pid))
+                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {_DB_NOW}, ?)",
+                (approval_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
+                 quote.total_cents, summary, customer, self.pid))
             for seq, q in enumerate(quote.lines):
                 db.execute(
                     "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
                     " amount_cents, allowed_cents, fee_cents, held) VALUES (?,?,?,?,?,?,?,?,?,1)",
-                    (call_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
+                    (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
                      q.allowed_cents, q.fee_cents))
             lines = _audit_lines(quote.lines)
-            self._audit(db, "requested", "agent", run_id=run_id, approval_id=call_id,
+            self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
-            self._step(db, run_id, "approval", {"approval_id": call_id,
+            self._step(db, run_id, "approval", {"approval_id": approval_id,
                                                 "order_id": quote.order_id,
                                                 "amount": quote.amount, "summary": summary,
                                                 "lines": lines})
             self._touch(db, run_id, status=RunStatus.WAITING)
-        return self.approval(call_id)
+        return self.approval(approval_id)
 
     def _held(self, db: Any, order_id: str, except_id: str | None = None,
               lock: bool = True) -> dict[str, Held]:
@@ -945,8 +1062,9 @@ class Store:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
         return found[0]
 
-    def find_approval(self, call_id: str) -> Approval | None:
-        found = self._approvals("WHERE id = ?", (call_id,))
+    def find_approval(self, key: str) -> Approval | None:
+        """The approval an issue_refund call queued, by the call's key (Call.key), or None."""
+        found = self._approvals("WHERE id = ?", (key,))
         return found[0] if found else None
 
     def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:
@@ -1037,9 +1155,12 @@ class Store:
         Each is its own compare-and-set, so a person deciding at the same moment wins or loses
         cleanly. Returns the approvals this call expired.
         """
-        cutoff = time.time() - older_than
-        due = [a.id for a in self._approvals("WHERE status = 'pending' AND requested_at < ?",
-                                             (cutoff,))]
+        moved = self.moved_message()
+        if moved:   # even with nothing due: a cron job on the old settings must hear of it
+            raise StoreError(moved)
+        # By the database's clock, which wrote requested_at: not this process's own.
+        due = [a.id for a in self._approvals(
+            f"WHERE status = 'pending' AND requested_at < {_DB_NOW} - ?", (older_than,))]
         expired = []
         for approval_id in due:
             with self._tx() as db:
@@ -1343,13 +1464,35 @@ class Store:
             raise StoreError("Only an SQLite store can be held this way.")
         db = self._db()
         try:
+            # Synced, should mark_moved commit: not allowed inside the transaction, so now.
+            db.execute("PRAGMA synchronous=FULL")
+            self._local.synchronous = "FULL"
             db.execute("BEGIN IMMEDIATE")
         except DB_ERRORS as exc:
             raise StoreError(self._explain(exc)) from None
         try:
             yield
         finally:
+            if db.in_transaction:   # mark_moved may have committed it
+                self._rollback(db)
+
+    def mark_moved(self, target: str) -> None:
+        """Mark this SQLite store as moved to ``target`` (shown as is: pass the URL without
+        its password), inside :meth:`writers_held_off`, and commit: from then on every write
+        is refused with a message naming ``target``, reads still work.
+
+        Written in the held-off transaction, so no write lands between the copy and the mark.
+        """
+        db = self._db()
+        if not isinstance(self.dialect, SQLite) or not db.in_transaction:
+            raise StoreError("Only an SQLite store held by writers_held_off can be marked moved.")
+        try:
+            db.execute("INSERT INTO store_moved(id, target, at) VALUES (1, ?, ?)",
+                       (target, time.time()))
+            db.execute("COMMIT")   # synced: writers_held_off set synchronous=FULL
+        except DB_ERRORS as exc:
             self._rollback(db)
+            raise StoreError(self._explain(exc)) from None
 
     @contextmanager
     def bulk_load(self) -> Iterator[BulkLoad]:
@@ -1519,9 +1662,44 @@ class BulkLoad:
                                 f" {table}), false)", (sequence,))
 
 
+def _calls_v6(db: Any, old_table: str | None) -> None:
+    """Step 6 for the calls a store already has: each keeps its call id as its key (the id its
+    approval and its payment or email record already carry) and gets the order id its
+    arguments name, read here, in Python, so bad JSON in one call cannot stop the upgrade.
+
+    ``old_table``: on SQLite, the old table, copied into the new one; None on PostgreSQL,
+    whose table gained the columns in place.
+    """
+    source = old_table or "calls"
+    rows = db.execute(f"SELECT * FROM {source}").fetchall()
+    for row in rows:
+        # A table that already has keys (a store put back to an older version number by
+        # hand, as tests do) keeps them: they are what its approvals and logs carry.
+        kept = row["key"] if "key" in row.keys() and old_table else None
+        fields = (kept or row["call_id"], order_id_in(row["arguments"]))
+        where = (row["run_id"], row["response_id"], row["seq"])
+        if old_table is None:
+            db.execute("UPDATE calls SET key = ?, order_id = ?"
+                       " WHERE run_id = ? AND response_id = ? AND seq = ?", fields + where)
+        else:
+            db.execute("INSERT INTO calls(key, order_id, run_id, response_id, seq, call_id, name,"
+                       " arguments, output) VALUES (?,?,?,?,?,?,?,?,?)",
+                       fields + where + (row["call_id"], row["name"], row["arguments"],
+                                         row["output"]))
+
+
 def _no_limit(limit: int) -> int:
     """SQLite reads a negative LIMIT as "no limit"; PostgreSQL refuses it. Both take a huge one."""
     return limit if limit >= 0 else 2**62
+
+
+def _moved_message(path: Path | str, target: str, at: float) -> str:
+    """Why a moved SQLite store refuses a write, and where the live store is."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+    return (f"{path} was moved to PostgreSQL at {target} by `refund-agent migrate` on {when}, "
+            "so nothing is written here any more (a decision or a refund made on both would "
+            "count twice). Set REFUND_AGENT_DATABASE_URL to that database (with its password) "
+            "and run this again; this file stays readable for reference.")
 
 
 def _span(seconds: float) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from refund_agent import AlreadyDecided, Cancel, DecisionRefused, RunNotReady, RunStatus
 from refund_agent.agent import Agent
+from refund_agent.callrecords import call_key
 from refund_agent.model import ModelAccess
 from refund_agent.offline import OfflineServer
 from refund_agent.offline.brain import Reply
@@ -43,7 +44,7 @@ def test_damaged_item_pauses_for_approval_then_refunds_once(agent, model):
     assert refund["request"]["order_id"] == "A1043"
     assert refund["request"]["lines"] == [
         {"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]
-    assert refund["idempotency_key"] == approval.call_id
+    assert refund["idempotency_key"] == approval.id == call_key(run.id, approval.call_id)
     assert [line.decision for line in agent.store.approval(approval.id).lines] == ["approved"]
     [email] = agent.outbox.messages()
     assert email["request"]["to"] == "maya.chen@example.com"

@@ -153,7 +153,7 @@ def test_corrupt_database_is_reported_and_left_alone(tmp_path):
 def _queue(out) -> list[str]:
     """The approval ids waiting, as `queue` lists them."""
     return [line.split()[0] for line in run_cli(out, "queue").stdout.splitlines()
-            if line.startswith(("call_", "call-"))]
+            if line.startswith("run_")]   # an approval id: its run, then its call
 
 
 def test_a_decision_without_an_id_is_refused_when_several_refunds_wait(tmp_path):
@@ -178,7 +178,7 @@ def test_a_decision_without_an_id_is_refused_when_several_refunds_wait(tmp_path)
 
     # Named, it is decided; with exactly one left, a decision without an id takes that one.
     (maya,) = [line.split()[0] for line in run_cli(out, "queue").stdout.splitlines()
-               if line.startswith(("call_", "call-")) and "order A1043" in line]
+               if line.startswith("run_") and "order A1043" in line]
     assert run_cli(out, "approve", "--id", maya, "--as", "Dana").returncode == 0
     assert run_cli(out, "approve", "--as", "Dana").returncode == 0
     assert [(r["request"]["order_id"], r["request"]["amount_cents"]) for r in refunds(out)] == [

@@ -210,7 +210,7 @@ def _refund_facts(out: Outcome) -> list[tuple[str, int, list[tuple[str, str, int
 
 def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
     """Count every way the exactly-once promise could have been broken (all zero = held)."""
-    by_call = {c["call_id"]: c for c in out.calls}
+    by_call = {c["key"]: c for c in out.calls if c["key"]}  # by idempotency key
     approvals = {a["id"]: a for a in out.approvals}
     kept: dict[str, list[tuple[str, str, int]]] = {}
     for line in out.lines:
@@ -255,7 +255,7 @@ def measure(out: Outcome, baseline: Outcome | None = None) -> dict[str, int]:
             if e.get("idempotency_key") in by_call
             and e["request"]["to"] != sender[by_call[e["idempotency_key"]]["run_id"]]),
         "send_calls_not_sent": sum(1 for c in out.calls if c["name"] == "send_customer_message"
-                                   and c["output"] and c["call_id"] not in email_keys),
+                                   and c["output"] and c["key"] not in email_keys),
         # Decisions: none lost, none doubled, each audited once.
         "pending_approvals": sum(1 for a in out.approvals if a["status"] == "pending"),
         "lost_decisions": sum(1 for a in out.approvals if a["status"] != "pending"

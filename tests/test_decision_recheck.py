@@ -28,6 +28,7 @@ from conftest import DATA, cli_env
 from test_crash_matrix import record
 
 from refund_agent import Agent, Settings
+from refund_agent.callrecords import call_key
 from refund_agent.errors import AlreadyDecided, DecisionRefused
 from refund_agent.model import open_model
 from refund_agent.models import RunStatus
@@ -61,7 +62,7 @@ def _another_ticket(scripted, args: dict = COFFEE_MAKER) -> tuple[Agent, dict]:
     assert run.status == RunStatus.DONE, run.error
     (call,) = [c for s in other.store.steps(run.id) if s.kind == "response"
                for c in other.store.calls(s.data["response_id"]) if c.name == "issue_refund"]
-    assert other.store.find_approval(call.call_id) is None      # nothing was queued
+    assert other.store.find_approval(call.key) is None      # nothing was queued
     return other, json.loads(call.output)
 
 
@@ -320,9 +321,10 @@ def test_two_tickets_for_one_item_proposed_at_once_reserve_it_once(agent: Agent,
             assert len(queued) == 1 and list(held) == ["POUR-GLS-01"], (i, results)
             (lost,) = [r for r in results if not r["queued"]]
             assert "already in a refund waiting for approval" in lost["output"]["error"], lost
-            assert held["POUR-GLS-01"].by == f"approval {queued[0]['call']}"
+            winner = call_key(*next(p for p in pair if p[1] == queued[0]["call"]))
+            assert held["POUR-GLS-01"].by == f"approval {winner}"
             # Free the line for the next round the way a person would: reject the winner.
-            agent.decide(queued[0]["call"], False, "reset", f"Round {i} is over.")
+            agent.decide(winner, False, "reset", f"Round {i} is over.")
         # Each round: the winner's request, then the loser's refusal (it waited for the
         # winner's transaction), then the reset.
         assert [e.event for e in agent.store.audit()] == ["requested", "refused",

@@ -146,7 +146,7 @@ def check_guards(agent: Agent, run_id: str, said: str) -> dict[str, int]:
     calls = [c for s in agent.store.steps(run_id) if s.kind == "response"
              for c in agent.store.calls(s.data["response_id"])]
     emails = [m for m in agent.outbox.messages()
-              if m["idempotency_key"] in {c.call_id for c in calls}]
+              if m["idempotency_key"] in {c.key for c in calls}]
     # What the model itself wrote in its arguments may come back in an error ("no line
     # 'SKL-CI-10'"): an echo, not a leak. Anything it could only have learned from a tool
     # would show up in that tool's output first.
@@ -474,8 +474,12 @@ def test_a_non_utf8_reply_is_refused(output: Path):
 
 
 def test_a_corrupt_database_is_reported_and_left_alone(tmp_path: Path):
-    for name, damage in (("garbage", lambda b: b"not a database at all" * 300),
-                         ("truncated", lambda b: b[: len(b) // 2])):
+    # Moving the file aside is advised only for a file that is not a database at all: a
+    # damaged one still holds the approvals and the audit.
+    for name, damage, said in (
+            ("garbage", lambda b: b"not a database at all" * 300,
+             "is not a readable refund-agent database"),
+            ("truncated", lambda b: b[: len(b) // 2], "is damaged")):
         output = tmp_path / name
         assert run_cli(output, "sample", "damaged").returncode == 0
         db = output / "refund-agent.sqlite3"
@@ -486,7 +490,8 @@ def test_a_corrupt_database_is_reported_and_left_alone(tmp_path: Path):
         damaged = db.read_bytes()
         for args in (("approve", "--as", "Dana"), ("queue",), ("resume",), ("audit", "--verify")):
             result = run_cli(output, *args)
-            _clean_failure(result, "is not a readable refund-agent database")
+            _clean_failure(result, said)
+            assert ("Move it aside" in result.stderr) == (name == "garbage"), result.stderr
         assert db.read_bytes() == damaged                   # nothing written over it
         assert not (output / "refunds.log").exists()        # and nothing paid
         record("hostile", kind="cli", case=f"{name} database", lost=0)

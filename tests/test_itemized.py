@@ -31,7 +31,7 @@ def refunds(out: Path) -> list[dict]:
 
 def pending(out: Path) -> list[str]:
     return [line for line in run_cli(out, "queue").stdout.splitlines()
-            if line.startswith(("call_", "call-"))]
+            if line.startswith("run_")]
 
 
 def paid(out: Path) -> list[tuple[str, int, list[tuple[str, str, int]]]]:

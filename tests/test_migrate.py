@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 
 from refund_agent import Agent, RunStatus, Settings
-from refund_agent.errors import MigrationRefused
+from refund_agent.errors import MigrationRefused, StoreError
 from refund_agent.migrate import COPIED, migrate
 from refund_agent.model import ModelAccess
 from refund_agent.offline import OfflineServer
@@ -138,6 +138,43 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     # New rows got ids past the copied ones (the sequences moved), and it all reconciles.
     assert reconcile(host_b.store, tmp_path) is None
     assert paid.id != pending.id and len(host_b.store.audit()) > len(before["audit"])
+
+
+def test_the_old_sqlite_store_is_marked_moved_and_refuses_every_write(agent, settings, new_db):
+    """One live store: after migrate, a terminal, a page or a cron job still pointed at the old
+    SQLite store cannot decide, expire or pay there (the refund would be made on both); it is
+    told where the store went, without the password, and can still read."""
+    _paid, _rejected, pending, approval = three_runs(agent)
+    refunds_before = agent.payments.refunds()
+    url = new_db().replace("postgresql://postgres@", "postgresql://postgres:s3cret@")
+    assert run_cli(settings.output_dir, "migrate", "--to", url).returncode == 0
+    shown = url.replace(":s3cret@", ":***@")
+    for args in (("approve", "--as", "Lee Park"), ("expire",), ("sample", "damaged"),
+                 ("reject", "--as", "Lee Park", "--note", "No.")):
+        refused = run_cli(settings.output_dir, *args)
+        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
+        assert f"was moved to PostgreSQL at {shown}" in refused.stderr, refused.stderr
+        assert "REFUND_AGENT_DATABASE_URL" in refused.stderr
+        assert "s3cret" not in refused.stdout + refused.stderr
+        assert "Traceback" not in refused.stderr
+    # Reads still work, and the old store is exactly as it was copied.
+    queue = run_cli(settings.output_dir, "queue")
+    assert queue.returncode == 0 and approval.id in queue.stdout, queue.stderr
+    verify = run_cli(settings.output_dir, "audit", "--verify")
+    assert verify.returncode == 0 and "Audit log intact" in verify.stdout, verify.stderr
+    old = Store(settings.db_path)
+    assert old.approval(approval.id).status == "pending"
+    assert old.run(pending.id).status == RunStatus.WAITING
+    assert old.moved_to() == shown
+    assert agent.payments.refunds() == refunds_before
+    with pytest.raises(MigrationRefused, match="was already moved to"):
+        migrate(old, settings.output_dir, new_db())
+    # The page's and the worker's writes are refused the same way, idle or not.
+    with pytest.raises(StoreError, match="was moved to PostgreSQL"):
+        old.claim("worker")
+    with pytest.raises(StoreError, match="was moved to PostgreSQL"):
+        agent.decide(approval.id, True, "Dana Kim")
+    assert Store(url).approval(approval.id).status == "pending"   # decided there, once
 
 
 def test_refused_when_the_target_is_not_empty(agent, settings, new_db):

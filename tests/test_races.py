@@ -144,7 +144,7 @@ def _queue_refund(output: Path, backend: Backend) -> tuple[str, str]:
     store.release(lease, RunStatus.WAITING)
     assert approval.amount_cents == 4800, approval
     store.close()
-    return run.id, call_id
+    return run.id, approval.id
 
 
 RACERS = 4

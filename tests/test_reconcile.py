@@ -239,7 +239,7 @@ def test_an_edited_approval_line_is_named(history):
 def test_a_refund_made_but_missing_from_the_log_is_named_by_its_call(history):
     """Audit entries cannot be removed unnoticed, but the call output still says it was paid."""
     (approval,) = [a for a in history.store.approvals(None, -1) if a.order_id == "A1043"]
-    calls = {c.call_id: c for c in history.store.calls_named("issue_refund")}
+    calls = {c.key: c for c in history.store.calls_named("issue_refund")}
     problems = list(_made_refunds_have_records({approval.id: approval}, [], calls))
     assert problems and "issue_refund call says refund re_" in problems[0]
     assert "the record was removed" in problems[0]
@@ -270,7 +270,7 @@ def test_a_forged_email_is_named(history):
     _write(history, "outbox.log", _lines(history, "outbox.log") + [json.dumps(forged)])
     problem = _check(history)
     assert problem.startswith("outbox.log line 3 (message msg_forged to maya.chen@example.com)")
-    assert "no send_customer_message call has that id: the record was forged." in problem
+    assert "no send_customer_message call has that key: the record was forged." in problem
 
 
 def test_an_edited_message_id_is_named(history):

@@ -188,6 +188,9 @@ def main() -> None:
     if gated:
         guarded(sign_in_page)(worker)
         st.stop()
+    moved = worker.agent.store.moved_message()
+    if moved:   # `migrate` moved the store: it can be read here, decided only there
+        st.error(moved, icon=":material/error:")
     guarded(header)(worker)
     inbox_col, ticket_col, queue_col = st.columns([1.2, 2.2, 1.6], gap="medium")
     # The queue is drawn first (columns fill in any order): a decision made elsewhere shows

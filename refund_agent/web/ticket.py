@@ -138,10 +138,10 @@ def render_block(block: views.Block) -> None:
         with st.expander(title, icon=":material/build:"):
             if block.arguments is not None:
                 st.caption("Arguments")
-                st.json(block.arguments, expanded=True)
+                show_json(block.arguments, expanded=True)
             st.caption("Result")
             if block.result is not None:
-                st.json(block.result, expanded=1)
+                show_json(block.result, expanded=1)
             elif block.result_below:
                 st.caption("Further down: it ran once a person had decided.")
             else:
@@ -175,3 +175,18 @@ def render_block(block: views.Block) -> None:
 def bullets(lines: Sequence[str]) -> str:
     """Plain-text rows as a Markdown list to append to a message (empty for none)."""
     return "\n" + "".join(f"\n- {md(line)}" for line in lines) if lines else ""
+
+
+# Text that did not parse (see views._parse) is shown as text, this much of it: st.json would
+# parse it again, in the browser, without the bounds the store keeps.
+SHOWN_TEXT = 4000
+
+
+def show_json(value: object, expanded: bool | int) -> None:
+    """Parsed JSON as a tree; text (invalid, huge or too deeply nested JSON) as text."""
+    if isinstance(value, str):
+        st.code(value if len(value) <= SHOWN_TEXT else
+                value[:SHOWN_TEXT] + f"\n… ({len(value) - SHOWN_TEXT:,} more characters)",
+                language=None, wrap_lines=True)
+    else:
+        st.json(value, expanded=expanded)

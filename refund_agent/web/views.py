@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..callrecords import parse_bounded
 from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
@@ -195,12 +196,9 @@ class Block:
 
 
 def _parse(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    """JSON text parsed, within bounds (see callrecords.parse_bounded): a model's arguments
+    may be invalid, huge or nested deeper than the parser's stack; those stay text."""
+    return parse_bounded(value)
 
 
 def call_summary(name: str, arguments: Any) -> str:
