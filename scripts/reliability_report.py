@@ -73,7 +73,8 @@ DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", 
                "decisions_per_round", "advanced_per_round", "told_busy", "fault", "turn",
                "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
                "file", "seconds", "result", "runs", "note", "backend", "hosts", "tickets",
-               "decisions", "emails", "full", "states_built", "recovered"}
+               "decisions", "emails", "full", "states_built", "distinct",
+               "recovered"}
 
 # What each violation counter counts, in the order "What held" shows them.
 LABELS = {
@@ -294,8 +295,9 @@ def _power_tried(of: Rows) -> str | None:
     power, broken = of("power_loss"), of("power_loss_break")
     if not power:
         return None
-    text = (f"{_sum_of(power, 'states_built'):,} crash states built, "
-            f"{_sum_of(power, 'recovered'):,} distinct ones recovered "
+    text = (f"{_sum_of(power, 'states_built'):,} crash states built "
+            f"({_sum_of(power, 'distinct'):,} distinct), {_sum_of(power, 'recovered'):,} "
+            f"recovered "
             f"({', '.join(sorted({r['scenario'] for r in power}))}"
             f"{'; full exploration' if any(r.get('full') for r in power) else ''})")
     if broken:

@@ -36,6 +36,7 @@ so what passes here passes there), lying disks that drop fsynced data, and write
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
 import shlex
@@ -437,7 +438,7 @@ def points(ops: list[Op], rng: random.Random, between: int) -> list[int]:
         marks.update((i, i + 1))
     marks.update(i + 1 for i, op in enumerate(ops) if op.kind == "say")
     edges = [0, *syncs, len(ops)]
-    for a, b in zip(edges, edges[1:]):
+    for a, b in itertools.pairwise(edges):
         if b - a > 2:
             marks.update(rng.randint(a + 1, b - 1) for _ in range(between))
     return sorted(marks)

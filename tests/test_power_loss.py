@@ -35,11 +35,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import powerloss as pl
 import pytest
 from conftest import cli_env
 from test_crash_matrix import Outcome, _refund_facts, measure, read_outcome, record
 
-import powerloss as pl
 from refund_agent.config import PROJECT_ROOT
 
 APPROVER = "Dana Kim"
@@ -50,7 +50,7 @@ SCENARIOS: dict[str, list[list[str]]] = {
 FULL = os.environ.get("REFUND_AGENT_POWERLOSS_FULL", "") not in ("", "0")
 SEED = int(os.environ.get("REFUND_AGENT_POWERLOSS_SEED", "27"))
 # The bounded sample: distinct states recovered per scenario (the full run takes every one).
-BOUNDED_STATES = 120
+BOUNDED_STATES = 150
 RECOVER = Path(__file__).with_name("powerloss_recover.py")
 # Generous: each state costs about a second of CPU, and the cores may be shared.
 pytestmark = pytest.mark.timeout(7200 if FULL else 900)
@@ -129,22 +129,30 @@ class State:
         return self.terminal.split("\x00")
 
     def where(self, ops: list[pl.Op]) -> str:
+        """The crash point, the state and the recovery, for a person reading a failure."""
         op = ops[self.point] if self.point < len(ops) else None
-        at = (f"before op {self.point} ({op.kind} {op.name or ''}, command {op.command})"
-              if op else f"after the last op ({self.point})")
-        return f"{self.scenario} power loss {at}, state '{self.label}', {self.recovery}"
+        at = (f"before op {self.point} of {len(ops)} ({op.kind} {op.name or ''}, command "
+              f"{op.command})" if op else f"after the last op ({self.point})")
+        lines = [line.strip() for line in self.terminal.replace("\x00", "\n").splitlines()
+                 if line.strip()]
+        last = f", just after the terminal printed {lines[-1][:80]!r}" if lines else ""
+        return (f"{self.scenario}: power cut {at}{last}; state '{self.label}'; recovered by "
+                f"{'the web worker' if self.recovery == 'web' else 'refund-agent resume'}")
 
 
 @dataclass
 class Exploration:
-    built: int = 0
-    states: list[State] = field(default_factory=list)
+    built: int = 0            # crash states generated, duplicates included
+    distinct: int = 0         # different ones (the same files, the same things told)
+    states: list[State] = field(default_factory=list)   # the ones to recover
 
 
 def build_states(rec: Recorded, full: bool, seed: int, limit: int | None,
                  command: int | None = None) -> Exploration:
     """Every crash state the model allows at the chosen points (deduplicated), then a seeded
-    sample of ``limit`` of them (all when None). Sync points' two extreme states come first.
+    sample of ``limit`` of them (all when None). The sample takes first the state that loses
+    everything unsynced at each point next to a sync of the store or a line the terminal
+    printed, then the state that keeps everything there, then the others.
     ``command``: only power cuts while that command of the scenario runs."""
     rng = random.Random(f"{seed}-{rec.scenario}")
     between, samples = (8, 6) if full else (2, 2)
@@ -164,13 +172,19 @@ def build_states(rec: Recorded, full: bool, seed: int, limit: int | None,
                 recovery = "web" if int(key[:8], 16) % 3 == 0 else "cli"
                 seen[key] = State(rec.scenario, point, choice.label, files, terminal, recovery)
     states = list(seen.values())
+    distinct = len(states)
     if limit is not None and len(states) > limit:
-        extremes = [s for s in states if s.label in ("synced only", "all")]
-        rest = [s for s in states if s.label not in ("synced only", "all")]
-        rng.shuffle(extremes)
-        rng.shuffle(rest)
-        states = sorted((extremes + rest)[:limit], key=lambda s: s.point)
-    return Exploration(built, states)
+        marks = set()
+        for i, op in enumerate(rec.ops):
+            if op.kind == "dirsync" or (op.kind == "sync" and pl.is_local(op.name)):
+                marks.update((i, i + 1))
+            elif op.kind == "say":
+                marks.add(i + 1)
+        order = {"synced only": 0, "all": 1}
+        rng.shuffle(states)
+        states.sort(key=lambda s: order.get(s.label, 2) if s.point in marks else 2)
+        states = sorted(states[:limit], key=lambda s: s.point)
+    return Exploration(built, distinct, states)
 
 
 def told(said: list[str]) -> dict[str, str | bool | None]:
@@ -274,6 +288,7 @@ def final_checks(folder: Path, base: Outcome) -> list[str]:
 @dataclass
 class Verdicts:
     built: int
+    distinct: int
     recovered: int
     violations: list[str]
     seconds: float
@@ -286,14 +301,15 @@ def explore(rec: Recorded, root: Path, *, full: bool = FULL, seed: int = SEED,
     exploration = build_states(rec, full, seed, None if full else limit, command)
     results = recover_all(exploration.states, root, jobs)
     violations = []
-    for i, (state, result) in enumerate(zip(exploration.states, results)):
+    for i, (state, result) in enumerate(zip(exploration.states, results, strict=True)):
         found = problems(state, result)
         found += final_checks(root / f"state-{i}", rec.baseline)
         if found:
             violations.append(f"{state.where(rec.ops)}: {'; '.join(found)}")
         else:
             shutil.rmtree(root / f"state-{i}", ignore_errors=True)
-    return Verdicts(exploration.built, len(results), violations, time.monotonic() - started)
+    return Verdicts(exploration.built, exploration.distinct, len(results), violations,
+                    time.monotonic() - started)
 
 
 # -- the tests -----------------------------------------------------------------------------------
@@ -331,8 +347,8 @@ def test_the_model_loses_what_was_not_synced():
 def _explore_and_record(recorded, tmp_path, scenario: str) -> Verdicts:
     verdicts = explore(recorded[scenario], tmp_path)
     record("power_loss", scenario=scenario, full=FULL, seed=SEED, states_built=verdicts.built,
-           recovered=verdicts.recovered, violations=len(verdicts.violations),
-           seconds=round(verdicts.seconds, 1))
+           distinct=verdicts.distinct, recovered=verdicts.recovered,
+           violations=len(verdicts.violations), seconds=round(verdicts.seconds, 1))
     return verdicts
 
 
@@ -353,6 +369,7 @@ def test_a_decision_committed_without_a_sync_is_caught(tmp_path):
     verdicts = explore(rec, tmp_path / "states", limit=30, command=1)
     caught = [v for v in verdicts.violations if "approve printed success" in v]
     record("power_loss_break", scenario="damaged, decision not synced", full=FULL, seed=SEED,
-           states_built=verdicts.built, recovered=verdicts.recovered,
-           violations=len(verdicts.violations), seconds=round(verdicts.seconds, 1))
+           states_built=verdicts.built, distinct=verdicts.distinct,
+           recovered=verdicts.recovered, violations=len(verdicts.violations),
+           seconds=round(verdicts.seconds, 1), note=caught[0] if caught else None)
     assert caught, "the break went unnoticed:\n" + "\n".join(verdicts.violations[:5])
