@@ -49,16 +49,18 @@ def _web_recovery() -> int:
 
 
 def _inspect(folder: str) -> int:
-    """The store's runs and approvals, read-only, as one JSON line."""
+    """The store's runs, approvals and integrity check, read-only, as one JSON line."""
     db = sqlite3.connect(f"file:{folder}/refund-agent.sqlite3?mode=ro", uri=True)
     try:
         runs = db.execute("SELECT id, status FROM runs").fetchall()
         approvals = db.execute("SELECT id, run_id, status, decided_by FROM approvals").fetchall()
         errors = db.execute("SELECT run_id, COUNT(*) FROM steps WHERE kind = 'error'"
                             " GROUP BY run_id").fetchall()
+        integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
     finally:
         db.close()
-    print(json.dumps({"runs": runs, "approvals": approvals, "errors": dict(errors)}))
+    print(json.dumps({"runs": runs, "approvals": approvals, "errors": dict(errors),
+                      "integrity": integrity}))
     return 0
 
 

@@ -241,6 +241,8 @@ def problems(state: State, result: dict) -> list[str]:
         if step["argv"] != ["<inspect>"] and (step["rc"] != 0 or "Traceback" in step["stderr"]):
             out.append(f"{' '.join(step['argv'])} exited {step['rc']}: "
                        f"{(step['stderr'] or step['stdout'])[-300:]}")
+    if after.get("integrity") != "ok":
+        out.append(f"integrity_check after recovery: {after.get('integrity', 'store unreadable')}")
     runs = {r: s for r, s in after.get("runs", [])}
     approvals = {a: (s, by) for a, _run, s, by in after.get("approvals", [])}
     said = told(state.said)
