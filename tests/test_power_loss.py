@@ -188,10 +188,13 @@ def build_states(rec: Recorded, full: bool, seed: int, limit: int | None,
 
 
 def told(said: list[str]) -> dict[str, str | bool | None]:
-    """What the terminal had told the person when the power went."""
+    """What the terminal had told the person when the power went: the ticket was taken (its
+    email is echoed once the run is committed), the run's id, the approval it waits for, the
+    decision done."""
     run = re.search(r"Run (run_\w+):", said[0])
     waiting = re.search(r"Waiting for approval \((call_\w+)\)", said[0])
-    return {"run": run and run.group(1), "waiting": waiting and waiting.group(1),
+    return {"started": "Email from " in said[0], "run": run and run.group(1),
+            "waiting": waiting and waiting.group(1),
             "decided": len(said) > 1 and "Approved $" in said[1]}
 
 
@@ -246,6 +249,8 @@ def problems(state: State, result: dict) -> list[str]:
     runs = {r: s for r, s in after.get("runs", [])}
     approvals = {a: (s, by) for a, _run, s, by in after.get("approvals", [])}
     said = told(state.said)
+    if said["started"] and not runs:
+        out.append("the terminal showed the ticket's email, but no run is left")
     if said["run"] and said["run"] not in runs:
         out.append(f"run {said['run']} was reported but is gone")
     if said["waiting"] and said["waiting"] not in approvals:
