@@ -74,7 +74,7 @@ DESCRIPTIVE = {"suite", "at", "scenario", "command", "point", "killed", "seed", 
                "attempts", "kind", "calls", "bad_calls", "refused", "refunds", "caught",
                "file", "seconds", "result", "runs", "note", "backend", "hosts", "tickets",
                "decisions", "emails", "full", "states_built", "distinct",
-               "recovered"}
+               "recovered", "simulated_conversations_cut_short"}
 
 # What each violation counter counts, in the order "What held" shows them.
 LABELS = {
