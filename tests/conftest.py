@@ -212,7 +212,8 @@ def running_on() -> str:
 # Whole modules whose tests kill processes, soak or generate hundreds of histories: the safety
 # net for every change to the store or the agent, and most of the suite's time.
 SLOW_MODULES = {"test_crash_matrix", "test_soak", "test_races", "test_money_invariants",
-                "test_migrate", "test_faults", "test_hostile"}
+                "test_migrate", "test_faults", "test_hostile", "test_power_loss",
+                "test_cli_output"}
 
 
 def pytest_collection_modifyitems(config, items):
