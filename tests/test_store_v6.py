@@ -120,13 +120,13 @@ def test_the_page_shows_unparsed_arguments_as_text(monkeypatch):
 def fixed_call_ids(monkeypatch):
     """The stand-in hands out call ids the way xAI's look: a prefix and the call's index in
     its response, here the same prefix in every response and every run."""
-    real = events.new_id
     index = iter(range(10**6))
 
-    def new_id(prefix: str) -> str:
-        return f"call-5faadddf-{next(index) % 2}" if prefix == "call" else real(prefix)
+    def call_ids(dialect: str):
+        while True:   # per run: the proposal's call is -0, the email's -1, in every run
+            yield f"call-5faadddf-{next(index) % 2}"
 
-    monkeypatch.setattr(events, "new_id", new_id)
+    monkeypatch.setattr(events, "call_ids", call_ids)
 
 
 def scripted_on(backend, settings, *replies: Reply):
