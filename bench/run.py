@@ -19,6 +19,9 @@ name a place there. See docs/PERFORMANCE.md for the method and the results.
               turn), measured, and the transcript each run keeps
 5. recovery   a new process after a crash, to its first model request
 6. page       a decision in another process, to the browser showing it (full runs only)
+7. brain      the offline model reading 200 kB of pathological text (50 kB with --quick),
+              against ordinary prose of the same size (bench/brain_text.py); exits 1 when a
+              shape is more than its bound slower, a ratio, so it holds on a busy machine
 """
 
 from __future__ import annotations
@@ -613,6 +616,9 @@ def table(results: dict, markdown: bool = False) -> str:
         rows.append(("page", f"one idle open tab, {idle['seconds']:g} s (server / browser CPU)",
                      f"{idle['server_core_pct']:.1f}% / {idle['browser_core_pct']:.1f}% of a "
                      "core", "server < 3%"))
+    if results.get("brain"):
+        from brain_text import rows as brain_rows
+        rows += brain_rows(results["brain"])
     if markdown:
         out = ["| item | measure | result | target |", "|---|---|---|---|"]
         out += [f"| {a} | {b_} | {c} | {d} |" for a, b_, c, d in rows]
@@ -633,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-json", type=Path,
                    help="measure nothing: print (and plot) the results saved in this file")
     p.add_argument("--only", nargs="*", help="run only these items (harness scale throughput "
-                   "bytes recovery page)")
+                   "bytes recovery page brain)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument("--sizes", nargs="*", type=int, help="store sizes for the scale item")
     p.add_argument("--json-sizes", nargs="*", type=int,
@@ -645,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         return report(json.loads(args.from_json.read_text()), args)
     quick = args.quick
-    items = args.only or ["harness", "scale", "throughput", "bytes", "recovery", "page"]
+    items = args.only or ["harness", "scale", "throughput", "bytes", "recovery", "page",
+                          "brain"]
     if quick and "page" in items:
         items.remove("page")
 
@@ -705,6 +712,11 @@ def main(argv: list[str] | None = None) -> int:
             # The same with 10,000 finished tickets stored, to show how the page scales.
             results["page"].append(bench_page(root / "page-10k", reps=8, stored=10_000))
             results["idle_tab"] = bench_idle(root / "idle")
+        if "brain" in items:
+            results["load_avg"]["brain"] = load_avg()
+            log("7. the offline brain on pathological text")
+            from brain_text import bench_brain
+            results["brain"] = bench_brain(kb=50 if quick else 200, reps=1 if quick else 2)
     finally:
         results["seconds"] = round(time.time() - started, 1)
         if args.keep:
@@ -730,6 +742,14 @@ def report(results: dict, args: argparse.Namespace) -> int:
         from plots import draw
         for path in draw(results, args.plots):
             log(f"wrote {path}")
+    brain = results.get("brain")
+    if brain and not brain["ok"]:
+        from brain_text import check
+        try:
+            check(brain)
+        except AssertionError as exc:
+            log(str(exc))
+            return 1
     return 0
 
 

@@ -38,6 +38,13 @@ from .tools import IssueRefund, ShopTools, as_output, parse_args, tool_schemas
 MAX_TURNS = 12
 STORED_RESPONSE_DAYS = 30
 MAX_EMAIL_CHARS = 20_000
+# What a person writes with a decision (a note, a question for the customer), in characters:
+# it goes on the card, into the audit and to the model; a page of text is the most it needs.
+MAX_NOTE_CHARS = 2_000
+# The model's own text (a note for the team, a reasoning summary) is kept up to this many
+# characters on the timeline, the rest cut with a marker saying how much: it ends a turn, so
+# there is no call to fail and no way to ask for a shorter one.
+MAX_MODEL_TEXT_CHARS = 10_000
 # Asked for on every request, so the transcript holds each reasoning item with the encrypted
 # reasoning the provider needs to read it back when the run sends its history itself.
 INCLUDE = ["reasoning.encrypted_content"]
@@ -484,7 +491,7 @@ class Agent:
                 parts = [*(item.summary or []), *(item.content or [])]
                 summary = " ".join(p.text for p in parts)
                 if summary.strip():
-                    steps.append(("reasoning", {"text": summary}))
+                    steps.append(("reasoning", {"text": _capped(summary)}))
             elif item.type == "message":
                 text += "".join(getattr(c, "text", "") or "" for c in item.content)
             elif item.type == "function_call":
@@ -493,7 +500,7 @@ class Agent:
                                        "arguments": item.arguments}))
         if text.strip():
             # Text next to calls is commentary; text with no calls ends the turn: the note.
-            steps.append(("text" if calls else "note", {"text": text.strip()}))
+            steps.append(("text" if calls else "note", {"text": _capped(text.strip())}))
         usage = _usage(response)
         steps.append(("response", {"response_id": response.id,
                                    "seconds": round(time.monotonic() - started, 3), **usage}))
@@ -673,6 +680,7 @@ class Agent:
         by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
         if not by:
             raise DecisionRefused("Say who is deciding: an approver's name is required.")
+        _check_note_length(note or "", "note")
         if not approve and not note:
             raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
                                   "decision to the customer.")
@@ -699,6 +707,7 @@ class Agent:
         if not question:
             raise DecisionRefused("Write the question for the customer; the agent sends it "
                                   "to them as it is.")
+        _check_note_length(question, "question")
         asked = self.store.ask(approval_id, by, question)
         crash_point("after_decision", self._crash)
         return asked
@@ -782,3 +791,18 @@ class Agent:
     @property
     def pid(self) -> int:
         return os.getpid()
+
+
+def _capped(text: str) -> str:
+    """The model's text for the timeline, cut at MAX_MODEL_TEXT_CHARS with a marker."""
+    if len(text) <= MAX_MODEL_TEXT_CHARS:
+        return text
+    cut = len(text) - MAX_MODEL_TEXT_CHARS
+    return f"{text[:MAX_MODEL_TEXT_CHARS]} [... {cut:,} more characters not kept]"
+
+
+def _check_note_length(text: str, what: str) -> None:
+    """DecisionRefused for a person's note or question over MAX_NOTE_CHARS."""
+    if len(text) > MAX_NOTE_CHARS:
+        raise DecisionRefused(f"The {what} is {len(text):,} characters long; keep it to "
+                              f"{MAX_NOTE_CHARS:,} or fewer.")

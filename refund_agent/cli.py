@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
-from .accounts import DEFAULT_LIMIT, ROLES, Accounts, SignInFailed
+from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
 from .config import load_settings
 from .customer import converse
@@ -31,6 +31,7 @@ from .errors import (
     NotFound,
     RefundAgentError,
     RunBusy,
+    RunNotReady,
 )
 from .migrate import migrate
 from .models import Approval, Run, RunStatus, Step
@@ -49,7 +50,8 @@ examples:
   refund-agent sample past-window           a request the policy declines without a person
   refund-agent angry                        the angry customer, played by the model
   refund-agent send "My order A1058 ..." --from leo.martins@example.com
-  refund-agent reply "That's not enough"    write back to the last finished run as the customer
+  refund-agent reply "That's not enough"    write back as the customer (--run RUN when several
+                                            runs are done or waiting on the customer)
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
@@ -60,9 +62,11 @@ With no accounts the desk is a single-user demo: decisions are signed with --as 
 an account exists, approve, reject and ask ask for the --as account's password (scripts set
 REFUND_AGENT_PASSWORD), and an approver may approve only up to their limit; a lead has none.
 
-Exit codes: 0 done; 1 an error (the message says what); 2 a usage mistake; 3 someone else
-decided that refund first (the message says who, what and when); 4 nothing was waiting to be
-decided; 130 stopped with Ctrl+C.
+Exit codes: 0 done (also when you repeat your own decision); 1 an error (the message says
+what); 2 a usage mistake; 3 someone else decided that refund first (the message says who, what
+and when); 4 nothing was waiting to be decided; 130 stopped with Ctrl+C. Output is only a
+report: when it cannot be written (a pipe closed early, `| head`; a full disk), the command
+goes quiet and still finishes its work.
 
 Replies are accepted only once a run has finished or asked the customer a question (not while
 it works or waits for approval). Ctrl+C stops
@@ -248,9 +252,7 @@ def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
         return name, None
     if name is None:
         raise SignInFailed("Accounts are set up: say which one decides with --as NAME.")
-    password = os.environ.get("REFUND_AGENT_PASSWORD")
-    if password is None:
-        password = getpass.getpass(f"Password for {name}: ")
+    password = _password(f"Password for {name}: ", "REFUND_AGENT_PASSWORD")
     account = accounts.sign_in(name, password)
     return account.name, account.limit_cents
 
@@ -258,8 +260,13 @@ def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
     by, limit_cents = _signer(agent, args.by)  # before anything is looked at or changed
     approval = _waiting(agent, args.id)
-    decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
-                           keep=getattr(args, "only", None), limit_cents=limit_cents)
+    try:
+        decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
+                               keep=getattr(args, "only", None), limit_cents=limit_cents)
+    except AlreadyDecided as exc:
+        if not _repeated(exc, "approved" if approve else "rejected"):
+            raise
+        return _already_yours(agent, exc)
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
           + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
@@ -267,9 +274,33 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
     return _drive(agent, decided.run_id, printer)
 
 
+def _repeated(exc: AlreadyDecided, status: str) -> bool:
+    """Whether a refused decision repeats the person's own: the same one, by the same name.
+
+    That is a second try (a retried script, a command run twice), not a race lost to someone
+    else (exit 3), so it succeeds with the message saying so.
+    """
+    return exc.status == status and bool(exc.tried_by) and exc.tried_by == exc.decided_by
+
+
+def _already_yours(agent: Agent, exc: AlreadyDecided) -> None:
+    """Say that this person's decision stands; point at `resume` if its run is not finished."""
+    run = agent.store.run(agent.store.approval(exc.approval_id).run_id)
+    hint = ""
+    if run.status in (RunStatus.WAITING, RunStatus.STOPPED, RunStatus.FAILED):
+        hint = f" Run {run.id} is {run.status.value}: `refund-agent resume` continues it."
+    print(f"{exc}{hint}")
+    return None
+
+
 def _ask(agent: Agent, args: argparse.Namespace, printer: Printer) -> Run | None:
     by, _limit = _signer(agent, args.by)
-    asked = agent.ask(_waiting(agent, args.id).id, by, args.question)
+    try:
+        asked = agent.ask(_waiting(agent, args.id).id, by, args.question)
+    except AlreadyDecided as exc:
+        if not _repeated(exc, "asked"):
+            raise
+        return _already_yours(agent, exc)
     print(f"Sent the refund for {asked.order_id} ({asked.customer}) back with a question, as "
           f"{asked.decided_by}. Nothing is paid; the customer's reply continues run "
           f"{asked.run_id}.")
@@ -314,12 +345,33 @@ def _resume_target(agent: Agent, run_id: str | None) -> Run | None:
     return agent.store.latest_run({RunStatus.STOPPED, RunStatus.FAILED})
 
 
+# The runs a customer's reply may go to: finished, or waiting on the customer's answer.
+REPLYABLE = (RunStatus.DONE, RunStatus.ASKED)
+
+
 def _reply_target(agent: Agent, run_id: str | None) -> Run:
+    """The run a reply is for: the one named, or the only one that can take a reply.
+
+    A reply is the customer's email and is sent on to the model at once, so it is never sent
+    to a guessed run: with several candidates it is refused with the list to choose from
+    (it once went to another customer's ticket, and she was emailed).
+    """
     if run_id:
         return agent.store.run(run_id)
-    run = agent.store.latest_run({RunStatus.DONE, RunStatus.ASKED})
-    if run is None:
-        raise NotFound("No finished run to reply to.")
+    candidates = [row.run for row in agent.store.inbox(statuses=REPLYABLE, limit=11)]
+    if not candidates:
+        raise NotFound("No finished run to reply to (replies go to a run that is done or "
+                       "waiting on the customer's answer).")
+    if len(candidates) > 1:
+        shown = "\n".join(f"  {c.id}  {c.status.value:6}  {c.sender}  {c.subject}"
+                          for c in candidates[:10])
+        more = "\n  ... and more: `refund-agent runs` lists them all" if len(candidates) > 10 \
+            else ""
+        raise RunNotReady(f"{len(candidates) if len(candidates) <= 10 else 'More than 10'} "
+                          f"runs can take a reply; name one with --run:\n{shown}{more}")
+    run = candidates[0]
+    print(f"Replying to run {run.id} ({run.sender}, {run.subject!r}), the only run that can "
+          "take a reply.")
     return run
 
 
@@ -400,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--run", help="run id (default: the last one that needs it)")
     reply = sub.add_parser("reply", help="write back to a finished run as the customer")
     reply.add_argument("text")
-    reply.add_argument("--run", help="run id (default: the last finished run)")
+    reply.add_argument("--run", help="run id (needed unless exactly one run is done or "
+                                     "waiting on the customer)")
     work = sub.add_parser("work", help="advance runs that need a worker, one after another, "
                           "from any host sharing the store (PostgreSQL); Ctrl+C to stop")
     work.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
@@ -422,34 +475,72 @@ def build_parser() -> argparse.ArgumentParser:
                        help="check the hash chain and reconcile the payment and email logs")
     users = sub.add_parser("users", help="the accounts that may decide refunds")
     users_sub = users.add_subparsers(dest="users_command", required=True)
-    add = users_sub.add_parser("add", help="add an account (the password is asked for twice, "
-                                           "or read from REFUND_AGENT_NEW_PASSWORD)")
+    add = users_sub.add_parser("add", help="add an account (the password is asked for twice "
+                                           "on a terminal, else read from "
+                                           "REFUND_AGENT_NEW_PASSWORD or one line of standard "
+                                           "input)")
     add.add_argument("name")
     add.add_argument("--role", required=True, choices=ROLES,
                      help="approver: may approve up to --limit; lead: no limit")
     add.add_argument("--limit", type=float, default=None,
-                     help=f"an approver's limit in dollars (default {DEFAULT_LIMIT:g})")
+                     help=f"an approver's limit in dollars (default ${DEFAULT_LIMIT:g})")
     users_sub.add_parser("list", help="list the accounts")
     remove = users_sub.add_parser("remove", help="remove an account")
     remove.add_argument("name")
     return parser
 
 
-def _new_password(name: str) -> str:
-    password = os.environ.get("REFUND_AGENT_NEW_PASSWORD")
+def _password(prompt: str, env: str) -> str:
+    """A password from ``env``, else the terminal, else one line of standard input.
+
+    Without a terminal (a script, cron, ``</dev/null``) getpass would fall back to reading
+    standard input with a warning, or end in EOFError; here a piped line is the password and
+    nothing at all is a one-line message naming both ways to give one.
+    """
+    password = os.environ.get(env)
     if password is not None:
         return password
+    if sys.stdin is not None and sys.stdin.isatty():
+        return getpass.getpass(prompt)
+    line = sys.stdin.readline() if sys.stdin is not None else ""
+    if not line:
+        raise SignInFailed(f"No password given: there is no terminal to ask on. Set {env}, or "
+                           "pipe it in on one line (printf '%s\\n' \"$PASSWORD\" | "
+                           "refund-agent ...).")
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def _new_password(name: str) -> str:
+    """The new account's password: asked twice on a terminal, once from a script."""
+    if os.environ.get("REFUND_AGENT_NEW_PASSWORD") is not None or not sys.stdin.isatty():
+        password = _password("", "REFUND_AGENT_NEW_PASSWORD")
+        _check_password_length(password)
+        return password
     password = getpass.getpass(f"New password for {name}: ")
+    _check_password_length(password)  # before asking again for a password that cannot do
     if getpass.getpass("Again: ") != password:
         raise DecisionRefused("The two passwords differ; nothing was changed.")
     return password
 
 
+def _check_password_length(password: str) -> None:
+    if len(password) < MIN_PASSWORD:
+        raise DecisionRefused(f"The password needs at least {MIN_PASSWORD} characters; "
+                              "nothing was changed.")
+
+
 def _users(agent: Agent, args: argparse.Namespace) -> int:
     accounts = Accounts(agent.store)
     if args.users_command == "add":
+        # Whether the name is free is known before any password is asked for.
+        if accounts.get(" ".join(args.name.split())) is not None:
+            raise DecisionRefused(f"There is already an account called {args.name.strip()!r}; "
+                                  "`refund-agent users list` shows them all.")
         account = accounts.add(args.name, args.role, _new_password(args.name), args.limit)
-        print(f"Added {account.describe()}. Decisions now need an account's password.")
+        default = (f" That is the default limit for an approver; --limit sets another."
+                   if args.role == "approver" and args.limit is None else "")
+        print(f"Added {account.describe()}.{default} Decisions now need an account's "
+              "password.")
     elif args.users_command == "remove":
         accounts.remove(args.name)
         left = len(accounts.all())
@@ -581,17 +672,49 @@ EXIT_CODES = {AlreadyDecided: 3, NothingToDecide: 4}
 
 
 class _Escaped:
-    """A terminal stream that shows control characters as escapes instead of obeying them.
+    """A terminal stream that shows control characters as escapes instead of obeying them,
+    and that a failed write cannot stop.
 
     Everything printed passes through it, so text from customers, approvers or the model can
     never move the cursor, recolour the screen or fake a line the program did not write.
+
+    Output is a report, never part of the work: when writing fails (the reader of a pipe went
+    away, as in ``refund-agent reply "ok" | head -3``; a full disk behind ``> log``), the
+    stream goes quiet and the command carries on to its durable end, so a run finishes exactly
+    as it would have with someone reading. Before, the BrokenPipeError escaped from inside the
+    agent's event callback and marked the run failed, or left it stuck in *working*.
     """
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self.failed: OSError | None = None   # the first output error, once there was one
 
     def write(self, text: str) -> int:
-        return self._stream.write(printable(text))
+        if self.failed is None:
+            try:
+                return self._stream.write(printable(text))
+            except OSError as exc:
+                self._go_quiet(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failed is None:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._go_quiet(exc)
+
+    def _go_quiet(self, exc: OSError) -> None:
+        """Drop all further output, including what the stream still holds in its buffer."""
+        self.failed = exc
+        try:
+            # The stream's descriptor now leads nowhere, so the flush at exit cannot fail
+            # and print "Exception ignored ... BrokenPipeError" on the way out.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
@@ -609,9 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     except RefundAgentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CODES.get(type(exc), 1)
-    except BrokenPipeError:
-        # The reader went away (`refund-agent queue | head -1`): stop quietly, as cat would.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
-        return 141
     finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()      # while still wrapped, so an output error stays quiet
         sys.stdout, sys.stderr = out, err

@@ -6,6 +6,7 @@ can point the agent at another shop's data.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,47 @@ def _float(name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}.") from None
+
+
+@dataclass(frozen=True)
+class _Range:
+    """What a numeric setting allows: from ``low`` to ``high`` inclusive, in ``unit``."""
+
+    low: float
+    high: float
+    unit: str
+    whole: bool = False     # a count: no fractions
+    shown_low: str = ""     # how to say ``low`` when its number reads badly (1/86400 days)
+
+    def describe(self) -> str:
+        low = self.shown_low or f"{self.low:g}"
+        kind = "a whole number" if self.whole else "a number"
+        return f"{kind} of {self.unit} from {low} to {self.high:g}"
+
+
+# Every numeric setting and what it allows. The bounds keep the desk working rather than
+# encode a policy: a lease under a second would make the heartbeat renew it in a busy loop
+# (0 spins), a wait for approval of 0, a negative or NaN number of days expires every refund
+# at once or never, and "inf" or 1e308 seconds overflow the clocks they are added to.
+RANGES = {
+    "REFUND_AGENT_TIMEOUT": _Range(1, 86_400, "seconds"),
+    "REFUND_AGENT_MAX_RETRIES": _Range(0, 20, "retries", whole=True),
+    "REFUND_AGENT_OFFLINE_LATENCY": _Range(0, 60, "seconds"),
+    "REFUND_AGENT_LEASE_SECONDS": _Range(1, 86_400, "seconds"),
+    "REFUND_AGENT_APPROVAL_DAYS": _Range(1 / 86_400, 365, "days",
+                                         shown_low="0.0000116 (one second)"),
+}
+
+
+def _setting(name: str, default: float) -> float:
+    """A numeric setting from the environment, checked against RANGES[name]."""
+    value, allowed = float(_float(name, default)), RANGES[name]
+    ok = (math.isfinite(value) and allowed.low <= value <= allowed.high
+          and (not allowed.whole or value.is_integer()))
+    if not ok:
+        raw = os.environ.get(name, "").strip()
+        raise ConfigError(f"{name} must be {allowed.describe()}, got {raw!r}.")
+    return value
 
 
 @dataclass(frozen=True)
@@ -77,6 +119,21 @@ class Settings:
     database_url: str = ""
     offline_url: str = ""
 
+    def __post_init__(self) -> None:
+        # Settings made in code (tests, the notebook) may go below the environment's bounds
+        # (a lease of 0.2 s in a test), but never to a value that breaks the loops using it.
+        for name in ("timeout", "lease_seconds", "approval_days"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"Settings.{name} must be a finite number above 0, got "
+                                  f"{value!r}.")
+        if not (math.isfinite(self.offline_latency) and self.offline_latency >= 0):
+            raise ConfigError(f"Settings.offline_latency must be a finite number of seconds, 0 "
+                              f"or more, got {self.offline_latency!r}.")
+        if not (isinstance(self.max_retries, int) and self.max_retries >= 0):
+            raise ConfigError(f"Settings.max_retries must be a whole number, 0 or more, got "
+                              f"{self.max_retries!r}.")
+
     @property
     def offline(self) -> bool:
         """True when no key is set, so the offline stand-in answers instead of Grok."""
@@ -127,14 +184,14 @@ def load_settings(env_file: Path | None = None) -> Settings:
         model=env.get("REFUND_AGENT_MODEL", "grok-4.7").strip() or "grok-4.7",
         base_url=env.get("REFUND_AGENT_BASE_URL", XAI_BASE_URL).strip() or XAI_BASE_URL,
         reasoning_effort=None if effort in {"none", ""} else effort,
-        timeout=_float("REFUND_AGENT_TIMEOUT", 900.0),
-        max_retries=int(_float("REFUND_AGENT_MAX_RETRIES", 5)),
+        timeout=_setting("REFUND_AGENT_TIMEOUT", 900.0),
+        max_retries=int(_setting("REFUND_AGENT_MAX_RETRIES", 5)),
         data_dir=Path(env.get("REFUND_AGENT_DATA") or PROJECT_ROOT / "data"),
         output_dir=Path(env.get("REFUND_AGENT_OUTPUT") or PROJECT_ROOT / "output"),
-        offline_latency=_float("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
+        offline_latency=_setting("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
         crash_at=frozenset(crash),
-        lease_seconds=_float("REFUND_AGENT_LEASE_SECONDS", 15 * 60),
-        approval_days=_float("REFUND_AGENT_APPROVAL_DAYS", 7.0),
+        lease_seconds=_setting("REFUND_AGENT_LEASE_SECONDS", 15 * 60),
+        approval_days=_setting("REFUND_AGENT_APPROVAL_DAYS", 7.0),
         allowed_hosts=frozenset(h.strip().lower().rstrip(".") for h in
                                 env.get("REFUND_AGENT_ALLOWED_HOSTS", "").split(",")
                                 if h.strip()),

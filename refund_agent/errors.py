@@ -37,7 +37,7 @@ class AlreadyDecided(RefundAgentError):
     def __init__(self, approval_id: str, status: str, decided_by: str,
                  decided_at: float | None = None, tried_by: str | None = None) -> None:
         self.approval_id, self.status, self.decided_by = approval_id, status, decided_by
-        self.decided_at = decided_at
+        self.decided_at, self.tried_by = decided_at, tried_by
         when = ""
         if decided_at:
             when = f" at {datetime.fromtimestamp(decided_at):%Y-%m-%d %H:%M:%S}"

@@ -25,6 +25,25 @@ from .shop import MAX_DOLLARS, Order, Reason, Shop, canonical_order_id, to_cents
 OrderId = Annotated[str, AfterValidator(canonical_order_id),
                     Field(description="The order number, for example A1234.")]
 
+# The most a model may write into each text argument, in characters. Everything it writes is
+# stored, shown to a person and sent back to it on every later turn: a 2 MB summary froze the
+# review for two minutes and grew the store by 12.8 MB. Over the cap, the call fails as a tool
+# error naming the cap, and the model can try again, shorter. (Checked by a validator, not by
+# ``max_length``, so the tool schemas the model is sent stay as they were.)
+MAX_SUMMARY_CHARS = 1_000      # "one or two sentences" for the approver and the customer
+MAX_MESSAGE_CHARS = 10_000     # an email to the customer
+MAX_SKU_CHARS = 100
+
+
+def at_most(limit: int, what: str) -> AfterValidator:
+    """A validator refusing text longer than ``limit`` characters, naming ``what``."""
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise ValueError(f"the {what} is {len(value):,} characters long; write at most "
+                             f"{limit:,}")
+        return value
+    return AfterValidator(check)
+
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -39,7 +58,8 @@ class CheckRefundPolicy(_Args):
 
 
 class RefundLine(_Args):
-    line: str = Field(description="The line's sku, as lookup_order shows it.")
+    line: Annotated[str, at_most(MAX_SKU_CHARS, "sku")] = Field(
+        description="The line's sku, as lookup_order shows it.")
     reason: Reason = Field(description="damaged: arrived damaged or defective. changed_mind: "
                                        "unused, and the customer no longer wants it.")
 
@@ -52,16 +72,18 @@ class IssueRefund(_Args):
         description="Optional check: the total in US dollars you expect, or null. The amount "
                     "is computed from the lines by the policy; a different figure fails the "
                     "call and tells you the computed one.")
-    summary: str = Field(description="One or two sentences for the approver and the customer: "
-                                     "what is refunded and why.")
+    summary: Annotated[str, at_most(MAX_SUMMARY_CHARS, "summary")] = Field(
+        description="One or two sentences for the approver and the customer: what is "
+                    "refunded and why.")
 
     def requested(self) -> list[tuple[str, Reason]]:
         return [(line.line.strip(), line.reason) for line in self.lines]
 
 
 class SendCustomerMessage(_Args):
-    message: str = Field(description="The email body. It goes only to the customer who wrote in; "
-                                     "the shop's signature is added automatically.")
+    message: Annotated[str, at_most(MAX_MESSAGE_CHARS, "message")] = Field(
+        description="The email body. It goes only to the customer who wrote in; the "
+                    "shop's signature is added automatically.")
 
 
 @dataclass(frozen=True)

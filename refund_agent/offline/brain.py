@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from .events import ApiError, function_tool_names
 
@@ -60,9 +60,11 @@ KEEP = re.compile(
     r"\b(?:fine|ok|okay|perfect|great|keep(?:ing)?|love|happy with|no problems? with"
     r"|nothing wrong with|works? (?:well|fine|great)|hold on to|undamaged|intact"
     r"|in one piece)\b", re.I)
-# The customer no longer wants an item they have not used.
+# The customer no longer wants an item they have not used. ("chang" takes at most 20 more
+# letters: an unbounded run would be rescanned from every "chang" of a long word, which is
+# quadratic in its length.)
 CHANGE_OF_MIND = re.compile(
-    r"chang\w* (?:my|of) mind|don.t (?:want|need|like)|no longer (?:want|need)|unused"
+    r"chang\w{0,20} (?:my|of) mind|don.t (?:want|need|like)|no longer (?:want|need)|unused"
     r"|not used|never used|didn.t (?:like|use)|\breturn|send (?:it|them) back|not what I expected"
     r"|too (?:big|small|large|heavy)|doesn.t fit|not for me|ordered (?:by mistake|the wrong)"
     r"|still (?:sealed|boxed|in the box)|unopened|regret", re.I)
@@ -143,7 +145,8 @@ REFUND_DESK_TOOLS = ("lookup_order", "check_refund_policy", "issue_refund",
                      "send_customer_message")
 # How the simulated customer's request is recognised (see refund_agent/customer.py): a brief
 # asking the model to play the customer, or the transcript of the emails.
-PERSONA_BRIEF = re.compile(r"role.?play\w*\b.{0,80}\bcustomer", re.I | re.S)
+# (Bounded like CHANGE_OF_MIND's "chang", for the same reason.)
+PERSONA_BRIEF = re.compile(r"role.?play\w{0,20}\b.{0,80}\bcustomer", re.I | re.S)
 TRANSCRIPT_BLOCK = re.compile(r"^--- Email from (the customer|support) ---[ \t]*$", re.M)
 
 
@@ -240,9 +243,38 @@ def _first_name(conv: _Conversation) -> str:
     name = customer.get("name", "") if isinstance(customer, dict) else ""
     name = name if isinstance(name, str) else ""
     if not name:
-        match = re.search(r"From:\s*([^<\n]+)<", conv.customer[0] if conv.customer else "")
-        name = match.group(1).strip() if match else ""
+        name = (_from_name(conv.customer[0] if conv.customer else "") or "").strip()
     return name.split()[0] if name and "@" not in name else "there"
+
+
+_FROM = re.compile(r"From:")
+_SPACES = re.compile(r"\s*")
+_NAME_END = re.compile(r"[<\n]")
+
+
+def _from_name(text: str) -> str | None:
+    """The name in the first "From: Name <address>" of ``text``, unstripped, else None.
+
+    The same answer as ``re.search(r"From:\\s*([^<\\n]+)<", text).group(1)``, which reads from
+    every "From:" to the end of its line, quadratic on a long line of them. Here the end of
+    the name (the next "<" or line break) is found once and kept while later "From:" still
+    come before it. tests/test_brain_linear.py checks it against the pattern.
+    """
+    stop = -1                 # the first "<" or line break at or after the last start read
+    for found in _FROM.finditer(text):
+        start = _SPACES.match(text, found.end()).end()
+        if start > stop:
+            end = _NAME_END.search(text, start)
+            stop = end.start() if end else len(text)
+        if stop == len(text) or text[stop] != "<":
+            continue
+        if stop > start:
+            return text[start:stop]
+        # "<" right after the spaces: the pattern gives back one space as the name, unless
+        # that is a line break (or there are no spaces), and then this "From:" fails.
+        if start > found.end() and text[start - 1] != "\n":
+            return text[start - 1:start]
+    return None
 
 
 def _language(text: str) -> str | None:
@@ -275,7 +307,69 @@ def _stems(text: str) -> set[str]:
 
 
 def _clauses(email: str) -> list[str]:
-    return [c.strip() for c in CLAUSE_BREAK.split(email) if c and c.strip()]
+    pieces, start = [], 0
+    for begin, end in _clause_breaks(email):
+        pieces.append(email[start:begin])
+        start = end
+    pieces.append(email[start:])
+    return [c.strip() for c in pieces if c and c.strip()]
+
+
+# The pieces of CLAUSE_BREAK, for the scan below.
+_PUNCTUATION_RUN = re.compile(r"[.!?]+")
+_SEPARATOR_RUN = re.compile(r"[;\n]+")
+_SPACE = re.compile(r"\s")
+_SPACE_RUN = re.compile(r"\s+")
+_CONJUNCTION = re.compile(r"(?:and|but|also|while|though|plus)\s+", re.I)
+_BREAK_CANDIDATE = re.compile(r"[.!?;\n,\s]")
+
+
+def _clause_breaks(text: str) -> Iterator[tuple[int, int]]:
+    """Where CLAUSE_BREAK matches in ``text``, as ``finditer`` would find them, in linear time.
+
+    The regular expression itself is quadratic on some input: on a run of n spaces it tries
+    ``\\s+`` from each of the n positions and reads to the end of the run every time to look
+    for a conjunction, and it does the same inside a long run of "!" not followed by a space.
+    This scan makes the same choices, leftmost first and in the pattern's order, but knows
+    that every position of one run of whitespace (or punctuation) reaches the same end, so it
+    reads each run once. tests/test_brain_linear.py checks it against the pattern itself.
+    """
+    n = len(text)
+    pos = 0
+    space_end = -1    # the end of the whitespace run last read; positions before it share it
+    while (candidate := _BREAK_CANDIDATE.search(text, pos)) is not None:
+        pos = candidate.start()
+        char = text[pos]
+        if char in ".!?":
+            # "[.!?]+(?=\s|$)": a run matches whole, or no part of it does.
+            end = _PUNCTUATION_RUN.match(text, pos).end()
+            if end == n or _SPACE.match(text, end):
+                yield pos, end
+            pos = end
+            continue
+        if char in ";\n":
+            end = _SEPARATOR_RUN.match(text, pos).end()
+            yield pos, end
+            pos = end
+            continue
+        # ",?\s+(?:and|but|...)\s+": the whitespace run, then a conjunction right after it.
+        spaces = pos + 1 if char == "," else pos
+        if spaces < n and _SPACE.match(text, spaces):
+            if spaces >= space_end:
+                space_end = _SPACE_RUN.match(text, spaces).end()
+            conjunction = _CONJUNCTION.match(text, space_end)
+            if conjunction:
+                yield pos, conjunction.end()
+                pos = conjunction.end()
+                continue
+            if spaces > pos:      # after the comma, the run is read again on its own
+                pos = spaces
+                continue
+            # The rest of this run fails the same way; only a line break in it can match.
+            newline = text.find("\n", pos + 1, space_end)
+            pos = newline if newline != -1 else space_end
+            continue
+        pos += 1
 
 
 def _signal(clause: str) -> str | None:

@@ -1,0 +1,101 @@
+"""The offline brain reads any text in linear time, and reads normal text exactly as before.
+
+An email of 20,000 spaces took the brain 13 to 17 s (CLAUSE_BREAK rescanned the run of spaces
+from each of its positions) and slowed every ticket on the page. The scans that replaced the
+quadratic patterns must make the very same choices, so they are checked against the patterns
+themselves on generated text; and the brain's time must grow in proportion to the text, which
+is checked by a ratio (4x the text, well under 16x the time), never by an absolute time. The
+200 kB measurement against ordinary prose is bench/brain_text.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refund_agent.offline import brain
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from brain_text import SHAPES, conversations, prose  # noqa: E402
+
+from refund_agent.shop import Shop  # noqa: E402
+from refund_agent.tools import tool_schemas  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+# Pieces that exercise every branch of the clause breaks and of the From: name.
+ATOMS = [" ", "  ", "\n", "\t", "\r", "\u00a0", ".", "!", "?", "...", ";", ",", "a", "x",
+         "and", "AND", "but", "also", "while", "though", "plus", "ſ", "From:", "<", "lamp"]
+texts = st.lists(st.sampled_from(ATOMS), max_size=24).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts)
+def test_clauses_split_exactly_where_the_pattern_does(text):
+    expected = [c.strip() for c in brain.CLAUSE_BREAK.split(text) if c and c.strip()]
+    assert brain._clauses(text) == expected
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts)
+def test_the_from_name_is_the_one_the_pattern_finds(text):
+    match = re.search(r"From:\s*([^<\n]+)<", text)
+    assert brain._from_name(text) == (match.group(1) if match else None)
+
+
+def test_a_normal_email_reads_as_before():
+    assert brain._clauses("The lamp arrived dented, and I also don't want the rug. Thanks!") \
+        == ["The lamp arrived dented", "I", "don't want the rug", "Thanks"]
+    assert brain._from_name("From: Ana Diaz <ana@example.com>\nHi") == "Ana Diaz "
+    assert brain.CHANGE_OF_MIND.search("I changed my mind about the rug")
+
+
+def _seconds(text: str, shop: Shop, tools: list) -> float:
+    """The slowest request kind's time for ``text``, best of three (the least disturbed)."""
+    worst = 0.0
+    for kind, conversation in conversations(text, shop).items():
+        offered = [] if kind == "simulated customer" else tools
+        best = min(_timed(conversation, offered) for _ in range(3))
+        worst = max(worst, best)
+    return worst
+
+
+def _timed(conversation: list, tools: list) -> float:
+    started = time.perf_counter()
+    brain.respond(conversation, tools)
+    return time.perf_counter() - started
+
+
+# The shapes that were quadratic before, and a few that never were.
+LINEAR_SHAPES = ["spaces", "tabs", "newline+space", "exclamation marks", "full stops",
+                 "from: headers", "chang... (change of mind)", "role-play", "commas and spaces",
+                 "deep quoting"]
+
+
+@pytest.mark.parametrize("shape", LINEAR_SHAPES)
+def test_four_times_the_text_takes_about_four_times_as_long(shape):
+    shop, tools = Shop(DATA), tool_schemas()
+    small, large = 5_000, 20_000
+    make = SHAPES[shape]
+    # Ordinary prose of the small size sets a floor, so a shape the brain skips over in
+    # microseconds is not judged by timer noise.
+    floor = _seconds(prose(small), shop, tools)
+    ratio = max(_seconds(make(large), shop, tools), floor) / max(_seconds(make(small), shop,
+                                                                          tools), floor)
+    # Linear is 4x; quadratic is 16x. The margin is for a busy machine.
+    assert ratio < 9, f"{shape}: 4x the text took {ratio:.1f}x as long"
+
+
+def test_the_conversations_are_read_as_a_ticket():
+    """The timed requests reach the brain's reading of the email, not an early exit."""
+    shop = Shop(DATA)
+    replies = {kind: brain.respond(c, [] if kind == "simulated customer" else tool_schemas())
+               for kind, c in conversations("The coffee maker arrived cracked.", shop).items()}
+    assert replies["first request"].calls[0][0] == "lookup_order"
+    name, args = replies["after the policy"].calls[0]
+    assert name == "issue_refund" and json.dumps(args["lines"]).count("damaged") == 1

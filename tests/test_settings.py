@@ -1,0 +1,85 @@
+"""Every numeric setting is checked: positive where it must be, finite, within sane bounds,
+with a one-line message naming the variable and what it allows, on the terminal and the page.
+
+REFUND_AGENT_APPROVAL_DAYS=-1, 0, nan and inf were accepted (expiring every refund at once or
+never), and REFUND_AGENT_LEASE_SECONDS=0 made the heartbeat renew the lease in a busy loop.
+"""
+from __future__ import annotations
+
+import pytest
+from conftest import run_cli
+
+from refund_agent import Settings
+from refund_agent.config import RANGES, load_settings
+from refund_agent.errors import ConfigError
+
+BAD = {
+    "REFUND_AGENT_APPROVAL_DAYS": ["-1", "0", "nan", "inf", "-inf", "1e308", "366", "0.00001"],
+    "REFUND_AGENT_LEASE_SECONDS": ["0", "-5", "0.5", "nan", "inf", "1e9"],
+    "REFUND_AGENT_TIMEOUT": ["0", "-1", "nan", "inf", "100000"],
+    "REFUND_AGENT_MAX_RETRIES": ["-1", "2.5", "nan", "inf", "21"],
+    "REFUND_AGENT_OFFLINE_LATENCY": ["-0.1", "nan", "inf", "61"],
+}
+GOOD = {
+    "REFUND_AGENT_APPROVAL_DAYS": [("7", 7.0), ("0.5", 0.5), (str(1 / 86400), 1 / 86400),
+                                   ("365", 365.0)],
+    "REFUND_AGENT_LEASE_SECONDS": [("1", 1.0), ("900", 900.0), ("86400", 86400.0)],
+    "REFUND_AGENT_TIMEOUT": [("1", 1.0), ("900", 900.0)],
+    "REFUND_AGENT_MAX_RETRIES": [("0", 0), ("5", 5), ("20", 20), ("3.0", 3)],
+    "REFUND_AGENT_OFFLINE_LATENCY": [("0", 0.0), ("1.5", 1.5), ("60", 60.0)],
+}
+FIELDS = {"REFUND_AGENT_APPROVAL_DAYS": "approval_days",
+          "REFUND_AGENT_LEASE_SECONDS": "lease_seconds", "REFUND_AGENT_TIMEOUT": "timeout",
+          "REFUND_AGENT_MAX_RETRIES": "max_retries",
+          "REFUND_AGENT_OFFLINE_LATENCY": "offline_latency"}
+
+
+def test_every_numeric_setting_has_a_range_and_cases():
+    assert set(RANGES) == set(BAD) == set(GOOD) == set(FIELDS)
+
+
+@pytest.mark.parametrize(("name", "raw"), [(n, v) for n, vs in BAD.items() for v in vs])
+def test_a_bad_value_is_refused_with_what_is_allowed(monkeypatch, name, raw):
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"{name} must be ") and message.endswith(f", got {raw!r}.")
+    assert f"to {RANGES[name].high:g}" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("name", "raw", "value"),
+                         [(n, r, v) for n, vs in GOOD.items() for r, v in vs])
+def test_a_value_in_range_is_taken(monkeypatch, name, raw, value):
+    monkeypatch.setenv(name, raw)
+    assert getattr(load_settings(), FIELDS[name]) == value
+
+
+@pytest.mark.parametrize(("field", "value"), [("lease_seconds", 0), ("approval_days", -1),
+                                              ("approval_days", float("nan")),
+                                              ("timeout", float("inf")),
+                                              ("offline_latency", -1), ("max_retries", -1)])
+def test_settings_made_in_code_cannot_break_the_loops(field, value):
+    with pytest.raises(ConfigError, match=f"Settings.{field} must be"):
+        Settings(**{field: value})
+    Settings(lease_seconds=0.2)     # tests shorten the lease below the environment's bound
+
+
+@pytest.mark.parametrize(("name", "raw"), [("REFUND_AGENT_APPROVAL_DAYS", "nan"),
+                                           ("REFUND_AGENT_LEASE_SECONDS", "0")])
+def test_the_terminal_shows_one_line_and_no_traceback(tmp_path, name, raw):
+    result = run_cli(tmp_path / "output", "queue", **{name: raw})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {name} must be {RANGES[name].describe()}, got {raw!r}."]
+    assert not (tmp_path / "output" / "refund-agent.sqlite3").exists()
+
+
+def test_the_page_shows_the_message(tmp_path, monkeypatch):
+    from test_app import open_page, shows
+
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv("REFUND_AGENT_APPROVAL_DAYS", "-1")
+    at = open_page()
+    assert shows(at, "REFUND_AGENT_APPROVAL_DAYS must be a number of days from", "error")
+    assert not at.exception
