@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from . import reader
 from .events import ApiError, function_tool_names
 
 # -- the lexicon ------------------------------------------------------------------------------
@@ -389,63 +390,51 @@ class _Proposal:
     why_not: str = ""
     final_sale: list[str] = field(default_factory=list)
     taken: list[str] = field(default_factory=list)    # already refunded or waiting
+    # Why nothing is proposed when the reader could not propose: "" (a policy reason in
+    # why_not), unclear, which, missing, question, fine or used; and the items concerned.
+    kind: str = ""
+    about: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)   # policy points that answer a question
 
     @property
     def kinds(self) -> set[str]:
         return {line["reason"] for line in self.lines}
 
 
-def _names(line: dict[str, Any], clause: str, stems: set[str]) -> bool:
-    """Whether a clause names an order line, by a word of its name or by its sku."""
-    name_stems = _stems(line["name"]) - {w.rstrip("s") for w in CATALOGUE_WORDS}
-    return bool(name_stems & stems) or str(line["line"]).lower() in clause.lower()
+# Between the customer's messages, when they are read together.
+_MESSAGE_BREAK = "\n\x1e\n"
 
 
-def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
-    """Which lines the customer asks about, and why: {line: damaged|changed_mind}.
-
-    Read clause by clause: a clause that names items gives them its reason; a clause that
-    names none but says "keep" refers to the items just named; a reason in a clause naming
-    nothing ("it arrived broken") applies to the order when nothing else is named.
-    """
-    reasons: dict[str, list[str]] = {}
-    named_any = False
-    previous: list[dict[str, Any]] = []
-    loose: list[str] = []   # signals in clauses that name no item and follow none
-    for clause in _clauses(email):
-        stems = _stems(clause)
-        named = [line for line in lines if _names(line, clause, stems)]
-        signal = _signal(clause)
-        if named:
-            named_any = True
-            previous = named
-        elif signal and previous and signal == "keep":
-            named = previous    # "... the lamp is fine, I'd like to keep it"
-        for line in named:
-            reasons.setdefault(line["line"], []).append(signal or "asked")
-        if not named and signal in ("damaged", "changed_mind"):
-            loose.append(signal)
-    wanted: dict[str, str] = {}
-    for line_id, said in reasons.items():
-        if "damaged" in said:
-            wanted[line_id] = "damaged"
-        elif "keep" in said:
-            continue
-        elif "changed_mind" in said:
-            wanted[line_id] = "changed_mind"
-        elif loose:     # named without a reason: the email's own reason applies
-            wanted[line_id] = loose[0]
-    everything = EVERYTHING.search(email)
-    if loose and (not named_any or (everything and "changed_mind" in loose)):
-        for line in lines:
-            kept = "keep" in reasons.get(line["line"], [])
-            if line["line"] not in wanted and not kept and (everything or len(lines) == 1
-                                                             or "changed_mind" in loose):
-                wanted[line["line"]] = loose[0]
-    return wanted
+def _subject(message: str) -> str:
+    """The Subject: line of a message, if it starts with its headers."""
+    for line in message.splitlines():
+        if not line.lower().startswith(("from:", "subject:")):
+            break
+        if line.lower().startswith("subject:"):
+            return line[len("subject:"):].strip()
+    return ""
 
 
-def _propose(facts: dict[str, Any], email: str) -> _Proposal:
+def _own_words(message: str) -> str:
+    """The customer's own words in one message: no From:/Subject: header, no reply preamble,
+    no quoted, forwarded or pasted text (see reader.own_words)."""
+    lines = message.splitlines()
+    while lines and lines[0].lower().startswith(("from:", "subject:")):
+        lines.pop(0)
+    return reader.own_words("\n".join(lines).strip().removeprefix(WROTE_BACK))
+
+
+def _answerable(reading: reader.Reading, policy: str) -> bool:
+    """Whether the customer's questions are ones to answer rather than to ask back about: on
+    a topic the policy speaks to, a care question, or asked about items said to be fine ("It
+    hasn't torn. Is that normal?"). "What can you do?" about an item with nothing said of it
+    is answered with a question."""
+    _points, topical = reader.answer_points(reading.questions, policy)
+    return topical or bool(reader.CARE.search(" ".join(reading.questions))) or (
+        reading.fine_any and not reading.named)
+
+
+def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
     """The lines the policy lets us refund for what the customer describes."""
     if not facts.get("delivered"):
         return _Proposal([], why_not="the order has not been delivered yet")
@@ -453,10 +442,39 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
         return _Proposal([], why_not=f"it was delivered {facts.get('days_since_delivery')} days "
                          f"ago, past the {facts.get('window_days')}-day refund window")
     lines = facts.get("lines", [])
-    wanted = _wanted(lines, email)
-    if not wanted:
-        return _Proposal([], why_not="unclear")
     by_id = {line["line"]: line for line in lines}
+    messages = email.split(_MESSAGE_BREAK)
+    reading = reader.read(lines, "\n\n".join(_own_words(part) for part in messages),
+                          subject=_subject(messages[0]))
+    wanted = dict(reading.wanted)
+    if not wanted and reading.unclear and all(by_id[i].get("final_sale") for i in
+                                              reading.unclear):
+        wanted = {lid: "changed_mind" for lid in reading.unclear}   # declined as final sale
+    names = lambda ids: [str(by_id[i]["name"]) for i in ids if i in by_id]  # noqa: E731
+    if not wanted:
+        if reading.used and reader.policy_takes_back_unused_only(policy):
+            used = names(reading.used)
+            return _Proposal([], why_not=(
+                f"you've used the {' and '.join(n.lower() for n in used)}, and our policy only "
+                "takes back unused items when you change your mind"), kind="used", about=used)
+        if reading.used:
+            wanted = {lid: "changed_mind" for lid in reading.used}
+        elif reading.missing:
+            return _Proposal([], why_not="unclear", kind="missing",
+                             about=names(reading.missing))
+        elif reading.questions and not reading.unclear and _answerable(reading, policy):
+            care = reader.CARE.search(" ".join(reading.questions))
+            return _Proposal([], why_not="unclear", kind="question",
+                             about=["care"] if care else [],
+                             answer=reader.answer_points(reading.questions, policy)[0])
+        elif reading.fine_only:
+            return _Proposal([], why_not="unclear", kind="fine",
+                             about=["packaging"] if reading.packaging else [])
+        elif reading.loose_damage:
+            return _Proposal([], why_not="unclear", kind="which")
+        else:
+            return _Proposal([], why_not="unclear", kind="unclear",
+                             about=names(reading.unclear or reading.named))
     proposal = _Proposal([])
     for line_id, reason in wanted.items():
         line = by_id[line_id]
@@ -540,7 +558,8 @@ def _settled(conv: _Conversation, order_id: str, earlier_words: str) -> bool:
               and c["output"] is not None and _canonical(c["args"].get("order_id")) == order_id]
     if not policy:
         return False
-    proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words)
+    proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words,
+                        str(policy[-1]["output"].get("policy") or ""))
     return not proposal.lines and proposal.why_not != "unclear"
 
 
@@ -563,13 +582,18 @@ def _support(conv: _Conversation) -> Reply:
     if language:
         return _foreign(first, language, sent)
     said = [_customer_words(c) for c in conv.customer]
-    ids = _order_ids(said[-1]) if said else []
+    # Order numbers come from the customer's own words (with the subject line): a number in
+    # quoted text or in a signature's reference is not the order this is about.
+    own = [reader.own_words(c.replace(WROTE_BACK, "")) for c in said]
+    ids = reader.order_ids(own[-1]) if own else []
     if not ids or len(conv.customer) == 1:
-        ids = _order_ids(" ".join(said))
-    earlier = "\n".join(said[:-1])
+        ids = reader.order_ids(" ".join(own))
+    if not ids:   # only in a forwarded confirmation or a quoted email: still the order
+        ids = reader.order_ids(" ".join(said))
+    earlier = _MESSAGE_BREAK.join(said[:-1])
     if latest.startswith(WROTE_BACK) and ids and _settled(conv, ids[0], earlier):
         return _pushback(conv, first, ids[0], _body(latest), sent)
-    email = "\n".join(said)
+    email = _MESSAGE_BREAK.join(said)
     if len(ids) > 1 and not conv.last("lookup_order"):
         if sent:
             return Reply("I asked which order the customer means.", f"The customer named "
@@ -608,7 +632,7 @@ def _support(conv: _Conversation) -> Reply:
     refund = conv.last("issue_refund", order_id=order_id)
     if refund is not None and refund["output"] is not None and not _answered(conv, refund):
         return _after_refund(conv, first, order_id, refund["output"], sent)
-    proposal = _propose(facts, email)
+    proposal = _propose(facts, email, str(policy["output"].get("policy") or ""))
     if not proposal.lines:
         return _decline(conv, first, order_id, facts, proposal, sent)
     lines = [{"line": line["line"], "reason": line["reason"]} for line in proposal.lines]
@@ -637,6 +661,9 @@ def _foreign(first: str, language: str, sent: dict | None) -> Reply:
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],
              proposal: _Proposal, sent: dict | None) -> Reply:
+    if proposal.why_not == "unclear" and (proposal.kind not in ("", "unclear")
+                                          or proposal.about):
+        return _not_yet(first, order_id, facts, proposal, sent)
     if proposal.why_not == "unclear":
         if sent:
             return Reply("I've asked what went wrong.", f"Order {order_id}: the customer did "
@@ -659,6 +686,70 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                  f"Hi {first},\n\nThank you for writing, and I'm sorry for the trouble. I've "
                  f"checked order {order_id}, and I can't offer a refund because "
                  f"{proposal.why_not}.{offer}")
+
+
+def _not_yet(first: str, order_id: str, facts: dict[str, Any], proposal: _Proposal,
+             sent: dict | None) -> Reply:
+    """Nothing to propose yet: answer the question, acknowledge a note, or ask what the reader
+    could not tell, naming it."""
+    names = " and ".join(f"the {name.lower()}" for name in proposal.about)
+    window = facts.get("window_days")
+    if proposal.kind == "question":
+        if sent:
+            return Reply("I've answered the customer's question.", f"Order {order_id}: the "
+                         "customer asked a question, not for a refund. Answered it from the "
+                         "policy; nothing proposed.")
+        points = "\n".join(f"- {point}" for point in proposal.answer)
+        care = ("For washing and care, the care label and the manufacturer's instructions are the "
+                "best guide.\n\n" if "care" in proposal.about else "")
+        return _send("The customer is asking, not claiming anything. I'll answer from the "
+                     "policy and propose nothing.",
+                     f"Hi {first},\n\nThanks for your question about order {order_id}. "
+                     + (f"Here is what our refund policy says:\n\n{points}\n\n" if points
+                        else "\n\n") + care
+                     + "If anything does go wrong with an item, just let us know which one and "
+                     "what happened, and we'll look into it right away.")
+    if proposal.kind == "fine":
+        if sent:
+            return Reply("I've thanked the customer.", f"Order {order_id}: the customer "
+                         "reported nothing wrong with the items. Thanked them; nothing "
+                         "proposed.")
+        packaging = (" I've passed your note about the packaging on to our team for the "
+                     "courier." if proposal.about else "")
+        return _send("Nothing is wrong with the items, by the customer's own words. No refund "
+                     "to propose; I'll thank them.",
+                     f"Hi {first},\n\nThanks for letting us know, and I'm glad to hear the "
+                     f"items in order {order_id} are all right.{packaging} If anything does "
+                     "turn out to be wrong, just let us know"
+                     + (f" within {window} days of delivery" if window else "") + ".")
+    if proposal.kind == "missing":
+        if sent:
+            return Reply("I've told the customer we'll look for the missing item.",
+                         f"Order {order_id}: the customer says {names} is missing. Nothing "
+                         "proposed; the team should investigate with the carrier.")
+        return _send(f"The customer says {names} is missing: that needs the team and the "
+                     "carrier, not a refund for damage.",
+                     f"Hi {first},\n\nI'm sorry {names} is missing from order {order_id}. "
+                     "I've passed this to our team, who will investigate with the carrier and "
+                     "follow up with you. Was the parcel itself damaged or opened when it "
+                     "arrived?")
+    if proposal.kind == "which":
+        if sent:
+            return Reply("I've asked which item is damaged.", f"Order {order_id}: the customer "
+                         "says something arrived damaged but not which item. Asked them.")
+        return _send("Something arrived damaged, but the email doesn't say which item. I'll "
+                     "ask rather than guess.",
+                     f"Hi {first},\n\nI'm sorry something arrived damaged in order "
+                     f"{order_id}. Which item is it, and what is wrong with it? Once I know, "
+                     "I'll look into it right away.")
+    if sent:
+        return Reply("I've asked what is wrong.", f"Order {order_id}: the customer named "
+                     f"{names} but not what is wrong. Asked them; no refund proposed yet.")
+    return _send(f"The email names {names} but doesn't say what is wrong, so I can't apply "
+                 "the policy yet.",
+                 f"Hi {first},\n\nI'm sorry something isn't right with order {order_id}. "
+                 f"Could you tell me what is wrong with {names}: did it arrive damaged or "
+                 "faulty, or would you like to return it unused?")
 
 
 def _note_sentence(outcome: dict[str, Any]) -> str:
