@@ -459,6 +459,12 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
                 "takes back unused items when you change your mind"), kind="used", about=used)
         if reading.used:
             wanted = {lid: "changed_mind" for lid in reading.used}
+        elif reading.wrong_item:
+            return _Proposal([], why_not="unclear", kind="wrong_item",
+                             about=names(dict.fromkeys(reading.wrong_item)))
+        elif reading.alternative:
+            return _Proposal([], why_not="unclear", kind="exchange",
+                             about=names(reading.unclear or reading.named))
         elif reading.missing:
             return _Proposal([], why_not="unclear", kind="missing",
                              about=names(reading.missing))
@@ -733,6 +739,30 @@ def _not_yet(first: str, order_id: str, facts: dict[str, Any], proposal: _Propos
                      "I've passed this to our team, who will investigate with the carrier and "
                      "follow up with you. Was the parcel itself damaged or opened when it "
                      "arrived?")
+    if proposal.kind == "wrong_item":
+        if sent:
+            return Reply("I've asked what arrived instead.", f"Order {order_id}: the customer "
+                         f"says something else arrived instead of {names}. Asked what came; "
+                         "the team should arrange the right item.")
+        return _send("The customer received something they didn't order: that is a wrong "
+                     "item for the team to put right, not damage to refund.",
+                     f"Hi {first},\n\nI'm sorry: it sounds like the wrong item arrived in "
+                     f"order {order_id}" + (f" instead of {names}" if names else "") + ". "
+                     "Could you tell me exactly what came, so our team can send the right one "
+                     "or arrange a refund for it?")
+    if proposal.kind == "exchange":
+        if sent:
+            return Reply("I've passed the exchange request on.", f"Order {order_id}: the "
+                         "customer asked for an exchange or a repair, not a refund. Passed to "
+                         "the team; asked whether a refund would do instead.")
+        return _send("The customer asks for an exchange, a repair or a fix, which I can't "
+                     "arrange with these tools. I'll pass it on and offer what the policy "
+                     "allows.",
+                     f"Hi {first},\n\nThanks for writing about order {order_id}. I can't "
+                     "arrange an exchange, a repair or a replacement myself, so I've passed your "
+                     "request to our team, who will follow up. If you'd rather have a refund "
+                     + (f"for {names} " if names else "") + "instead, would you tell me what is "
+                     "wrong with it, or whether it is unused?")
     if proposal.kind == "which":
         if sent:
             return Reply("I've asked which item is damaged.", f"Order {order_id}: the customer "

@@ -342,7 +342,13 @@ UNUSED = re.compile(
 REQUEST = re.compile(r"\brefund|\breimburs|money back|\breturn"
                      r"|(?:send|take) (?:it|them|\w+ \w+) back", re.I)
 # Something other than money asked for: then the request is not one the policy settles alone.
-ALTERNATIVE = re.compile(r"\bor (?:fix|replace|repair|exchange|swap)|\binstead of a refund", re.I)
+ALTERNATIVE = re.compile(r"\bor (?:fix|replace|repair|exchange|swap)|\binstead of a refund"
+                         r"|\bswap\b|\bexchange\b|\breplacement\b", re.I)
+# The shop sent something else than what was ordered.
+WRONG_ITEM = re.compile(
+    r"\binstead of\b.{0,60}\bthere (?:was|were)\b|\bnever ordered\b|\bnot what I ordered\b"
+    r"|(?:sent|received|got|came with|arrived with) (?:me )?(?:the |a )?wrong (?:item|product"
+    r"|one|thing)|\bwrong (?:item|product)s? (?:was |were )?(?:sent|arrived|came)", re.I)
 MISSING = re.compile(r"\bmissing\b|\bnot in the (?:box|parcel|package)|didn.t (?:arrive|come)"
                      r"|never (?:arrived|came)|wasn.t (?:there|in)", re.I)
 NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|neither|nor|without|nowhere near|hardly"
@@ -462,6 +468,8 @@ class Reading:
     fine_any: bool = False         # something was said to be fine
     loose_damage: bool = False     # damage claimed without saying which item
     packaging: bool = False        # the box or parcel was damaged
+    alternative: bool = False      # an exchange, a repair or a replacement asked for
+    wrong_item: list[str] = field(default_factory=list)   # ordered, but something else came
 
 
 # A question that asks for something ("Could you refund the vase?") rather than about something.
@@ -510,6 +518,16 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                     and not _BELONGS.search(sentence[max(a, m.start - 12):m.start])]
             blanked = _blank(clause, [(m.start - a, m.end - a) for m in here])
             said, hypothetical = _claims(blanked)
+            if hypothetical and (CHANGE.search(blanked) or REQUEST.search(blanked)):
+                reading.questions.append(clause.strip())   # "I might return it if ..."
+            alternative = ALTERNATIVE.search(blanked)
+            if alternative and _first(blanked, NEGATION) > alternative.start():
+                reading.alternative = True
+            if WRONG_ITEM.search(blanked):
+                reading.wrong_item.extend(m.line for m in here)
+                if not here:
+                    reading.wrong_item.extend(pending)
+                continue
             if _SAME_AGAIN.search(blanked) and not said.any():
                 said = previous
             for m in here:
@@ -543,6 +561,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 loose_everything = True
                 loose.merge(said)
             elif pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
+                pending_sentence = number   # the rest of this sentence is about them too
                 for lid in pending:
                     if lid not in excluded:
                         per[lid].merge(said)
@@ -559,7 +578,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
         elif said.keep:
             continue
         elif said.change or (said.request and (said.unused or loose.change)) or (
-                said.unused and (loose.request or loose.change)):
+                (said.unused or said.used) and (loose.request or loose.change)):
             if said.used or (loose.used and not said.unused):
                 reading.used.append(lid)
             else:
