@@ -85,7 +85,7 @@ def html_to_text(text: str) -> str:
     text = _BLOCK_TAG.sub("\n", text)
     text = _TAG.sub("", text)
     text = html.unescape(text).replace("\u00a0", " ")
-    return "\n".join(line.strip().rstrip(":").strip() for line in text.splitlines())
+    return "\n".join(line.strip().rstrip(":").strip() for line in text.splitlines()).strip()
 
 
 def _drop_authority(line: str) -> str:
@@ -159,8 +159,11 @@ def order_ids(text: str) -> list[str]:
             if pattern is _ORDER_ID and match.group(0).lstrip("#").lstrip()[len(
                     match.group(1)):][:1] == " " and not match.group(1).isupper():
                 continue   # "on 2026", "at 1030": a lower-case word then a number
-            before = text[max(0, match.start() - 30):match.start()]
-            if _REFERENCE.search(before) and not _ORDER_WORD.search(before):
+            # The nearest word before the number on its line says what it is.
+            before = text[max(0, match.start() - 30):match.start()].rpartition("\n")[2]
+            refs = [m.end() for m in _REFERENCE.finditer(before)]
+            orders = [m.end() for m in _ORDER_WORD.finditer(before)]
+            if refs and (not orders or refs[-1] > orders[-1]):
                 continue
             found.append((match.start(), (match.group(1) + match.group(2)).upper()))
     return list(dict.fromkeys(oid for _, oid in sorted(found)))
@@ -569,8 +572,9 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 loose.merge(said)
     for lid in excluded:
         per[lid].fine = True
-    named_any = bool(named)
-    spread = loose_everything or len(ids) == 1 or not named_any
+    # A claim that names no item is about the whole order only when it says so, or when the
+    # order has one line: "it's unused" on an order of three could be any of them.
+    spread = loose_everything or len(ids) == 1
     for lid in ids:
         said = per[lid]
         if said.damage:
