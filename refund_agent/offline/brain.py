@@ -600,6 +600,26 @@ def _support(conv: _Conversation) -> Reply:
     if latest.startswith(WROTE_BACK) and ids and _settled(conv, ids[0], earlier):
         return _pushback(conv, first, ids[0], _body(latest), sent)
     email = _MESSAGE_BREAK.join(said)
+    if 1 < len(ids) <= _ORDERS_TO_COMPARE:
+        # Several orders named: look them all up, and go on with the one the email's claims
+        # are about ("the pitcher from A1 is cracked; my other order, A2, is fine").
+        unlooked = [oid for oid in ids if conv.last("lookup_order", order_id=oid) is None
+                    or conv.last("lookup_order", order_id=oid)["output"] is None]
+        if unlooked and not sent:
+            return Reply(f"The email names orders {' and '.join(ids)}. I'll look them up to "
+                         "see which one it is about.",
+                         calls=[("lookup_order", {"order_id": oid}) for oid in unlooked])
+        meant = None if unlooked else _order_meant(conv, ids, email)
+        if meant is None and sent:
+            return Reply("I asked which order the customer means.", f"The customer named "
+                         f"{' and '.join(ids)}; asked which one the request is about.")
+        if meant is None:
+            return _send("The email names more than one order, and what it says fits none "
+                         "of them alone. I'll ask rather than guess.",
+                         f"Hi {first},\n\nThanks for writing. Your email mentions orders "
+                         f"{' and '.join(ids)}. Which one is this about, and what happened? "
+                         "Once I know, I'll look into it right away.")
+        ids = [meant]
     if len(ids) > 1 and not conv.last("lookup_order"):
         if sent:
             return Reply("I asked which order the customer means.", f"The customer named "
@@ -647,6 +667,32 @@ def _support(conv: _Conversation) -> Reply:
                  calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,
                                           "summary": f"Refund on order {order_id}: "
                                                      f"{_explain(proposal)}."})])
+
+
+# How many orders one email may name for the desk to look them all up and pick the one meant;
+# beyond this it asks (a list of order numbers is fishing, not a request).
+_ORDERS_TO_COMPARE = 3
+
+
+def _order_meant(conv: _Conversation, ids: list[str], email: str) -> str | None:
+    """The one order, of those the email names, that its claims are about: the only order of
+    this sender's whose items the customer says something about, else None."""
+    messages = email.split(_MESSAGE_BREAK)
+    text = "\n\n".join(_own_words(part) for part in messages)
+    subject = _subject(messages[0])
+    about = []
+    for oid in ids:
+        output = (conv.last("lookup_order", order_id=oid) or {}).get("output") or {}
+        items = output.get("items") if "error" not in output else None
+        if not isinstance(items, list):
+            continue
+        lines = [{"line": str(i.get("sku", "")), "name": str(i.get("name", ""))}
+                 for i in items if isinstance(i, dict)]
+        reading = reader.read(lines, text, subject=subject)
+        if (reading.wanted or reading.used or reading.missing or reading.unclear
+                or reading.wrong_item):
+            about.append(oid)
+    return about[0] if len(about) == 1 else None
 
 
 def _foreign(first: str, language: str, sent: dict | None) -> Reply:
