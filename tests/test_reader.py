@@ -57,6 +57,8 @@ def wanted(text: str, subject: str = "") -> dict[str, str]:
     # Nothing named, or everything.
     ("It all came smashed. Well, not the rug, obviously.",
      {"LMP-1": "damaged", "SHD-1": "damaged", "VAS-L": "damaged", "MUG-4": "damaged"}),
+    ("Everything is fine except the vase, which is cracked.", {"VAS-L": "damaged"}),
+    ("The lamp is dented, the shade too.", {"LMP-1": "damaged", "SHD-1": "damaged"}),
     # Two reasons in one email.
     ("The vase is cracked. Also, I'd like to return the rug; it's still wrapped. The mugs are "
      "staying.", {"VAS-L": "damaged", "RUG-23": "changed_mind"}),
@@ -117,6 +119,7 @@ def test_a_change_of_mind_on_a_used_item_is_not_a_return():
     ("The parcel arrived damaged. Please advise.", "loose_damage"),
     ("The parcel was torn open and the rug is missing.", "missing"),
     ("There's an issue with the lamp. Can someone help?", "named"),
+    ("I dropped the vase and it cracked. Can you refund it?", "unclear"),
 ])
 def test_what_it_cannot_tell_is_named(text, what):
     reading = reader.read(LINES, reader.own_words(text))
@@ -148,3 +151,17 @@ def test_html_is_text_first():
                                "<ul><li>Lamp: OK</li></ul><!-- hidden -->")
     assert "hidden" not in text and "<" not in text
     assert text.splitlines()[:3] == ["Hi,", "the rug is fine", "but the vase is chipped"]
+
+
+def test_the_used_condition_is_read_from_the_policy_text():
+    """The same email is declined under a policy that takes back unused items only, and
+    proposed as a return under one that does not say so: the condition is the policy's."""
+    from refund_agent.offline import brain
+
+    facts = {"delivered": True, "within_window": True,
+             "lines": [dict(line, status="refundable", final_sale=False) for line in LINES]}
+    email = "Subject: Rug\n\nI've used the rug for a week and don't like it. I'd like to return it."
+    strict = brain._propose(facts, email, POLICY)
+    assert strict.lines == [] and strict.kind == "used" and "used the wool rug" in strict.why_not
+    lenient = brain._propose(facts, email, "Anything can be returned within 30 days.")
+    assert [(p["line"], p["reason"]) for p in lenient.lines] == [("RUG-23", "changed_mind")]

@@ -484,6 +484,11 @@ _POINTS_BACK = re.compile(r"\b(?:it|its|it.s|itself|they|them|their|they.re|thes
 # "... and so did the rug", "as is the vase": the same claim for another item.
 _SAME_AGAIN = re.compile(r"^\W*(?:and\s+)?(?:so|as)\s+(?:did|do|does|is|are|was|were|has|have)\b"
                          r"|^\W*(?:and\s+)?(?:neither|nor)\s+(?:did|is|are|was|were)\b", re.I)
+_TOO = re.compile(r"\b(?:too|as well|also)\W*$", re.I)
+# Damage the customer says they caused, which the desk can't treat as arrived damaged.
+SELF_CAUSED = re.compile(r"\bi (?:dropped|broke|knocked|damaged|ruined|cracked|sat on)\b"
+                         r"|\bdropped (?:it|them)\b|\bmy (?:own )?fault\b|\baccident(?:ally)?\b"
+                         r"|\bby mistake\b", re.I)
 # A name right after one of these is the item's part or company ("its box", "with my lamp").
 _BELONGS = re.compile(r"\b(?:its|their)\s+(?:own\s+)?$", re.I)
 _PREPOSITION = re.compile(r"\b(?:with|next to|beside|alongside|inside|than|like|for|near)\s+"
@@ -531,8 +536,11 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 if not here:
                     reading.wrong_item.extend(pending)
                 continue
-            if _SAME_AGAIN.search(blanked) and not said.any():
-                said = previous
+            if (_SAME_AGAIN.search(blanked) or _TOO.search(blanked)) and not said.any():
+                said = previous   # "... and so did the rug", "the vase too"
+            if said.damage and SELF_CAUSED.search(blanked):
+                said.damage = False   # broken by the customer: not "arrived damaged"
+                said.request = True   # so it is asked about, not refunded or ignored
             for m in here:
                 if EXCLUDE.search(sentence[max(a, m.start - 20):m.start]):
                     excluded.add(m.line)
@@ -545,8 +553,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 if not hypothetical or said.any():
                     named.extend(items)
                 for lid in items:
-                    if lid not in excluded:
-                        per[lid].merge(said)
+                    per[lid].merge(said)
                 # "The cups, which sat next to the vase, arrived broken": the cups did.
                 if not hypothetical and separator.lower().split()[-1:] != ["which"]:
                     pending, pending_sentence = items, number
@@ -566,12 +573,9 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             elif pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
                 pending_sentence = number   # the rest of this sentence is about them too
                 for lid in pending:
-                    if lid not in excluded:
-                        per[lid].merge(said)
+                    per[lid].merge(said)
             else:
                 loose.merge(said)
-    for lid in excluded:
-        per[lid].fine = True
     # A claim that names no item is about the whole order only when it says so, or when the
     # order has one line: "it's unused" on an order of three could be any of them.
     spread = loose_everything or len(ids) == 1
@@ -591,6 +595,8 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             reading.missing.append(lid)
         elif said.fine:
             continue
+        elif lid in excluded:
+            continue   # "It all came smashed. Well, not the rug": the rug is the exception
         elif spread and loose.damage and (loose_everything or len(ids) == 1):
             reading.wanted[lid] = "damaged"
         elif spread and loose.change and not loose.keep:
