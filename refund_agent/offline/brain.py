@@ -52,15 +52,6 @@ DAMAGE = re.compile(
     r"|won.t (?:turn|start|work|switch)|dead on arrival|arrived wrong|fell apart|came apart"
     r"|peel|fray|mou?ld|dead\b|flicker|short.circuit|malfunction|busted|wrecked|ruined",
     re.I)
-# ... unless the clause says the opposite.
-NOT_DAMAGED = re.compile(
-    r"\b(?:not|no|never|wasn.t|isn.t|aren.t|weren.t)\s+(?:\w+\s+)?(?:damaged|broken|cracked"
-    r"|damage)|\bundamaged\b|\bintact\b|\bin one piece\b", re.I)
-# The customer keeps the item or is happy with it.
-KEEP = re.compile(
-    r"\b(?:fine|ok|okay|perfect|great|keep(?:ing)?|love|happy with|no problems? with"
-    r"|nothing wrong with|works? (?:well|fine|great)|hold on to|undamaged|intact"
-    r"|in one piece)\b", re.I)
 # The customer no longer wants an item they have not used. ("chang" takes at most 20 more
 # letters: an unbounded run would be rescanned from every "chang" of a long word, which is
 # quadratic in its length.)
@@ -71,13 +62,6 @@ CHANGE_OF_MIND = re.compile(
     r"|still (?:sealed|boxed|in the box)|unopened|regret", re.I)
 # The request covers every item on the order.
 EVERYTHING = re.compile(r"\b(all|whole|everything|entire|full|both)\b", re.I)
-# Words that sit in many catalogue names without naming one product: units, pack and size
-# words, and connectives ("set of 2", "10 inch", "5 qt", "pack of 6", "large").
-CATALOGUE_WORDS = {
-    "set", "pack", "pair", "piece", "pieces", "pcs", "box", "bundle", "kit", "count", "size",
-    "inch", "inches", "cm", "mm", "ft", "oz", "lb", "lbs", "qt", "quart", "liter", "litre", "ml",
-    "gal", "small", "medium", "large", "mini", "the", "and", "with", "for", "of", "new",
-}
 # Clauses end at sentence ends, semicolons and line breaks, and where a conjunction starts a
 # new thought (", and", " but ", " also "): "the lamp arrived dented, and I also don't want
 # the rug" is two requests with two reasons.
@@ -303,10 +287,6 @@ def _language(text: str) -> str | None:
 
 # -- what the customer asks for, line by line, from the policy tool's facts ------------------
 
-def _stems(text: str) -> set[str]:
-    return {w.rstrip("s") for w in re.findall(r"[a-z][a-z\-]{2,}", text.lower())}
-
-
 def _clauses(email: str) -> list[str]:
     pieces, start = [], 0
     for begin, end in _clause_breaks(email):
@@ -371,17 +351,6 @@ def _clause_breaks(text: str) -> Iterator[tuple[int, int]]:
             pos = newline if newline != -1 else space_end
             continue
         pos += 1
-
-
-def _signal(clause: str) -> str | None:
-    """What one clause says about the items it names: damaged, keep, changed_mind or nothing."""
-    if DAMAGE.search(clause) and not NOT_DAMAGED.search(clause):
-        return "damaged"
-    if KEEP.search(clause):
-        return "keep"
-    if CHANGE_OF_MIND.search(clause):
-        return "changed_mind"
-    return None
 
 
 @dataclass
