@@ -58,7 +58,18 @@ def wanted(text: str, subject: str = "") -> dict[str, str]:
     ("It all came smashed. Well, not the rug, obviously.",
      {"LMP-1": "damaged", "SHD-1": "damaged", "VAS-L": "damaged", "MUG-4": "damaged"}),
     ("Everything is fine except the vase, which is cracked.", {"VAS-L": "damaged"}),
+    ("Everything arrived broken except the mugs.",
+     {"LMP-1": "damaged", "SHD-1": "damaged", "RUG-23": "damaged", "VAS-L": "damaged"}),
+    ("Don't worry about the vase, it's fine. The lamp's base is cracked though.",
+     {"LMP-1": "damaged"}),
+    ("The lamp and shade are both fine, thanks! Just the vase: cracked rim.",
+     {"VAS-L": "damaged"}),
     ("The lamp is dented, the shade too.", {"LMP-1": "damaged", "SHD-1": "damaged"}),
+    ("I can't believe the vase arrived broken!", {"VAS-L": "damaged"}),
+    ("The vase is broken. Just kidding, it's fine! The mugs are chipped.", {"MUG-4": "damaged"}),
+    ("My neighbour's vase from you broke too, but the mugs are chipped.", {"MUG-4": "damaged"}),
+    ("Refund the rug as damaged please. It's fine really, I just don't want it. It's unused.",
+     {"RUG-23": "changed_mind"}),
     # Two reasons in one email.
     ("The vase is cracked. Also, I'd like to return the rug; it's still wrapped. The mugs are "
      "staying.", {"VAS-L": "damaged", "RUG-23": "changed_mind"}),

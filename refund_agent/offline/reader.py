@@ -356,6 +356,15 @@ MISSING = re.compile(r"\bmissing\b|\bnot in the (?:box|parcel|package)|didn.t (?
                      r"|never (?:arrived|came)|wasn.t (?:there|in)", re.I)
 NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|neither|nor|without|nowhere near|hardly"
                       r"|barely|nope|zero|anything but)\b|n[’']t\b", re.I)
+# Negation words that negate nothing (NegEx's pseudo-negations).
+PSEUDO_NEGATION = re.compile(r"\b(?:can.t|cannot|couldn.t) believe\b|\bnot only\b|\bno doubt\b"
+                             r"|\bno wonder\b|\bnot just\b", re.I)
+# "Refund it as damaged": the customer naming the reason they want, not describing the item.
+AS_LABEL = re.compile(r"\bas\s+$", re.I)
+# A retraction: what follows in the sentence undoes an earlier claim.
+RETRACTION = re.compile(r"\bjust kidding\b|\bjoking\b|\bfalse alarm\b|\bnever mind\b"
+                        r"|\bscratch that\b|\bmy mistake\b|\bturn(?:ed|s) out\b"
+                        r"|\bignore (?:that|my last)", re.I)
 HYPOTHETICAL = re.compile(r"\b(?:if|in case|whether|thought|worried|afraid|sure|expected"
                           r"|might|may|ever|before i|would have|could have|what happens|unless"
                           r"|until|wonder(?:ing)?|seems?|looks? like|just asking)\b", re.I)
@@ -406,10 +415,13 @@ def _claims(clause: str) -> tuple[_Said, bool]:
     """What a clause (item names already blanked out) says, and whether it is hypothetical."""
     said = _Said()
     hypothetical = False
-    negation, condition = _first(clause, NEGATION), _first(clause, HYPOTHETICAL)
+    negation = _first(PSEUDO_NEGATION.sub(lambda m: " " * len(m.group()), clause), NEGATION)
+    condition = _first(clause, HYPOTHETICAL)
     alternative = bool(ALTERNATIVE.search(clause))
     for match in DAMAGE.finditer(clause):
-        if condition <= match.start():
+        if AS_LABEL.search(clause, max(0, match.start() - 4), match.start()):
+            said.request = True   # "refund it as damaged" names a reason, it claims none
+        elif condition <= match.start():
             hypothetical = True
         elif negation <= match.start():
             said.fine = True
@@ -490,7 +502,7 @@ SELF_CAUSED = re.compile(r"\bi (?:dropped|broke|knocked|damaged|ruined|cracked|s
                          r"|\bdropped (?:it|them)\b|\bmy (?:own )?fault\b|\baccident(?:ally)?\b"
                          r"|\bby mistake\b", re.I)
 # A name right after one of these is the item's part or company ("its box", "with my lamp").
-_BELONGS = re.compile(r"\b(?:its|their)\s+(?:own\s+)?$", re.I)
+_BELONGS = re.compile(r"\b(?:its|their|his|her|\w+['\u2019]s)\s+(?:own\s+)?$", re.I)
 _PREPOSITION = re.compile(r"\b(?:with|next to|beside|alongside|inside|than|like|for|near)\s+"
                           r"(?:the|my|your|a|an|our)?\s*$", re.I)
 
@@ -516,6 +528,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
     previous = _Said()
     for number, (sentence, question) in enumerate(_sentences(text)):
         mentions = _mentions(sentence, aliases, skus)
+        retracting = bool(RETRACTION.search(sentence))
         if question and (HYPOTHETICAL.search(sentence) or not REQUEST.search(sentence)
                          or not _ASKS_FOR.search(sentence)):
             reading.questions.append(sentence.strip())
@@ -542,7 +555,8 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 said.damage = False   # broken by the customer: not "arrived damaged"
                 said.request = True   # so it is asked about, not refunded or ignored
             for m in here:
-                if EXCLUDE.search(sentence[max(a, m.start - 20):m.start]):
+                # (From the sentence, not the clause: "except" is itself a clause break.)
+                if EXCLUDE.search(sentence[max(0, m.start - 20):m.start]):
                     excluded.add(m.line)
             # "the lamp I ordered with my rug is unused": the claim is the lamp's.
             subjects = [m for m in here
@@ -553,7 +567,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 if not hypothetical or said.any():
                     named.extend(items)
                 for lid in items:
-                    per[lid].merge(said)
+                    _merge(per[lid], said, retracting)
                 # "The cups, which sat next to the vase, arrived broken": the cups did.
                 if not hypothetical and separator.lower().split()[-1:] != ["which"]:
                     pending, pending_sentence = items, number
@@ -573,7 +587,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             elif pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
                 pending_sentence = number   # the rest of this sentence is about them too
                 for lid in pending:
-                    per[lid].merge(said)
+                    _merge(per[lid], said, retracting)
             else:
                 loose.merge(said)
     # A claim that names no item is about the whole order only when it says so, or when the
@@ -620,6 +634,13 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                                      for s in claims)
                          and reading.fine_any)
     return reading
+
+
+def _merge(into: _Said, said: _Said, retracting: bool) -> None:
+    """Add a clause's claims to an item's; "just kidding, it's fine" takes its damage back."""
+    if retracting and said.fine and not said.damage:
+        into.damage = False
+    into.merge(said)
 
 
 def _clause_spans(sentence: str) -> list[tuple[int, int, str]]:
