@@ -70,6 +70,8 @@ def wanted(text: str, subject: str = "") -> dict[str, str]:
     ("My neighbour's vase from you broke too, but the mugs are chipped.", {"MUG-4": "damaged"}),
     ("Refund the rug as damaged please. It's fine really, I just don't want it. It's unused.",
      {"RUG-23": "changed_mind"}),
+    ("Why did my lamp arrive broken?", {"LMP-1": "damaged"}),
+    ("How do I return the rug? It's unused and I don't want it.", {"RUG-23": "changed_mind"}),
     # Two reasons in one email.
     ("The vase is cracked. Also, I'd like to return the rug; it's still wrapped. The mugs are "
      "staying.", {"VAS-L": "damaged", "RUG-23": "changed_mind"}),

@@ -490,6 +490,9 @@ class Reading:
 # A question that asks for something ("Could you refund the vase?") rather than about something.
 _ASKS_FOR = re.compile(r"^\W*(?:(?:could|can|would|will|may)\s+(?:i|you|we)\b(?!\s+tell)"
                        r"|please\b|i.d like\b)", re.I)
+# A question that is a complaint: "Why did my lamp arrive broken?"
+_RHETORICAL = re.compile(r"^\W*(?:why (?:did|does|is|was|are|were|would)|how come|how (?:could"
+                         r"|can) (?:you|this|it))\b", re.I)
 # A pronoun that points back at the item just named.
 _POINTS_BACK = re.compile(r"\b(?:it|its|it.s|itself|they|them|their|they.re|these|those|both"
                           r"|this one|that one|that)\b", re.I)
@@ -529,9 +532,14 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
     for number, (sentence, question) in enumerate(_sentences(text)):
         mentions = _mentions(sentence, aliases, skus)
         retracting = bool(RETRACTION.search(sentence))
-        if question and (HYPOTHETICAL.search(sentence) or not REQUEST.search(sentence)
-                         or not _ASKS_FOR.search(sentence)):
+        if question and not _RHETORICAL.search(sentence) and (
+                HYPOTHETICAL.search(sentence) or not REQUEST.search(sentence)
+                or not _ASKS_FOR.search(sentence)):
             reading.questions.append(sentence.strip())
+            # "How do I return the rug? It's unused.": the item asked about is the "it".
+            items = list(dict.fromkeys(m.line for m in mentions))
+            if items:
+                pending, pending_sentence = items, -1
             continue
         for a, b, separator in _clause_spans(sentence):
             clause = sentence[a:b]
@@ -618,10 +626,10 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 reading.used.append(lid)
             else:
                 reading.wanted[lid] = "changed_mind"
-        elif said.request or said.any() or (lid in named and (loose.request or loose.damage
-                                                             or loose.change)):
+        elif said.request or said.used or (lid in named and (loose.request or loose.damage
+                                                            or loose.change)):
             reading.unclear.append(lid)
-        elif lid in named:
+        elif lid in named or said.any():   # "I haven't used it yet": no request in that
             reading.named.append(lid)
     claims = list(per.values()) + [loose]
     reading.fine_any = any(s.fine for s in claims)
