@@ -65,6 +65,13 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "refund of $": lambda n: "refund of $1" * (n // 12),
     "hash signs": lambda n: "#" * n,
     "role-play": lambda n: "roleplay" * (n // 8),
+    # The reader's own scans (refund_agent/offline/reader.py): HTML, notes, claims, listings.
+    "html tags": lambda n: "<p>" * (n // 3),
+    "unclosed tags": lambda n: "<p" + "<" * n,
+    "unclosed comments": lambda n: "<!--" * (n // 4),
+    "open brackets": lambda n: "[" * n + "]",
+    "claim words": lambda n: "not broken fine " * (n // 16),
+    "dotted listing": lambda n: "lamp " + "." * n + " $1.00",
 }
 
 

@@ -74,7 +74,8 @@ def _timed(conversation: list, tools: list) -> float:
 # The shapes that were quadratic before, and a few that never were.
 LINEAR_SHAPES = ["spaces", "tabs", "newline+space", "exclamation marks", "full stops",
                  "from: headers", "chang... (change of mind)", "role-play", "commas and spaces",
-                 "deep quoting"]
+                 "deep quoting", "html tags", "unclosed tags", "unclosed comments",
+                 "open brackets", "claim words", "dotted listing"]
 
 
 @pytest.mark.parametrize("shape", LINEAR_SHAPES)

@@ -38,7 +38,7 @@ from openai.types.responses import (
 
 from refund_agent import RunStatus, converse
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.offline import OfflineServer, brain
+from refund_agent.offline import OfflineServer, brain, reader
 from refund_agent.offline.brain import Reply, respond
 from refund_agent.offline.events import GRPC_TEXT, ApiError
 from refund_agent.prompts import customer_brief
@@ -794,9 +794,25 @@ def test_english_with_a_foreign_word_or_two_is_still_english() -> None:
     assert steps[-1].calls[0][0] == "issue_refund"
 
 
+def test_the_reader_knows_nothing_of_the_corpus_shop() -> None:
+    """The brain corpus (tests/corpus) is read as an unseen shop: none of its order numbers,
+    skus, customers' names or item names appears in the brain's or the reader's source."""
+    source = "\n".join(Path(module.__file__).read_text().lower() for module in (brain, reader))
+    corpus = Path(__file__).parent / "corpus" / "shop"
+    orders = json.loads((corpus / "orders.json").read_text())["orders"]
+    names = set()
+    for order in orders:
+        names |= {order["order_id"].lower(), *order["customer"]["name"].lower().split()}
+        for item in order["items"]:
+            names |= {item["sku"].lower(), re.split(r"[,(]", item["name"].lower())[0].strip()}
+    assert sorted(n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])",
+                                                source)) == []
+
+
 def test_the_lexicon_knows_nothing_of_the_samples() -> None:
-    """No item, person, order or amount of the sample shop appears in the brain's source."""
-    source = Path(brain.__file__).read_text().lower()
+    """No item, person, order or amount of the sample shop appears in the brain's source (nor
+    in its reader's)."""
+    source = "\n".join(Path(module.__file__).read_text().lower() for module in (brain, reader))
     orders = json.loads((PROJECT_ROOT / "data" / "orders.json").read_text())["orders"]
     words = set()
     for order in orders:

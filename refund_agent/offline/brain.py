@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import reader
 from .events import ApiError, function_tool_names
 
 # -- the lexicon ------------------------------------------------------------------------------
@@ -52,15 +53,6 @@ DAMAGE = re.compile(
     r"|won.t (?:turn|start|work|switch)|dead on arrival|arrived wrong|fell apart|came apart"
     r"|peel|fray|mou?ld|dead\b|flicker|short.circuit|malfunction|busted|wrecked|ruined",
     re.I)
-# ... unless the clause says the opposite.
-NOT_DAMAGED = re.compile(
-    r"\b(?:not|no|never|wasn.t|isn.t|aren.t|weren.t)\s+(?:\w+\s+)?(?:damaged|broken|cracked"
-    r"|damage)|\bundamaged\b|\bintact\b|\bin one piece\b", re.I)
-# The customer keeps the item or is happy with it.
-KEEP = re.compile(
-    r"\b(?:fine|ok|okay|perfect|great|keep(?:ing)?|love|happy with|no problems? with"
-    r"|nothing wrong with|works? (?:well|fine|great)|hold on to|undamaged|intact"
-    r"|in one piece)\b", re.I)
 # The customer no longer wants an item they have not used. ("chang" takes at most 20 more
 # letters: an unbounded run would be rescanned from every "chang" of a long word, which is
 # quadratic in its length.)
@@ -71,13 +63,6 @@ CHANGE_OF_MIND = re.compile(
     r"|still (?:sealed|boxed|in the box)|unopened|regret", re.I)
 # The request covers every item on the order.
 EVERYTHING = re.compile(r"\b(all|whole|everything|entire|full|both)\b", re.I)
-# Words that sit in many catalogue names without naming one product: units, pack and size
-# words, and connectives ("set of 2", "10 inch", "5 qt", "pack of 6", "large").
-CATALOGUE_WORDS = {
-    "set", "pack", "pair", "piece", "pieces", "pcs", "box", "bundle", "kit", "count", "size",
-    "inch", "inches", "cm", "mm", "ft", "oz", "lb", "lbs", "qt", "quart", "liter", "litre", "ml",
-    "gal", "small", "medium", "large", "mini", "the", "and", "with", "for", "of", "new",
-}
 # Clauses end at sentence ends, semicolons and line breaks, and where a conjunction starts a
 # new thought (", and", " but ", " also "): "the lamp arrived dented, and I also don't want
 # the rug" is two requests with two reasons.
@@ -303,10 +288,6 @@ def _language(text: str) -> str | None:
 
 # -- what the customer asks for, line by line, from the policy tool's facts ------------------
 
-def _stems(text: str) -> set[str]:
-    return {w.rstrip("s") for w in re.findall(r"[a-z][a-z\-]{2,}", text.lower())}
-
-
 def _clauses(email: str) -> list[str]:
     pieces, start = [], 0
     for begin, end in _clause_breaks(email):
@@ -373,84 +354,61 @@ def _clause_breaks(text: str) -> Iterator[tuple[int, int]]:
         pos += 1
 
 
-def _signal(clause: str) -> str | None:
-    """What one clause says about the items it names: damaged, keep, changed_mind or nothing."""
-    if DAMAGE.search(clause) and not NOT_DAMAGED.search(clause):
-        return "damaged"
-    if KEEP.search(clause):
-        return "keep"
-    if CHANGE_OF_MIND.search(clause):
-        return "changed_mind"
-    return None
-
-
 @dataclass
 class _Proposal:
     lines: list[dict[str, Any]]            # {"line", "reason", "name"}
     why_not: str = ""
     final_sale: list[str] = field(default_factory=list)
     taken: list[str] = field(default_factory=list)    # already refunded or waiting
+    # Why nothing is proposed when the reader could not propose: "" (a policy reason in
+    # why_not), unclear, which, missing, question, fine or used; and the items concerned.
+    kind: str = ""
+    about: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)   # policy points that answer a question
 
     @property
     def kinds(self) -> set[str]:
         return {line["reason"] for line in self.lines}
 
 
-def _names(line: dict[str, Any], clause: str, stems: set[str]) -> bool:
-    """Whether a clause names an order line, by a word of its name or by its sku."""
-    name_stems = _stems(line["name"]) - {w.rstrip("s") for w in CATALOGUE_WORDS}
-    return bool(name_stems & stems) or str(line["line"]).lower() in clause.lower()
+# Between the customer's messages, when they are read together.
+_MESSAGE_BREAK = "\n\x1e\n"
 
 
-def _wanted(lines: list[dict[str, Any]], email: str) -> dict[str, str]:
-    """Which lines the customer asks about, and why: {line: damaged|changed_mind}.
-
-    Read clause by clause: a clause that names items gives them its reason; a clause that
-    names none but says "keep" refers to the items just named; a reason in a clause naming
-    nothing ("it arrived broken") applies to the order when nothing else is named.
-    """
-    reasons: dict[str, list[str]] = {}
-    named_any = False
-    previous: list[dict[str, Any]] = []
-    loose: list[str] = []   # signals in clauses that name no item and follow none
-    for clause in _clauses(email):
-        stems = _stems(clause)
-        named = [line for line in lines if _names(line, clause, stems)]
-        signal = _signal(clause)
-        if named:
-            named_any = True
-            previous = named
-        elif signal and previous and signal == "keep":
-            named = previous    # "... the lamp is fine, I'd like to keep it"
-        for line in named:
-            reasons.setdefault(line["line"], []).append(signal or "asked")
-        if not named and signal in ("damaged", "changed_mind"):
-            loose.append(signal)
-    wanted: dict[str, str] = {}
-    for line_id, said in reasons.items():
-        if "damaged" in said:
-            wanted[line_id] = "damaged"
-        elif "keep" in said:
-            continue
-        elif "changed_mind" in said:
-            wanted[line_id] = "changed_mind"
-        elif loose:     # named without a reason: the email's own reason applies
-            wanted[line_id] = loose[0]
-    everything = EVERYTHING.search(email)
-    if loose and (not named_any or (everything and "changed_mind" in loose)):
-        for line in lines:
-            kept = "keep" in reasons.get(line["line"], [])
-            if line["line"] not in wanted and not kept and (everything or len(lines) == 1
-                                                             or "changed_mind" in loose):
-                wanted[line["line"]] = loose[0]
-    return wanted
+def _subject(message: str) -> str:
+    """The Subject: line of a message, if it starts with its headers."""
+    for line in message.splitlines():
+        if not line.lower().startswith(("from:", "subject:")):
+            break
+        if line.lower().startswith("subject:"):
+            return line[len("subject:"):].strip()
+    return ""
 
 
 # The customer asks about the shipping they paid (one alternation of words: linear time).
 SHIPPING_ASKED = re.compile(r"\b(?:shipping|postage|delivery (?:fee|charge|cost))", re.I)
 
 
-def _propose(facts: dict[str, Any], email: str) -> _Proposal:
+def _own_words(message: str) -> str:
+    """The customer's own words in one message: no From:/Subject: header, no reply preamble,
+    no quoted, forwarded or pasted text (see reader.own_words)."""
+    lines = message.splitlines()
+    while lines and lines[0].lower().startswith(("from:", "subject:")):
+        lines.pop(0)
+    return reader.own_words("\n".join(lines).strip().removeprefix(WROTE_BACK))
+
+
+def _answerable(reading: reader.Reading, policy: str) -> bool:
+    """Whether the customer's questions are ones to answer rather than to ask back about: on
+    a topic the policy speaks to, a care question, or asked about items said to be fine ("It
+    hasn't torn. Is that normal?"). "What can you do?" about an item with nothing said of it
+    is answered with a question."""
+    _points, topical = reader.answer_points(reading.questions, policy)
+    return topical or bool(reader.CARE.search(" ".join(reading.questions))) or (
+        reading.fine_any and not reading.named)
+
+
+def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
     """The lines the policy lets us refund for what the customer describes."""
     if not facts.get("delivered"):
         return _Proposal([], why_not="the order has not been delivered yet")
@@ -458,13 +416,48 @@ def _propose(facts: dict[str, Any], email: str) -> _Proposal:
         return _Proposal([], why_not=f"it was delivered {facts.get('days_since_delivery')} days "
                          f"ago, past the {facts.get('window_days')}-day refund window")
     lines = facts.get("lines", [])
-    wanted = _wanted(lines, email)
+    by_id = {line["line"]: line for line in lines}
+    messages = email.split(_MESSAGE_BREAK)
+    own = "\n\n".join(_own_words(part) for part in messages)
+    reading = reader.read(lines, own, subject=_subject(messages[0]))
+    wanted = dict(reading.wanted)
     # Shipping the facts say is owed (every item refunded as damaged, by refunds proposed side
     # by side, none of which could include it) is refunded on its own when the customer asks.
-    shipping = bool(facts.get("shipping_owed")) and bool(SHIPPING_ASKED.search(email))
+    shipping = bool(facts.get("shipping_owed")) and bool(SHIPPING_ASKED.search(own))
+    if not wanted and reading.unclear and all(by_id[i].get("final_sale") for i in
+                                              reading.unclear):
+        wanted = {lid: "changed_mind" for lid in reading.unclear}   # declined as final sale
+    names = lambda ids: [str(by_id[i]["name"]) for i in ids if i in by_id]  # noqa: E731
     if not wanted and not shipping:
-        return _Proposal([], why_not="unclear")
-    by_id = {line["line"]: line for line in lines}
+        if reading.used and reader.policy_takes_back_unused_only(policy):
+            used = names(reading.used)
+            return _Proposal([], why_not=(
+                f"you've used the {' and '.join(n.lower() for n in used)}, and our policy only "
+                "takes back unused items when you change your mind"), kind="used", about=used)
+        if reading.used:
+            wanted = {lid: "changed_mind" for lid in reading.used}
+        elif reading.wrong_item:
+            return _Proposal([], why_not="unclear", kind="wrong_item",
+                             about=names(dict.fromkeys(reading.wrong_item)))
+        elif reading.alternative:
+            return _Proposal([], why_not="unclear", kind="exchange",
+                             about=names(reading.unclear or reading.named))
+        elif reading.missing:
+            return _Proposal([], why_not="unclear", kind="missing",
+                             about=names(reading.missing))
+        elif reading.questions and not reading.unclear and _answerable(reading, policy):
+            care = reader.CARE.search(" ".join(reading.questions))
+            return _Proposal([], why_not="unclear", kind="question",
+                             about=["care"] if care else [],
+                             answer=reader.answer_points(reading.questions, policy)[0])
+        elif reading.fine_only:
+            return _Proposal([], why_not="unclear", kind="fine",
+                             about=["packaging"] if reading.packaging else [])
+        elif reading.loose_damage:
+            return _Proposal([], why_not="unclear", kind="which")
+        else:
+            return _Proposal([], why_not="unclear", kind="unclear",
+                             about=names(reading.unclear or reading.named))
     proposal = _Proposal([])
     for line_id, reason in wanted.items():
         line = by_id[line_id]
@@ -554,7 +547,8 @@ def _settled(conv: _Conversation, order_id: str, earlier_words: str) -> bool:
               and c["output"] is not None and _canonical(c["args"].get("order_id")) == order_id]
     if not policy:
         return False
-    proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words)
+    proposal = _propose(policy[-1]["output"].get("facts", {}), earlier_words,
+                        str(policy[-1]["output"].get("policy") or ""))
     return not proposal.lines and proposal.why_not != "unclear"
 
 
@@ -577,13 +571,38 @@ def _support(conv: _Conversation) -> Reply:
     if language:
         return _foreign(first, language, sent)
     said = [_customer_words(c) for c in conv.customer]
-    ids = _order_ids(said[-1]) if said else []
+    # Order numbers come from the customer's own words (with the subject line): a number in
+    # quoted text or in a signature's reference is not the order this is about.
+    own = [reader.own_words(c.replace(WROTE_BACK, "")) for c in said]
+    ids = reader.order_ids(own[-1]) if own else []
     if not ids or len(conv.customer) == 1:
-        ids = _order_ids(" ".join(said))
-    earlier = "\n".join(said[:-1])
+        ids = reader.order_ids(" ".join(own))
+    if not ids:   # only in a forwarded confirmation or a quoted email: still the order
+        ids = reader.order_ids(" ".join(said))
+    earlier = _MESSAGE_BREAK.join(said[:-1])
     if latest.startswith(WROTE_BACK) and ids and _settled(conv, ids[0], earlier):
         return _pushback(conv, first, ids[0], _body(latest), sent)
-    email = "\n".join(said)
+    email = _MESSAGE_BREAK.join(said)
+    if 1 < len(ids) <= _ORDERS_TO_COMPARE:
+        # Several orders named: look them all up, and go on with the one the email's claims
+        # are about ("the pitcher from A1 is cracked; my other order, A2, is fine").
+        unlooked = [oid for oid in ids if conv.last("lookup_order", order_id=oid) is None
+                    or conv.last("lookup_order", order_id=oid)["output"] is None]
+        if unlooked and not sent:
+            return Reply(f"The email names orders {' and '.join(ids)}. I'll look them up to "
+                         "see which one it is about.",
+                         calls=[("lookup_order", {"order_id": oid}) for oid in unlooked])
+        meant = None if unlooked else _order_meant(conv, ids, email)
+        if meant is None and sent:
+            return Reply("I asked which order the customer means.", f"The customer named "
+                         f"{' and '.join(ids)}; asked which one the request is about.")
+        if meant is None:
+            return _send("The email names more than one order, and what it says fits none "
+                         "of them alone. I'll ask rather than guess.",
+                         f"Hi {first},\n\nThanks for writing. Your email mentions orders "
+                         f"{' and '.join(ids)}. Which one is this about, and what happened? "
+                         "Once I know, I'll look into it right away.")
+        ids = [meant]
     if len(ids) > 1 and not conv.last("lookup_order"):
         if sent:
             return Reply("I asked which order the customer means.", f"The customer named "
@@ -622,7 +641,7 @@ def _support(conv: _Conversation) -> Reply:
     refund = conv.last("issue_refund", order_id=order_id)
     if refund is not None and refund["output"] is not None and not _answered(conv, refund):
         return _after_refund(conv, first, order_id, refund["output"], sent)
-    proposal = _propose(facts, email)
+    proposal = _propose(facts, email, str(policy["output"].get("policy") or ""))
     if not proposal.lines:
         return _decline(conv, first, order_id, facts, proposal, sent)
     lines = [{"line": line["line"], "reason": line["reason"]} for line in proposal.lines]
@@ -631,6 +650,32 @@ def _support(conv: _Conversation) -> Reply:
                  calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,
                                           "summary": f"Refund on order {order_id}: "
                                                      f"{_explain(proposal)}."})])
+
+
+# How many orders one email may name for the desk to look them all up and pick the one meant;
+# beyond this it asks (a list of order numbers is fishing, not a request).
+_ORDERS_TO_COMPARE = 3
+
+
+def _order_meant(conv: _Conversation, ids: list[str], email: str) -> str | None:
+    """The one order, of those the email names, that its claims are about: the only order of
+    this sender's whose items the customer says something about, else None."""
+    messages = email.split(_MESSAGE_BREAK)
+    text = "\n\n".join(_own_words(part) for part in messages)
+    subject = _subject(messages[0])
+    about = []
+    for oid in ids:
+        output = (conv.last("lookup_order", order_id=oid) or {}).get("output") or {}
+        items = output.get("items") if "error" not in output else None
+        if not isinstance(items, list):
+            continue
+        lines = [{"line": str(i.get("sku", "")), "name": str(i.get("name", ""))}
+                 for i in items if isinstance(i, dict)]
+        reading = reader.read(lines, text, subject=subject)
+        if (reading.wanted or reading.used or reading.missing or reading.unclear
+                or reading.wrong_item):
+            about.append(oid)
+    return about[0] if len(about) == 1 else None
 
 
 def _foreign(first: str, language: str, sent: dict | None) -> Reply:
@@ -651,6 +696,9 @@ def _foreign(first: str, language: str, sent: dict | None) -> Reply:
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],
              proposal: _Proposal, sent: dict | None) -> Reply:
+    if proposal.why_not == "unclear" and (proposal.kind not in ("", "unclear")
+                                          or proposal.about):
+        return _not_yet(first, order_id, facts, proposal, sent)
     if proposal.why_not == "unclear":
         if sent:
             return Reply("I've asked what went wrong.", f"Order {order_id}: the customer did "
@@ -673,6 +721,94 @@ def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, An
                  f"Hi {first},\n\nThank you for writing, and I'm sorry for the trouble. I've "
                  f"checked order {order_id}, and I can't offer a refund because "
                  f"{proposal.why_not}.{offer}")
+
+
+def _not_yet(first: str, order_id: str, facts: dict[str, Any], proposal: _Proposal,
+             sent: dict | None) -> Reply:
+    """Nothing to propose yet: answer the question, acknowledge a note, or ask what the reader
+    could not tell, naming it."""
+    names = " and ".join(f"the {name.lower()}" for name in proposal.about)
+    window = facts.get("window_days")
+    if proposal.kind == "question":
+        if sent:
+            return Reply("I've answered the customer's question.", f"Order {order_id}: the "
+                         "customer asked a question, not for a refund. Answered it from the "
+                         "policy; nothing proposed.")
+        points = "\n".join(f"- {point}" for point in proposal.answer)
+        care = ("For washing and care, the care label and the manufacturer's instructions are the "
+                "best guide.\n\n" if "care" in proposal.about else "")
+        return _send("The customer is asking, not claiming anything. I'll answer from the "
+                     "policy and propose nothing.",
+                     f"Hi {first},\n\nThanks for your question about order {order_id}. "
+                     + (f"Here is what our refund policy says:\n\n{points}\n\n" if points
+                        else "\n\n") + care
+                     + "If anything does go wrong with an item, just let us know which one and "
+                     "what happened, and we'll look into it right away.")
+    if proposal.kind == "fine":
+        if sent:
+            return Reply("I've thanked the customer.", f"Order {order_id}: the customer "
+                         "reported nothing wrong with the items. Thanked them; nothing "
+                         "proposed.")
+        packaging = (" I've passed your note about the packaging on to our team for the "
+                     "courier." if proposal.about else "")
+        return _send("Nothing is wrong with the items, by the customer's own words. No refund "
+                     "to propose; I'll thank them.",
+                     f"Hi {first},\n\nThanks for letting us know, and I'm glad to hear the "
+                     f"items in order {order_id} are all right.{packaging} If anything does "
+                     "turn out to be wrong, just let us know"
+                     + (f" within {window} days of delivery" if window else "") + ".")
+    if proposal.kind == "missing":
+        if sent:
+            return Reply("I've told the customer we'll look for the missing item.",
+                         f"Order {order_id}: the customer says {names} is missing. Nothing "
+                         "proposed; the team should investigate with the carrier.")
+        return _send(f"The customer says {names} is missing: that needs the team and the "
+                     "carrier, not a refund for damage.",
+                     f"Hi {first},\n\nI'm sorry {names} is missing from order {order_id}. "
+                     "I've passed this to our team, who will investigate with the carrier and "
+                     "follow up with you. Was the parcel itself damaged or opened when it "
+                     "arrived?")
+    if proposal.kind == "wrong_item":
+        if sent:
+            return Reply("I've asked what arrived instead.", f"Order {order_id}: the customer "
+                         f"says something else arrived instead of {names}. Asked what came; "
+                         "the team should arrange the right item.")
+        return _send("The customer received something they didn't order: that is a wrong "
+                     "item for the team to put right, not damage to refund.",
+                     f"Hi {first},\n\nI'm sorry: it sounds like the wrong item arrived in "
+                     f"order {order_id}" + (f" instead of {names}" if names else "") + ". "
+                     "Could you tell me exactly what came, so our team can send the right one "
+                     "or arrange a refund for it?")
+    if proposal.kind == "exchange":
+        if sent:
+            return Reply("I've passed the exchange request on.", f"Order {order_id}: the "
+                         "customer asked for an exchange or a repair, not a refund. Passed to "
+                         "the team; asked whether a refund would do instead.")
+        return _send("The customer asks for an exchange, a repair or a fix, which I can't "
+                     "arrange with these tools. I'll pass it on and offer what the policy "
+                     "allows.",
+                     f"Hi {first},\n\nThanks for writing about order {order_id}. I can't "
+                     "arrange an exchange, a repair or a replacement myself, so I've passed your "
+                     "request to our team, who will follow up. If you'd rather have a refund "
+                     + (f"for {names} " if names else "") + "instead, would you tell me what is "
+                     "wrong with it, or whether it is unused?")
+    if proposal.kind == "which":
+        if sent:
+            return Reply("I've asked which item is damaged.", f"Order {order_id}: the customer "
+                         "says something arrived damaged but not which item. Asked them.")
+        return _send("Something arrived damaged, but the email doesn't say which item. I'll "
+                     "ask rather than guess.",
+                     f"Hi {first},\n\nI'm sorry something arrived damaged in order "
+                     f"{order_id}. Which item is it, and what is wrong with it? Once I know, "
+                     "I'll look into it right away.")
+    if sent:
+        return Reply("I've asked what is wrong.", f"Order {order_id}: the customer named "
+                     f"{names} but not what is wrong. Asked them; no refund proposed yet.")
+    return _send(f"The email names {names} but doesn't say what is wrong, so I can't apply "
+                 "the policy yet.",
+                 f"Hi {first},\n\nI'm sorry something isn't right with order {order_id}. "
+                 f"Could you tell me what is wrong with {names}: did it arrive damaged or "
+                 "faulty, or would you like to return it unused?")
 
 
 def _note_sentence(outcome: dict[str, Any]) -> str:
