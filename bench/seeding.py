@@ -176,6 +176,8 @@ def _new_id(old: str, tag: str) -> str:
     if "_" in old:
         prefix, rest = old.split("_", 1)
         return f"{prefix}_h{tag}{rest[len(tag) + 1:]}"
+    if "-" in old:   # xAI's shapes: a UUID response id, a call id like call-5faadddf-0
+        return f"{old}-h{tag}"
     return f"H{tag}"  # an order id
 
 
