@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,11 +62,6 @@ CHANGE_OF_MIND = re.compile(
     r"|still (?:sealed|boxed|in the box)|unopened|regret", re.I)
 # The request covers every item on the order.
 EVERYTHING = re.compile(r"\b(all|whole|everything|entire|full|both)\b", re.I)
-# Clauses end at sentence ends, semicolons and line breaks, and where a conjunction starts a
-# new thought (", and", " but ", " also "): "the lamp arrived dented, and I also don't want
-# the rug" is two requests with two reasons.
-CLAUSE_BREAK = re.compile(r"[.!?]+(?=\s|$)|[;\n]+|,?\s+(?:and|but|also|while|though|plus)\s+",
-                          re.I)
 # Escalations a support team wants flagged.
 THREATS = {
     "a chargeback": re.compile(r"charge.?back|dispute|my bank|card company", re.I),
@@ -287,72 +281,6 @@ def _language(text: str) -> str | None:
 
 
 # -- what the customer asks for, line by line, from the policy tool's facts ------------------
-
-def _clauses(email: str) -> list[str]:
-    pieces, start = [], 0
-    for begin, end in _clause_breaks(email):
-        pieces.append(email[start:begin])
-        start = end
-    pieces.append(email[start:])
-    return [c.strip() for c in pieces if c and c.strip()]
-
-
-# The pieces of CLAUSE_BREAK, for the scan below.
-_PUNCTUATION_RUN = re.compile(r"[.!?]+")
-_SEPARATOR_RUN = re.compile(r"[;\n]+")
-_SPACE = re.compile(r"\s")
-_SPACE_RUN = re.compile(r"\s+")
-_CONJUNCTION = re.compile(r"(?:and|but|also|while|though|plus)\s+", re.I)
-_BREAK_CANDIDATE = re.compile(r"[.!?;\n,\s]")
-
-
-def _clause_breaks(text: str) -> Iterator[tuple[int, int]]:
-    """Where CLAUSE_BREAK matches in ``text``, as ``finditer`` would find them, in linear time.
-
-    The regular expression itself is quadratic on some input: on a run of n spaces it tries
-    ``\\s+`` from each of the n positions and reads to the end of the run every time to look
-    for a conjunction, and it does the same inside a long run of "!" not followed by a space.
-    This scan makes the same choices, leftmost first and in the pattern's order, but knows
-    that every position of one run of whitespace (or punctuation) reaches the same end, so it
-    reads each run once. tests/test_brain_linear.py checks it against the pattern itself.
-    """
-    n = len(text)
-    pos = 0
-    space_end = -1    # the end of the whitespace run last read; positions before it share it
-    while (candidate := _BREAK_CANDIDATE.search(text, pos)) is not None:
-        pos = candidate.start()
-        char = text[pos]
-        if char in ".!?":
-            # "[.!?]+(?=\s|$)": a run matches whole, or no part of it does.
-            end = _PUNCTUATION_RUN.match(text, pos).end()
-            if end == n or _SPACE.match(text, end):
-                yield pos, end
-            pos = end
-            continue
-        if char in ";\n":
-            end = _SEPARATOR_RUN.match(text, pos).end()
-            yield pos, end
-            pos = end
-            continue
-        # ",?\s+(?:and|but|...)\s+": the whitespace run, then a conjunction right after it.
-        spaces = pos + 1 if char == "," else pos
-        if spaces < n and _SPACE.match(text, spaces):
-            if spaces >= space_end:
-                space_end = _SPACE_RUN.match(text, spaces).end()
-            conjunction = _CONJUNCTION.match(text, space_end)
-            if conjunction:
-                yield pos, conjunction.end()
-                pos = conjunction.end()
-                continue
-            if spaces > pos:      # after the comma, the run is read again on its own
-                pos = spaces
-                continue
-            # The rest of this run fails the same way; only a line break in it can match.
-            newline = text.find("\n", pos + 1, space_end)
-            pos = newline if newline != -1 else space_end
-            continue
-        pos += 1
-
 
 @dataclass
 class _Proposal:
