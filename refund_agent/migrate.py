@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .dialects import is_postgres_url
 from .errors import MigrationRefused, StoreError
 from .models import RunStatus
 from .reconcile import LOGS, Entry, read_records, reconcile
-from .store import TABLES, BulkLoad, Store
+from .store import TABLES, BulkLoad, Store, is_postgres_url
 
 Progress = Callable[[str], None]
 

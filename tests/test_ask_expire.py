@@ -88,8 +88,8 @@ def test_expiry_closes_only_what_waited_too_long_and_tells_the_customer(agent):
     old_run, old = waiting_run(agent)
     young_run, young = waiting_run(agent, 1)
     # Age the first proposal past the window (8 days), as if it had waited over a holiday.
-    agent.store._db().execute("UPDATE approvals SET requested_at = requested_at - 8 * 86400"
-                              " WHERE id = ?", (old.id,))
+    agent.store.execute("UPDATE approvals SET requested_at = requested_at - 8 * 86400"
+                        " WHERE id = ?", (old.id,))
     expired = agent.expire()
     assert [a.id for a in expired] == [old.id]
     assert agent.store.approval(young.id).status == "pending"

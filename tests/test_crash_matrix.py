@@ -172,7 +172,7 @@ def _read_pg_outcome(output: Path, backend: Backend) -> Outcome:
     are the ledger table's rows there (a key cannot be stored twice, so no torn lines)."""
     store = Store(backend.url(output))
     try:
-        rows = lambda sql: [dict(r) for r in store._read(sql)]  # noqa: E731, SLF001
+        rows = lambda sql: [dict(r) for r in store.query(sql)]  # noqa: E731
         runs = rows("SELECT * FROM runs ORDER BY created_at")
         steps: dict[str, list[str]] = {r["id"]: [] for r in runs}
         for s in rows("SELECT run_id, kind FROM steps ORDER BY id"):

@@ -138,7 +138,7 @@ def test_schema_7_is_the_throttle_table_and_a_version_5_store_gets_it(tmp_path):
         db.execute("PRAGMA user_version = 5")
     upgraded = Store(store.path)
     assert upgraded.sign_in_failures("lee park", "page", 300.0) == (0, 0.0)
-    assert upgraded._read("PRAGMA user_version")[0][0] == max(SCHEMA_HISTORY)
+    assert upgraded.schema_version() == max(SCHEMA_HISTORY)
     assert Accounts(upgraded).sign_in("Lee Park", LEE).name == "Lee Park"
 
 

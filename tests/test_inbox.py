@@ -46,8 +46,8 @@ def test_search_filters_and_pages_agree_with_the_rule(tickets, search, statuses,
             run = store.create_run(sender=t["sender"], sender_name=t["name"],
                                    subject=t["subject"], email=t["email"])
             # Distinct creation times, so "newest first" is one order.
-            store._db().execute("UPDATE runs SET status = ?, created_at = ? WHERE id = ?",
-                                (t["status"], 1_000_000 + n, run.id))
+            store.execute("UPDATE runs SET status = ?, created_at = ? WHERE id = ?",
+                          (t["status"], 1_000_000 + n, run.id))
             made.append((run.id, t))
         expected = [run_id for run_id, t in reversed(made) if _matches(t, run_id, search)
                     and (not statuses or t["status"] in statuses)]

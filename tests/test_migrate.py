@@ -87,7 +87,7 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     before = dump(source)
     refunds_before = agent.payments.refunds()
     emails_before = agent.outbox.messages()
-    epoch = source._read("SELECT lease_epoch FROM runs WHERE id = ?", (pending.id,))[0][0]
+    epoch = source.query("SELECT lease_epoch FROM runs WHERE id = ?", (pending.id,))[0][0]
     url = new_db()
 
     proc = run_cli(settings.output_dir, "migrate", "--to", url)
@@ -106,7 +106,7 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     ledger = {log: [r for _, r in target.ledger_rows(log)] for log in ("refunds", "outbox")}
     assert len(ledger["refunds"]) == len(refunds_before) == 1
     assert len(ledger["outbox"]) == len(emails_before) == 2
-    row = target._read("SELECT * FROM runs WHERE id = ?", (pending.id,))[0]
+    row = target.query("SELECT * FROM runs WHERE id = ?", (pending.id,))[0]
     assert row["lease_epoch"] == epoch and all(row[c] is None for c in LEASE)
     verify = run_cli(tmp_path / "host-b" / "output", "audit", "--verify",
                      REFUND_AGENT_DATABASE_URL=url)
@@ -133,7 +133,7 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     emails = host_b.outbox.messages()
     assert emails[:2] == emails_before
     assert [m["request"]["to"] for m in emails[2:]] == ["leo.martins@example.com"]
-    assert host_b.store._read("SELECT lease_epoch FROM runs WHERE id = ?",
+    assert host_b.store.query("SELECT lease_epoch FROM runs WHERE id = ?",
                               (pending.id,))[0][0] > epoch
     # New rows got ids past the copied ones (the sequences moved), and it all reconciles.
     assert reconcile(host_b.store, tmp_path) is None

@@ -40,7 +40,7 @@ def test_threads_one_after_another_share_one_connection(pg_url):
     store = Store(pg_url)
     pids = []
     for _ in range(20):
-        in_thread(lambda: pids.append(store._read("SELECT pg_backend_pid()")[0][0]))
+        in_thread(lambda: pids.append(store.query("SELECT pg_backend_pid()")[0][0]))
     assert len(set(pids)) == 1, pids
     assert backends(pg_url) <= 2   # the one reused, plus the main thread's from the schema
     store.close()
@@ -51,7 +51,7 @@ def test_a_connection_left_inside_a_transaction_is_closed_not_reused(pg_url):
     first: list[int] = []
 
     def leave_a_transaction_open() -> None:
-        db = store._db()
+        db = store.connection()
         first.append(db.execute("SELECT pg_backend_pid()").fetchone()[0])
         db.execute("BEGIN")
         db.execute("INSERT INTO accounts(name, role, limit_cents, password, created_at) "
@@ -59,10 +59,10 @@ def test_a_connection_left_inside_a_transaction_is_closed_not_reused(pg_url):
 
     in_thread(leave_a_transaction_open)
     second: list[int] = []
-    in_thread(lambda: second.append(store._read("SELECT pg_backend_pid()")[0][0]))
+    in_thread(lambda: second.append(store.query("SELECT pg_backend_pid()")[0][0]))
     assert second != first
     # Closed, so its transaction rolled back: the half-written row never appeared.
-    assert store._read("SELECT count(*) FROM accounts")[0][0] == 0
+    assert store.query("SELECT count(*) FROM accounts")[0][0] == 0
     store.close()
 
 
@@ -72,7 +72,7 @@ def test_concurrent_threads_each_have_their_own_connection(pg_url):
     pids: list[int] = []
 
     def hold() -> None:
-        db = store._db()
+        db = store.connection()
         barrier.wait()   # all four hold a connection at the same moment
         pids.append(db.execute("SELECT pg_backend_pid()").fetchone()[0])
         barrier.wait()

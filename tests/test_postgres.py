@@ -127,8 +127,8 @@ def test_an_approved_refund_end_to_end_and_reconciled(tmp_path, pg_url):
               "request": {"order_id": "A1043", "amount_cents": 100,
                           "lines": [{"line": "MUG-01", "reason": "damaged", "amount_cents": 100}],
                           "reason": "x"}}
-    agent.store._db().execute("INSERT INTO ledger(log, key, record) VALUES (?, ?, ?)",
-                              ("refunds", "call_forged", json.dumps(forged)))
+    agent.store.execute("INSERT INTO ledger(log, key, record) VALUES (?, ?, ?)",
+                        ("refunds", "call_forged", json.dumps(forged)))
     problem = reconcile(agent.store, agent.settings.output_dir)
     assert problem and "the ledger table's refunds row" in problem and "forged" in problem
 
@@ -255,7 +255,7 @@ def test_three_hosts_share_one_database_under_random_kills(tmp_path, pg_url):
     metrics.pop("runs_not_done")  # a run may end asking the customer a question (asked)
     metrics["runs_not_finished"] = sum(1 for r in outcome.runs
                                        if r["status"] not in ("done", "asked"))
-    hosts_worked = {s for s in desk.store._read("SELECT DISTINCT lease_host FROM runs")}
+    hosts_worked = {s for s in desk.store.query("SELECT DISTINCT lease_host FROM runs")}
     record("many_hosts", backend="postgresql", hosts=len(HOSTS), tickets=TICKETS,
            kills=sum(kills.values()), decisions=decided["total"],
            refunds=len(outcome.refunds), emails=len(outcome.emails),

@@ -348,7 +348,6 @@ def test_a_stale_lease_of_a_live_pid_is_taken_over(agent: Agent):
     other.acquire(run.id, "someone-else")
     with pytest.raises(RunBusy):
         agent.advance(run.id)
-    db = other._db()
-    db.execute("UPDATE runs SET lease_at = lease_at - ? WHERE id = ?",
-               (LEASE_STALE_SECONDS + 1, run.id))
+    other.execute("UPDATE runs SET lease_at = lease_at - ? WHERE id = ?",
+                  (LEASE_STALE_SECONDS + 1, run.id))
     assert agent.advance(run.id).status == RunStatus.WAITING

@@ -69,7 +69,7 @@ def _counts(output: Path, backend: Backend) -> dict[str, int]:
         from refund_agent.store import Store
         store = Store(backend.url(output))  # makes the schema if no process got that far
         try:
-            one = lambda sql: store._read(sql)[0][0]  # noqa: E731, SLF001
+            one = lambda sql: store.query(sql)[0][0]  # noqa: E731
             return {"runs": one("SELECT COUNT(*) FROM runs"),
                     "pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
                     "replies": one("SELECT COUNT(*) FROM replies")}

@@ -215,7 +215,7 @@ def _as_schema_5(store: Store) -> None:
     """Put a store made by this version back into schema 5's shape (calls keyed by call id
     alone, no key or order id), as a store written by the previous version is."""
     if store.shared:
-        with store._tx() as db:
+        with store.transaction() as db:
             for sql in ("ALTER TABLE calls DROP COLUMN key",
                         "ALTER TABLE calls DROP COLUMN order_id",
                         "ALTER TABLE calls DROP CONSTRAINT calls_pkey",
@@ -248,7 +248,8 @@ def test_a_schema_5_store_upgrades_keeping_its_ids_and_keys(backend, settings, m
     # Written the way schema 5 wrote it: a call's key (the approval id, the email's
     # idempotency key) was its bare call id.
     with monkeypatch.context() as m:
-        m.setattr("refund_agent.store.call_key", lambda _run, call_id: call_id)
+        for module in ("responses", "approvals"):   # the two that make keys
+            m.setattr(f"refund_agent.store.{module}.call_key", lambda _run, call_id: call_id)
         old = Agent(on, model=model)
         told = old.advance(old.start_sample("past-window").id)       # emails, no refund
         waiting = old.advance(old.start_sample("damaged").id)
@@ -261,9 +262,7 @@ def test_a_schema_5_store_upgrades_keeping_its_ids_and_keys(backend, settings, m
 
     agent = Agent(on, model=model)   # opening it upgrades it
     store = agent.store
-    version = store._read("SELECT version FROM refund_agent_schema")[0][0] if url else \
-        store._read("PRAGMA user_version")[0][0]
-    assert version == SCHEMA_VERSION == 7
+    assert store.schema_version() == SCHEMA_VERSION == 7
     calls = store.calls_named("lookup_order") + store.calls_named("send_customer_message")
     assert calls and all(c.key == c.call_id for c in calls)
     assert {row.run.id: row.order_id for row in store.inbox()}[broken] is None
@@ -303,8 +302,8 @@ def test_a_host_whose_clock_runs_ahead_does_not_expire_a_fresh_proposal(backend,
     assert store.expire(7 * 86400) == []
     monkeypatch.setattr(time, "time", real)
     assert store.approval(approval.id).status == "pending"
-    with store._tx() as db:   # proposed eight days ago by the database's clock
-        db.execute("UPDATE approvals SET requested_at = requested_at - 8 * 86400")
+    # Proposed eight days ago by the database's clock.
+    store.execute("UPDATE approvals SET requested_at = requested_at - 8 * 86400")
     assert [a.id for a in store.expire(7 * 86400)] == [approval.id]
 
 

@@ -495,13 +495,12 @@ def seed_tickets(store: Store, n: int) -> None:
               ("Priya Nair", "priya.nair@example.com"), ("Leo Martins", "leo.martins@example.com"),
               ("Ines Okafor", "ines.okafor@example.com"), ("Sam Lee", "sam.lee@example.com")]
     statuses = ["done", "done", "waiting", "asked", "failed", "done"]
-    db = store._db()
     for i in range(n):
         name, email = people[i % len(people)]
         run = store.create_run(sender=email, sender_name=name, subject=f"Refund request {i}",
                                email=f"Order A{2000 + i}: it arrived broken.")
-        db.execute("UPDATE runs SET status = ?, created_at = ? WHERE id = ?",
-                   (statuses[i % len(statuses)], 1_700_000_000 + i, run.id))
+        store.execute("UPDATE runs SET status = ?, created_at = ? WHERE id = ?",
+                      (statuses[i % len(statuses)], 1_700_000_000 + i, run.id))
 
 
 def test_search_filters_and_pages_over_120_tickets(context, app_server: AppServer):

@@ -1,0 +1,332 @@
+"""Approvals: boundary 4 (a refund waits for a person, its lines held) and boundary 5 (a
+decision is a compare-and-set on 'pending', with its audit line, in one transaction)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..approving import limit_problem, overpaid_line
+from ..callrecords import call_key
+from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
+from ..models import Approval, RunStatus
+from ..policy import SHIPPING, Held, Quote
+from .audit import audit_lines
+from .core import Lease, StoreCore, no_limit
+
+
+class Approvals(StoreCore):
+    """Queueing refunds for a person, and their decisions: approve, reject, ask, expire."""
+
+    def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
+                       summary: str, customer: str,
+                       price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
+        """Boundary 4: a pending approval, its lines, its audit line and the run's pause.
+
+        ``price`` is called inside the transaction with the lines other refunds hold on the
+        order, so two tickets cannot both reserve the same line. Returns the approval, or the
+        reason ``price`` gave (nothing is written then: the caller records the refusal).
+        """
+        run_id = lease.run_id
+        with self._tx() as db:
+            self._fence(db, lease)
+            # The approval's id is the call's key (see callrecords.py): calls saved before
+            # schema 6 keep their call id as key, so their approvals keep their ids.
+            row = db.execute("SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
+                             " AND call_id = ? AND key IS NOT NULL",
+                             (run_id, response_id, call_id)).fetchone()
+            approval_id = row[0] if row else call_key(run_id, call_id)
+            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (approval_id,)).fetchone():
+                return self.approval(approval_id, db)
+            quote = price(self._held(db, order_id))
+            if isinstance(quote, str):
+                return quote
+            # Requested by the database's clock, as expiry reads it: a host whose clock runs
+            # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
+            db.execute(
+                "INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount_cents,"
+                " proposed_cents, summary, customer, status, requested_at, requested_pid)"
+                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {self.now}, ?)",
+                (approval_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
+                 quote.total_cents, summary, customer, self.pid))
+            for seq, q in enumerate(quote.lines):
+                db.execute(
+                    "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
+                    " amount_cents, allowed_cents, fee_cents, held) VALUES (?,?,?,?,?,?,?,?,?,1)",
+                    (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
+                     q.allowed_cents, q.fee_cents))
+            lines = audit_lines(quote.lines)
+            self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
+                        order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
+            self._step(db, run_id, "approval", {"approval_id": approval_id,
+                                                "order_id": quote.order_id,
+                                                "amount": quote.amount, "summary": summary,
+                                                "lines": lines})
+            self._touch(db, run_id, status=RunStatus.WAITING)
+        return self.approval(approval_id)
+
+    def _held(self, db: Any, order_id: str, except_id: str | None = None,
+              lock: bool = True) -> dict[str, Held]:
+        """The lines of an order that refunds hold: approved ones as refunded, pending ones.
+
+        ``lock`` (inside a write transaction) keeps other transactions from reserving lines
+        of this order until this one commits.
+        """
+        if lock:
+            self.lock_order(db, order_id)
+        rows = db.execute(
+            "SELECT l.line, l.reason, l.amount_cents, l.approval_id, a.status FROM approval_lines l"
+            " JOIN approvals a ON a.id = l.approval_id WHERE l.order_id = ? AND l.held = 1",
+            (order_id,)).fetchall()
+        return {r["line"]: Held(r["reason"], "refunded" if r["status"] == "approved" else
+                                "pending", f"approval {r['approval_id']}", r["amount_cents"])
+                for r in rows if r["approval_id"] != except_id}
+
+    def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
+        """The lines of an order held by refunds in this store (made, approved or pending)."""
+        with self._errors():
+            return self._held(self._db(), order_id, except_id, lock=False)
+
+    def approval(self, approval_id: str, db: Any | None = None) -> Approval:
+        found = self._approvals("WHERE id = ?", (approval_id,), db)
+        if not found:
+            raise NotFound(f"No refund approval with id {approval_id!r}.")
+        return found[0]
+
+    def find_approval(self, key: str) -> Approval | None:
+        """The approval an issue_refund call queued, by the call's key (Call.key), or None."""
+        found = self._approvals("WHERE id = ?", (key,))
+        return found[0] if found else None
+
+    def approvals(self, status: str | None = "pending", limit: int = 200) -> list[Approval]:
+        if status is None:
+            return self._approvals("ORDER BY requested_at DESC LIMIT ?", (no_limit(limit),))
+        return self._approvals("WHERE status = ? ORDER BY requested_at LIMIT ?",
+                               (status, no_limit(limit)))
+
+    def pending_count(self) -> int:
+        """How many refunds wait for a decision."""
+        return self._read("SELECT COUNT(*) FROM approvals WHERE status = 'pending'")[0][0]
+
+    def run_approvals(self, run_id: str) -> list[Approval]:
+        """The run's proposals, oldest first."""
+        return self._approvals("WHERE run_id = ? ORDER BY requested_at", (run_id,))
+
+    def _approvals(self, where: str, args: tuple, db: Any | None = None,
+                   lock: bool = False) -> list[Approval]:
+        with self._errors():
+            db = db or self._db()
+            rows = [dict(r) for r in db.execute(
+                f"SELECT * FROM approvals {where}" + (self.lock_row if lock else ""),
+                args)]
+            lines: dict[str, list[dict[str, Any]]] = {r["id"]: [] for r in rows}
+            ids = list(lines)
+            for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                marks = ",".join("?" * len(chunk))
+                for line in db.execute(f"SELECT * FROM approval_lines WHERE approval_id IN"
+                                       f" ({marks}) ORDER BY approval_id, seq", chunk):
+                    lines[line["approval_id"]].append(dict(line))
+        return [Approval.model_validate({**r, "lines": lines[r["id"]]}) for r in rows]
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
+               keep: list[str] | None = None,
+               requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
+               = None, limit_cents: int | None = None) -> Approval:
+        """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
+
+        An approval may keep only some of the proposed lines (``keep``, skus); the others are
+        declined and their lines freed. ``requote`` prices the kept lines inside the same
+        transaction, against the lines other refunds hold right now, so nothing the policy
+        forbids can be approved, however the store changed since the proposal. ``limit_cents``
+        is the most the deciding person may approve on the order (None: no limit); what the
+        kept lines pay plus what that person approved on the order before (any ticket, any run)
+        is compared with it, in the same transaction.
+
+        Raises:
+            NotFound: no such approval.
+            AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
+            DecisionRefused: the kept lines are not the proposal's, ``requote`` gave a
+                reason, or the amount is above ``limit_cents`` (audited as 'refused'; the
+                approval stays pending).
+        """
+        with self._tx() as db:
+            approval = self._pending(db, approval_id, "approve" if approve else "reject", by)
+            if isinstance(approval, AlreadyDecided):
+                late: Exception | None = approval
+            elif approve:
+                late = self._approve(db, approval, by, note, keep, requote, limit_cents)
+            else:
+                late = self._close(db, approval, "rejected", by, note)
+        if late:
+            raise late
+        return self.approval(approval_id)
+
+    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+        """Send a proposal back to the customer with ``question``, paying nothing (yet).
+
+        The approval closes as 'asked' and frees its lines; the run tells the customer, waits
+        for their reply, and may propose again then. Same compare-and-set as :meth:`decide`.
+
+        Raises:
+            NotFound, AlreadyDecided: as for :meth:`decide`.
+        """
+        with self._tx() as db:
+            approval = self._pending(db, approval_id, "ask the customer about", by)
+            late = approval if isinstance(approval, AlreadyDecided) else \
+                self._close(db, approval, "asked", by, question)
+        if late:
+            raise late
+        return self.approval(approval_id)
+
+    def expire(self, older_than: float, by: str = "expiry") -> list[Approval]:
+        """Close every approval pending for more than ``older_than`` seconds as 'expired'.
+
+        Each is its own compare-and-set, so a person deciding at the same moment wins or loses
+        cleanly. Returns the approvals this call expired.
+        """
+        moved = self.moved_message()
+        if moved:   # even with nothing due: a cron job on the old settings must hear of it
+            raise StoreError(moved)
+        # By the database's clock, which wrote requested_at: not this process's own.
+        due = [a.id for a in self._approvals(
+            f"WHERE status = 'pending' AND requested_at < {self.now} - ?", (older_than,))]
+        expired = []
+        for approval_id in due:
+            with self._tx() as db:
+                approval = self._pending(db, approval_id, "expire", by, audit_late=False)
+                if isinstance(approval, AlreadyDecided):
+                    continue
+                self._close(db, approval, "expired", by,
+                            f"Not decided within {_span(older_than)}.")
+            expired.append(self.approval(approval_id))
+        return expired
+
+    def _pending(self, db: Any, approval_id: str, attempt: str, by: str,
+                 audit_late: bool = True) -> Approval | AlreadyDecided:
+        """The approval if it is still pending; else the late attempt, audited as 'ignored'."""
+        # Locked until the decision commits: this is the compare half of compare-and-set.
+        found = self._approvals("WHERE id = ?", (approval_id,), db, lock=True)
+        if not found:
+            raise NotFound(f"No refund approval with id {approval_id!r}.")
+        approval = found[0]
+        if approval.status == "pending":
+            return approval
+        if audit_late:
+            self._audit(db, "ignored", by, run_id=approval.run_id, approval_id=approval_id,
+                        order_id=approval.order_id, amount=approval.amount,
+                        note=f"tried to {attempt} it; already {approval.status} by "
+                             f"{approval.decided_by}")
+        return AlreadyDecided(approval_id, approval.status, approval.decided_by or "",
+                              approval.decided_at, tried_by=by)
+
+    def _close(self, db: Any, approval: Approval, status: str, by: str,
+               note: str | None) -> None:
+        """A decision that pays nothing (rejected, asked, expired): every line is freed."""
+        db.execute("UPDATE approval_lines SET held = 0, decision = ? WHERE approval_id = ?",
+                   (status, approval.id))
+        self._set_decision(db, approval, status, by, note, approval.amount_cents)
+        self._audit(db, status, by, run_id=approval.run_id, approval_id=approval.id,
+                    order_id=approval.order_id, amount=approval.amount, note=note,
+                    lines=audit_lines(approval.lines))
+        self._step(db, approval.run_id, "decision",
+                   {"approval_id": approval.id, "decision": status, "by": by, "note": note})
+
+    def _approve(self, db: Any, approval: Approval, by: str, note: str | None,
+                 keep: list[str] | None, requote: Callable | None,
+                 limit_cents: int | None = None) -> Exception | None:
+        proposed = [line.line for line in approval.item_lines]
+        kept = proposed if keep is None else [line.strip() for line in keep]
+        if not proposed:
+            # A refund of the shipping alone (owed once every item was refunded as damaged by
+            # refunds proposed side by side) has no line to tick: it is approved as it is.
+            strangers = sorted(set(kept) - {SHIPPING})
+            if strangers:
+                return DecisionRefused(
+                    f"This refund pays only the shipping ({SHIPPING}); approve it as it is, or "
+                    f"reject it with a note. {', '.join(strangers)} is not one of its lines.")
+            kept = []
+        else:
+            strangers = sorted(set(kept) - set(proposed))
+            if strangers or not kept:
+                return DecisionRefused(
+                    f"Keep at least one of the proposed lines ({', '.join(proposed)}); "
+                    + (f"{', '.join(strangers)} is not one of them." if strangers else
+                       "to refund nothing, reject with a note instead."))
+        where = {"run_id": approval.run_id, "approval_id": approval.id,
+                 "order_id": approval.order_id}
+        quote: Quote | str | None = None
+        if requote is not None:
+            quote = requote(approval, kept, self._held(db, approval.order_id, approval.id))
+            if isinstance(quote, Quote) and quote.total_cents > approval.proposed_cents:
+                quote = (f"the kept lines now come to ${quote.amount:.2f}, more than the "
+                         f"${approval.amount:.2f} proposed; ask the agent to propose again.")
+            elif isinstance(quote, Quote):
+                # Line by line too: one line's rise can hide behind another line's removal.
+                quote = overpaid_line(approval.lines, quote) or quote
+        if isinstance(quote, str):
+            self._audit(db, "refused", by, **where, amount=approval.amount, note=quote)
+            return DecisionRefused(f"Cannot approve: {quote}")
+        amounts = ({q.line: q for q in quote.lines} if quote is not None else
+                   {line.line: line for line in approval.lines if line.line in kept
+                    or line.reason == "shipping"})
+        total = sum(q.amount_cents for q in amounts.values())
+        # Checked here, not only on the card: the amount is what the kept lines pay now, and
+        # the limit covers all this person approved on the order (every ticket, every run),
+        # read under the order's lock so two decisions cannot both count the old total.
+        # Before any line changes: a refusal leaves the proposal exactly as it was.
+        reason = None if limit_cents is None else limit_problem(
+            by, limit_cents, approval.order_id, total,
+            self._approved_by(db, approval.order_id, by))
+        if reason:
+            self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
+            return DecisionRefused(f"Cannot approve: {reason}")
+        for line in approval.lines:
+            if line.line in amounts:
+                db.execute("UPDATE approval_lines SET decision = 'approved', amount_cents = ?,"
+                           " fee_cents = ? WHERE approval_id = ? AND line = ?",
+                           (amounts[line.line].amount_cents, amounts[line.line].fee_cents,
+                            approval.id, line.line))
+            else:
+                db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
+                           " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
+        self._set_decision(db, approval, "approved", by, note, total)
+        declined = [line for line in approval.lines if line.line not in amounts]
+        edit = ""
+        if declined:
+            edit = (f"Approved {len(amounts)} of {len(approval.lines)} lines; declined "
+                    + ", ".join(f"{line.line} ({line.name})" for line in declined) + ".")
+        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents}
+                      for line in approval.lines if line.line in amounts]
+        self._audit(db, "approved", by, **where, amount=total / 100,
+                    note=" ".join(filter(None, [edit, note])) or None,
+                    lines=audit_lines(kept_lines))
+        self._step(db, approval.run_id, "decision",
+                   {"approval_id": approval.id, "decision": "approved", "by": by, "note": note,
+                    "amount": total / 100, "declined": [line.line for line in declined]})
+        return None
+
+    def _approved_by(self, db: Any, order_id: str, by: str) -> int:
+        """What ``by`` has approved on this order so far, in cents (locks the order)."""
+        self.lock_order(db, order_id)
+        row = db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM approvals WHERE"
+                         " order_id = ? AND status = 'approved' AND decided_by = ?",
+                         (order_id, by)).fetchone()
+        return int(row[0])
+
+    def _set_decision(self, db: Any, approval: Approval, status: str, by: str,
+                      note: str | None, amount_cents: int) -> None:
+        db.execute("UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?,"
+                   " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
+                   " AND status = 'pending'",
+                   (status, by, time.time(), self.pid, note, amount_cents, approval.id))
+
+
+def _span(seconds: float) -> str:
+    """``7 days``, ``1 hour``, ``90 seconds``: the largest unit that gives a whole number."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    n = round(seconds)
+    return f"{n} second{'s' if n != 1 else ''}"

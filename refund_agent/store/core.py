@@ -1,0 +1,341 @@
+"""What every part of the store stands on: a connection per thread, the write transaction, the
+error translation, the few helpers used inside transactions (timeline steps, audit entries, the
+lease's fence), and the hooks each engine fills in (``sqlite.py``, ``postgres.py``).
+
+SQL is written once, in the spelling both engines accept, with ``?`` and ``:name``
+placeholders (the PostgreSQL connection adapts them to psycopg's). The few fragments the engines
+spell differently are attributes of the engine's class, named where they are used: the clock
+(:attr:`StoreCore.now`), the row lock (:attr:`lock_row`, :attr:`skip_locked`) and
+case-insensitive matching (:attr:`like`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import LeaseLost, StoreError
+from .audit import GENESIS_HASH, audit_hash
+from .schema import SCHEMA_VERSION, shipped_version
+
+try:  # the postgres extra: pip install 'refund-agent[postgres]'
+    import psycopg
+except ImportError:  # pragma: no cover - depends on the installation
+    psycopg = None  # type: ignore[assignment]
+
+# Errors any database call may raise (psycopg's join when it is installed).
+DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,) + (
+    (psycopg.Error,) if psycopg is not None else ())
+
+# A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
+# process with the same pid exists (pids are reused after a reboot, and a paused process keeps
+# its pid). The holder renews it while it works, model requests included.
+LEASE_STALE_SECONDS = 15 * 60
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to advance one run, held by one process at a time.
+
+    ``epoch`` is a fencing token: it grows with every acquisition, and every write made on
+    behalf of the run checks it in the write's own transaction. A process that lost the run
+    (paused past its lease, slow, or taken over by ``resume``) is refused at its next write.
+    """
+
+    run_id: str
+    token: str
+    epoch: int
+
+
+def host_id() -> str:
+    """This machine, as leases name it: a pid means something only on the host that wrote it.
+
+    REFUND_AGENT_HOST_ID overrides it (tests use it to make processes stand for other hosts).
+    The boot id makes a rebooted machine a new host: its old pids are not its new ones.
+    """
+    override = os.environ.get("REFUND_AGENT_HOST_ID", "").strip()
+    if override:
+        return override
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process with this pid exists on this machine."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def no_limit(limit: int) -> int:
+    """SQLite reads a negative LIMIT as "no limit"; PostgreSQL refuses it. Both take a huge one."""
+    return limit if limit >= 0 else 2**62
+
+
+class StoreCore:
+    """Connections, transactions and errors, shared by every concern and both engines.
+
+    Each thread gets its own connection. Writes that read first take the engine's write lock
+    (SQLite's ``BEGIN IMMEDIATE``) or lock the rows they read (PostgreSQL), so two processes
+    cannot both read "pending" and both write "approved".
+    """
+
+    # -- what each engine spells its own way (class attributes of SQLiteStore, PostgresStore)
+    engine: str                   # "sqlite" or "postgresql"
+    shared: bool                  # several hosts may share it (PostgreSQL)
+    now: str                      # the database's clock, seconds since 1970, as SQL
+    lock_row: str                 # appended to a SELECT that reads rows it will change
+    skip_locked: str              # appended after lock_row by claim: skip rows others hold
+    like: str                     # case-insensitive LIKE for ASCII letters
+    pushes_changes: bool = False  # change_counter moves by itself (NOTIFY): reading it is free
+
+    path: Any                     # where the store is, for messages (file, or URL w/o password)
+
+    def __init__(self, target: Path | str, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
+        self.pid = os.getpid()
+        self.host = host_id()
+        self.lease_seconds = lease_seconds
+        self._local = threading.local()
+        self._open(target)
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
+        if version == 7:  # shipped once without schema 6 (see schema.shipped_version)
+            version = shipped_version(version, self.columns("calls"))
+        if version < SCHEMA_VERSION:
+            self._upgrade(version)
+
+    # -- engine hooks --------------------------------------------------------------------
+
+    def _open(self, target: Path | str) -> None:
+        """Take the target (a file, a URL) and prepare to connect; connect nothing yet."""
+        raise NotImplementedError
+
+    def _connect(self) -> Any:
+        """A new connection for this thread, taking the store's SQL as written."""
+        raise NotImplementedError
+
+    def _adopt(self, db: Any) -> None:
+        """``db`` became this thread's connection (new, or handed over by an ended thread)."""
+
+    def _reuse(self) -> Any | None:
+        """A connection an ended thread left behind, if the engine keeps them."""
+        return None
+
+    def _begin(self, db: Any, durable: bool) -> None:
+        """Start a write transaction (see :meth:`_tx` for ``durable``)."""
+        raise NotImplementedError
+
+    def _commit(self, db: Any) -> None:
+        db.execute("COMMIT")
+
+    def _version(self) -> int:
+        """The schema version the store records (0: a new, empty store)."""
+        raise NotImplementedError
+
+    def _upgrade(self, version: int) -> None:
+        """Create the schema, or bring a store at ``version`` up to date when that is safe."""
+        raise NotImplementedError
+
+    def lock_order(self, db: Any, order_id: str) -> None:
+        """Serialise, until commit, the transactions that reserve lines of one order (or read
+        what one person approved on it), so two cannot both count the old state."""
+        raise NotImplementedError
+
+    def explain(self, exc: BaseException) -> str:
+        """The engine's error in words for people, naming the store."""
+        raise NotImplementedError
+
+    def moved_message(self) -> str | None:
+        """Why this store refuses writes, if ``migrate`` moved it: a sentence for people."""
+        return None
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _db(self) -> Any:
+        db = getattr(self._local, "db", None)
+        if db is not None and getattr(db, "closed", False):
+            db = None  # PostgreSQL dropped it (a restart, a network cut): connect again
+        if db is None:
+            db = self._reuse()
+        if db is None:
+            with self._errors():
+                db = self._connect()
+        if getattr(self._local, "db", None) is not db:
+            self._local.db = db
+            self._adopt(db)
+        return db
+
+    @contextmanager
+    def _errors(self, prefix: str = "") -> Iterator[None]:
+        """The one place the engines' errors become a StoreError, explained for people: a
+        read-only folder, a full disk, a corrupt page, a server gone."""
+        try:
+            yield
+        except DB_ERRORS as exc:
+            raise StoreError(prefix + self.explain(exc)) from None
+
+    @contextmanager
+    def _tx(self, durable: bool = True) -> Iterator[Any]:
+        """One write transaction, committed on success, rolled back on any error.
+
+        ``durable`` commits synced: on SQLite ``synchronous=FULL`` (the write-ahead log is
+        fsynced before COMMIT returns, so the transaction, and every one before it, survives a
+        power loss), on PostgreSQL ``synchronous_commit`` on. It is for the boundaries an
+        outside effect depends on (docs/HOW-IT-WORKS.md, "Durability, boundary by boundary").
+        The others may be lost with the power, never half of one, and each is re-done safely
+        on resume.
+        """
+        db = self._db()
+        try:
+            self._begin(db, durable)
+            yield db
+            self._commit(db)
+        except DB_ERRORS as exc:
+            self._rollback(db)
+            raise StoreError(self.explain(exc)) from None
+        except BaseException:
+            self._rollback(db)
+            raise
+
+    @staticmethod
+    def _rollback(db: Any) -> None:
+        try:
+            db.execute("ROLLBACK")
+        except DB_ERRORS:
+            pass  # the connection is gone, or no transaction was open
+
+    def _read(self, sql: str, args: tuple = ()) -> list[Any]:
+        with self._errors():
+            return self._db().execute(sql, args).fetchall()
+
+    # -- direct access, for tools and tests that look past the typed views ----------------
+
+    def query(self, sql: str, args: tuple = ()) -> list[Any]:
+        """The rows of one read (the store's SQL, ``?`` placeholders), outside any transaction.
+
+        For reports and tests that look at what is stored beyond the typed views; each row
+        reads by position and by column name on both engines.
+        """
+        return self._read(sql, args)
+
+    def execute(self, sql: str, args: tuple = ()) -> int:
+        """One statement in its own write transaction (committed synced); returns the rows it
+        changed. For tests and repair tools that change rows directly (ageing a proposal,
+        tampering on purpose): every write the agent makes goes through a typed method."""
+        with self._tx() as db:
+            return db.execute(sql, args).rowcount
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A write transaction on this thread's connection for several statements, as
+        :meth:`execute` runs one (``db.execute(sql, args)`` inside it), committed at the end."""
+        with self._tx() as db:
+            yield db
+
+    def connection(self) -> Any:
+        """This thread's connection (made on first use), for tests of connection handling.
+
+        Statements through it commit on their own unless it is inside a transaction; one
+        left open holds other writers off, as any open transaction does.
+        """
+        return self._db()
+
+    def schema_version(self) -> int:
+        """The schema version this store records (SCHEMA_VERSION once it is open)."""
+        return self._version()
+
+    def columns(self, table: str) -> list[str]:
+        """The table's column names, in this store's order (an upgraded SQLite store has the
+        columns later versions added at the end)."""
+        with self._errors():
+            cursor = self._db().execute(f"SELECT * FROM {table} LIMIT 0")
+            return [column[0] for column in cursor.description]
+
+    def close(self) -> None:
+        """Close this thread's connection (another call opens a new one)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- small helpers used inside transactions -----------------------------------------
+
+    def _step(self, db: Any, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        db.execute("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)",
+                   (run_id, time.time(), self.pid, kind, json.dumps(data)))
+
+    def _touch(self, db: Any, run_id: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = :{k}" for k in fields)
+        db.execute(f"UPDATE runs SET {assignments} WHERE id = :id", {**fields, "id": run_id})
+
+    def _audit(self, db: Any, event: str, actor: str, *, run_id: str | None = None,
+               approval_id: str | None = None, order_id: str | None = None,
+               amount: float | None = None, note: str | None = None,
+               lines: list[dict[str, Any]] | None = None) -> None:
+        """Append one entry to the audit chain, and move its anchor, in ``db``'s transaction."""
+        # The anchor first, locked: on PostgreSQL this is what makes appends to the chain take
+        # turns (each reads the head the previous one committed); SQLite's write lock already
+        # does, and the lock clause is empty there.
+        anchor = db.execute("SELECT entries, head FROM audit_anchor" + self.lock_row).fetchone()
+        row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
+        prev = row[0] if row else GENESIS_HASH
+        if anchor is not None and anchor["head"] != prev:
+            # Someone removed or rewrote the newest entries. Writing on top would bury that.
+            raise StoreError(
+                f"The audit log in {self.path} does not end where its anchor says (entry "
+                f"{anchor['entries']}): entries were removed or edited. Nothing was written; "
+                "run `refund-agent audit --verify` and restore the store from a backup.")
+        if amount is not None and amount != amount:
+            amount = None  # SQLite stores NaN as NULL; hash what is stored, or it looks edited
+        entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
+                 "run_id": run_id, "approval_id": approval_id, "order_id": order_id,
+                 "amount": amount, "note": note, "lines": lines}
+        digest = audit_hash(prev, entry)
+        db.execute(
+            "INSERT INTO audit(at, event, actor, pid, run_id, approval_id, order_id, amount, note,"
+            " lines, prev_hash, hash) VALUES (:at,:event,:actor,:pid,:run_id,:approval_id,"
+            ":order_id,:amount,:note,:lines_json,:prev,:hash)",
+            {**entry, "lines_json": None if lines is None else json.dumps(lines), "prev": prev,
+             "hash": digest})
+        db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?", (digest,))
+
+    def _fence(self, db: Any, lease: Lease) -> None:
+        """Refuse a write made on behalf of a run by a process that no longer holds it."""
+        # Locked until the write commits: the lease cannot change hands in between.
+        row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?"
+                         + self.lock_row, (lease.run_id,)).fetchone()
+        if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):
+            raise LeaseLost(lease.run_id, row["lease_pid"] if row else None)
+
+    def _lease_live(self, db: Any, row: dict[str, Any]) -> bool:
+        """Whether someone holds this run: a live process that renewed its lease recently."""
+        if row.get("lease_token") is None:
+            return False
+        age = db.execute(f"SELECT {self.now} - ?", (row.get("lease_at") or 0,)).fetchone()[0]
+        if age >= self.lease_seconds:
+            return False
+        if row.get("lease_host") not in (None, self.host):
+            # Another host's pid cannot be looked up from here: its lease holds until it
+            # expires by the database's clock (its holder renews it while it works).
+            return True
+        return pid_alive(row.get("lease_pid"))

@@ -1,0 +1,178 @@
+"""The model's responses, their calls and the run's transcript: boundary 2 (a response and its
+calls are saved before any call runs) and boundary 3 (a call's output is saved as it returns)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..callrecords import call_key, order_id_in
+from ..models import Call, Run, TranscriptEntry
+from .core import Lease, StoreCore
+
+# Calls whose effect leaves the system as soon as they run (see record_response).
+# issue_refund is not one: it only queues an approval, itself a durable commit.
+_EFFECT_CALLS = frozenset({"send_customer_message"})
+
+
+class Responses(StoreCore):
+    """Recording what the model answered and what its calls returned."""
+
+    def record_response(self, lease: Lease, *, response_id: str,
+                        calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
+                        usage: dict[str, int], replies_sent: list[int],
+                        transcript: Sequence[tuple[str, dict[str, Any]]] = (),
+                        resent: dict[str, Any] | None = None) -> None:
+        """Boundary 2: a response, its calls and its timeline steps, before any call runs.
+
+        Args:
+            transcript: ("input" or "output", item) pairs to append to the run's transcript:
+                the items this request sent that were new, then the response's output items.
+            resent: set when the run's stored response was gone and the transcript was sent
+                instead: ``missing`` (the response id), ``items`` and ``bytes`` sent. The
+                timeline and the audit log record it with the response, in this transaction.
+        """
+        run_id = lease.run_id
+        # Durable only before an email: its call id is the outbox's idempotency key, and a
+        # response lost with the power would be asked for again and bring a new call id.
+        # Anything else is re-done safely (the request sent again, read-only calls re-run).
+        durable = any(name in _EFFECT_CALLS for _, name, _ in calls)
+        with self._tx(durable=durable) as db:
+            self._fence(db, lease)
+            if resent is not None:
+                self._step(db, run_id, "resent", {**resent, "response_id": response_id})
+                self._audit(db, "resent", "agent", run_id=run_id,
+                            note=f"stored response {resent['missing']} was not found (expired "
+                                 f"or deleted); sent the run's transcript instead "
+                                 f"({resent['items']} items, {resent['bytes']:,} bytes), "
+                                 f"continuing as {response_id}")
+            self._append_transcript(db, run_id, response_id, transcript)
+            answered = self._save_calls(db, run_id, response_id, calls)
+            for kind, data in [*steps, *answered]:
+                self._step(db, run_id, kind, data)
+            for reply_id in replies_sent:
+                db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
+                           (response_id, reply_id))
+            db.execute(
+                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"
+                " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
+                " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
+                f" lease_at = {self.now}, updated_at = ? WHERE id = ?",
+                (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
+                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
+                 run_id))
+
+    def _save_calls(self, db: Any, run_id: str, response_id: str,
+                    calls: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
+        """Insert a response's calls, each with its key and the order id its arguments name;
+        returns the timeline steps of the calls answered at once.
+
+        A call whose id the run already used (in an earlier response, or earlier in this one)
+        is saved with an error for its output and no key, so it never runs: running it would
+        reach the approval, refund or email of the call that had the id first.
+        """
+        ids = list({call_id for call_id, _, _ in calls})
+        used: set[str] = set()
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            marks = ",".join("?" * len(chunk))
+            used.update(r[0] for r in db.execute(
+                f"SELECT call_id FROM calls WHERE run_id = ? AND call_id IN ({marks})",
+                (run_id, *chunk)))
+        answered = []
+        for seq, (call_id, name, arguments) in enumerate(calls):
+            key, output = call_key(run_id, call_id), None
+            if call_id in used:
+                key, error = None, (f"This call repeats call id {call_id!r} of an earlier call "
+                                    "in this run, so it was not run. Make the call again.")
+                output = json.dumps({"error": error})
+                answered.append(("result", {"call_id": call_id, "name": name,
+                                            "output": {"error": error}}))
+            used.add(call_id)
+            db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments,"
+                       " output, key, order_id) VALUES (?,?,?,?,?,?,?,?,?)",
+                       (call_id, run_id, response_id, seq, name, arguments, output, key,
+                        order_id_in(arguments)))
+        return answered
+
+    def _append_transcript(self, db: Any, run_id: str, response_id: str,
+                           entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Append items to a run's transcript and count them on the run."""
+        if not entries:
+            return
+        seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE run_id = ?",
+                         (run_id,)).fetchone()[0]
+        total = 0
+        for offset, (origin, item) in enumerate(entries):
+            text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+            total += len(text.encode())
+            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item)"
+                       " VALUES (?,?,?,?,?)", (run_id, seq + offset, response_id, origin, text))
+        db.execute("UPDATE runs SET transcript_items = transcript_items + ?,"
+                   " transcript_bytes = transcript_bytes + ? WHERE id = ?",
+                   (len(entries), total, run_id))
+
+    def transcript(self, run_id: str) -> list[TranscriptEntry]:
+        """A run's transcript, oldest first (empty for a run that has made no request)."""
+        rows = self._read("SELECT seq, response_id, origin, item FROM transcript"
+                          " WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [TranscriptEntry(seq=r["seq"], response_id=r["response_id"], origin=r["origin"],
+                                item=json.loads(r["item"])) for r in rows]
+
+    def runs_without_transcript(self) -> list[Run]:
+        """Runs that made a request but whose transcript does not reach their last response
+        (started before transcripts were kept, or edited): they can continue only from the
+        provider's stored response, never from their own transcript (see Agent._history)."""
+        rows = self._read(
+            "SELECT * FROM runs WHERE last_response_id IS NOT NULL AND (transcript_complete = 0"
+            " OR COALESCE((SELECT t.response_id FROM transcript t WHERE t.run_id = runs.id"
+            " ORDER BY t.seq DESC LIMIT 1), '') != last_response_id) ORDER BY created_at")
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    def add_cost(self, lease: Lease, usage: dict[str, int], step: tuple[str, dict] | None
+                 ) -> None:
+        """Count a side request (the simulated customer) toward the run's requests and cost."""
+        run_id = lease.run_id
+        with self._tx(durable=False) as db:
+            self._fence(db, lease)
+            db.execute(
+                "UPDATE runs SET requests = requests + 1, cost_ticks = cost_ticks + ?,"
+                " input_tokens = input_tokens + ?, cached_tokens = cached_tokens + ?,"
+                " output_tokens = output_tokens + ?, updated_at = ? WHERE id = ?",
+                (usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
+                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
+                 run_id))
+            if step:
+                self._step(db, run_id, *step)
+
+    def calls(self, response_id: str) -> list[Call]:
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output, key,"
+                          " order_id FROM calls WHERE response_id = ? ORDER BY seq",
+                          (response_id,))
+        return [Call.model_validate(dict(r)) for r in rows]
+
+    def calls_named(self, name: str) -> list[Call]:
+        """Every call to one tool, across all runs, oldest response first (one query)."""
+        rows = self._read("SELECT call_id, run_id, response_id, name, arguments, output, key,"
+                          " order_id FROM calls WHERE name = ? ORDER BY run_id, response_id, seq",
+                          (name,))
+        return [Call.model_validate(dict(r)) for r in rows]
+
+    def record_output(self, lease: Lease, call_id: str, output: str,
+                      steps: list[tuple[str, dict[str, Any]]],
+                      audit: dict[str, Any] | None = None) -> None:
+        """Boundary 3: a call's output is saved the moment the call returns."""
+        run_id = lease.run_id
+        # Not durable: lost with the power, the call runs again and its stand-in hands back
+        # what it did the first time (same idempotency key); read-only calls just re-run.
+        with self._tx(durable=False) as db:
+            self._fence(db, lease)
+            db.execute("UPDATE calls SET output = ? WHERE run_id = ? AND call_id = ?"
+                       " AND output IS NULL", (output, run_id, call_id))
+            for kind, data in steps:
+                self._step(db, run_id, kind, data)
+            if audit:
+                self._audit(db, run_id=run_id, **audit)
+            db.execute(f"UPDATE runs SET lease_at = {self.now}, updated_at = ? WHERE id = ?",
+                       (time.time(), run_id))

@@ -1,0 +1,204 @@
+"""Runs and their leases: boundary 1 (a run exists before any request) and boundary 7 (one
+fenced owner per run), and the lists the desk and the terminal draw from."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from ..errors import NotFound, RunBusy
+from ..models import InboxRow, Run, RunStatus
+from .core import Lease, StoreCore, no_limit
+
+
+class Runs(StoreCore):
+    """Creating, listing and leasing runs."""
+
+    def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
+                   kind: str = "custom") -> Run:
+        """Boundary 1: the run and the customer's email exist before any model request."""
+        run_id = "run_" + uuid.uuid4().hex[:12]
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
+                " status, updated_at, last_pid, transcript_complete)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,1)",
+                (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
+                 self.pid))
+            self._step(db, run_id, "email", {"from": sender, "name": sender_name,
+                                             "subject": subject, "body": email})
+        return self.run(run_id)
+
+    def run(self, run_id: str) -> Run:
+        rows = self._read("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"No run with id {run_id!r}.")
+        return Run.model_validate(dict(rows[0]))
+
+    def runs(self, limit: int = 100) -> list[Run]:
+        rows = self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?",
+                          (no_limit(limit),))
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    def inbox(self, search: str = "", statuses: Collection[RunStatus] = (), limit: int = 50,
+              offset: int = 0) -> list[InboxRow]:
+        """Runs newest first, matching ``search`` (name, address, subject, email text, order,
+        run id) and, if given, one of ``statuses``; with their latest proposal's order and
+        amount."""
+        where, args = self._inbox_filter(search, statuses)
+        rows = self._read(
+            "SELECT runs.*,"
+            " (SELECT order_id FROM approvals a WHERE a.run_id = runs.id"
+            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
+            " (SELECT amount_cents FROM approvals a WHERE a.run_id = runs.id"
+            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_amount,"
+            " (SELECT c.order_id FROM calls c WHERE c.run_id = runs.id"
+            "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up"
+            f" FROM runs {where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (*args, limit, offset))
+        found = []
+        for row in rows:
+            data = dict(row)
+            order, amount, looked = (data.pop("inbox_order"), data.pop("inbox_amount"),
+                                     data.pop("looked_up"))
+            found.append(InboxRow(run=Run.model_validate(data),
+                                  order_id=order or (str(looked) if looked else None),
+                                  amount_cents=amount))
+        return found
+
+    def inbox_counts(self, search: str = "") -> dict[RunStatus, int]:
+        """How many runs match ``search``, by status (every status present, zeros included)."""
+        where, args = self._inbox_filter(search, ())
+        counts = dict.fromkeys(RunStatus, 0)
+        for status, n in self._read(f"SELECT status, COUNT(*) FROM runs {where} GROUP BY status",
+                                    args):
+            counts[RunStatus(status)] = n
+        return counts
+
+    def _inbox_filter(self, search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
+        clauses, args = [], []
+        like = f" {self.like} ? ESCAPE '\\'"
+        for word in search.split():   # every word must match somewhere
+            pattern = ("%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                       + "%")
+            clauses.append(f"(sender{like} OR sender_name{like} OR subject{like} OR email{like}"
+                           f" OR id{like} OR id IN (SELECT run_id FROM approvals"
+                           f" WHERE order_id{like}))")
+            args += [pattern] * 6
+        if statuses:
+            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            args += [str(s) for s in statuses]
+        return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
+
+    def latest_run(self, statuses: set[RunStatus]) -> Run | None:
+        marks = ",".join("?" * len(statuses))
+        rows = self._read(f"SELECT * FROM runs WHERE status IN ({marks})"
+                          " ORDER BY updated_at DESC LIMIT 1", tuple(statuses))
+        return Run.model_validate(dict(rows[0])) if rows else None
+
+    def orphaned_runs(self) -> list[Run]:
+        """Runs marked working whose process is gone: a crash cut them off mid-turn."""
+        rows = self._read("SELECT * FROM runs WHERE status = ? ORDER BY updated_at",
+                          (RunStatus.WORKING,))
+        db = self._db()
+        return [Run.model_validate(dict(r)) for r in rows if not self._lease_live(db, dict(r))]
+
+    def decided_but_waiting(self) -> list[Run]:
+        """Runs still marked waiting although their refund was decided (a crash in between)."""
+        rows = self._read("SELECT DISTINCT runs.* FROM runs JOIN approvals a ON a.run_id = runs.id"
+                          " WHERE runs.status = ? AND a.status != 'pending'"
+                          " AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = runs.id"
+                          " AND p.status = 'pending')", (RunStatus.WAITING,))
+        return [Run.model_validate(dict(r)) for r in rows]
+
+    def leased_runs(self, live: bool = True) -> list[Run]:
+        """Runs that a live process holds right now (see _lease_live); with ``live`` False,
+        every run with a lease, abandoned ones included."""
+        rows = self._read("SELECT * FROM runs WHERE lease_token IS NOT NULL ORDER BY updated_at")
+        db = self._db()
+        return [Run.model_validate(dict(r)) for r in rows
+                if not live or self._lease_live(db, dict(r))]
+
+    # -- leases --------------------------------------------------------------------------
+
+    def acquire(self, run_id: str, token: str) -> Lease:
+        """Take the run's lease for this process, with a fencing token one higher than before.
+
+        Raises:
+            RunBusy: another live process (or thread) holds the lease.
+        """
+        with self._tx(durable=False) as db:  # lost with the power, so were its holders
+            row = db.execute("SELECT * FROM runs WHERE id = ?" + self.lock_row,
+                             (run_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"No run with id {run_id!r}.")
+            row = dict(row)
+            if row["lease_token"] not in (None, token) and self._lease_live(db, row):
+                raise RunBusy(run_id, row["lease_pid"])
+            return self._take(db, row, token)
+
+    def _take(self, db: Any, row: dict[str, Any], token: str) -> Lease:
+        """Give this process the run's lease (the caller checked that nobody live holds it)."""
+        run_id = row["id"]
+        if row["last_pid"] is not None and (row["last_pid"] != self.pid
+                                            or row.get("lease_host") not in (None, self.host)):
+            self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
+                                               "pid": self.pid})
+        epoch = row["lease_epoch"] + 1
+        db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {self.now},"
+                   " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
+                   " updated_at = ?, lease_host = ? WHERE id = ?",
+                   (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), self.host,
+                    run_id))
+        return Lease(run_id, token, epoch)
+
+    def claim(self, token: str) -> Lease | None:
+        """Take one run that needs a worker and that nobody live holds, or None.
+
+        A run needs a worker when it is marked working (new, or cut off mid-turn by a crash
+        anywhere) or still waiting although its refund was decided. On PostgreSQL the candidate
+        rows are read ``FOR UPDATE SKIP LOCKED``: workers on several hosts asking at once each
+        get a different run, without waiting for one another; the lease and its fencing token
+        then guard every later write. Leases that expired by the database's clock are taken,
+        so any host recovers the runs of a host that died.
+        """
+        with self._tx(durable=False) as db:
+            rows = db.execute(
+                "SELECT * FROM runs WHERE (status = ? OR (status = ? AND EXISTS (SELECT 1 FROM"
+                " approvals a WHERE a.run_id = runs.id AND a.status != 'pending') AND NOT EXISTS"
+                " (SELECT 1 FROM approvals p WHERE p.run_id = runs.id AND p.status = 'pending')))"
+                f" AND (lease_token IS NULL OR lease_host = ? OR lease_at < {self.now} - ?)"
+                " ORDER BY updated_at LIMIT 20" + self.lock_row + self.skip_locked,
+                (RunStatus.WORKING, RunStatus.WAITING, self.host,
+                 self.lease_seconds)).fetchall()
+            for row in map(dict, rows):
+                if row["lease_token"] is None or not self._lease_live(db, row):
+                    return self._take(db, row, token)
+        return None
+
+    def check_lease(self, lease: Lease) -> None:
+        """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
+        with self._errors():
+            self._fence(self._db(), lease)
+
+    def renew(self, lease: Lease) -> None:
+        """The heartbeat: push the lease's expiry forward, if it is still ours."""
+        with self._tx(durable=False) as db:
+            self._fence(db, lease)
+            db.execute(f"UPDATE runs SET lease_at = {self.now} WHERE id = ?", (lease.run_id,))
+
+    def release(self, lease: Lease, status: RunStatus, error: str | None = None,
+                step: tuple[str, dict[str, Any]] | None = None) -> None:
+        """Give up the lease and set the run's status (with an optional timeline step)."""
+        # The run's end (and a person's Stop) is reported to people: durable. A pause or a
+        # failure lost with the power leaves an orphaned run that resume continues.
+        with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
+            self._fence(db, lease)
+            db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
+                       " status = ?, error = ?, updated_at = ? WHERE id = ?",
+                       (status, error, time.time(), lease.run_id))
+            if step:
+                self._step(db, lease.run_id, *step)

@@ -1,0 +1,346 @@
+"""The store's schema on each engine, and the numbered steps that bring an older store up to it.
+
+Each engine's schema is written out in its own spelling (nothing here is derived from the
+other): SQLite's as one script, PostgreSQL's as a list of statements. Every statement is
+``IF NOT EXISTS`` (or ``ON CONFLICT DO NOTHING``), so the schema runs on a new store and after
+an older store's steps alike: the steps change the tables an older store already has (``CREATE
+TABLE IF NOT EXISTS`` never adds a column), the schema then adds whatever table or index is new.
+
+A schema change adds a line to :data:`SCHEMA_HISTORY` and, on each engine whose tables change,
+a :class:`Step` with that number; the engine's store runs the steps its store is below, then the
+schema, then the steps' data moves, in one transaction (see ``sqlite.py`` and ``postgres.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from ..callrecords import order_id_in
+from .audit import GENESIS_HASH
+
+# What each schema version added, oldest first. Every bump adds a line here and, when existing
+# tables change, a numbered Step in each engine's list.
+SCHEMA_HISTORY: dict[int, str] = {
+    1: "runs, steps, calls, approvals, replies and the chained audit log.",
+    2: "approvals_by_run and approvals_by_order indexes.",
+    3: "Itemized refunds: approvals hold order lines (approval_lines), money in cents, audit "
+       "entries record the lines; leases carry a fencing epoch; the audit anchor; accounts. "
+       "Stores from 1 and 2 that hold approvals cannot be mapped to lines without guessing, "
+       "so they are refused (see SQLiteStore._upgrade); empty ones are upgraded.",
+    4: "The transcript: every item each request sent and each response returned (encrypted "
+       "reasoning included), in order, so a run can continue without the provider's stored "
+       "response; runs count its items and bytes and say whether it goes back to the start.",
+    5: "Leases name their host (a pid means something only on the machine that wrote it), for "
+       "several hosts on one PostgreSQL database; the ledger table holds the payment and email "
+       "stand-ins' idempotency records there (on SQLite they stay in output/'s JSONL logs). "
+       "The first schema on PostgreSQL.",
+    6: "Calls are keyed by their run and response (provider call ids are not unique across "
+       "runs) and carry their key (the approval id and idempotency key, with the run in it; "
+       "calls saved before keep their call id as key) and the order id their arguments name, "
+       "read in Python when the call is saved, so no query parses model-written JSON; "
+       "approvals are requested by the database's clock; an SQLite store that `migrate` "
+       "moved says where (store_moved) and refuses writes.",
+    7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
+       "throttle is shared by every process and survives a restart (a new table only).",
+}
+SCHEMA_VERSION = max(SCHEMA_HISTORY)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One schema change, run on a store whose version is below ``version``.
+
+    ``sql`` changes the tables the store already has, before the schema runs; ``data`` (if
+    any) then moves rows in Python, in the same transaction, after the schema made the new
+    tables.
+    """
+
+    version: int
+    sql: tuple[str, ...]
+    data: Callable[[Any], None] | None = None
+
+
+def due(steps: Collection[Step], version: int) -> list[Step]:
+    """The steps a store at ``version`` needs, oldest first (none for a new store, 0)."""
+    return sorted((s for s in steps if version and version < s.version),
+                  key=lambda s: s.version)
+
+
+def shipped_version(version: int, call_columns: Collection[str]) -> int:
+    """The version a store really is at, from the one it records.
+
+    Schema 7 was first numbered on a branch that did not have 6 yet, and main shipped it so
+    for half an hour (2026-12-01): such a store records 7, but its calls have no key. It is a
+    schema-5 store with the sign-in throttle's table, and is upgraded as one (the throttle's
+    table is ``IF NOT EXISTS``, so it is kept).
+    """
+    if version == 7 and "key" not in call_columns:
+        return 5
+    return version
+
+
+def calls_v6(db: Any, old_table: str | None) -> None:
+    """Step 6 for the calls a store already has: each keeps its call id as its key (the id its
+    approval and its payment or email record already carry) and gets the order id its
+    arguments name, read here, in Python, so bad JSON in one call cannot stop the upgrade.
+
+    ``old_table``: on SQLite, the old table, copied into the new one; None on PostgreSQL,
+    whose table gained the columns in place.
+    """
+    source = old_table or "calls"
+    rows = db.execute(f"SELECT * FROM {source}").fetchall()
+    for row in rows:
+        # A table that already has keys (a store put back to an older version number by
+        # hand, as tests do) keeps them: they are what its approvals and logs carry.
+        kept = row["key"] if "key" in row.keys() and old_table else None
+        fields = (kept or row["call_id"], order_id_in(row["arguments"]))
+        where = (row["run_id"], row["response_id"], row["seq"])
+        if old_table is None:
+            db.execute("UPDATE calls SET key = ?, order_id = ?"
+                       " WHERE run_id = ? AND response_id = ? AND seq = ?", fields + where)
+        else:
+            db.execute("INSERT INTO calls(key, order_id, run_id, response_id, seq, call_id, name,"
+                       " arguments, output) VALUES (?,?,?,?,?,?,?,?,?)",
+                       fields + where + (row["call_id"], row["name"], row["arguments"],
+                                         row["output"]))
+
+
+def _sqlite_calls_v6(db: Any) -> None:
+    calls_v6(db, "calls_v5")
+    db.execute("DROP TABLE calls_v5")
+
+
+# -- SQLite ----------------------------------------------------------------------------------
+
+SQLITE_STEPS: tuple[Step, ...] = (
+    Step(3, ("DROP TABLE approvals", "ALTER TABLE audit ADD COLUMN lines TEXT",
+             "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0")),
+    # Runs that already made a request have no transcript of it, so theirs is incomplete; a run
+    # that has not started yet will keep one from its first request.
+    Step(4, ("ALTER TABLE runs ADD COLUMN transcript_items INTEGER NOT NULL DEFAULT 0",
+             "ALTER TABLE runs ADD COLUMN transcript_bytes INTEGER NOT NULL DEFAULT 0",
+             "ALTER TABLE runs ADD COLUMN transcript_complete INTEGER NOT NULL DEFAULT 0",
+             "UPDATE runs SET transcript_complete = 1 WHERE last_response_id IS NULL")),
+    Step(5, ("ALTER TABLE runs ADD COLUMN lease_host TEXT",)),
+    # The calls table gets a new primary key, which SQLite cannot alter: the old one is set
+    # aside (with its indexes, whose names the new table's take) and copied over in Python,
+    # in the same transaction, reading each call's order id without the database.
+    Step(6, ("DROP INDEX IF EXISTS calls_by_response", "DROP INDEX IF EXISTS calls_by_run",
+             "ALTER TABLE calls RENAME TO calls_v5"), data=_sqlite_calls_v6),
+)
+
+SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, kind TEXT NOT NULL,
+    sender TEXT NOT NULL, sender_name TEXT NOT NULL, subject TEXT NOT NULL, email TEXT NOT NULL,
+    status TEXT NOT NULL, last_response_id TEXT,
+    requests INTEGER NOT NULL DEFAULT 0, cost_ticks INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, simulated_replies INTEGER NOT NULL DEFAULT 0,
+    error TEXT, lease_pid INTEGER, lease_token TEXT, lease_at REAL, last_pid INTEGER,
+    lease_epoch INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
+    transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
+CREATE TABLE IF NOT EXISTS steps (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, pid INTEGER NOT NULL,
+    kind TEXT NOT NULL, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id, id);
+-- A call is its run's, its response's, at its place in the response: provider call ids are not
+-- unique across runs, and a model may even repeat one. ``key`` (see callrecords.py) is what
+-- outlives the request, unique: the approval's id, the payment's or email's idempotency key;
+-- NULL for a repeated call, which is answered without running. ``order_id`` is the one the
+-- arguments name, read in Python when the call is saved (no query parses the arguments).
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT NOT NULL, run_id TEXT NOT NULL, response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT,
+    key TEXT, order_id TEXT,
+    PRIMARY KEY (run_id, response_id, seq)
+);
+CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq);
+CREATE INDEX IF NOT EXISTS calls_by_run ON calls(run_id, name);
+CREATE INDEX IF NOT EXISTS calls_by_call_id ON calls(run_id, call_id);
+CREATE UNIQUE INDEX IF NOT EXISTS calls_by_key ON calls(key);
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
+    order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL, proposed_cents INTEGER NOT NULL,
+    summary TEXT NOT NULL, customer TEXT NOT NULL,
+    status TEXT NOT NULL, requested_at REAL NOT NULL, requested_pid INTEGER NOT NULL,
+    decided_by TEXT, decided_at REAL, decided_pid INTEGER, note TEXT
+);
+CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
+CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id);
+CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
+-- The ledger's unit: one row per order line of a proposed refund. A line that is pending or
+-- approved is held; the partial unique index makes "each line held by at most one refund"
+-- a property of the database, not only of the code that checks it first.
+CREATE TABLE IF NOT EXISTS approval_lines (
+    approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
+    name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
+    allowed_cents INTEGER NOT NULL, fee_cents INTEGER NOT NULL, held INTEGER NOT NULL,
+    decision TEXT, PRIMARY KEY (approval_id, line)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
+    WHERE held = 1;
+-- The run's transcript: each request's new input items, then its response's output items exactly
+-- as they arrived (reasoning with its encrypted_content), in order. Replayed as one input list it
+-- is the conversation the model saw, which is what a request without previous_response_id needs.
+CREATE TABLE IF NOT EXISTS transcript (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, response_id TEXT NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('input', 'output')), item TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS replies (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, text TEXT NOT NULL,
+    simulated INTEGER NOT NULL, response_id TEXT
+);
+CREATE INDEX IF NOT EXISTS replies_by_run ON replies(run_id, id);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, event TEXT NOT NULL, actor TEXT NOT NULL,
+    pid INTEGER NOT NULL, run_id TEXT, approval_id TEXT, order_id TEXT, amount REAL, note TEXT,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL, lines TEXT
+);
+-- The chain's head, written with every audit entry: removing the newest entries (which the
+-- chain alone cannot notice) leaves a head that no longer matches.
+CREATE TABLE IF NOT EXISTS audit_anchor (
+    id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER NOT NULL, head TEXT NOT NULL
+);
+-- The people who may decide (see accounts.py). The password is never stored: only a salted
+-- scrypt hash and the parameters that made it, so stronger parameters can come later.
+CREATE TABLE IF NOT EXISTS accounts (
+    name TEXT PRIMARY KEY, role TEXT NOT NULL, limit_cents INTEGER, password TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+-- Failed sign-ins within the throttle's window (see accounts.py), by the name's canonical key
+-- and the client that tried: shared by every page and terminal on this store, so a restart or
+-- another tab does not reset it, and one client's failures never lock out another client.
+CREATE TABLE IF NOT EXISTS sign_in_failures (
+    id INTEGER PRIMARY KEY, name_key TEXT NOT NULL, client TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sign_in_failures_by_name ON sign_in_failures(name_key, client, at);
+-- The payment and email stand-ins' idempotency records when the store is shared by several
+-- hosts (PostgreSQL): one row per (log, key), the whole record as JSON, in the order written.
+-- On SQLite the JSONL logs in output/ hold them instead and this table stays empty.
+CREATE TABLE IF NOT EXISTS ledger (
+    id INTEGER PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
+    UNIQUE (log, key)
+);
+-- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
+-- store then refuses every write, naming the database it moved to (its URL without password).
+CREATE TABLE IF NOT EXISTS store_moved (
+    id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL, at REAL NOT NULL
+);
+INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
+    COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + GENESIS_HASH + """')
+    FROM audit;
+"""
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+# The first PostgreSQL schema was 5: its steps start at 6. Its tables change their key in place.
+POSTGRES_STEPS: tuple[Step, ...] = (
+    Step(6, ("ALTER TABLE calls DROP CONSTRAINT calls_pkey",
+             "ALTER TABLE calls ADD COLUMN key TEXT", "ALTER TABLE calls ADD COLUMN order_id TEXT",
+             "ALTER TABLE calls ADD PRIMARY KEY (run_id, response_id, seq)"),
+         data=lambda db: calls_v6(db, None)),
+)
+
+# The store's version, where SQLite has PRAGMA user_version (absent: an empty database).
+POSTGRES_VERSION_TABLE = ("CREATE TABLE IF NOT EXISTS refund_agent_schema ("
+                          "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
+
+# The same tables as SQLite's (what each one is for is said there). An ``id`` that SQLite
+# numbers itself (INTEGER PRIMARY KEY) is a BIGSERIAL; integers are BIGINT, times and amounts
+# DOUBLE PRECISION; the store_moved table is made too, though only SQLite stores are moved.
+POSTGRES_SCHEMA: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
+    sender TEXT NOT NULL, sender_name TEXT NOT NULL, subject TEXT NOT NULL, email TEXT NOT NULL,
+    status TEXT NOT NULL, last_response_id TEXT,
+    requests BIGINT NOT NULL DEFAULT 0, cost_ticks BIGINT NOT NULL DEFAULT 0,
+    input_tokens BIGINT NOT NULL DEFAULT 0, cached_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0, simulated_replies BIGINT NOT NULL DEFAULT 0,
+    error TEXT, lease_pid BIGINT, lease_token TEXT, lease_at DOUBLE PRECISION, last_pid BIGINT,
+    lease_epoch BIGINT NOT NULL DEFAULT 0,
+    updated_at DOUBLE PRECISION NOT NULL,
+    transcript_items BIGINT NOT NULL DEFAULT 0, transcript_bytes BIGINT NOT NULL DEFAULT 0,
+    transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT)""",
+    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at)",
+    "CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at)",
+    """CREATE TABLE IF NOT EXISTS steps (
+    id BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    pid BIGINT NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id, id)",
+    """CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT NOT NULL, run_id TEXT NOT NULL, response_id TEXT NOT NULL,
+    seq BIGINT NOT NULL, name TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT,
+    key TEXT, order_id TEXT,
+    PRIMARY KEY (run_id, response_id, seq))""",
+    "CREATE INDEX IF NOT EXISTS calls_by_response ON calls(response_id, seq)",
+    "CREATE INDEX IF NOT EXISTS calls_by_run ON calls(run_id, name)",
+    "CREATE INDEX IF NOT EXISTS calls_by_call_id ON calls(run_id, call_id)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS calls_by_key ON calls(key)",
+    """CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, response_id TEXT NOT NULL, call_id TEXT NOT NULL,
+    order_id TEXT NOT NULL, amount_cents BIGINT NOT NULL, proposed_cents BIGINT NOT NULL,
+    summary TEXT NOT NULL, customer TEXT NOT NULL,
+    status TEXT NOT NULL, requested_at DOUBLE PRECISION NOT NULL, requested_pid BIGINT NOT NULL,
+    decided_by TEXT, decided_at DOUBLE PRECISION, decided_pid BIGINT, note TEXT)""",
+    "CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at)",
+    "CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id)",
+    "CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id)",
+    """CREATE TABLE IF NOT EXISTS approval_lines (
+    approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq BIGINT NOT NULL, line TEXT NOT NULL,
+    name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents BIGINT NOT NULL,
+    allowed_cents BIGINT NOT NULL, fee_cents BIGINT NOT NULL, held BIGINT NOT NULL,
+    decision TEXT, PRIMARY KEY (approval_id, line))""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
+    WHERE held = 1""",
+    """CREATE TABLE IF NOT EXISTS transcript (
+    run_id TEXT NOT NULL, seq BIGINT NOT NULL, response_id TEXT NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('input', 'output')), item TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS replies (
+    id BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    text TEXT NOT NULL, simulated BIGINT NOT NULL, response_id TEXT)""",
+    "CREATE INDEX IF NOT EXISTS replies_by_run ON replies(run_id, id)",
+    """CREATE TABLE IF NOT EXISTS audit (
+    id BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, event TEXT NOT NULL,
+    actor TEXT NOT NULL, pid BIGINT NOT NULL, run_id TEXT, approval_id TEXT, order_id TEXT,
+    amount DOUBLE PRECISION, note TEXT, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+    lines TEXT)""",
+    """CREATE TABLE IF NOT EXISTS audit_anchor (
+    id BIGINT PRIMARY KEY CHECK (id = 1), entries BIGINT NOT NULL, head TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS accounts (
+    name TEXT PRIMARY KEY, role TEXT NOT NULL, limit_cents BIGINT, password TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS sign_in_failures (
+    id BIGSERIAL PRIMARY KEY, name_key TEXT NOT NULL, client TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS sign_in_failures_by_name
+    ON sign_in_failures(name_key, client, at)""",
+    """CREATE TABLE IF NOT EXISTS ledger (
+    id BIGSERIAL PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
+    UNIQUE (log, key))""",
+    """CREATE TABLE IF NOT EXISTS store_moved (
+    id BIGINT PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL)""",
+    f"""INSERT INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
+    COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '{GENESIS_HASH}')
+    FROM audit ON CONFLICT DO NOTHING""",
+)
+
+# Every table of a store, with the columns its rows are ordered by (its primary key): what a
+# copy of the whole store (migrate.py) reads and fills, in this order.
+TABLES: dict[str, str] = {
+    "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
+    "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
+    "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
+    "sign_in_failures": "id",
+}
