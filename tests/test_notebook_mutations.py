@@ -60,10 +60,9 @@ MUTANTS = [
         '            record = {**record, "refund_id": "re_" + uuid.uuid4().hex[:16]}\n'
         '        return record, reused\n'),)),
     Mutant("verify_always_ok", "verify_audit and reconcile always answer that all is well", (
-        ("store.py",
-         "        prev = GENESIS_HASH\n        entries = self.audit() if entries is None else "
-         "entries\n",
-         "        return None  # MUTANT\n        prev = GENESIS_HASH\n"
+        ("store/auditlog.py",
+         "        entries = self.audit() if entries is None else entries\n",
+         "        return None  # MUTANT\n"
          "        entries = self.audit() if entries is None else entries\n"),
         ("reconcile.py",
          "    problem = store.verify_audit(audit, approval_list)\n    if problem:\n"
@@ -90,16 +89,17 @@ MUTANTS = [
          '        return record, False\n'),
     )),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
-        ("store.py", '        if approval.status == "pending":\n            return approval\n',
+        ("store/approvals.py",
+         '        if approval.status == "pending":\n            return approval\n',
          "        if True:  # MUTANT\n            return approval\n"),
-        ("store.py",
+        ("store/approvals.py",
          "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
          'amount_cents = ? WHERE id = ?",  # MUTANT'),
     )),
     Mutant("approval_wrong_response_id",
            "the approval records the response the turn continued from, not the one that "
            "made the call", ((
-               "store.py",
+               "store/approvals.py",
                "            quote = price(self._held(db, order_id))\n",
                "            quote = price(self._held(db, order_id))\n"
                "            row = db.execute(  # MUTANT\n"
@@ -113,7 +113,7 @@ MUTANTS = [
         "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
         "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),)),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
-        "store.py",
+        "store/core.py",
         '        if row is None or (row["lease_token"], row["lease_epoch"]) != '
         "(lease.token, lease.epoch):\n",
         "        if row is None:  # MUTANT\n"),)),
