@@ -1,4 +1,4 @@
-"""PostgreSQL connections handed from a thread that ended to the next (store.py, _Handback).
+"""PostgreSQL connections handed from a thread that ended to the next (postgres.py, _Handback).
 
 Streamlit draws every page on a new thread. Each thread used to open its own connection and
 leave it behind; now a connection goes back to the store when its thread ends, unless the
