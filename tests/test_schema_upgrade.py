@@ -2,7 +2,7 @@
 
 ``tests/schemas/`` holds each version's schema as that version created it, taken from
 ``refund_agent/store.py`` in git history (and, for PostgreSQL, as its ``dialects.pg_schema``
-rewrote it): SQLite 1 to 6, PostgreSQL 5 (its first) and 6, and "7a", the schema 7 that main
+rewrote it): SQLite 1 to 7, PostgreSQL 5 (its first) to 7, and "7a", the schema 7 that main
 shipped for half an hour before schema 6 was merged (sign-in throttle, but calls without keys).
 Each test fills one with the rows that version wrote (runs, timeline, calls, a paid and approved
 refund with its audit chain, replies, accounts, transcript, ledger, as far as the version had
@@ -28,8 +28,8 @@ from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 from refund_agent.tools import IssueRefund, ShopTools
 
 SCHEMAS = Path(__file__).with_name("schemas")
-SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a"]
-POSTGRES_VERSIONS = ["5", "6", "7a"]
+SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7"]
+POSTGRES_VERSIONS = ["5", "6", "7a", "7"]
 T0 = 1_764_000_000.0
 DONE, NEW = "run_0123456789ab", "run_ba9876543210"
 LEO = "leo.martins@example.com"
@@ -255,7 +255,7 @@ def check_takes_new_work(store: Store) -> None:
     assert store.verify_audit() is None
 
 
-# -- SQLite: 1 to 6, and 7a ---------------------------------------------------------------------
+# -- SQLite: 1 to 7, and 7a -------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", SQLITE_VERSIONS)
 def test_an_sqlite_store_of_every_shipped_schema_upgrades_in_place(tmp_path, version):
@@ -293,7 +293,7 @@ def dump(path: Path) -> list[str]:
     return lines
 
 
-# -- PostgreSQL: 5 (its first), 6, and 7a -------------------------------------------------------
+# -- PostgreSQL: 5 (its first) to 7, and 7a ---------------------------------------------------
 
 @pytest.mark.parametrize("version", POSTGRES_VERSIONS)
 def test_a_postgresql_store_of_every_shipped_schema_upgrades_in_place(pg_cluster, version):
