@@ -27,8 +27,7 @@ from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
 from .identity import address_problem
 from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
-from .outbox import Outbox, with_signature
-from .payments import Payments
+from .outside import open_email, open_payments, with_signature
 from .policy import SHIPPING, Held, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .providers import ProviderError, effort_for, estimate_cost_ticks, needs_include
@@ -264,11 +263,18 @@ class Agent:
         # With a shared store (PostgreSQL) the stand-ins keep their records in it, where every
         # host sees them; with SQLite, in JSONL logs beside it.
         shared = self.store if self.store.shared else None
-        self.payments = Payments(self.settings.output_dir, shared)
-        self.outbox = Outbox(self.settings.output_dir, shared)
+        # The stand-ins by default; Stripe and SMTP when the settings say so (outside/).
+        self.payments = open_payments(self.settings, shared, self._payment_ref)
+        self.outbox = open_email(self.settings, shared,
+                                 lambda: self.shop.info.support_email)
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
+
+    def _payment_ref(self, order_id: str) -> str | None:
+        """The provider's payment for an order, read fresh from the shop's data."""
+        order = self.shop.order(order_id)
+        return order.payment_ref if order else None
 
     @property
     def model(self) -> ModelAccess:
@@ -768,7 +774,10 @@ class Agent:
         record, reused = self.outbox.send(call.key, run.sender, f"Re: {run.subject}", body)
         crash_point("after_email", self._crash)
         output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
-        return output, [("message", {"to": run.sender, "body": body, "reused": reused})]
+        step = {"to": run.sender, "body": body, "reused": reused}
+        if record.get("resent"):   # SMTP after a crash between record and send (outside/smtp.py)
+            step["resent"] = True
+        return output, [("message", step)]
 
     # -- people ---------------------------------------------------------------------------
 

@@ -122,6 +122,10 @@ class Order(_Data):
     ordered_on: date
     delivered_on: date | None
     payment_method: str
+    # The payment provider's record of this order's payment (a Stripe charge ``ch_...`` or
+    # PaymentIntent ``pi_...``), for REFUND_AGENT_PAYMENTS=stripe. Internal: left out of
+    # model_dump, so the model never sees it in lookup_order.
+    payment_ref: str | None = Field(default=None, exclude=True)
     items: list[Item] = Field(min_length=1)
     shipping: Dollars
     total: Dollars

@@ -78,8 +78,8 @@ MUTANTS = [
         '    holder = held.get(line)\n',
         '    holder = None  # MUTANT\n'),)),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
-        ("outbox.py", "import uuid\n", "import json\nimport uuid\n"),
-        ("outbox.py",
+        ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
+        ("outside/email.py",
          '        return self.log.once(key, request, lambda: {"message_id": "msg_" + '
          'uuid.uuid4().hex[:16]})\n',
          '        record = {"idempotency_key": key, "request": request,  # MUTANT\n'

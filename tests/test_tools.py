@@ -4,7 +4,7 @@ import json
 
 from refund_agent import Shop, tool_schemas
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.outbox import with_signature
+from refund_agent.outside import with_signature
 from refund_agent.policy import Held, Quote
 from refund_agent.tools import CheckRefundPolicy, IssueRefund, LookupOrder, ShopTools, parse_args
 
