@@ -35,7 +35,7 @@ from .errors import (
 )
 from .migrate import migrate
 from .models import Approval, Run, RunStatus, Step
-from .reconcile import log_names, reconcile
+from .reconcile import email_notes, log_names, provider_problems, reconcile
 from .store import Store
 from .text import plural, printable, sender_line, size_text, transcript_text
 
@@ -55,6 +55,7 @@ examples:
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
+  refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
   refund-agent users list | users remove NAME
@@ -408,9 +409,15 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
                        "page and worker and restore it from a backup; nothing was changed."
                        if damage else
                        reconcile(agent.store, agent.settings.output_dir))
+            unsent, resent = email_notes(agent.outbox)
+            if not problem:   # the ledger agrees with the store; now with the provider's list
+                problem = "\n".join(provider_problems(agent.payments, agent.store)
+                                    + unsent) or None
             refunds, emails = log_names(agent.store)
             print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
                   f"anchor ok; {refunds} and {emails} agree with the approvals and the audit.")
+            for note in resent:
+                print(note)
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
@@ -474,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: REFUND_AGENT_DATABASE_URL)")
     sub.add_parser("doctor", help="check the model provider: key, model, effort, storage, "
                    "streaming (one tiny request), or say how to switch from the stand-in")
+    hooks = sub.add_parser("webhooks", help="receive Stripe's webhooks (refund.updated, "
+                           "refund.failed), check their signatures with STRIPE_WEBHOOK_SECRET, "
+                           "and put failed refunds on the desk; Ctrl+C to stop")
+    hooks.add_argument("--port", type=int, default=8790)
+    hooks.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1; put a TLS proxy in "
+                            "front for Stripe to reach it)")
     sub.add_parser("queue", help="list refunds waiting for approval")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
@@ -629,6 +643,32 @@ def _migrate(to: str | None) -> int:
     return 0
 
 
+def _webhooks(agent: Agent, host: str, port: int) -> int:
+    """``refund-agent webhooks``: Stripe's later word on refunds, into the store."""
+    from .outside.webhooks import serve  # only this command needs it
+
+    secret = agent.settings.outside.stripe_webhook_secret
+    if not secret:
+        print("Set STRIPE_WEBHOOK_SECRET to the endpoint's signing secret (whsec_..., shown "
+              "where the endpoint is added in Stripe's dashboard); without it no event can be "
+              "checked, so none is accepted.")
+        return 2
+    try:
+        server = serve(agent.store, secret, host, port)
+    except OSError as exc:
+        print(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.")
+        return 2
+    print(f"Listening for Stripe webhooks on http://{host}:{server.server_port}/ "
+          "(refund.updated, refund.failed); Ctrl+C to stop.", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _doctor() -> int:
     """``refund-agent doctor``: exit 0 when the provider works (or the stand-in is in use)."""
     from .doctor import report  # only this command needs it
@@ -651,6 +691,8 @@ def run_command(argv: list[str] | None = None) -> int:
         return _list(agent, command, args)
     if command == "users":
         return _users(agent, args)
+    if command == "webhooks":
+        return _webhooks(agent, args.host, args.port)
     print(f"Model: {agent.settings.model_label}\n")
     run: Run | None
     if command == "sample":

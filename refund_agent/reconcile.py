@@ -86,6 +86,39 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     return next(problems, None)
 
 
+def provider_problems(payments: Any, store: Store) -> list[str]:
+    """What the payment provider's own list of refunds says against the agent's records (for
+    Stripe: a refund made outside the agent, one missing at Stripe, a failure the desk was
+    never told of); nothing for the stand-in, whose log is the provider."""
+    from .outside.payments import StandInPayments
+    if isinstance(payments, StandInPayments):
+        return []
+    from .outside.stripe import StripePayments, reconcile_stripe
+    if not isinstance(payments, StripePayments):
+        return []
+    told = {e["refund_id"] for e in store.provider_events() if e["status"] in ("failed", "canceled")
+            or e["type"] == "refund.failed"}
+    return reconcile_stripe(payments, store.approvals(status="approved", limit=-1), told)
+
+
+def email_notes(outbox: Any) -> tuple[list[str], list[str]]:
+    """(problems, notes) about SMTP mail: messages recorded but never marked sent (a crash
+    between the record and the send, or a refusal: resume sends them), and messages sent again
+    after such a gap (the customer may have them twice). Nothing for the stand-in."""
+    unsent = getattr(outbox, "unsent", None)
+    if unsent is None:
+        return [], []
+    problems = [f"The email for call {r['idempotency_key']} to {r['request']['to']} is recorded "
+                f"in the outbox but was never marked sent (Message-ID {r['message_id']}): the "
+                "process stopped between the record and the send, or the server refused it. "
+                "`refund-agent resume` sends it; the customer may then have it twice."
+                for r in unsent()]
+    notes = [f"Note: the email for call {r['idempotency_key']} was sent again after a crash "
+             f"between its record and its send (Message-ID {r['request']['message_id']}): the "
+             "customer may have it twice." for r in outbox.resent()]
+    return problems, notes
+
+
 def read_records(store: Store, output_dir: Path, log: str) -> tuple[list[Entry], str | None]:
     """The records of one stand-in log ("refunds" or "outbox"), or the first bad one: the
     ledger table's rows on a shared store, else the JSONL file beside the SQLite store."""

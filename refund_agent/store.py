@@ -73,6 +73,9 @@ SCHEMA_HISTORY: dict[int, str] = {
        "moved says where (store_moved) and refuses writes.",
     7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
        "throttle is shared by every process and survives a restart (a new table only).",
+    10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
+        "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
+        "once and reconcile knows which failed refunds the desk was told of (a new table).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 # The steps that change tables an older store already has (CREATE TABLE IF NOT EXISTS never adds
@@ -244,6 +247,12 @@ CREATE INDEX IF NOT EXISTS sign_in_failures_by_name ON sign_in_failures(name_key
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
     UNIQUE (log, key)
+);
+-- What an outside system reported after the fact (outside/webhooks.py): one row per provider
+-- event id (a redelivery is a no-op), with the refund it is about and the status it reports.
+CREATE TABLE IF NOT EXISTS provider_events (
+    id TEXT PRIMARY KEY, at REAL NOT NULL, provider TEXT NOT NULL, type TEXT NOT NULL,
+    refund_id TEXT NOT NULL, status TEXT, approval_id TEXT, data TEXT NOT NULL
 );
 -- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
 -- store then refuses every write, naming the database it moved to (its URL without password).
@@ -1407,6 +1416,48 @@ class Store:
         """(row id, record as stored JSON) of one log, oldest first: for reconciling."""
         return [(r[0], r[1]) for r in
                 self._read("SELECT id, record FROM ledger WHERE log = ? ORDER BY id", (log,))]
+
+    # -- what outside systems report later (see outside/webhooks.py) -----------------------
+
+    def record_provider_event(self, event_id: str, provider: str, kind: str, refund_id: str,
+                              status: str | None, approval_id: str | None, note: str,
+                              data: dict[str, Any], needs_person: bool) -> bool:
+        """Record a provider's event once; False when this event id was recorded before.
+
+        In one transaction: the event's row, an audit line (``provider_failed`` when the
+        refund failed or was cancelled, else ``provider_update``), and, when ``needs_person``,
+        the ticket marked for a person (an error step on its timeline and, unless a process
+        is working on it right now, the run failed with ``note``, which the desk lists under
+        "Failed or stopped").
+        """
+        approval = None
+        with self._tx() as db:
+            if not db.execute("INSERT INTO provider_events(id, at, provider, type, refund_id,"
+                              " status, approval_id, data) VALUES (?,?,?,?,?,?,?,?)"
+                              " ON CONFLICT DO NOTHING",
+                              (event_id, time.time(), provider, kind, refund_id, status,
+                               approval_id, json.dumps(data))).rowcount:
+                return False
+            if approval_id:
+                rows = self._approvals("WHERE id = ?", (approval_id,), db)
+                approval = rows[0] if rows else None
+            run_id = approval.run_id if approval else None
+            self._audit(db, "provider_failed" if needs_person else "provider_update", provider,
+                        run_id=run_id, approval_id=approval.id if approval else None,
+                        order_id=approval.order_id if approval else None,
+                        amount=approval.amount if approval else None, note=note)
+            if needs_person and run_id:
+                self._step(db, run_id, "error", {"message": note})
+                db.execute("UPDATE runs SET status = ?, error = ?, updated_at = ?"
+                           " WHERE id = ? AND lease_token IS NULL",
+                           (RunStatus.FAILED, note, time.time(), run_id))
+            return True
+
+    def provider_events(self) -> list[dict[str, Any]]:
+        """Every provider event recorded, oldest first (for reconciling)."""
+        return [dict(r) for r in self._read(
+            "SELECT id, at, provider, type, refund_id, status, approval_id FROM provider_events"
+            " ORDER BY at, id")]
 
     # -- moving a whole store (see migrate.py) ---------------------------------------------
 

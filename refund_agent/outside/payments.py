@@ -64,7 +64,8 @@ class StandInPayments:
 
     def refund(self, key: str, quote: Quote, summary: str) -> tuple[dict[str, Any], bool]:
         """Refund what ``quote`` pays; returns (refund, reused)."""
-        return self.log.once(key, refund_request(quote, summary), lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})
+        return self.log.once(key, refund_request(quote, summary),
+                             lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})
 
     def refunds(self) -> list[dict[str, Any]]:
         return self.log.records()

@@ -177,7 +177,7 @@ class StripePayments:
         except stripe.StripeError as exc:
             raise PaymentRefused(plain_stripe_error(exc, ref, quote.order_id)) from None
         crash_point("after_provider_refund", self._crash)
-        return self._record(ref, made), False
+        return self._record(ref, made.to_dict()), False
 
     def _settle(self, ref: str, order_id: str, key: str, exc: Exception) -> dict[str, Any]:
         """The request left but no answer came: read the refund back, never send it again."""
@@ -203,20 +203,98 @@ class StripePayments:
         except stripe.StripeError as exc:
             raise PaymentRefused(plain_stripe_error(exc, ref, order_id)) from None
 
-    def list_refunds(self, ref: str) -> list[Any]:
+    def list_refunds(self, ref: str) -> list[dict[str, Any]]:
         """Every refund of payment ``ref``, newest first (all pages)."""
         page = self.client.v1.refunds.list(
             params={payment_field(ref): ref, "limit": 100})   # type: ignore[arg-type]
-        return list(page.auto_paging_iter())
+        return [refund.to_dict() for refund in page.auto_paging_iter()]
 
     def paid_cents(self, ref: str) -> int:
         """What payment ``ref`` took, in cents."""
         if ref.startswith("pi_"):
-            intent = self.client.v1.payment_intents.retrieve(ref)
+            intent = self.client.v1.payment_intents.retrieve(ref).to_dict()
             return int(intent.get("amount_received") or intent.get("amount") or 0)
-        return int(self.client.v1.charges.retrieve(ref).get("amount") or 0)
+        return int(self.client.v1.charges.retrieve(ref).to_dict().get("amount") or 0)
 
     @staticmethod
-    def _record(ref: str, refund: Any) -> dict[str, Any]:
+    def _record(ref: str, refund: dict[str, Any]) -> dict[str, Any]:
         return {"refund_id": refund["id"], "provider": "stripe", "payment": ref,
                 "status": refund.get("status")}
+
+
+# -- reconciling the ledger with Stripe's own list (audit --verify) ------------------------------
+
+def stripe_problems(records: list[dict[str, Any]], listed: dict[str, list[dict[str, Any]]],
+                    told: set[str], orders: dict[str, str]) -> list[str]:
+    """What disagrees between the agent's refund records and Stripe's refunds, one sentence each.
+
+    Args:
+        records: the ledger's refund records (those Stripe made carry ``payment``).
+        listed: Stripe's refunds of each payment the agent touched, by payment id.
+        told: the refund ids whose failure the desk recorded (provider_events).
+        orders: the order id of each payment, for the messages.
+    """
+    problems: list[str] = []
+    ours = {r.get("refund_id") for r in records}
+    for record in records:
+        payment = record.get("payment")
+        if record.get("provider") != "stripe" or payment not in listed:
+            continue
+        refund_id, want = record.get("refund_id"), record["request"]["amount_cents"]
+        found = next((r for r in listed[payment] if r.get("id") == refund_id), None)
+        if found is None:
+            problems.append(
+                f"Refund {refund_id} (approval {record['idempotency_key']}, order "
+                f"{record['request']['order_id']}, ${want / 100:,.2f}) is in the agent's records "
+                f"but Stripe does not list it on {payment}: it is missing at Stripe (another "
+                "account or mode, or the payment reference changed). Check in Stripe's dashboard.")
+        elif int(found.get("amount") or 0) != want:
+            problems.append(
+                f"Refund {refund_id} is ${int(found.get('amount') or 0) / 100:,.2f} at Stripe "
+                f"but ${want / 100:,.2f} in the agent's records.")
+        elif found.get("status") in FAILED_STATES and refund_id not in told:
+            problems.append(
+                f"Stripe reports refund {refund_id} (order {record['request']['order_id']}) "
+                f"{found.get('status')}, but the desk was never told (no webhook recorded): the "
+                "customer believes it was refunded. Check that `refund-agent webhooks` runs and "
+                "that Stripe's webhook endpoint points at it.")
+    for payment, refunds in sorted(listed.items()):
+        for refund in refunds:
+            if refund.get("id") in ours:
+                continue
+            amount = int(refund.get("amount") or 0) / 100
+            order = orders.get(payment, "?")
+            if (refund.get("metadata") or {}).get(CALL_ID):
+                why = ("it names approval "
+                       f"{refund['metadata'][CALL_ID]}, which the agent has no record of paying")
+            else:
+                why = "it carries no call id, so it was made outside the agent"
+            problems.append(
+                f"Stripe has refund {refund.get('id')} of ${amount:,.2f} on {payment} (order "
+                f"{order}) that is not in the agent's records: {why} (Stripe's dashboard, "
+                "another tool). The policy counts only refunds in the shop's data; add it "
+                "there, or reverse it.")
+    return problems
+
+
+def reconcile_stripe(payments: StripePayments, approvals: list[Any], told: set[str]
+                     ) -> list[str]:
+    """:func:`stripe_problems` for the orders the agent touched, read from Stripe now."""
+    records = [r for r in payments.refunds() if isinstance(r, dict)]
+    orders: dict[str, str] = {}
+    for record in records:
+        if record.get("payment"):
+            orders[record["payment"]] = record["request"]["order_id"]
+    for approval in approvals:
+        ref = payments.payment_ref(approval.order_id)
+        if ref:
+            orders.setdefault(ref, approval.order_id)
+    listed: dict[str, list[dict[str, Any]]] = {}
+    problems = []
+    for payment, order_id in sorted(orders.items()):
+        try:
+            listed[payment] = payments.list_refunds(payment)
+        except stripe.StripeError as exc:
+            problems.append(f"Could not read Stripe's refunds of {payment} (order {order_id}): "
+                            f"{plain_stripe_error(exc, payment, order_id)}")
+    return problems + stripe_problems(records, listed, told, orders)
