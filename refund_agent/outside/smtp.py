@@ -15,6 +15,7 @@ a duplicate is recognisable as one (mail clients and many servers drop a repeate
 
 from __future__ import annotations
 
+import email.policy
 import re
 import smtplib
 import ssl
@@ -49,7 +50,10 @@ def message_id(key: str, sender: str) -> str:
 def build_message(record: dict[str, Any], sender: str) -> EmailMessage:
     """The MIME message for an outbox record (its headers were checked to be one line each)."""
     request = record["request"]
-    message = EmailMessage()
+    # Lines up to RFC 5322's 998 characters: a long Message-ID stays on its header's line
+    # (folded, it is legal but some tools compare it raw), and the body's paragraphs go as
+    # they are.
+    message = EmailMessage(policy=email.policy.SMTP.clone(max_line_length=998))
     message["From"] = sender
     message["To"] = request["to"]
     message["Subject"] = request["subject"]
