@@ -299,7 +299,7 @@ TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
-    "sign_in_failures": "id",
+    "sign_in_failures": "id", "provider_events": "id",
 }
 
 

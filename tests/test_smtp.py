@@ -169,8 +169,9 @@ def test_a_refused_login_is_said_plainly_and_resume_sends_it_once(tmp_path, serv
     assert len(box.messages) == 1 and right.unsent() == []
 
 
-@pytest.mark.parametrize(("to", "subject"), [("maya.chen@example.com\nBcc: x@evil.example", "Hi"),
-                                             ("maya.chen@example.com", "Hi\r\nBcc: x@evil.example")])
+@pytest.mark.parametrize(("to", "subject"), [
+    ("maya.chen@example.com\nBcc: x@evil.example", "Hi"),
+    ("maya.chen@example.com", "Hi\r\nBcc: x@evil.example")])
 def test_header_injection_is_refused_before_anything_is_recorded(tmp_path, servers, to, subject):
     port, box = servers["none"]
     box.clear()
