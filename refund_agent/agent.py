@@ -23,7 +23,7 @@ from openai.types.responses import Response
 
 from .config import Settings, load_settings
 from .crash import crash_point
-from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
+from .errors import DecisionRefused, LeaseLost, PaymentUncertain, RefundAgentError, RunNotReady
 from .identity import address_problem
 from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
@@ -750,7 +750,11 @@ class Agent:
         quote = paid_quote(approval)
         crash_point("before_refund", self._crash)
         self.store.check_lease(lease)   # a process that lost the run pays nothing
-        refund, reused = self.payments.refund(approval.id, quote, approval.summary)
+        try:
+            refund, reused = self.payments.refund(approval.id, quote, approval.summary)
+        except PaymentUncertain as exc:   # a real provider's lost answer (outside/stripe.py)
+            self.store.record_uncertain(lease, approval, str(exc))
+            raise
         crash_point("after_refund", self._crash)
         audit = {"event": "reused" if reused else "issued", "actor": "payments",
                  "approval_id": approval.id, "order_id": approval.order_id,

@@ -1453,6 +1453,16 @@ class Store:
                            (RunStatus.FAILED, note, time.time(), run_id))
             return True
 
+    def record_uncertain(self, lease: Lease, approval: Approval, note: str) -> None:
+        """A refund whose request left but whose answer never came (outside/stripe.py): an
+        audit line ``uncertain`` (actor ``payments``) in the run's name, durable, so the team
+        sees that money may have moved before the run is resumed and settles it."""
+        with self._tx() as db:
+            self._fence(db, lease)
+            self._audit(db, "uncertain", "payments", run_id=lease.run_id,
+                        approval_id=approval.id, order_id=approval.order_id,
+                        amount=approval.amount, note=note)
+
     def provider_events(self) -> list[dict[str, Any]]:
         """Every provider event recorded, oldest first (for reconciling)."""
         return [dict(r) for r in self._read(

@@ -273,7 +273,7 @@ class _Dropping(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def dropping(server):
-    _Dropping.upstream = server
+    _Dropping.upstream, _Dropping.mode = server, "after"
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Dropping)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{proxy.server_port}"
@@ -302,6 +302,28 @@ def test_an_answer_that_never_came_is_uncertain_not_failed(tmp_path, server, cli
     assert payments.refunds() == [] and refunds_of(client, ref) == []
     record, reused = adapter(tmp_path, server, {ORDER: ref}).refund("run_z-call_1", quote(), "x")
     assert not reused and [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
+
+
+def test_an_uncertain_refund_is_audited_and_resume_settles_it_once(tmp_path, client, dropping):
+    """Through the agent: the uncertain refund is an audit line and the run's failure, nothing
+    is recorded as paid, and resuming (Stripe reachable again) makes exactly one refund."""
+    ref = charge(client)
+    _Dropping.mode = "before"
+    agent, run_id = _waiting_run(tmp_path, dropping, ref)
+    approval = agent.store.approvals("pending")[0]
+    agent.decide(approval.id, True, "Dana Kim")
+    with pytest.raises(PaymentUncertain):
+        agent.advance(run_id)
+    run = agent.store.run(run_id)
+    assert run.status == RunStatus.FAILED and "may or may not have been made" in run.error
+    events = [e.event for e in agent.store.audit()]
+    assert "uncertain" in events and "issued" not in events
+    assert agent.payments.refunds() == [] and refunds_of(client, ref) == []
+    _Dropping.mode = "pass"
+    assert agent.advance(run_id).status == RunStatus.DONE
+    made = refunds_of(client, ref)
+    assert len(made) == 1 and made[0]["metadata"][CALL_ID] == approval.id
+    assert reconcile(agent.store, agent.settings.output_dir) is None
 
 
 # -- errors in plain words, nothing recorded as paid ---------------------------------------------
