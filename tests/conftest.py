@@ -80,6 +80,9 @@ def _no_real_key(monkeypatch):
     """Tests must never reach Grok, whatever the developer's shell or .env holds."""
     monkeypatch.setenv("XAI_API_KEY", "")
     monkeypatch.setenv("OPENAI_API_KEY", "")
+    # Nor Stripe or a mail server: the stand-ins, unless a test points at its own servers.
+    monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "")
+    monkeypatch.setenv("REFUND_AGENT_EMAIL", "")
     monkeypatch.delenv("REFUND_AGENT_PROVIDER", raising=False)
     monkeypatch.delenv("REFUND_AGENT_OFFLINE_DIALECT", raising=False)
     for name in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "REFUND_AGENT_OFFLINE_FAULTS",

@@ -222,3 +222,38 @@ def test_a_crash_around_the_send_loses_no_email_and_is_never_silent(tmp_path, se
     else:
         assert twice == []
         assert run_cli(out, "audit", "--verify", **env).returncode == 0
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({"REFUND_AGENT_EMAIL": "smtp"}, "REFUND_AGENT_EMAIL=smtp needs SMTP_HOST"),
+    ({"REFUND_AGENT_EMAIL": "pigeon"}, "REFUND_AGENT_EMAIL must be stand-in or smtp"),
+    ({"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "h", "SMTP_SECURITY": "ssl"},
+     "SMTP_SECURITY must be starttls, tls or none"),
+    ({"SMTP_PORT": "99999"}, "SMTP_PORT must be a port number"),
+    ({"REFUND_AGENT_PAYMENTS": "stripe"}, "REFUND_AGENT_PAYMENTS=stripe needs STRIPE_API_KEY"),
+    ({"REFUND_AGENT_PAYMENTS": "paypal"}, "REFUND_AGENT_PAYMENTS must be stand-in or stripe"),
+])
+def test_outside_settings_refused_in_one_line(monkeypatch, env, words):
+    from refund_agent.config import load_settings
+    from refund_agent.errors import ConfigError
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=words) as caught:
+        load_settings()
+    assert "\n" not in str(caught.value)
+
+
+def test_the_secrets_stay_out_of_the_settings_repr(monkeypatch):
+    from refund_agent.config import load_settings
+    monkeypatch.setenv("REFUND_AGENT_EMAIL", "smtp")
+    monkeypatch.setenv("SMTP_HOST", "smtp.example.com")
+    monkeypatch.setenv("SMTP_PASSWORD", "hunter2-smtp")
+    monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "stripe")
+    monkeypatch.setenv("STRIPE_API_KEY", "sk_live_hunter2")
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_hunter2")
+    settings = load_settings()
+    assert settings.outside.port == 587 and settings.outside.smtp_password == "hunter2-smtp"
+    shown = repr(settings)
+    assert "hunter2" not in shown and "smtp.example.com" in shown
