@@ -27,7 +27,11 @@ class Payments:
     def refund(self, key: str, quote: Quote, summary: str) -> tuple[dict[str, Any], bool]:
         """Refund what ``quote`` pays; returns (refund, reused)."""
         request = {"order_id": quote.order_id, "amount_cents": quote.total_cents,
-                   "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents}
+                   # Units only where the refund counted them (schema 8 on), so a refund
+                   # approved before then asks for exactly what it asked for then.
+                   "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
+                              **({"units": q.units, "of_units": q.quantity}
+                                 if q.units is not None else {})}
                              for q in quote.lines],
                    "reason": summary}
         return self.log.once(key, request, lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})
