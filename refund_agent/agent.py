@@ -731,7 +731,8 @@ class Agent:
         lines = [{"line": line.line, "item": line.name, "reason": line.reason,
                   "amount": line.amount,
                   **({"units": line.units, "of_units": line.quantity}
-                     if line.units is not None else {})} for line in approval.lines]
+                     if line.units is not None and (line.quantity or 1) > 1 else {})}
+                 for line in approval.lines]
         if approval.status == "rejected":
             return ({"status": "rejected", "rejected_by": approval.decided_by,
                      "note": approval.note or "", "lines": lines}, [], None)
@@ -756,7 +757,8 @@ class Agent:
                  "approval_id": approval.id, "order_id": approval.order_id,
                  "amount": approval.amount, "note": refund["refund_id"],
                  "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
-                            **({"units": q.units} if q.units is not None else {})}
+                            **({"units": q.units}
+                               if q.units is not None and (q.quantity or 1) > 1 else {})}
                            for q in quote.lines]}
         output = {"status": "refunded", "refund_id": refund["refund_id"],
                   "amount": approval.amount, "approved_by": approval.decided_by,

@@ -31,7 +31,7 @@ class Payments:
                    # approved before then asks for exactly what it asked for then.
                    "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
                               **({"units": q.units, "of_units": q.quantity}
-                                 if q.units is not None else {})}
+                                 if q.units is not None and (q.quantity or 1) > 1 else {})}
                              for q in quote.lines],
                    "reason": summary}
         return self.log.once(key, request, lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})

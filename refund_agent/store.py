@@ -1768,7 +1768,8 @@ def _audit_lines(lines: Any) -> list[dict[str, Any]]:
         data = line if isinstance(line, dict) else line.model_dump()
         entry = {"line": data["line"], "reason": data["reason"],
                  "amount_cents": data["amount_cents"]}
-        if data.get("units") is not None:   # recorded from schema 8 on (None: the whole line)
+        # Units of a line that has several (from schema 8 on); a line of one is all or none.
+        if data.get("units") is not None and (data.get("quantity") or 2) > 1:
             entry["units"] = data["units"]
         out.append(entry)
     return out
