@@ -109,7 +109,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "window, each line's status and what it refunds as damaged or for a change of mind.",
          CheckRefundPolicy),
     Tool("issue_refund", "Propose a refund of some order lines, each with its reason and how "
-         "many of its units (null: all that remain). The amount is computed by the policy. A person must approve it first, and may approve "
+         "many of its units (null: all that remain). The amount is computed by the policy. A "
+         "person must approve it first, and may approve "
          "only some lines; the output says what was refunded, declined or rejected, with the "
          "reviewer's note.", IssueRefund),
     Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage),

@@ -233,7 +233,8 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
 
     The pricing is forced to ignore the lines other refunds hold (as if the check inside the
     proposal's transaction had been skipped). The store's trigger on held units (a line's
-    held units never past its quantity; schema 8) still refuses the second reservation, the whole transaction rolls back, and no money moves.
+    held units never past its quantity; schema 8) still refuses the second reservation, the
+    whole transaction rolls back, and no money moves.
     (This replaces a check repeated right before paying: approved lines stay held until paid,
     so nothing in the store can take them in between.)
     """

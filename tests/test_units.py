@@ -9,7 +9,6 @@ store from schema 7 reads its refunded lines as all their units. The money state
 from __future__ import annotations
 
 import sqlite3
-from datetime import date
 from pathlib import Path
 
 import pytest

@@ -756,7 +756,8 @@ def unused_condition(policy: str) -> str:
 
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "a single": 1, "single": 1, "a couple of": 2}
-_COUNT = r"(?:a single|a couple of|one|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}|both|all)"
+_COUNT = (r"(?:a single|a couple of|one|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}"
+          r"|both|all)")
 # "one of the four tumblers", "two tumblers", "one pair of the socks", "all three tea towels":
 # a count right before the item's name, with at most "(pair of) (of the) (four)" between.
 _COUNT_BEFORE = re.compile(
@@ -768,8 +769,8 @@ _COUNT_OF = re.compile(rf"\b({_COUNT})\s+of\s+(?:the|my|your|those|these)\b", re
 # "Tea towels: one has a stain", "the tumblers - two arrived chipped", "...and one arrived
 # cracked": a count right after the name, before what it says of them.
 _COUNT_AFTER = re.compile(
-    rf"^\s*(?::|-|\u2013|\u2014|,|\band\b|\bbut\b|\bof which\b)+\s*({_COUNT})\b(?!\s+of\s+(?:the|my)\b"
-    rf"\s+other)", re.I)
+    rf"^\s*(?::|-|\u2013|\u2014|,|\band\b|\bbut\b|\bof which\b)+\s*({_COUNT})\b"
+    rf"(?!\s+of\s+(?:the|my)\b\s+other)", re.I)
 
 
 def _count_value(word: str | None, quantity: int) -> int | None:
