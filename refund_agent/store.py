@@ -108,8 +108,8 @@ _PG_STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE calls ADD COLUMN key TEXT", "ALTER TABLE calls ADD COLUMN order_id TEXT",
         "ALTER TABLE calls ADD PRIMARY KEY (run_id, response_id, seq)"),
     8: ("DROP INDEX IF EXISTS lines_held_once",
-        "ALTER TABLE approval_lines ADD COLUMN units BIGINT",
-        "ALTER TABLE approval_lines ADD COLUMN quantity BIGINT"),
+        "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS units BIGINT",
+        "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS quantity BIGINT"),
 }
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
@@ -381,6 +381,12 @@ class Store:
             return
         steps = "".join(step for number, step in sorted(_STEPS.items())
                         if version and version < number)
+        if version and version < 8:
+            # Step 8 adds its columns only to a table that exists without them (stores from
+            # 1 and 2 get approval_lines whole from _SCHEMA).
+            columns = {row[1] for row in self._read("PRAGMA table_info(approval_lines)")}
+            if not columns or "units" in columns:
+                steps = steps.replace(_STEPS[8], "DROP INDEX IF EXISTS lines_held_once; ")
         if version in (1, 2):
             count = self._read("SELECT COUNT(*) FROM approvals")[0][0]
             if count:
