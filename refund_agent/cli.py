@@ -151,9 +151,9 @@ def _line(line: dict) -> str:
     """One refund line: sku, reason and amount (audit lines carry cents)."""
     cents = line.get("amount_cents")
     amount = cents / 100 if cents is not None else line.get("amount", 0)
-    units = line.get("units")
-    count = (f" x{units}" + (f" of {line['quantity']}" if line.get("quantity") else "")
-             if units is not None and line.get("quantity") != 1 else "")
+    units, of = line.get("units"), line.get("quantity") or line.get("of_units")
+    count = (f" x{units}" + (f" of {of}" if of else "")
+             if units is not None and of != 1 else "")
     return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}{count}"
 
 

@@ -1777,5 +1777,7 @@ def _audit_lines(lines: Any) -> list[dict[str, Any]]:
         # Units of a line that has several (from schema 8 on); a line of one is all or none.
         if data.get("units") is not None and (data.get("quantity") or 2) > 1:
             entry["units"] = data["units"]
+            if data.get("quantity"):
+                entry["of_units"] = data["quantity"]
         out.append(entry)
     return out

@@ -8,10 +8,12 @@ store from schema 7 reads its refunded lines as all their units. The money state
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from refund_agent import Agent, Settings
 from refund_agent.cli import only_lines
@@ -185,3 +187,23 @@ def test_a_schema_7_store_reads_a_refunded_line_as_all_its_units(tmp_path: Path,
             " amount_cents, allowed_cents, fee_cents, held, units, quantity) VALUES ('new',"
             " 'RT20602', 0, 'GT-DW-350', 'T', 'damaged', 1450, 1450, 0, 1, 1, 4)")
     store.close()
+
+
+def test_the_terminal_approves_fewer_units_with_only_sku_colon_n(tmp_path: Path):
+    out, shop = tmp_path / "out", {"REFUND_AGENT_DATA": str(CORPUS_SHOP)}
+    sent = run_cli(out, "send", "Two of the four tumblers in RT20602 arrived cracked. The tray "
+                   "is fine.", "--from", DANIEL, **shop)
+    assert sent.returncode == 0, sent.stderr
+    assert f"{TUMBLERS}    damaged       $29.00 x2 of 4" in sent.stdout
+    bad = run_cli(out, "approve", "--as", "Dana", "--only", f"{TUMBLERS}:3", **shop)
+    assert bad.returncode != 0 and "approve 1 to 2 of them" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stderr
+    approved = run_cli(out, "approve", "--as", "Dana", "--only", f"{TUMBLERS}:1",
+                       "--note", "One crack in the photo.", **shop)
+    assert approved.returncode == 0, approved.stderr
+    assert "Approved $14.50 for RT20602" in approved.stdout
+    assert f"{TUMBLERS} x1 of 4 approved" in approved.stdout
+    (refund,) = [json.loads(x) for x in (out / "refunds.log").read_text().splitlines()]
+    assert refund["request"]["lines"] == [{"line": TUMBLERS, "reason": "damaged",
+                                           "amount_cents": 1450, "units": 1, "of_units": 4}]
+    assert run_cli(out, "audit", "--verify", **shop).returncode == 0
