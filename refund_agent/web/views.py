@@ -254,7 +254,8 @@ def cents_to_money(cents: Any) -> str:
 
 
 def line_text(line: Mapping[str, Any]) -> str:
-    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00``.
+    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00`` (``x1 of 4`` after it
+    for some units of a line of several).
 
     Takes the shapes the steps and the audit log record: ``amount_cents`` (approvals, audit),
     ``amount`` in dollars (refunds), or no amount at all (a refused request).
@@ -263,8 +264,11 @@ def line_text(line: Mapping[str, Any]) -> str:
         amount = cents_to_money(line["amount_cents"])
     else:
         amount = money(line.get("amount")) if isinstance(line.get("amount"), int | float) else ""
-    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount)
-                    if part)
+    units, of = line.get("units"), line.get("of_units")
+    count = (f"x{units}" + (f" of {of}" if isinstance(of, int) else "")
+             if isinstance(units, int) and of != 1 else "")
+    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount,
+                                           count) if part)
 
 
 def lines_text(lines: Iterable[Mapping[str, Any]] | None) -> str:
