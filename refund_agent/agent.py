@@ -21,6 +21,7 @@ import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream
 import openai
 from openai.types.responses import Response
 
+from .approving import unit_problem
 from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import DecisionRefused, LeaseLost, PaymentUncertain, RefundAgentError, RunNotReady
@@ -28,7 +29,7 @@ from .identity import address_problem
 from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
 from .outside import open_email, open_payments, with_signature
-from .policy import SHIPPING, Held, Quote, QuotedLine, policy_facts, quote_refund
+from .policy import SHIPPING, Quote, QuotedLine, policy_facts, quote_refund
 from .prompts import system_prompt
 from .providers import ProviderError, effort_for, estimate_cost_ticks, needs_include
 from .shop import Shop
@@ -245,7 +246,8 @@ def paid_quote(approval: Approval) -> Quote:
     return Quote(order_id=approval.order_id, lines=[
         QuotedLine(line=line.line, name=line.name, reason=line.reason,
                    amount_cents=line.amount_cents, allowed_cents=line.allowed_cents,
-                   fee_cents=line.fee_cents) for line in approval.kept])
+                   fee_cents=line.fee_cents, units=line.units, quantity=line.quantity)
+        for line in approval.kept])
 
 
 class Agent:
@@ -723,15 +725,20 @@ class Agent:
                 price=lambda held: tools.quote(args, held))
             if isinstance(queued, str):
                 audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
-                         "note": queued, "lines": [{"line": line, "reason": reason}
-                                                   for line, reason in args.requested()]}
+                         "note": queued, "lines": [
+                             {"line": line, "reason": reason,
+                              **({"units": units} if units is not None else {})}
+                             for line, reason, units in args.requested()]}
                 return {"error": queued}, [], audit
             crash_point("after_approval_queued", self._crash)
             raise _Pause
         if approval.status == "pending":
             raise _Pause
         lines = [{"line": line.line, "item": line.name, "reason": line.reason,
-                  "amount": line.amount} for line in approval.lines]
+                  "amount": line.amount,
+                  **({"units": line.units, "of_units": line.quantity}
+                     if line.units is not None and (line.quantity or 1) > 1 else {})}
+                 for line in approval.lines]
         if approval.status == "rejected":
             return ({"status": "rejected", "rejected_by": approval.decided_by,
                      "note": approval.note or "", "lines": lines}, [], None)
@@ -759,7 +766,9 @@ class Agent:
         audit = {"event": "reused" if reused else "issued", "actor": "payments",
                  "approval_id": approval.id, "order_id": approval.order_id,
                  "amount": approval.amount, "note": refund["refund_id"],
-                 "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents}
+                 "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
+                            **({"units": q.units}
+                               if q.units is not None and (q.quantity or 1) > 1 else {})}
                            for q in quote.lines]}
         output = {"status": "refunded", "refund_id": refund["refund_id"],
                   "amount": approval.amount, "approved_by": approval.decided_by,
@@ -786,12 +795,16 @@ class Agent:
     # -- people ---------------------------------------------------------------------------
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None, limit_cents: int | None = None) -> Approval:
+               keep: list[str] | None = None, limit_cents: int | None = None,
+               units: Mapping[str, int] | None = None) -> Approval:
         """Record a person's decision. The run continues on the next :meth:`advance`.
 
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined.
                 None keeps every proposed line.
+            units: for kept lines, fewer units than proposed (sku -> units, 1 up to what the
+                proposal named); the refund is priced again for them, and the limit checked
+                on that price. Lines not named keep their proposed units.
             limit_cents: the most ``by`` may approve on the order, in all (an approver's
                 limit, see accounts.py): this decision plus what ``by`` approved on the order
                 before, on any ticket. None for no limit. Checked inside the decision's
@@ -814,8 +827,14 @@ class Agent:
             raise DecisionRefused("A rejection needs a note; the agent uses it to explain the "
                                   "decision to the customer.")
         # The policy is re-checked inside the decision's transaction (see Store.decide).
+        lowered = dict(units or {})
+
+        def requote(approval: Approval, kept: list[str], held: Mapping[str, Any]
+                    ) -> Quote | str:
+            return self._requote(approval, kept, held, lowered)
+
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
-                                    requote=self._requote if approve else None,
+                                    requote=requote if approve else None,
                                     limit_cents=limit_cents if approve else None)
         crash_point("after_decision", self._crash)
         return decided
@@ -849,37 +868,44 @@ class Agent:
         """
         return self.store.expire(self.settings.approval_days * 86400)
 
-    def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held]
-                 ) -> Quote | str:
+    def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Any],
+                 units: Mapping[str, int] | None = None) -> Quote | str:
         """What approving these lines of ``approval`` pays today, or why it may not.
 
-        Its age does not matter: a run whose stored response expired meanwhile continues from
-        its transcript (see :meth:`_turn`).
+        Each kept line is priced for the units the proposal named, or fewer when ``units``
+        lowers them (never more: an approver can only take away). Its age does not matter: a
+        run whose stored response expired meanwhile continues from its transcript (see
+        :meth:`_turn`).
         """
         order = self._tools(self.store.run(approval.run_id)).owned_order(approval.order_id)
         if isinstance(order, str):
             return order
-        reasons = {line.line: line.reason for line in approval.item_lines}
+        proposed = {line.line: line for line in approval.item_lines}
+        lowered = unit_problem(proposed, order, kept, units or {})
+        if isinstance(lowered, str):
+            return lowered
         shipping = any(line.reason == "shipping" for line in approval.lines)
-        requested = [(line, reasons[line]) for line in kept]
+        requested = [(line, proposed[line].reason, lowered[line]) for line in kept]
         if not approval.item_lines and shipping:
             # The shipping alone, owed after every item was refunded as damaged: priced again
             # as it was proposed (SHIPPING named on its own, see quote_refund).
-            requested = [(SHIPPING, "damaged")]
+            requested = [(SHIPPING, "damaged", None)]
         return quote_refund(order, self.shop.terms, requested, held, self.shop.today,
                             shipping=shipping)
 
-    def quote_kept(self, approval: Approval, keep: list[str] | None = None) -> Quote | str:
+    def quote_kept(self, approval: Approval, keep: list[str] | None = None,
+                   units: Mapping[str, int] | None = None) -> Quote | str:
         """What approving these lines (all when None) would pay now, or why it would be refused.
 
-        The same pricing the decision runs inside its transaction, for the approver's card.
+        The same pricing the decision runs inside its transaction, for the approver's card;
+        ``units`` lowers kept lines' units as :meth:`decide` does.
         """
         keep = [line.line for line in approval.item_lines] if keep is None else keep
         unknown = set(keep) - {line.line for line in approval.item_lines}
         if unknown or (not keep and approval.item_lines):
             return "keep at least one of the proposed lines, and only those."
         held = self.store.held_lines(approval.order_id, except_id=approval.id)
-        return self._requote(approval, keep, held)
+        return self._requote(approval, keep, held, units)
 
     def approval_problem(self, approval: Approval) -> str | None:
         """Why approving this refund in full now would be refused, or None."""

@@ -10,10 +10,11 @@ another line's removal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .models import ApprovalLine
 from .policy import Quote
+from .shop import Order
 
 
 def _dollars(cents: int) -> str:
@@ -55,3 +56,33 @@ def overpaid_line(proposed: Sequence[ApprovalLine], quote: Quote) -> str | None:
             return (f"{q.name} ({q.line}) now pays {_dollars(q.amount_cents)}, more than the "
                     f"{_dollars(before)} its card showed; ask the agent to propose again.")
     return None
+
+
+def unit_problem(proposed: Mapping[str, ApprovalLine], order: Order, kept: Sequence[str],
+                 lowered: Mapping[str, int]) -> dict[str, int | None] | str:
+    """The units each kept line is approved for, or why the approver's units are refused.
+
+    ``proposed`` are the approval's item lines by sku; ``lowered`` the units an approver set
+    (sku -> units). An approver may only take away: 1 up to the units proposed (a line
+    proposed before units were counted had all of them). A kept line not in ``lowered``
+    keeps its proposed units (None: all the line's units, for rows from before schema 8).
+    """
+    strangers = sorted(set(lowered) - set(kept))
+    if strangers:
+        return (f"units were given for {', '.join(strangers)}, which is not a kept line of "
+                "this refund.")
+    out: dict[str, int | None] = {}
+    for sku in kept:
+        line = proposed.get(sku)
+        units = line.units if line is not None else None
+        if sku in lowered:
+            item = order.item(sku)
+            most = units if units is not None else (item.quantity if item else 1)
+            wanted = lowered[sku]
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= most:
+                name = line.name if line is not None else sku
+                return (f"{name} ({sku}) was proposed for {most} unit{'s' if most != 1 else ''}"
+                        f"; approve 1 to {most} of them, or untick the line.")
+            units = wanted
+        out[sku] = units
+    return out

@@ -44,6 +44,7 @@ examples:
   refund-agent                              the damaged-item sample, up to the approval
   refund-agent approve --as "Dana Kim"      approve it in a new process and finish the run
   refund-agent approve --only SKU --note "The mugs were used"   approve some lines only
+  refund-agent approve --only GLS-4:1                  approve 1 unit of a line (SKU:N)
   refund-agent reject --note "Used item"    reject it instead
   refund-agent ask "Could you send a photo of the damage?"   ask the customer first
   refund-agent expire                       expire refunds older than 7 days (for cron)
@@ -151,7 +152,10 @@ def _line(line: dict) -> str:
     """One refund line: sku, reason and amount (audit lines carry cents)."""
     cents = line.get("amount_cents")
     amount = cents / 100 if cents is not None else line.get("amount", 0)
-    return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}"
+    units, of = line.get("units"), line.get("quantity") or line.get("of_units")
+    count = (f" x{units}" + (f" of {of}" if of else "")
+             if units is not None and of != 1 else "")
+    return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}{count}"
 
 
 def _quote(text: str, prefix: str) -> str:
@@ -262,18 +266,51 @@ def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
     by, limit_cents = _signer(agent, args.by)  # before anything is looked at or changed
     approval = _waiting(agent, args.id)
+    keep, units = only_lines(getattr(args, "only", None))
     try:
         decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
-                               keep=getattr(args, "only", None), limit_cents=limit_cents)
+                               keep=keep, limit_cents=limit_cents, units=units)
     except AlreadyDecided as exc:
         if not _repeated(exc, "approved" if approve else "rejected"):
             raise
         return _already_yours(agent, exc)
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
-          + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
+          + ", ".join(f"{line.line}{_units(line)} {line.decision}" for line in decided.lines)
           + f". Continuing run {decided.run_id}.")
     return _drive(agent, decided.run_id, printer)
+
+
+def only_lines(values: list[str] | None) -> tuple[list[str] | None, dict[str, int]]:
+    """``--only`` as the lines to keep and the units lowered: each value ``SKU`` or ``SKU:N``.
+
+    Raises:
+        DecisionRefused: a value whose units are not a whole number of at least 1, or a line
+            named twice (nothing is decided then).
+    """
+    if values is None:
+        return None, {}
+    keep: list[str] = []
+    units: dict[str, int] = {}
+    for value in values:
+        sku, colon, count = value.strip().rpartition(":") if ":" in value else (value, "", "")
+        sku = sku.strip()
+        if colon and not (count.strip().isdigit() and int(count) >= 1):
+            raise DecisionRefused(f"--only {value}: write SKU or SKU:N, N a whole number of "
+                                  "units of at least 1.")
+        if sku in keep:
+            raise DecisionRefused(f"--only names {sku} twice; name each line once.")
+        keep.append(sku)
+        if colon:
+            units[sku] = int(count)
+    return keep, units
+
+
+def _units(line: Any) -> str:
+    """' x1 of 4' for a line refunding some of its units, '' otherwise."""
+    if line.units is None or line.quantity is None or line.quantity == 1:
+        return ""
+    return f" x{line.units} of {line.quantity}"
 
 
 def _repeated(exc: AlreadyDecided, status: str) -> bool:
@@ -454,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--id", help="the approval id (needed when more than one is waiting)")
         if name == "approve":
             p.add_argument("--only", nargs="+", metavar="LINE",
-                           help="approve only these lines (skus); the others are declined")
+                           help="approve only these lines (SKU), or fewer of a line's units "
+                                "(SKU:N); the others are declined")
             p.add_argument("--note", help="a note for the agent, e.g. why a line was declined")
         if name == "reject":
             p.add_argument("--note", required=True, help="why; the customer hears it")

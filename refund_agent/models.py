@@ -94,6 +94,9 @@ class ApprovalLine(BaseModel):
     fee_cents: int
     decision: str | None  # approved, declined (unticked), rejected, asked, expired; None
                           # while pending
+    units: int | None = None     # how many of the line's units it refunds; None: all of them
+                                 # (rows from before schema 8) or shipping
+    quantity: int | None = None  # how many units the line has, when the refund was proposed
 
     @property
     def amount(self) -> float:

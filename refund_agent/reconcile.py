@@ -387,6 +387,7 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
     keys: dict[str, int] = {}
     ids: dict[str, int] = {}
     lines: dict[tuple[str, str], int] = {}
+    parts: dict[tuple[str, str], int | None] = {}   # units paid so far (None: the whole line)
     for e in refunds:
         where = e.where
         if e.key in keys:
@@ -397,9 +398,18 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
                    f"{ids[e.record['refund_id']]}: the record was forged.")
         for x in e.request["lines"]:
             paid = (e.request["order_id"], x["line"])
-            if paid in lines:
+            # A record with units pays part of a line (x units of of_units); one without pays
+            # all of it. Parts may add up over several records, never past the line.
+            units, of = x.get("units"), x.get("of_units")
+            part = _is_int(units) and _is_int(of) and 1 <= units <= of
+            before = parts.get(paid)
+            if paid in lines and not (part and before is not None
+                                      and before + units <= of):
                 yield (f"{where} pays {x['line']} on order {paid[0]} again (line {lines[paid]} "
-                       "paid it already): a line is refunded once, so a record was forged.")
+                       "paid it already): a line is refunded at most once in full (or in parts "
+                       "up to its units), so a record was forged.")
+            parts[paid] = (before or 0) + units if part and (before is not None
+                                                             or paid not in lines) else None
             lines.setdefault(paid, e.number)
         keys.setdefault(e.key, e.number)
         ids.setdefault(e.record["refund_id"], e.number)

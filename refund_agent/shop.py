@@ -106,6 +106,7 @@ class RefundedLine(_Data):
     line: str
     reason: Reason | Literal["shipping"]
     amount: Dollars | None = None  # what was paid for it; None means the whole line
+    units: int | None = Field(default=None, ge=1)  # how many units; None means all of them
 
 
 class PastRefund(_Data):
@@ -146,8 +147,14 @@ class Order(_Data):
         unknown = set(refunded) - set(skus) - {"SHIPPING"}
         if unknown:
             raise ValueError(f"an earlier refund names lines it does not have: {sorted(unknown)}")
-        if len(set(refunded)) != len(refunded):
-            raise ValueError("earlier refunds refund a line twice")
+        for sku in set(refunded):
+            item = self.item(sku)
+            quantity = item.quantity if item is not None else 1
+            units = [(r.units or quantity) if item is not None else 1
+                     for p in self.refunds for r in p.lines if r.line == sku]
+            if sum(units) > quantity:
+                raise ValueError(f"earlier refunds refund {sku} more than its quantity "
+                                 f"({quantity}) or twice")
         return self
 
     def item(self, line: str) -> Item | None:

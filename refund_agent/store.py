@@ -73,6 +73,11 @@ SCHEMA_HISTORY: dict[int, str] = {
        "moved says where (store_moved) and refuses writes.",
     7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
        "throttle is shared by every process and survives a restart (a new table only).",
+    8: "Units: approval_lines say how many of the line's units they refund (units) out of how "
+       "many it has (quantity); both NULL on rows from before, which refunded whole lines and "
+       "so read as all units. A line may now be held by several refunds, so the unique index "
+       "lines_held_once gives way to a trigger that refuses holding more units than the line "
+       "has (on SQLite; the code checks the same under the order's lock on both engines).",
     10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
         "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
         "once and reconcile knows which failed refunds the desk was told of (a new table).",
@@ -95,12 +100,19 @@ _STEPS: dict[int, str] = {
     # _calls_v6, in the same transaction, reading each call's order id without the database.
     6: "DROP INDEX IF EXISTS calls_by_response; DROP INDEX IF EXISTS calls_by_run; "
        "ALTER TABLE calls RENAME TO calls_v5;",
+    # Old rows keep NULL units: a line refunded before units were counted is all its units.
+    8: "DROP INDEX IF EXISTS lines_held_once; "
+       "ALTER TABLE approval_lines ADD COLUMN units INTEGER; "
+       "ALTER TABLE approval_lines ADD COLUMN quantity INTEGER;",
 }
 # The same step on PostgreSQL, whose tables can change their key in place.
 _PG_STEPS: dict[int, tuple[str, ...]] = {
     6: ("ALTER TABLE calls DROP CONSTRAINT calls_pkey",
         "ALTER TABLE calls ADD COLUMN key TEXT", "ALTER TABLE calls ADD COLUMN order_id TEXT",
         "ALTER TABLE calls ADD PRIMARY KEY (run_id, response_id, seq)"),
+    8: ("DROP INDEX IF EXISTS lines_held_once",
+        "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS units BIGINT",
+        "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS quantity BIGINT"),
 }
 GENESIS_HASH = "0" * 64
 # A lease whose holder stopped renewing it for this long is treated as abandoned, even if a
@@ -194,17 +206,17 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
 CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id);
 CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
--- The ledger's unit: one row per order line of a proposed refund. A line that is pending or
--- approved is held; the partial unique index makes "each line held by at most one refund"
--- a property of the database, not only of the code that checks it first.
+-- The ledger: one row per order line of a proposed refund, with how many of the line's units
+-- it refunds (units, of quantity; NULL on rows from before schema 8: all the line's units). A
+-- row that is pending or approved is held; several refunds may hold one line, never more
+-- units than it has (the code checks under the order's lock; on SQLite a trigger as well).
 CREATE TABLE IF NOT EXISTS approval_lines (
     approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
     allowed_cents INTEGER NOT NULL, fee_cents INTEGER NOT NULL, held INTEGER NOT NULL,
-    decision TEXT, PRIMARY KEY (approval_id, line)
+    decision TEXT, units INTEGER, quantity INTEGER, PRIMARY KEY (approval_id, line)
 );
-CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
-    WHERE held = 1;
+CREATE INDEX IF NOT EXISTS lines_held ON approval_lines(order_id, line) WHERE held = 1;
 -- The run's transcript: each request's new input items, then its response's output items exactly
 -- as they arrived (reasoning with its encrypted_content), in order. Replayed as one input list it
 -- is the conversation the model saw, which is what a request without previous_response_id needs.
@@ -261,6 +273,23 @@ CREATE TABLE IF NOT EXISTS store_moved (
 );
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
+"""
+
+# The database's own last guard on units (SQLite; its body's semicolons keep it out of _SCHEMA,
+# which pg_schema splits on them): a held row may not bring a line's held units past its
+# quantity. A row without units (before schema 8, or shipping) holds the whole line, so
+# nothing else may hold that line beside it.
+_UNITS_GUARD = """
+CREATE TRIGGER IF NOT EXISTS units_held_within_quantity
+BEFORE INSERT ON approval_lines WHEN NEW.held = 1
+BEGIN
+    SELECT RAISE(ABORT, 'units held beyond the line quantity in approval_lines')
+    WHERE (SELECT COUNT(*) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1 AND (units IS NULL OR NEW.units IS NULL)) > 0
+       OR COALESCE((SELECT SUM(units) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1), 0) + COALESCE(NEW.units, 0)
+          > COALESCE(NEW.quantity, 1);
+END;
 """
 
 _AUDIT_FIELDS = ("at", "event", "actor", "pid", "run_id", "approval_id", "order_id", "amount",
@@ -361,6 +390,12 @@ class Store:
             return
         steps = "".join(step for number, step in sorted(_STEPS.items())
                         if version and version < number)
+        if version and version < 8:
+            # Step 8 adds its columns only to a table that exists without them (stores from
+            # 1 and 2 get approval_lines whole from _SCHEMA).
+            columns = {row[1] for row in self._read("PRAGMA table_info(approval_lines)")}
+            if not columns or "units" in columns:
+                steps = steps.replace(_STEPS[8], "DROP INDEX IF EXISTS lines_held_once; ")
         if version in (1, 2):
             count = self._read("SELECT COUNT(*) FROM approvals")[0][0]
             if count:
@@ -372,7 +407,7 @@ class Store:
                     "output-old`) to start afresh; nothing in it was changed.")
             # No money was ever proposed there: the runs, replies and audit carry over as they
             # are, and the empty approvals table is made again with its new columns (step 3).
-        script = steps + _SCHEMA
+        script = steps + _SCHEMA + _UNITS_GUARD
         db = self._db()
         try:  # executescript commits on its own, so the schema gets its own transaction
             db.executescript(f"BEGIN IMMEDIATE; {script}")
@@ -1028,9 +1063,10 @@ class Store:
             for seq, q in enumerate(quote.lines):
                 db.execute(
                     "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
-                    " amount_cents, allowed_cents, fee_cents, held) VALUES (?,?,?,?,?,?,?,?,?,1)",
+                    " amount_cents, allowed_cents, fee_cents, held, units, quantity)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,1,?,?)",
                     (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
-                     q.allowed_cents, q.fee_cents))
+                     q.allowed_cents, q.fee_cents, q.units, q.quantity))
             lines = _audit_lines(quote.lines)
             self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
@@ -1042,24 +1078,32 @@ class Store:
         return self.approval(approval_id)
 
     def _held(self, db: Any, order_id: str, except_id: str | None = None,
-              lock: bool = True) -> dict[str, Held]:
-        """The lines of an order that refunds hold: approved ones as refunded, pending ones.
+              lock: bool = True) -> dict[str, list[Held]]:
+        """The units of an order that refunds hold, by line: approved ones as refunded, pending.
 
-        ``lock`` (inside a write transaction) keeps other transactions from reserving lines
-        of this order until this one commits.
+        A line may be held by several refunds (one glass refunded, another waiting), so each
+        line maps to its holds, oldest first; a row without units (from before schema 8)
+        holds all the line's units. ``lock`` (inside a write transaction) keeps other
+        transactions from reserving units of this order until this one commits.
         """
         if lock:
             self.dialect.lock_order(db, order_id)
         rows = db.execute(
-            "SELECT l.line, l.reason, l.amount_cents, l.approval_id, a.status FROM approval_lines l"
-            " JOIN approvals a ON a.id = l.approval_id WHERE l.order_id = ? AND l.held = 1",
+            "SELECT l.line, l.reason, l.amount_cents, l.units, l.approval_id, a.status"
+            " FROM approval_lines l JOIN approvals a ON a.id = l.approval_id"
+            " WHERE l.order_id = ? AND l.held = 1 ORDER BY a.requested_at, l.approval_id",
             (order_id,)).fetchall()
-        return {r["line"]: Held(r["reason"], "refunded" if r["status"] == "approved" else
-                                "pending", f"approval {r['approval_id']}", r["amount_cents"])
-                for r in rows if r["approval_id"] != except_id}
+        held: dict[str, list[Held]] = {}
+        for r in rows:
+            if r["approval_id"] != except_id:
+                held.setdefault(r["line"], []).append(Held(
+                    r["reason"], "refunded" if r["status"] == "approved" else "pending",
+                    f"approval {r['approval_id']}", r["amount_cents"], r["units"]))
+        return held
 
-    def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
-        """The lines of an order held by refunds in this store (made, approved or pending)."""
+    def held_lines(self, order_id: str, except_id: str | None = None
+                   ) -> dict[str, list[Held]]:
+        """The units of an order held by refunds in this store (made, approved or pending)."""
         try:
             return self._held(self._db(), order_id, except_id, lock=False)
         except DB_ERRORS as exc:
@@ -1262,10 +1306,14 @@ class Store:
             return DecisionRefused(f"Cannot approve: {reason}")
         for line in approval.lines:
             if line.line in amounts:
+                # Units only ever go down here (the approver lowered them; the re-quote
+                # refuses more than proposed), so the row still fits inside its line.
+                kept_units = getattr(amounts[line.line], "units", None)
                 db.execute("UPDATE approval_lines SET decision = 'approved', amount_cents = ?,"
-                           " fee_cents = ? WHERE approval_id = ? AND line = ?",
+                           " fee_cents = ?, units = COALESCE(?, units)"
+                           " WHERE approval_id = ? AND line = ?",
                            (amounts[line.line].amount_cents, amounts[line.line].fee_cents,
-                            approval.id, line.line))
+                            kept_units, approval.id, line.line))
             else:
                 db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
                            " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
@@ -1275,7 +1323,14 @@ class Store:
         if declined:
             edit = (f"Approved {len(amounts)} of {len(approval.lines)} lines; declined "
                     + ", ".join(f"{line.line} ({line.name})" for line in declined) + ".")
-        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents}
+        fewer = [f"{line.line} ({line.name}) {units} of the {line.units} units proposed"
+                 for line in approval.lines if line.line in amounts and line.units is not None
+                 and (units := getattr(amounts[line.line], "units", None)) is not None
+                 and units < line.units]
+        if fewer:
+            edit = " ".join(filter(None, [edit, "Approved " + ", ".join(fewer) + "."]))
+        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents,
+                       "units": getattr(amounts[line.line], "units", None) or line.units}
                       for line in approval.lines if line.line in amounts]
         self._audit(db, "approved", by, **where, amount=total / 100,
                     note=" ".join(filter(None, [edit, note])) or None,
@@ -1778,6 +1833,12 @@ def _audit_lines(lines: Any) -> list[dict[str, Any]]:
     out = []
     for line in lines:
         data = line if isinstance(line, dict) else line.model_dump()
-        out.append({"line": data["line"], "reason": data["reason"],
-                    "amount_cents": data["amount_cents"]})
+        entry = {"line": data["line"], "reason": data["reason"],
+                 "amount_cents": data["amount_cents"]}
+        # Units of a line that has several (from schema 8 on); a line of one is all or none.
+        if data.get("units") is not None and (data.get("quantity") or 2) > 1:
+            entry["units"] = data["units"]
+            if data.get("quantity"):
+                entry["of_units"] = data["quantity"]
+        out.append(entry)
     return out

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from .identity import same_address
-from .policy import Held, Quote, policy_facts, quote_refund
+from .policy import HeldMap, Quote, policy_facts, quote_refund, units_left
 from .shop import MAX_DOLLARS, Order, Reason, Shop, canonical_order_id, to_cents
 
 OrderId = Annotated[str, AfterValidator(canonical_order_id),
@@ -63,6 +63,12 @@ class RefundLine(_Args):
         description="The line's sku, as lookup_order shows it.")
     reason: Reason = Field(description="damaged: arrived damaged or defective. changed_mind: "
                                        "unused, and the customer no longer wants it.")
+    # Strict function calling requires every property, so "all the units" is null rather than
+    # a missing field; a number must be a JSON integer (no "2", no 2.5, no true).
+    units: Annotated[int, Strict()] | None = Field(
+        default=None,
+        description="How many of the line's units to refund (1 of 4 glasses: 1), or null for "
+                    "all the units not yet refunded.")
 
 
 class IssueRefund(_Args):
@@ -77,8 +83,8 @@ class IssueRefund(_Args):
         description="One or two sentences for the approver and the customer: what is "
                     "refunded and why.")
 
-    def requested(self) -> list[tuple[str, Reason]]:
-        return [(line.line.strip(), line.reason) for line in self.lines]
+    def requested(self) -> list[tuple[str, Reason, int | None]]:
+        return [(line.line.strip(), line.reason, line.units) for line in self.lines]
 
 
 class SendCustomerMessage(_Args):
@@ -95,15 +101,16 @@ class Tool:
 
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (
-    Tool("lookup_order", "Look up an order: its lines (sku, item, price, quantity), dates, "
-         "payment method and earlier refunds. Only orders placed by the customer who wrote in "
-         "are visible.", LookupOrder),
+    Tool("lookup_order", "Look up an order: its lines (sku, item, price, quantity, units left "
+         "to refund), dates, payment method and earlier refunds. Only orders placed by the "
+         "customer who wrote in are visible.", LookupOrder),
     Tool("check_refund_policy", "Get the refund policy plus the facts it depends on for one "
          "order, computed for you line by line: days since delivery, whether it is inside the "
          "window, each line's status and what it refunds as damaged or for a change of mind.",
          CheckRefundPolicy),
-    Tool("issue_refund", "Propose a refund of some order lines, each with its reason. The "
-         "amount is computed by the policy. A person must approve it first, and may approve "
+    Tool("issue_refund", "Propose a refund of some order lines, each with its reason and how "
+         "many of its units (null: all that remain). The amount is computed by the policy. A "
+         "person must approve it first, and may approve "
          "only some lines; the output says what was refunded, declined or rejected, with the "
          "reviewer's note.", IssueRefund),
     Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage),
@@ -171,7 +178,7 @@ def as_output(value: dict[str, Any]) -> str:
     return json.dumps(value, default=str)
 
 
-HeldLines = Callable[[str], Mapping[str, Held]]
+HeldLines = Callable[[str], HeldMap]
 
 
 class ShopTools:
@@ -201,7 +208,11 @@ class ShopTools:
         order = self.owned_order(args.order_id)
         if isinstance(order, str):
             return {"error": order}
-        return order.model_dump(mode="json")
+        held = self.held(order.order_id)
+        out = order.model_dump(mode="json")
+        for item in out["items"]:
+            item["units_left"] = 0 if item["final_sale"] else units_left(order, item["sku"], held)
+        return out
 
     def check_refund_policy(self, args: CheckRefundPolicy) -> dict[str, Any]:
         order = self.owned_order(args.order_id)
@@ -210,7 +221,7 @@ class ShopTools:
         facts = policy_facts(order, self.shop.terms, self.held(order.order_id), self.shop.today)
         return {"policy": self.shop.policy_text, "facts": facts.model_dump(mode="json")}
 
-    def quote(self, args: IssueRefund, held: Mapping[str, Held] | None = None) -> Quote | str:
+    def quote(self, args: IssueRefund, held: HeldMap | None = None) -> Quote | str:
         """What this refund pays under the policy, or why it cannot be proposed.
 
         Args:

@@ -30,8 +30,11 @@ def test_schemas_are_strict_and_generated():
     # The amount is an optional check: a number or null, never a string or a boolean.
     assert refund["properties"]["amount"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
     line = refund["properties"]["lines"]["items"]
-    assert line["additionalProperties"] is False and line["required"] == ["line", "reason"]
+    assert line["additionalProperties"] is False and line["required"] == [
+        "line", "reason", "units"]
     assert line["properties"]["reason"]["enum"] == ["damaged", "changed_mind"]
+    # Units are a whole number or null (all that remain); strict mode needs the key present.
+    assert line["properties"]["units"]["anyOf"] == [{"type": "integer"}, {"type": "null"}]
     assert all(s["strict"] for s in schemas.values())
     assert "title" not in json.dumps(schemas)
 

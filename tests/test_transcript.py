@@ -297,7 +297,7 @@ def test_a_schema_3_store_upgrades_without_losing_anything(agent: Agent, tmp_pat
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 3")
     upgraded = Store(path)
-    assert upgraded._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 7
+    assert upgraded._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 8
     assert [e.hash for e in upgraded.audit()] == audit_before
     assert upgraded.verify_audit() is None
     old = upgraded.run(started.id)

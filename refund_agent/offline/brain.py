@@ -394,7 +394,14 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
         elif line.get("status") != "refundable":
             proposal.taken.append(f"{line['name']} ({line.get('status')})")
         else:
-            proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"]})
+            # A line of several units is refunded for the units the customer counts ("one of
+            # the four tumblers"), else all that remain; never more than remain.
+            left = line.get("units_left")
+            units = reader.units_named(lines, own, line_id, int(line.get("quantity") or 1))
+            if units is not None and isinstance(left, int):
+                units = min(units, left)
+            proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"],
+                                   "units": units, "quantity": line.get("quantity")})
     if shipping:
         # The tool takes a reason per line; shipping follows the items' "damaged".
         proposal.lines.append({"line": "SHIPPING", "reason": "damaged", "name": "Shipping"})
@@ -409,9 +416,9 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
 
 def _explain(p: _Proposal) -> str:
     """One sentence on what is proposed and why, for the approver and the reasoning."""
-    damaged = [line["name"].lower() for line in p.lines if line["reason"] == "damaged"
+    damaged = [_counted(line) for line in p.lines if line["reason"] == "damaged"
                and line["line"] != "SHIPPING"]
-    returned = [line["name"].lower() for line in p.lines if line["reason"] == "changed_mind"]
+    returned = [_counted(line) for line in p.lines if line["reason"] == "changed_mind"]
     parts = []
     if damaged:
         parts.append(f"the {' and '.join(damaged)} arrived damaged (full price)")
@@ -428,12 +435,21 @@ def _explain(p: _Proposal) -> str:
     return text
 
 
+def _counted(line: dict[str, Any]) -> str:
+    """'tumbler (1 of 4)' for some units of a line, its name alone for all of them."""
+    name = str(line.get("name") or line.get("item") or "").lower()
+    units, of = line.get("units"), line.get("quantity") or line.get("of_units")
+    if isinstance(units, int) and isinstance(of, int) and of > 1 and units < of:
+        return f"{name} ({units} of {of})"
+    return name
+
+
 def _refunded_lines(outcome: dict[str, Any]) -> str:
     parts = []
     for line in outcome.get("lines") or []:
         how = "in full" if line.get("reason") == "damaged" else (
             "less the return fee" if line.get("reason") == "changed_mind" else "")
-        parts.append(f"{str(line.get('item', '')).lower()} {_money(line.get('amount', 0))}"
+        parts.append(f"{_counted(line)} {_money(line.get('amount', 0))}"
                      + (f" ({how})" if how else ""))
     return ", ".join(parts)
 
@@ -572,7 +588,8 @@ def _support(conv: _Conversation) -> Reply:
     proposal = _propose(facts, email, str(policy["output"].get("policy") or ""))
     if not proposal.lines:
         return _decline(conv, first, order_id, facts, proposal, sent)
-    lines = [{"line": line["line"], "reason": line["reason"]} for line in proposal.lines]
+    lines = [{"line": line["line"], "reason": line["reason"], "units": line.get("units")}
+             for line in proposal.lines]
     return Reply(f"What the policy covers here: {_explain(proposal)}. The policy computes the "
                  "amount; a refund needs a person's approval, so I'll propose it.",
                  calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,

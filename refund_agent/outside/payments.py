@@ -45,7 +45,11 @@ def ledger_for(output_dir: Path, store: Any | None, name: str) -> IdempotentLog 
 def refund_request(quote: Quote, summary: str) -> dict[str, Any]:
     """What a refund record's ``request`` holds (reconcile compares it with the approval)."""
     return {"order_id": quote.order_id, "amount_cents": quote.total_cents,
-            "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents}
+            # Units only where the refund counted them (schema 8 on), so a refund approved
+            # before then asks for exactly what it asked for then.
+            "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
+                       **({"units": q.units, "of_units": q.quantity}
+                          if q.units is not None and (q.quantity or 1) > 1 else {})}
                       for q in quote.lines],
             "reason": summary}
 

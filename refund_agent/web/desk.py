@@ -8,6 +8,8 @@ reject with a note the customer will read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import streamlit as st
 
 from ..accounts import Accounts
@@ -19,6 +21,7 @@ from .session import (
     approver,
     client,
     keep_key,
+    lowered_units,
     notify,
     select,
     show_notice,
@@ -27,6 +30,7 @@ from .session import (
     signed_in,
     signer,
     ticked,
+    units_key,
 )
 from .views import md, money
 from .worker import Worker
@@ -210,18 +214,27 @@ def review(worker: Worker, approval_id: str) -> None:
     items = [line.line for line in card.item_lines]
     pays = card.amount
     if mode == "approve":
-        # One box per item line: unticked lines are declined.
+        # One box per item line: unticked lines are declined. A line of several units also
+        # gets a count, which the approver may lower (never raise) to approve fewer.
         for line in card.item_lines:
-            st.checkbox(f"**{md(line.name)}** · {md(line.reason_label)} · "
+            count = f" · {md(line.units_label)}" if line.counted else ""
+            st.checkbox(f"**{md(line.name)}**{count} · {md(line.reason_label)} · "
                         f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]",
                         value=True, key=keep_key(approval_id, line.line))
+            if line.counted:
+                st.number_input(f"Units of {line.name} to refund", min_value=1,
+                                max_value=line.units, value=line.units, step=1,
+                                key=units_key(approval_id, line.line))
         for line in card.shipping_lines:
             st.markdown(f":material/local_shipping: **{md(line.name)}** · "
                         f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]")
         keep = ticked(approval_id, items)
-        quote = agent.quote_kept(approval, keep) if 0 < len(keep) < len(items) else None
+        lowered = {sku: n for sku, n in lowered_units(approval_id, counted(card)).items()
+                   if sku in keep}
+        quote = (agent.quote_kept(approval, keep, lowered)
+                 if 0 < len(keep) and (len(keep) < len(items) or lowered) else None)
         pays = quote.amount if isinstance(quote, Quote) else card.amount
-        kept = views.kept_notice(card, keep, quote)
+        kept = views.kept_notice(card, keep, quote, lowered)
         if kept:
             (st.warning if kept[0] == "warning" else st.info)(md(kept[1]), icon=":material/rule:")
     else:
@@ -242,7 +255,7 @@ def review(worker: Worker, approval_id: str) -> None:
     if go.button(confirm, key=f"confirm_{approval_id}", type="primary", width="stretch",
                  icon=":material/gavel:",
                  disabled=mode == "approve" and card.problem is not None):
-        if decide(worker, approval_id, mode, items):
+        if decide(worker, approval_id, mode, items, counted(card)):
             close_review()
             st.rerun()
     if cancel.button("Cancel", key=f"cancel_{approval_id}", width="stretch"):
@@ -251,7 +264,13 @@ def review(worker: Worker, approval_id: str) -> None:
     show_notice("review")   # after the buttons, so a refusal shows on the click that caused it
 
 
-def decide(worker: Worker, approval_id: str, mode: str, items: list[str]) -> bool:
+def counted(card: views.Card) -> list[tuple[str, int]]:
+    """(sku, units proposed) of the card's lines of several units."""
+    return [(line.line, line.units) for line in card.item_lines if line.counted]
+
+
+def decide(worker: Worker, approval_id: str, mode: str, items: list[str],
+           proposed_units: Sequence[tuple[str, int]] = ()) -> bool:
     """Carry out the review's decision; False (with a message in the review) if refused."""
     who = signer(worker, "review")
     if who is None:
@@ -263,8 +282,11 @@ def decide(worker: Worker, approval_id: str, mode: str, items: list[str]) -> boo
             decided = worker.ask(approval_id, by, note)
         else:
             keep = ticked(approval_id, items) if mode == "approve" and items else None
+            units = lowered_units(approval_id, proposed_units) if keep else {}
             decided = worker.decide(approval_id, mode == "approve", by, note, keep=keep,
-                                    limit_cents=limit_cents)
+                                    limit_cents=limit_cents,
+                                    units={k: v for k, v in units.items() if k in keep}
+                                    if keep else None)
     except AlreadyDecided as exc:
         notify("queue", "warning", str(exc))
         return True    # nothing left to review

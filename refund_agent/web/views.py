@@ -254,7 +254,8 @@ def cents_to_money(cents: Any) -> str:
 
 
 def line_text(line: Mapping[str, Any]) -> str:
-    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00``.
+    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00`` (``x1 of 4`` after it
+    for some units of a line of several).
 
     Takes the shapes the steps and the audit log record: ``amount_cents`` (approvals, audit),
     ``amount`` in dollars (refunds), or no amount at all (a refused request).
@@ -263,8 +264,11 @@ def line_text(line: Mapping[str, Any]) -> str:
         amount = cents_to_money(line["amount_cents"])
     else:
         amount = money(line.get("amount")) if isinstance(line.get("amount"), int | float) else ""
-    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount)
-                    if part)
+    units, of = line.get("units"), line.get("of_units")
+    count = (f"x{units}" + (f" of {of}" if isinstance(of, int) else "")
+             if isinstance(units, int) and of != 1 else "")
+    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount,
+                                           count) if part)
 
 
 def lines_text(lines: Iterable[Mapping[str, Any]] | None) -> str:
@@ -437,6 +441,18 @@ class CardLine:
     amount: float  # what the refund pays for it
     allowed: float  # the line's full value: the most any reason could refund
     fee: float     # the return fee taken from it
+    units: int | None = None     # how many of the line's units it refunds (None: all)
+    quantity: int | None = None  # how many the line has
+
+    @property
+    def counted(self) -> bool:
+        """A line of several units, which the approver may lower."""
+        return self.tickable and self.units is not None and (self.quantity or 1) > 1
+
+    @property
+    def units_label(self) -> str:
+        """``1 of 4 units`` for a line of several units, '' otherwise."""
+        return f"{self.units} of {self.quantity} units" if self.counted else ""
 
     @property
     def tickable(self) -> bool:
@@ -452,7 +468,8 @@ class CardLine:
         """``Glass pour-over coffee maker · damaged · $48.00`` (shipping: no reason)."""
         if not self.tickable:
             return f"{self.name} · {money(self.amount)}"
-        return f"{self.name} · {self.reason_label} · {money(self.amount)}"
+        count = f" · {self.units_label}" if self.counted else ""
+        return f"{self.name}{count} · {self.reason_label} · {money(self.amount)}"
 
     @property
     def basis(self) -> str:
@@ -539,7 +556,8 @@ def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None
                   now: float | None = None) -> Card:
     lines = [CardLine(line=line.line, name=line.name, reason=line.reason, amount=line.amount,
                       allowed=round(line.allowed_cents / 100, 2),
-                      fee=round(line.fee_cents / 100, 2)) for line in approval.lines]
+                      fee=round(line.fee_cents / 100, 2), units=line.units,
+                      quantity=line.quantity) for line in approval.lines]
     return Card(approval_id=approval.id, run_id=approval.run_id, customer=approval.customer,
                 order_id=approval.order_id, amount=approval.amount, summary=approval.summary,
                 lines=lines,
@@ -550,20 +568,25 @@ def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None
                           f"{approval.requested_pid}")
 
 
-def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None
-                ) -> tuple[str, str] | None:
+def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None,
+                lowered: Mapping[str, int] | None = None) -> tuple[str, str] | None:
     """What approving with some lines unticked would do, as (kind, plain text), or None.
 
     ``kind`` is "info" or "warning"; ``quote`` is :meth:`Agent.quote_kept`'s answer, or None when it
     could not be computed (the sum of the ticked lines is then shown as an estimate).
     """
     items = card.item_lines
-    if all(line.line in keep for line in items):
+    fewer = {sku: n for sku, n in (lowered or {}).items() if sku in keep}
+    if all(line.line in keep for line in items) and not fewer:
         return None
     kept = [line for line in items if line.line in keep]
     if not kept:
         return "warning", ("No line is ticked. To refund nothing, reject with a note instead.")
     declined = ", ".join(line.name for line in items if line.line not in keep)
+    if fewer:
+        lowered_text = ", ".join(f"{line.name} {fewer[line.line]} of the {line.units} units "
+                                 "proposed" for line in kept if line.line in fewer)
+        declined = "; ".join(filter(None, [declined, f"fewer units: {lowered_text}"]))
     if isinstance(quote, str):
         return "warning", f"The ticked lines cannot be approved: {quote}"
     if quote is None:

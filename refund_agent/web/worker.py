@@ -165,12 +165,14 @@ class Worker:
         return run
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None, limit_cents: int | None = None) -> Approval:
+               keep: list[str] | None = None, limit_cents: int | None = None,
+               units: dict[str, int] | None = None) -> Approval:
         """Record a decision, then continue its run in the background.
 
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined. None
                 keeps every proposed line.
+            units: kept lines approved for fewer units than proposed (sku -> units).
             limit_cents: the deciding account's approval limit (None: no limit).
 
         Raises:
@@ -180,7 +182,7 @@ class Worker:
         """
         self._check_running()
         decided = self.agent.decide(approval_id, approve, by, note, keep=keep,
-                                    limit_cents=limit_cents)
+                                    limit_cents=limit_cents, units=units)
         self._launch(decided.run_id)
         return decided
 
