@@ -8,14 +8,14 @@ call's key, so a process that lost the run does nothing, and a repeat does nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .models import Approval, ApprovalStatus, Call, Run, StepKind
 from .outbox import Outbox, with_signature
 from .payments import Payments
-from .policy import Quote, QuotedLine
+from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
 from .shop import Shop
 from .store import Lease, Store
 from .tools import (
@@ -78,6 +78,26 @@ def paid_quote(approval: Approval) -> Quote:
         QuotedLine(line=line.line, name=line.name, reason=line.reason,
                    amount_cents=line.amount_cents, allowed_cents=line.allowed_cents,
                    fee_cents=line.fee_cents) for line in approval.kept])
+
+
+def requote(shop: Shop, sender: str, held_lines: Callable[[str], Mapping[str, Held]],
+            approval: Approval, kept: list[str], held: Mapping[str, Held]) -> Quote | str:
+    """What approving these lines of ``approval`` pays today, or why it may not.
+
+    Its age does not matter: a run whose stored response expired meanwhile continues from
+    its transcript (see Loop._turn).
+    """
+    order = ShopTools(shop, sender, held_lines).owned_order(approval.order_id)
+    if isinstance(order, str):
+        return order
+    reasons = {line.line: line.reason for line in approval.item_lines}
+    shipping = any(line.reason == "shipping" for line in approval.lines)
+    requested = [(line, reasons[line]) for line in kept]
+    if not approval.item_lines and shipping:
+        # The shipping alone, owed after every item was refunded as damaged: priced again
+        # as it was proposed (SHIPPING named on its own, see quote_refund).
+        requested = [(SHIPPING, "damaged")]
+    return quote_refund(order, shop.terms, requested, held, shop.today, shipping=shipping)
 
 
 def lookup_order(ctx: DeskCall, args: LookupOrder) -> Outcome:

@@ -221,6 +221,31 @@ def read_response(response: Any, items: list[dict[str, Any]], *, model: str,
     return ReadResponse(response.id, calls, steps, usage, transcript)
 
 
+# How long providers keep a stored response (both xAI and OpenAI: 30 days).
+STORED_RESPONSE_DAYS = 30
+
+
+class NoTranscript(Exception):
+    """The run needs its transcript, but it does not go back to the first request."""
+
+
+def history(run: Run, entries: Sequence[Any], steps: Sequence[Any]) -> list[dict[str, Any]]:
+    """The run's transcript as input items, checked to reach from the first request to the
+    run's last response.
+
+    Raises:
+        NoTranscript: the run started before transcripts were kept (an upgraded store), or
+            its transcript does not end at the run's last response, or was changed.
+    """
+    why = transcript_problem(run, entries, steps)
+    if why:
+        raise NoTranscript(
+            f"Run {run.id} needs its own transcript (its stored response "
+            f"{run.last_response_id} is gone, or zero retention is on), but {why}, so it "
+            f"cannot continue; stored responses expire after {STORED_RESPONSE_DAYS} days.")
+    return [entry.item for entry in entries]
+
+
 def transcript_problem(run: Run, entries: Sequence[Any], steps: Sequence[Any]) -> str | None:
     """Why the run's transcript cannot stand in for its stored response, or None.
 

@@ -44,7 +44,7 @@ def _shape(example: str) -> re.Pattern[str]:
         if run.isalpha():
             parts.append(f"[A-Za-z]{{{len(run)}}}")
         elif run.isdigit():
-            parts.append(r"\d{%d,%d}" % (max(1, len(run) - 2), len(run) + 4))
+            parts.append(rf"\d{{{max(1, len(run) - 2)},{len(run) + 4}}}")
         else:
             parts.append(re.escape(run) + "?")
     return re.compile(r"(?<![\w@.])(" + "".join(parts) + r")\b(?![@.]\w)")
