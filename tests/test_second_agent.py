@@ -127,3 +127,34 @@ def test_someone_elses_account_is_never_proposed(closer):
     assert closer.store.approvals(None) == [] and closer.closed() == []
     note = [s.data["text"] for s in closer.store.steps(run.id) if s.kind == "note"]
     assert note and "No account AC-1001" in note[-1]
+
+
+def _tool(name: str, description: str, **properties: dict) -> dict:
+    return {"type": "function", "name": name, "description": description, "strict": True,
+            "parameters": {"type": "object", "properties": properties,
+                           "required": list(properties), "additionalProperties": False}}
+
+
+def test_the_stand_in_follows_any_look_up_then_act_tools():
+    """Tools it has never seen, in another domain: it reads them, not a sample."""
+    from refund_agent.offline import brain
+
+    tools = [_tool("find_subscription", "Look up a subscription by its number.",
+                   sub={"type": "string", "description": "The number, for example SUB-20417."}),
+             _tool("cancel_subscription", "Cancel a subscription; a person approves it first.",
+                   sub={"type": "string", "description": "The number, for example SUB-20417."},
+                   plan={"type": "string"}, why={"type": "string"})]
+    email = {"type": "message", "role": "user",
+             "content": "From: Bo <bo@example.com>\n\nPlease cancel sub-88812. Too pricey."}
+    first = brain.respond([email], tools)
+    assert first.calls == [("find_subscription", {"sub": "SUB-88812"})]
+    looked = [email, {"type": "function_call", "call_id": "c1", "name": "find_subscription",
+                      "arguments": '{"sub": "SUB-88812"}'},
+              {"type": "function_call_output", "call_id": "c1",
+               "output": '{"sub": "SUB-88812", "plan": "pro"}'}]
+    second = brain.respond(looked, tools)
+    assert second.calls == [("cancel_subscription", {"sub": "SUB-88812", "plan": "pro",
+                                                     "why": "Please cancel sub-88812."})]
+    # Without an identifier shaped like the example, it asks instead of guessing.
+    vague = {**email, "content": "Please cancel my subscription."}
+    assert brain.respond([vague], tools).calls == []
