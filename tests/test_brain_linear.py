@@ -2,10 +2,10 @@
 
 An email of 20,000 spaces took the brain 13 to 17 s (a clause-splitting pattern rescanned the
 run of spaces from each of its positions) and slowed every ticket on the page. The scans that
-replaced the quadratic patterns must make the very same choices, so they are checked against the patterns
-themselves on generated text; and the brain's time must grow in proportion to the text, which
-is checked by a ratio (4x the text, well under 16x the time), never by an absolute time. The
-200 kB measurement against ordinary prose is bench/brain_text.py.
+replaced the quadratic patterns must make the very same choices, so they are checked against
+the patterns themselves on generated text; and the brain's time must grow in proportion to the
+text, which is checked by a ratio (4x the text, well under 16x the time), never by an absolute
+time. The 200 kB measurement against ordinary prose is bench/brain_text.py.
 """
 from __future__ import annotations
 

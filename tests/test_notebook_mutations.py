@@ -108,9 +108,9 @@ MUTANTS = [
                '                " ORDER BY rowid DESC LIMIT 1", (run_id, response_id)).fetchone()\n'
                "            response_id = row[0] if row else response_id\n"),)),
     Mutant("store_false", "requests are sent with store=False", ((
-        "agent.py", '"store": not keep_nothing,', '"store": False,'),)),
+        "turns.py", '"store": not zero_retention,', '"store": False,'),)),
     Mutant("partial_pays_unticked", "a partial approval pays the lines the person unticked", ((
-        "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
+        "calls.py", "fee_cents=line.fee_cents) for line in approval.kept])",
         "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),)),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
         "store.py",
