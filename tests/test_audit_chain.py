@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
-from test_crash_matrix import record
+from helpers.cli import DATA, run_cli
+from helpers.crash import record
 
 from refund_agent import Agent, Settings
 from refund_agent.errors import AlreadyDecided

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from conftest import cli_env, run_cli
+from helpers.cli import cli_env, run_cli
 
 from refund_agent.config import PROJECT_ROOT
 

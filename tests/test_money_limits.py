@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from helpers.cli import DATA, run_cli
 
 from refund_agent import Agent, Settings
 from refund_agent.errors import DecisionRefused
