@@ -129,10 +129,19 @@ def _note_the_backend(request):
 # -- markers for a fast subset (./dev test --fast) ---------------------------------------------
 
 # Whole modules whose tests kill processes, soak or generate hundreds of histories: the safety
-# net for every change to the store or the agent, and most of the suite's time.
-SLOW_MODULES = {"test_crash_matrix", "test_soak", "test_races", "test_money_invariants",
-                "test_migrate", "test_faults", "test_hostile", "test_power_loss",
-                "test_cli_output"}
+# net for every change to the store or the agent, and most of the suite's time. Each with why.
+SLOW_MODULES = {
+    "test_crash_matrix",        # about 130 kill-and-resume cases, five processes each
+    "test_soak",                # random kills and paused owners, on both engines
+    "test_races",               # 140 rounds of racing processes
+    "test_money_invariants",    # 500 generated money histories
+    "test_migrate",             # copies whole stores between the engines
+    "test_faults",              # a model fault at every turn of every scenario
+    "test_hostile",             # hostile emails and tool calls, each a full run
+    "test_power_loss",          # strace-recorded commands, hundreds of crash states recovered
+    "test_cli_output",          # every command twice, once with its output closed mid-run
+    "test_notebook_mutations",  # the notebook run eleven times, once per break and unbroken
+}
 
 
 def pytest_collection_modifyitems(config, items):

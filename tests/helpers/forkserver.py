@@ -62,6 +62,7 @@ def _wait(pid: int, timeout: float) -> tuple[int, bool]:
 
 def _child(request: dict[str, Any], protocol: tuple[Any, Any]) -> None:
     """In the forked child: become the command's process, run it, exit as Python would."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for stream in protocol:
         stream.close()
     os.chdir(request["cwd"])
@@ -84,6 +85,15 @@ def _child(request: dict[str, Any], protocol: tuple[Any, Any]) -> None:
 
 def serve() -> None:
     _preload()
+    running: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        # Asked to stop mid-command (the test was interrupted): the command goes too.
+        for pid in running:
+            os.kill(pid, signal.SIGKILL)
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, stop)
     # The protocol moves off fds 0 and 1, so a child holds no end of it once it closes these.
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(2, 1)
@@ -104,7 +114,9 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(request, (requests, answers))
+        running.append(pid)
         status, timed_out = _wait(pid, request["timeout"])
+        running.clear()
         answer = {"rc": os.waitstatus_to_exitcode(status), "pid": pid, "timed_out": timed_out}
         answers.write(json.dumps(answer).encode() + b"\n")
 
@@ -141,9 +153,15 @@ class ForkServer:
             request = {"argv": argv, "env": env, "cwd": str(cwd), "out": str(out),
                        "err": str(err), "timeout": timeout}
             assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(request).encode() + b"\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
+            try:
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except BaseException:
+                # Interrupted between a request and its answer (a test's timeout, Ctrl+C): the
+                # answer would be read as the next command's, so this server goes.
+                self._stop(kill=True)
+                raise
             if not line:
                 raise RuntimeError(f"the fork server ended (exit {proc.wait()})")
             answer = json.loads(line)
@@ -156,16 +174,26 @@ class ForkServer:
             raise subprocess.TimeoutExpired(args, timeout, stdout, stderr)
         return subprocess.CompletedProcess(args, answer["rc"], stdout, stderr)
 
-    def close(self) -> None:
-        if self._proc is not None:
-            assert self._proc.stdin is not None
+    def _stop(self, kill: bool = False) -> None:
+        """End the server: its input closed (it ends after the command it runs), or killed."""
+        if self._proc is None:
+            return
+        assert self._proc.stdin is not None
+        if kill:
+            self._proc.terminate()
+        try:
             self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def close(self) -> None:
+        self._stop()
         for path in self._tmp.glob("*"):
             path.unlink()
         self._tmp.rmdir()
