@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers.cli import cli_env, run_cli
+from helpers.cli import cli_env
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 from helpers.crash import record
 
 from refund_agent import Agent

@@ -42,13 +42,20 @@ def run_forked(output_dir: Path, *args: str, timeout: float = 60, **extra: str
                ) -> subprocess.CompletedProcess[str]:
     """:func:`run_cli` in a process forked from a warm interpreter (helpers/forkserver.py):
     the same new process, environment, output and return code, without a second of imports.
-    For tests that run hundreds of commands (the crash matrix); a test about how the
-    interpreter itself starts or ends (closed terminals, signals) uses :func:`run_cli`."""
+    For tests that run many commands (the crash matrix, the terminal's tests); a test about how
+    the interpreter itself starts or ends (closed terminals, signals) uses :func:`run_cli`.
+    A command the warm interpreter cannot stand in for runs as a fresh process after all:
+    one whose ``PYTHON*`` settings differ from the server's (a ``sitecustomize`` on
+    ``PYTHONPATH`` must run before the imports), or one started while another thread's command
+    runs (the server runs one at a time, and the two may wait for each other)."""
     global _FORK_SERVER
     if _FORK_SERVER is None:
         _FORK_SERVER = ForkServer()
         atexit.register(_FORK_SERVER.close)
-    return _FORK_SERVER.run(list(args), cli_env(output_dir, **extra), PROJECT_ROOT, timeout)
+    env = cli_env(output_dir, **extra)
+    if not _FORK_SERVER.fits(env):
+        return run_cli(output_dir, *args, timeout=timeout, **extra)
+    return _FORK_SERVER.run(list(args), env, PROJECT_ROOT, timeout)
 
 
 # The backend the current test runs on, for the reliability log (helpers.crash.record); the

@@ -142,6 +142,15 @@ class ForkServer:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return self._proc
 
+    def fits(self, env: dict[str, str]) -> bool:
+        """Whether a command with this environment can be forked from the server: its
+        interpreter settings (``PYTHON*``, read at start-up) are the server's, and no other
+        command is running now."""
+        def python(e: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items()
+                    if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"}
+        return python(env) == python(dict(os.environ)) and not self._lock.locked()
+
     def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float
             ) -> subprocess.CompletedProcess[str]:
         """Like ``subprocess.run([python, -m, refund_agent, *argv], capture_output=True,
