@@ -11,7 +11,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers.cli import DATA, run_cli
+from helpers.cli import DATA
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 from helpers.crash import record
 
 from refund_agent import Agent, Settings
