@@ -7,9 +7,10 @@
 It starts its own throwaway PostgreSQL server (tests/helpers/pg.py's ``Cluster``: initdb and
 pg_ctl in a temporary folder, a free port on 127.0.0.1, run as the ``postgres`` user when
 started as root), with the server's own durability defaults (fsync and full-page writes on,
-unlike the tests), and removes it afterwards. Everything runs on the offline stand-in model at zero latency, as
-bench/run.py does for SQLite. It needs Debian's ``postgresql`` binaries and psycopg 3; without
-them it says so and exits with status 2. It is not part of ``bench/run.py --quick`` (CI).
+unlike the tests), and removes it afterwards. Everything runs on the offline stand-in model at
+zero latency, as bench/run.py does for SQLite. It needs Debian's ``postgresql`` binaries and
+psycopg 3; without them it says so and exits with status 2. It is not part of ``bench/run.py
+--quick`` (CI).
 
 1. throughput  tickets resolved end to end per second with 1, 2 and 4 worker processes, each in
                its own working directory (standing for a host) with its own offline model,
