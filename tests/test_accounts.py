@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent.accounts import (
     Accounts,

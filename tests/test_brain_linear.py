@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from brain_text import SHAPES, conversations, prose
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refund_agent.offline import brain
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from brain_text import SHAPES, conversations, prose  # noqa: E402
-
-from refund_agent.shop import Shop  # noqa: E402
-from refund_agent.tools import tool_schemas  # noqa: E402
+from refund_agent.shop import Shop
+from refund_agent.tools import tool_schemas
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # Pieces that exercise every branch of the From: name scan.

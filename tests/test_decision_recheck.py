@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import DATA, cli_env
-from test_crash_matrix import record
+from helpers.cli import DATA, cli_env
+from helpers.crash import record
 
 from refund_agent import Agent, Settings
 from refund_agent.callrecords import call_key

@@ -40,7 +40,8 @@ from unittest import mock
 import hypothesis.strategies as st
 import openai
 import pytest
-from conftest import DATA
+from helpers.cli import DATA
+from helpers.crash import record
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     Bundle,
@@ -52,7 +53,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from test_crash_matrix import record
 
 import refund_agent.agent as agent_module
 from refund_agent import Agent, Settings

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import DATA, PROJECT_ROOT, ScriptedBrain, cli_env, run_cli
+from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_cli
+from helpers.scripted import ScriptedBrain
 
 from refund_agent import Agent, RunStatus
 from refund_agent.callrecords import call_key, nesting_depth, order_id_in, parse_bounded

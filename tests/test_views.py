@@ -6,7 +6,7 @@ import io
 import json
 
 import pandas as pd
-from conftest import DATA
+from helpers.cli import DATA
 
 from refund_agent.models import Approval, ApprovalLine, AuditEntry, InboxRow, Run, RunStatus, Step
 from refund_agent.policy import Held, quote_refund
