@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import cli_env
+from helpers.cli import cli_env
 
 from refund_agent import AlreadyDecided, RunStatus
 from refund_agent.examples import ClosureAgent

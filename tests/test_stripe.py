@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from helpers.cli import DATA, run_cli
 
 pytest.importorskip("stripe")
 pytest.importorskip("localstripe")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.page import confirm, open_page, plain, rerun_until, review, save_name, shows
 from streamlit.testing.v1 import AppTest
-from test_app import confirm, open_page, plain, rerun_until, review, save_name, shows
 
 from refund_agent.store import Store
 
