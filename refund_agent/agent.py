@@ -24,6 +24,7 @@ from openai.types.responses import Response
 from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import DecisionRefused, LeaseLost, RefundAgentError, RunNotReady
+from .escalations import Escalation
 from .identity import address_problem
 from .model import ModelAccess, open_model, provider_error
 from .models import Approval, Call, Reply, Run, RunStatus, Step
@@ -280,8 +281,12 @@ class Agent:
     # -- starting runs ---------------------------------------------------------------------
 
     def start(self, sender: str, body: str, *, subject: str = "Refund request",
-              sender_name: str = "", kind: str = "custom") -> Run:
-        """Save a customer's email as a new run (nothing is sent to the model yet)."""
+              sender_name: str = "", kind: str = "custom", raised_by: str | None = None) -> Run:
+        """Save a customer's email as a new run (nothing is sent to the model yet).
+
+        ``raised_by`` names the desk account that typed it in: that person may not approve
+        its refund (approving.own_ticket_problem).
+        """
         sender, body = sender.strip(), body.strip()
         _require_utf8(sender, body, subject, sender_name)
         # No whitespace or control characters: a newline in an address is a header injection.
@@ -299,7 +304,7 @@ class Agent:
                               f"{MAX_EMAIL_CHARS:,}. Trim it and send again.")
         run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
                                     subject=subject.strip() or "Refund request", email=body,
-                                    kind=kind)
+                                    kind=kind, raised_by=raised_by)
         crash_point("after_run_created", self._crash)
         return run
 
@@ -695,6 +700,13 @@ class Agent:
             output, steps, audit = self._refund(run, lease, call, args)
         elif call.name == "send_customer_message":
             output, steps = self._email(run, lease, call, args.message)
+        elif call.name == "escalate":
+            # Stored with the output, in its transaction, once per call key (escalations.py).
+            reason = " ".join(args.reason.split())
+            output = {"status": "escalated", "kind": args.kind,
+                      "next": "A team lead sees this ticket in the escalation queue. You may "
+                              "tell the customer a lead will look at it."}
+            steps = [("escalation", {"key": call.key, "kind": args.kind, "reason": reason})]
         else:
             output = getattr(self._tools(run), call.name)(args)
             steps = []
@@ -803,7 +815,9 @@ class Agent:
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
                                     requote=self._requote if approve else None,
-                                    limit_cents=limit_cents if approve else None)
+                                    limit_cents=limit_cents if approve else None,
+                                    two_person_above_cents=self.shop.info.desk
+                                    .two_person_above_cents)
         crash_point("after_decision", self._crash)
         return decided
 
@@ -827,6 +841,31 @@ class Agent:
         asked = self.store.ask(approval_id, by, question)
         crash_point("after_decision", self._crash)
         return asked
+
+    def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
+        """Send a pending refund to a lead (an approver over their limit); audited.
+
+        Raises:
+            DecisionRefused: no name, or it already waits for a lead.
+            AlreadyDecided: it was decided already.
+        """
+        by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
+        if not by:
+            raise DecisionRefused("Say who is sending it: an approver's name is required.")
+        _check_note_length(note or "", "note")
+        return self.store.hand_off(approval_id, by, note)
+
+    def take(self, escalation_id: int, by: str) -> Escalation:
+        """A lead picks up an escalation (compare-and-set, audited).
+
+        Raises:
+            DecisionRefused: no name.
+            AlreadyDecided: someone took it first.
+        """
+        by = one_line(by or "", "lead's name")
+        if not by:
+            raise DecisionRefused("Say who takes it: a name is required.")
+        return self.store.take_escalation(escalation_id, by)
 
     def expire(self) -> list[Approval]:
         """Close the approvals nobody decided within ``settings.approval_days``.

@@ -55,6 +55,8 @@ class InboxRow(BaseModel):
     run: Run
     order_id: str | None       # the latest proposal's order, else the order first looked up
     amount_cents: int | None   # the latest proposal's amount (None: nothing proposed)
+    desk: str = ""             # what happened, for the desk (desk_status.DeskStatus)
+    escalations: int = 0       # open escalations on the ticket
 
 
 class Step(BaseModel):

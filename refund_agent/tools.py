@@ -1,4 +1,4 @@
-"""The four function tools the model gets: their argument models, schemas and read-only logic.
+"""The five function tools the model gets: their argument models, schemas and read-only logic.
 
 Schemas are generated from the pydantic models (strict: every field required, nothing extra,
 no strings or booleans where a number belongs), so the JSON the model sees and the validation
@@ -6,6 +6,8 @@ the code does can never drift apart. Order ids are made canonical while the argu
 parsed, so no later code sees a raw spelling. The two tools with side effects
 (``issue_refund`` and ``send_customer_message``) are carried out by the agent, which owns the
 approval flow and the idempotency keys; here they are only validated and priced.
+``escalate`` raises the ticket to a team lead (stored once per call, see escalations.py): it
+pays and sends nothing, so the agent may tell the customer a lead will look only after it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
@@ -87,6 +89,16 @@ class SendCustomerMessage(_Args):
                     "shop's signature is added automatically.")
 
 
+class Escalate(_Args):
+    kind: Literal["threat", "manager", "policy_exception"] = Field(
+        description="threat: the customer threatens a chargeback or bank dispute, a bad "
+                    "review or legal action. manager: they ask for a manager or supervisor. "
+                    "policy_exception: they ask for something the policy does not allow and "
+                    "you cannot grant.")
+    reason: Annotated[str, at_most(MAX_SUMMARY_CHARS, "reason")] = Field(
+        description="One sentence for the lead: what the customer said and wants.")
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -107,6 +119,10 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "only some lines; the output says what was refunded, declined or rejected, with the "
          "reviewer's note.", IssueRefund),
     Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage),
+    Tool("escalate", "Raise this ticket to a team lead, who sees it in the desk's escalation "
+         "queue. Call it once when the customer threatens (chargeback, bad review, legal "
+         "action), asks for a manager, or asks for an exception the policy does not allow. It "
+         "sends and pays nothing.", Escalate),
 )}
 
 

@@ -648,7 +648,7 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
     approval = start_damaged(ana, store)
     review(ana, approval.id)
-    assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
+    assert shows(ana, "Needs a lead: $48.00 is above your approval limit of $40.00",
                  "warning")
     confirm(ana, approval.id)
     assert shows(ana, "Cannot approve: $48.00 is above Ana Ruiz's approval limit of $40.00",

@@ -6,7 +6,8 @@ import streamlit as st
 
 from ..errors import RefundAgentError
 from .session import notify, permitted, select, selected_run_id, show_notice
-from .views import INBOX_FILTERS, filter_label, md, page_range, run_label
+from ..accounts import Accounts
+from .views import DESK_FILTERS, desk_counts, md, page_range, run_label
 from .worker import Worker
 
 PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" away
@@ -32,13 +33,22 @@ def on_send_email(worker: Worker) -> None:
     try:
         run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),
                                   subject=state.get("mail_subject", ""),
-                                  sender_name=state.get("mail_name", ""))
+                                  sender_name=state.get("mail_name", ""),
+                                  raised_by=_typed_in_by(worker))
     except RefundAgentError as exc:
         notify("inbox", "error", str(exc))
         return
     state["mail_body"] = ""
     notify("inbox", "success", f"Sent. The agent is working on ticket {run.id}.")
     select(run.id)
+
+
+def _typed_in_by(worker: Worker) -> str | None:
+    """The signed-in account that types a ticket in: it may not approve that ticket's refund."""
+    from .session import signed_in
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    return account.name if account else None
 
 
 def on_select(run_id: str) -> None:
@@ -73,24 +83,39 @@ def render_new_tickets(worker: Worker) -> None:
     show_notice("inbox")
 
 
+def lead_session(worker: Worker) -> bool:
+    """Whether a lead (an account without a limit) is signed in in this session."""
+    from .session import signed_in
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    return account is not None and account.limit is None
+
+
 def render_tickets(worker: Worker) -> None:
     """Search, status filters with counts, and one page of tickets, newest first."""
     store = worker.agent.store
     search = st.text_input("Search tickets", key="inbox_search", on_change=on_filter_change,
                            placeholder="Name, email, order or words",
                            label_visibility="collapsed", icon=":material/search:")
-    counts = store.inbox_counts(search)
-    labels = {f.key: filter_label(f, counts) for f in INBOX_FILTERS}
-    chosen = st.pills("Status", list(labels), format_func=labels.__getitem__, default="all",
+    # Each ticket's status is what happened to it (desk_status.py), read for every match in
+    # one small query, so every filter shows its count.
+    index = store.desk_index(search)
+    counts = desk_counts(index)
+    labels = {f.key: f"{f.label} {counts[f.key]}" for f in DESK_FILTERS}
+    if "inbox_filter" not in st.session_state:
+        # A lead's first screen is what needs a person; everyone else starts with every ticket.
+        st.session_state["inbox_filter"] = "needs" if lead_session(worker) else "all"
+    chosen = st.pills("Status", list(labels), format_func=labels.__getitem__,
                       required=True, key="inbox_filter", on_change=on_filter_change,
                       label_visibility="collapsed", wrap=True, width="stretch") or "all"
-    statuses = next(f.statuses for f in INBOX_FILTERS if f.key == chosen)
-    total = (sum(counts.values()) if not statuses else sum(counts[s] for s in statuses))
+    shown = next(f for f in DESK_FILTERS if f.key == chosen)
+    matching = [run_id for run_id, status, esc, _at in index if shown.shows(status, esc)]
+    total = len(matching)
     offset = min(st.session_state.get("inbox_offset", 0), max(0, total - 1))
-    rows = store.inbox(search, statuses, limit=PAGE_SIZE, offset=offset)
+    rows = store.inbox_rows(matching[offset:offset + PAGE_SIZE])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
     if not rows:
-        st.caption("No tickets match." if search or statuses else
+        st.caption("No tickets match." if search or chosen != "all" else
                    "No tickets yet. Send a sample to start one.")
     selected = selected_run_id()
     for row in rows:

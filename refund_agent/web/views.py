@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..callrecords import parse_bounded
+from ..desk_status import DeskStatus
 from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
@@ -53,6 +54,26 @@ STATUS: dict[RunStatus, StatusView] = {
     RunStatus.ASKED: StatusView("Waiting on customer", "violet", "contact_support"),
     RunStatus.FAILED: StatusView("Failed", "red", "error"),
 }
+
+
+# What happened to a ticket (desk_status.py), each with its own badge.
+DESK: dict[DeskStatus, StatusView] = {
+    DeskStatus.WORKING: StatusView("Working", "blue", "autorenew"),
+    DeskStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
+    DeskStatus.PAID: StatusView("Paid", "green", "check_circle"),
+    DeskStatus.PARTLY_PAID: StatusView("Partly paid", "green", "rule"),
+    DeskStatus.REJECTED: StatusView("Rejected", "red", "cancel"),
+    DeskStatus.ASKED: StatusView("Waiting on customer", "violet", "contact_support"),
+    DeskStatus.EXPIRED: StatusView("Expired", "orange", "timer_off"),
+    DeskStatus.DECLINED: StatusView("Declined by policy", "gray", "block"),
+    DeskStatus.FAILED: StatusView("Failed", "red", "error"),
+    DeskStatus.STOPPED: StatusView("Stopped", "gray", "pause_circle"),
+}
+ESCALATED = StatusView("Escalated", "red", "priority_high")
+
+
+def desk_view(status: DeskStatus | str) -> StatusView:
+    return DESK[DeskStatus(status)]
 
 
 # How a decision reads in the timeline, before "by NAME".
@@ -109,12 +130,21 @@ def run_label(row: InboxRow, now: float | None = None) -> str:
     same mixer is told apart by them, not by the subject.
     """
     run = row.run
-    who = md(run.sender_name or run.sender)
+    who = md(customer_name(run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
     amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
+    escalated = f" {ESCALATED.badge}" if row.escalations else ""
     return (f"**{who}**{order}{amount}  \n"
-            f"{status_view(run.status).badge} · {ago(run.created_at, now)} · "
+            f"{badge}{escalated} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
+
+
+def customer_name(name: str | None, address: str) -> str:
+    """One display form per customer: the name they gave, else the address (a run started
+    without a name stores the address as its name)."""
+    name = (name or "").strip()
+    return name if name and name != address else address
 
 
 @dataclass(frozen=True)
@@ -140,6 +170,49 @@ def filter_label(f: InboxFilter, counts: Mapping[RunStatus, int]) -> str:
     """``Waiting for approval 12``: a filter with how many tickets it holds."""
     n = sum(counts.values()) if not f.statuses else sum(counts[s] for s in f.statuses)
     return f"{f.label} {n}"
+
+
+@dataclass(frozen=True)
+class DeskFilter:
+    """One filter of the inbox by what happened: its label and the desk statuses it shows
+    (``needs`` for the lead's *needs a person* view, ``escalated`` for open escalations)."""
+
+    key: str
+    label: str
+    statuses: tuple[DeskStatus, ...] = ()
+    needs: bool = False
+    escalated: bool = False
+
+    def shows(self, status: DeskStatus, escalations: int) -> bool:
+        from ..desk_status import needs_person
+        if self.needs:
+            return needs_person(status, escalations)
+        if self.escalated:
+            return escalations > 0
+        return not self.statuses or status in self.statuses
+
+
+DESK_FILTERS = (
+    DeskFilter("needs", "Needs a person", needs=True),
+    DeskFilter("all", "All"),
+    DeskFilter("escalated", "Escalated", escalated=True),
+    DeskFilter("waiting", "Waiting for approval", (DeskStatus.WAITING,)),
+    DeskFilter("asked", "Waiting on customer", (DeskStatus.ASKED,)),
+    DeskFilter("working", "Working", (DeskStatus.WORKING,)),
+    DeskFilter("paid", "Paid", (DeskStatus.PAID,)),
+    DeskFilter("partly_paid", "Partly paid", (DeskStatus.PARTLY_PAID,)),
+    DeskFilter("rejected", "Rejected", (DeskStatus.REJECTED,)),
+    DeskFilter("expired", "Expired", (DeskStatus.EXPIRED,)),
+    DeskFilter("declined", "Declined by policy", (DeskStatus.DECLINED,)),
+    DeskFilter("failed", "Failed or stopped", (DeskStatus.FAILED, DeskStatus.STOPPED)),
+)
+
+
+def desk_counts(index: Iterable[tuple[str, DeskStatus, int, float]]) -> dict[str, int]:
+    """How many tickets each of DESK_FILTERS holds, from Store.desk_index's rows."""
+    rows = list(index)
+    return {f.key: sum(1 for _, status, esc, _at in rows if f.shows(status, esc))
+            for f in DESK_FILTERS}
 
 
 def page_range(offset: int, shown: int, total: int) -> str:
@@ -372,6 +445,19 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             blocks.append(Block("message", f"Email to {d['to']}", d["body"], **base))
         elif k == "note":
             blocks.append(Block("note", "Note for the team", d["text"], **base))
+        elif k == "escalation":
+            from ..escalations import KIND_LABELS
+            blocks.append(Block("escalation", "Escalated to a team lead: "
+                                + KIND_LABELS.get(d.get("kind", ""), str(d.get("kind"))),
+                                d.get("reason", ""), **base))
+        elif k == "handoff":
+            blocks.append(Block("escalation", f"Sent to a lead by {d.get('by')}",
+                                d.get("reason", ""), **base))
+        elif k == "signoff":
+            keep = ", ".join(d.get("keep") or []) or "the shipping"
+            blocks.append(Block("decision", f"First sign-off by {d.get('by')}: "
+                                f"{money(d.get('amount'))} for {keep}; a second person must "
+                                "approve", d.get("note") or "", **base))
         elif k == "text":
             blocks.append(Block("text", "Agent", d["text"], **base))
         elif k == "reply":
@@ -581,12 +667,20 @@ AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note
                  "Approval"]
 
 
+def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
+    """``Waiting 26 h``: what a card says once a refund waited past the reminder time."""
+    hours = (now - requested_at) / 3600
+    if hours < after_hours:
+        return None
+    return f"Waiting {hours:.0f} h" if hours < 48 else f"Waiting {hours / 24:.0f} days"
+
+
 def limit_notice(amount: float, limit: float | None) -> str | None:
     """What the card says when approving ``amount`` is above the signed-in approver's limit."""
     if limit is None or round(amount * 100) <= round(limit * 100):
         return None
-    return (f"{money(amount)} is above your approval limit of {money(limit)}: a lead must "
-            "decide this refund (you can still reject it, or untick lines to bring it within "
+    return (f"Needs a lead: {money(amount)} is above your approval limit of {money(limit)}. "
+            "Send it to a lead (you can still reject it, or untick lines to bring it within "
             "your limit).")
 
 
