@@ -80,3 +80,10 @@ NEEDS_PERSON = frozenset({DeskStatus.EXPIRED, DeskStatus.FAILED, DeskStatus.STOP
 def needs_person(status: DeskStatus, open_escalations: int) -> bool:
     """Whether the ticket belongs in the lead's *needs a person* view."""
     return status in NEEDS_PERSON or open_escalations > 0
+
+
+def customer_name(name: str | None, address: str) -> str:
+    """One display form per customer: the name they gave, else the address (a run started
+    without a name stores the address as its name)."""
+    name = (name or "").strip()
+    return name if name and name != address else address

@@ -243,6 +243,23 @@ class DeskInbox:
             out.append((row["id"], status, open_, row["created_at"]))
         return out
 
+    def customer_names(self: Any) -> dict[str, str]:
+        """Address (case-folded) -> the name the customer last gave on any ticket, so one
+        customer reads the same in every row, whichever ticket had no name."""
+        names: dict[str, str] = {}
+        for sender, name in self._read("SELECT sender, sender_name FROM runs"
+                                       " ORDER BY created_at"):
+            if name and name.strip() and name != sender:
+                names[sender.casefold()] = name.strip()
+        return names
+
+    def run_customers(self: Any) -> dict[str, str]:
+        """Run id -> the customer as the desk shows them (see :meth:`customer_names`)."""
+        from .desk_status import customer_name
+        names = self.customer_names()
+        return {r[0]: customer_name(names.get(r[1].casefold()), r[1])
+                for r in self._read("SELECT id, sender FROM runs")}
+
     def inbox_rows(self: Any, ids: list[str]) -> list[Any]:
         """The inbox entries of these runs, in the order given."""
         from .models import InboxRow, Run

@@ -244,3 +244,36 @@ def test_no_sequence_of_decisions_pays_twice_or_bypasses_the_second_person(
         assert [e.event for e in agent.store.audit()].count("approved") <= 1
         assert agent.store.verify_audit() is None
         agent.store.close()
+
+
+# -- the audit outside the page ------------------------------------------------------------------
+
+
+def test_the_audit_csv_has_zoned_times_customers_and_ticket_links(agent: Agent):
+    import io
+
+    import pandas as pd
+    run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL,
+                                    sender_name="Maya Chen").id)
+    data = views.audit_csv(agent.store.audit(), agent.store.run_customers(),
+                           "http://desk.example:8501/?run=other")
+    frame = pd.read_csv(io.BytesIO(data), keep_default_na=False)
+    (row,) = frame.to_dict("records")
+    when = pd.Timestamp(row["time"])
+    assert when.tzinfo is not None and abs(when.timestamp() - row["at"]) < 0.001
+    assert row["customer"] == "Maya Chen" and row["order_id"] == "A1043"
+    assert row["ticket"] == run.id
+    assert row["ticket_url"] == f"http://desk.example:8501/?run={run.id}"
+    assert views.customer_name("maya@example.com", "maya@example.com") == "maya@example.com"
+    assert views.customer_name("", "maya@example.com") == "maya@example.com"
+
+
+def test_one_customer_reads_the_same_in_every_row(agent: Agent):
+    named = agent.start("maya.chen@example.com", "Order A1043 arrived broken.",
+                        sender_name="Maya Chen")
+    bare = agent.start("maya.chen@example.com", "Order A1043: where is my refund?")
+    names = agent.store.customer_names()
+    rows = agent.store.inbox_rows([named.id, bare.id])
+    labels = [views.run_label(row, names=names) for row in rows]
+    assert all(label.startswith("**Maya Chen**") for label in labels)
+    assert set(agent.store.run_customers().values()) == {"Maya Chen"}

@@ -118,8 +118,9 @@ def render_tickets(worker: Worker) -> None:
         st.caption("No tickets match." if search or chosen != "all" else
                    "No tickets yet. Send a sample to start one.")
     selected = selected_run_id()
+    names = store.customer_names()
     for row in rows:
-        st.button(run_label(row), key=f"run_{row.run.id}", on_click=on_select,
+        st.button(run_label(row, names=names), key=f"run_{row.run.id}", on_click=on_select,
                   args=(row.run.id,), width="stretch",
                   type="primary" if row.run.id == selected else "secondary")
     if total > PAGE_SIZE:

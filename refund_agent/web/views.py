@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..callrecords import parse_bounded
-from ..desk_status import DeskStatus
+from ..desk_status import DeskStatus, customer_name
 from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
@@ -123,14 +123,17 @@ def status_view(status: RunStatus | str) -> StatusView:
     return STATUS[RunStatus(status)]
 
 
-def run_label(row: InboxRow, now: float | None = None) -> str:
+def run_label(row: InboxRow, now: float | None = None,
+              names: Mapping[str, str] | None = None) -> str:
     """The inbox entry for a run: who, which order and how much, status, age (Markdown).
 
     The order and amount come first after the name: a customer with a dozen tickets about the
     same mixer is told apart by them, not by the subject.
     """
     run = row.run
-    who = md(customer_name(run.sender_name, run.sender))
+    # One display form per customer: the name they gave on any ticket (``names``), else here.
+    known = (names or {}).get(run.sender.casefold())
+    who = md(customer_name(known or run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
     amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
     badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
@@ -139,12 +142,6 @@ def run_label(row: InboxRow, now: float | None = None) -> str:
             f"{badge}{escalated} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
 
-
-def customer_name(name: str | None, address: str) -> str:
-    """One display form per customer: the name they gave, else the address (a run started
-    without a name stores the address as its name)."""
-    name = (name or "").strip()
-    return name if name and name != address else address
 
 
 @dataclass(frozen=True)
@@ -663,8 +660,8 @@ def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None
 
 # -- the audit log ----------------------------------------------------------------------
 
-AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note", "Run",
-                 "Approval"]
+AUDIT_COLUMNS = ["Time", "Event", "By", "Customer", "PID", "Order", "Amount", "Lines", "Note",
+                 "Run", "Approval"]
 
 
 def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
@@ -684,11 +681,15 @@ def limit_notice(amount: float, limit: float | None) -> str | None:
             "your limit).")
 
 
-def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
-    """The audit log as a table, newest first."""
+def audit_frame(entries: Sequence[AuditEntry],
+                customers: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The audit log as a table, newest first (``customers``: run id -> who wrote in)."""
+    customers = customers or {}
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.
     rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
-             "Event": e.event, "By": e.actor, "PID": e.pid, "Order": e.order_id or "",
+             "Event": e.event, "By": e.actor,
+             "Customer": customers.get(e.run_id or "", ""),
+             "PID": e.pid, "Order": e.order_id or "",
              "Amount": money(e.amount), "Lines": lines_text(e.lines), "Note": e.note or "",
              "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
@@ -709,18 +710,42 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
+def iso_time(ts: float) -> str:
+    """``2026-12-01T23:42:31.674+00:00``: the local time with its zone, to the millisecond."""
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="milliseconds")
+
+
+def ticket_url(base_url: str, run_id: str | None) -> str:
+    """The link that opens a ticket on the desk (the page's own ``?run=`` parameter)."""
+    if not run_id or not base_url:
+        return ""
+    return f"{base_url.split('?')[0].rstrip('/')}/?run={run_id}"
+
+
+# The columns a spreadsheet reader wants first; every stored field follows, ``at`` (the exact
+# Unix time the chain hashes) included.
+CSV_FIRST = ["time", "event", "actor", "customer", "order_id", "amount", "ticket", "ticket_url"]
+
+
+def audit_csv(entries: Sequence[AuditEntry], customers: Mapping[str, str] | None = None,
+              base_url: str = "") -> bytes:
     """The audit log as CSV (newest first), with every field including the chain hashes.
 
-    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none. Text
-    cells go through :func:`csv_cell`, so no cell opens as a formula.
+    ``time`` is ISO 8601 with the zone; ``customer`` (from ``customers``: run id -> who wrote
+    in), ``ticket`` (the run id) and ``ticket_url`` (the desk's link to it, from ``base_url``)
+    name the ticket. ``lines`` is written as JSON (as the store keeps it), empty when an
+    entry has none. Text cells go through :func:`csv_cell`, so no cell opens as a formula.
     """
+    customers = customers or {}
     rows = []
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
+        row.update(time=iso_time(e.at), customer=customers.get(e.run_id or "", ""),
+                   ticket=e.run_id or "", ticket_url=ticket_url(base_url, e.run_id))
         rows.append({key: csv_cell(value) for key, value in row.items()})
-    frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
+    rest = [name for name in AuditEntry.model_fields if name not in CSV_FIRST]
+    frame = pd.DataFrame(rows, columns=CSV_FIRST + rest)
     # RFC 4180's CRLF rows: the writer then quotes any cell holding a CR or an LF, so a carriage
     # return in a note cannot start a row of its own (with "\n" rows it would go unquoted).
     return frame.to_csv(index=False, lineterminator="\r\n").encode()
