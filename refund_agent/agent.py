@@ -242,6 +242,17 @@ def _sse_events(stream: Any) -> Iterator[dict[str, Any]]:
         yield json.loads("\n".join(data))
 
 
+def paid_summary(approval: Approval) -> str:
+    """What the payment record says it refunds: the proposal's summary when every line was
+    approved; otherwise only the kept lines (the summary names the declined ones too)."""
+    if not approval.declined:
+        return approval.summary
+    kept = "; ".join(f"{line.name} ({line.reason.replace('_', ' ')}) ${line.amount:.2f}"
+                     for line in approval.kept)
+    return (f"Refund on order {approval.order_id}: {kept}. Approved {len(approval.kept)} of "
+            f"{len(approval.lines)} lines.")
+
+
 def paid_quote(approval: Approval) -> Quote:
     """The refund a decided approval pays: the lines the person kept, at their amounts."""
     return Quote(order_id=approval.order_id, lines=[
@@ -756,7 +767,7 @@ class Agent:
         quote = paid_quote(approval)
         crash_point("before_refund", self._crash)
         self.store.check_lease(lease)   # a process that lost the run pays nothing
-        refund, reused = self.payments.refund(approval.id, quote, approval.summary)
+        refund, reused = self.payments.refund(approval.id, quote, paid_summary(approval))
         crash_point("after_refund", self._crash)
         audit = {"event": "reused" if reused else "issued", "actor": "payments",
                  "approval_id": approval.id, "order_id": approval.order_id,

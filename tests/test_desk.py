@@ -67,8 +67,8 @@ def test_needs_a_person_and_every_status_has_its_own_badge_and_filter():
 
 def test_reminder_badge_after_the_set_time():
     assert views.reminder(0, 24, 23 * 3600) is None
-    assert views.reminder(0, 24, 26 * 3600) == "Waiting 26 h"
-    assert views.reminder(0, 24, 72 * 3600) == "Waiting 3 days"
+    assert views.reminder(0, 24, 26 * 3600) == "Waiting 26 h for approval"
+    assert views.reminder(0, 24, 72 * 3600) == "Waiting 3 days for approval"
 
 
 # -- the rules -----------------------------------------------------------------------------------
@@ -277,3 +277,14 @@ def test_one_customer_reads_the_same_in_every_row(agent: Agent):
     labels = [views.run_label(row, names=names) for row in rows]
     assert all(label.startswith("**Maya Chen**") for label in labels)
     assert set(agent.store.run_customers().values()) == {"Maya Chen"}
+
+
+def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Agent):
+    run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL).id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana Kim", keep=["POUR-GLS-01"], note="Mugs were used.")
+    agent.advance(run.id)
+    (record,) = agent.payments.refunds()
+    reason = record["request"]["reason"]
+    assert "coffee maker" in reason and "mug" not in reason.lower()
+    assert "Approved 1 of 2 lines" in reason

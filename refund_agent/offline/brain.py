@@ -597,8 +597,10 @@ def _support(conv: _Conversation) -> Reply:
     if "error" in lookup["output"]:
         if sent:
             return Reply("The order isn't visible for this sender; I've told them.",
-                         f"Order {order_id} does not match the sender's address. Shared nothing "
-                         "about it and asked them to write from the address on the order.")
+                         f"No order {order_id} was found for the sender's address: it does not "
+                         "exist, or it was placed from another address (the look-up cannot tell "
+                         "which). Shared nothing about it and asked them to check the number or "
+                         "write from the address they ordered with.")
         return _send("The order isn't visible for this address. I must not reveal anything.",
                      f"Hi {first},\n\nI couldn't find order {order_id} for this email address. "
                      "Could you check the number, or write to us from the address you used "

@@ -48,20 +48,23 @@ NOTE_LABELS = {
 # -- who decides ---------------------------------------------------------------------------
 
 
-def on_save_name() -> None:
-    name = " ".join(st.session_state.get("approver_input", "").split())
+def on_save_name(field: str = "approver_input", area: str = "queue") -> None:
+    name = " ".join(st.session_state.get(field, "").split())
     if not name:
-        notify("queue", "error", "Enter your name first: every approval and rejection is "
-                                 "signed with it in the audit log.")
+        notify(area, "error", "Enter your name first: every approval and rejection is "
+                              "signed with it in the audit log.")
         return
     notify("queue")
     notify("review")   # "enter your name" is answered
+    notify("review_name")
     st.session_state["approver"] = name
+    remember_name(name)
 
 
 def on_change_name() -> None:
     st.session_state["approver"] = ""
     st.session_state["approver_input"] = ""
+    remember_name("")
 
 
 def on_sign_in(worker: Worker) -> None:
@@ -71,8 +74,9 @@ def on_sign_in(worker: Worker) -> None:
         account = Accounts(worker.agent.store).sign_in(state.get("signin_name", ""), password,
                                                        client())
     except RefundAgentError as exc:
-        notify("queue", "error", str(exc))
+        notify("signin", "error", str(exc))
         return
+    notify("signin")
     notify("queue")
     notify("review")   # "sign in before deciding" is answered
     sign_in_as(account)
@@ -90,7 +94,10 @@ def render_approver(worker: Worker) -> None:
     if accounts.exist():
         render_sign_in(worker, accounts)
         return
-    name = approver()
+    name = approver() or remembered_name()
+    if name and not approver():   # a name this browser saved before the server restarted
+        st.session_state["approver"] = name
+    write_name_cookie()
     if name:
         line, change = st.columns([3, 1], vertical_alignment="center")
         line.markdown(f":material/badge: Deciding as **{md(name)}**")
@@ -98,9 +105,40 @@ def render_approver(worker: Worker) -> None:
     else:
         with st.form("approver_form", border=True):
             st.text_input("Your name (signs every decision in the audit log)",
-                          key="approver_input", placeholder="Dana Kim")
+                          key="approver_input", placeholder="Your full name")
             st.form_submit_button("Save name", key="save_name", on_click=on_save_name,
                                   icon=":material/badge:")
+
+
+NAME_COOKIE = "refund_desk_name"
+
+
+def remembered_name() -> str:
+    """The demo name this browser saved (a cookie), so a server restart does not lose it."""
+    try:
+        raw = st.context.cookies.get(NAME_COOKIE, "")
+    except Exception:  # noqa: BLE001 - no request (AppTest)
+        return ""
+    from urllib.parse import unquote
+    return " ".join(unquote(raw).split())[:200]
+
+
+def remember_name(name: str) -> None:
+    st.session_state["name_cookie"] = name
+
+
+def write_name_cookie() -> None:
+    """Write the demo name into the browser's cookie (only the demo's typed name: an account's
+    sign-in is never kept this way)."""
+    name = st.session_state.get("name_cookie")
+    if name is None:
+        return
+    import json
+    from urllib.parse import quote
+    age = 365 * 86400 if name else 0
+    st.html(f"<script>document.cookie = '{NAME_COOKIE}=' + {json.dumps(quote(name))} + "
+            f"'; path=/; max-age={age}; samesite=strict';</script>",
+            unsafe_allow_javascript=True, width="content")
 
 
 def render_sign_in(worker: Worker, accounts: Accounts) -> None:
@@ -116,8 +154,12 @@ def render_sign_in(worker: Worker, accounts: Accounts) -> None:
     with st.form("sign_in_form", border=True):
         st.caption(":material/lock: Sign in to decide refunds")
         name, password = st.columns(2)   # side by side: the queue stays on screen
-        name.text_input("Name", key="signin_name", placeholder="Dana Kim")
-        password.text_input("Password", key="signin_password", type="password")
+        name.text_input("Name", key="signin_name", placeholder="Your account name",
+                        autocomplete="username")
+        # current-password: a password manager fills the saved one instead of offering a new.
+        password.text_input("Password", key="signin_password", type="password",
+                            autocomplete="current-password")
+        show_notice("signin")   # a refusal is drawn in the form, next to what to fix
         st.form_submit_button("Sign in", key="sign_in", on_click=on_sign_in, args=(worker,),
                               icon=":material/login:")
 
@@ -236,7 +278,9 @@ def render_card(worker: Worker, approval: Approval) -> None:
     card = views.approval_card(approval, {}, None)
     flags = card_flags(worker, approval)
     with st.container(border=True, key=f"card_{card.approval_id}"):
-        st.markdown(f"**{md(card.title)}** · :gray[{views.ago(approval.requested_at)}]"
+        # The ticket's age, counted from when it came in, as the inbox counts it.
+        opened = worker.agent.store.run(approval.run_id).created_at
+        st.markdown(f"**{md(card.title)}** · :gray[{views.ago(opened)}]"
                     + "".join(f" {flag}" for flag in flags) + "  \n"
                     f":material/person: {md(card.customer)}")
         st.markdown("\n".join(f"- {md(line.summary)}" for line in card.lines))
@@ -280,6 +324,15 @@ def review(worker: Worker, approval_id: str) -> None:
     card = views.approval_card(approval, agent.policy_facts(approval),
                                agent.approval_problem(approval))
     account = signed_in(Accounts(agent.store))
+    if not Accounts(agent.store).exist() and not approver():
+        # The demo's name is asked for here, where the decision is made: the queue's name
+        # field is behind this dialog.
+        with st.container(border=True):
+            st.text_input("Your name (signs this decision in the audit log)",
+                          key="review_name_input", placeholder="Your full name")
+            show_notice("review_name")
+            st.button("Save name", key="review_save_name", on_click=on_save_name,
+                      args=("review_name_input", "review_name"), icon=":material/badge:")
     st.markdown(f"**{md(card.customer)}** · order **{md(card.order_id)}** · "
                 f"{md(card.requested)}")
     st.markdown(f":material/format_quote: *{md(card.summary)}*")
@@ -291,9 +344,14 @@ def review(worker: Worker, approval_id: str) -> None:
     if mode == "approve":
         # One box per item line: unticked lines are declined.
         for line in card.item_lines:
-            st.checkbox(f"**{md(line.name)}** · {md(line.reason_label)} · "
-                        f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]",
-                        value=True, key=keep_key(approval_id, line.line))
+            # The checkbox's own label is what a screen reader says: plain words, no Markdown
+            # (a visible label is Markdown, read out with its asterisks and backslashes).
+            with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+                st.checkbox(views.plain_line(line), value=True,
+                            key=keep_key(approval_id, line.line),
+                            label_visibility="collapsed", width="content")
+                st.markdown(f"**{md(line.name)}** · {md(line.reason_label)} · "
+                            f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]")
         for line in card.shipping_lines:
             st.markdown(f":material/local_shipping: **{md(line.name)}** · "
                         f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]")

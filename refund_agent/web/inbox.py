@@ -30,6 +30,12 @@ def on_send_email(worker: Worker) -> None:
     if not permitted(worker, "inbox"):
         return
     notify("inbox")
+    notify("mail_from")
+    if not state.get("mail_from", "").strip():
+        # Said next to the field, not below the fold under the form.
+        notify("mail_from", "error", "Enter the customer's address: the agent answers only "
+                                     "the person who wrote in.")
+        return
     try:
         run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),
                                   subject=state.get("mail_subject", ""),
@@ -72,12 +78,16 @@ def render_new_tickets(worker: Worker) -> None:
                       args=(worker, sample.key), width="stretch", help=md(sample.subject),
                       icon=":material/mail:")
         with st.form("new_email", border=False):
+            # Placeholders say what goes in a field; a name or an order number there reads
+            # like a value already filled in.
             st.text_input("From (the customer's address)", key="mail_from",
-                          placeholder="leo.martins@example.com")
-            st.text_input("Name", key="mail_name", placeholder="Leo Martins")
+                          placeholder="The address the customer wrote from")
+            show_notice("mail_from")
+            st.text_input("Name", key="mail_name", placeholder="Optional: the customer's name")
             st.text_input("Subject", key="mail_subject", value="Refund request")
             st.text_area("Email", key="mail_body", height=100,
-                         placeholder="My order A1058 arrived broken...")
+                         placeholder="Paste or type the customer's email, with the order "
+                                     "number")
             st.form_submit_button("Send to the agent", key="mail_send", on_click=on_send_email,
                                   args=(worker,), type="primary", icon=":material/send:")
     show_notice("inbox")

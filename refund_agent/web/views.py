@@ -551,6 +551,12 @@ class CardLine:
         return f"{self.line} · {why}"
 
 
+def plain_line(line: CardLine) -> str:
+    """A refund line in plain words, for a checkbox a screen reader names:
+    ``Glass pour-over coffee maker, damaged, $48.00``."""
+    return f"{line.name}, {line.reason_label}, {money(line.amount)}"
+
+
 @dataclass(frozen=True)
 class Card:
     """What an approver sees for one pending refund."""
@@ -669,7 +675,8 @@ def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
     hours = (now - requested_at) / 3600
     if hours < after_hours:
         return None
-    return f"Waiting {hours:.0f} h" if hours < 48 else f"Waiting {hours / 24:.0f} days"
+    return (f"Waiting {hours:.0f} h for approval" if hours < 48 else
+            f"Waiting {hours / 24:.0f} days for approval")
 
 
 def limit_notice(amount: float, limit: float | None) -> str | None:
