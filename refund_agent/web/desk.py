@@ -115,6 +115,8 @@ NAME_COOKIE = "refund_desk_name"
 
 def remembered_name() -> str:
     """The demo name this browser saved (a cookie), so a server restart does not lose it."""
+    if st.session_state.get("name_cookie") is not None:
+        return st.session_state["name_cookie"]   # saved or cleared in this session since
     try:
         raw = st.context.cookies.get(NAME_COOKIE, "")
     except Exception:  # noqa: BLE001 - no request (AppTest)
