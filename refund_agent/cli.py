@@ -268,6 +268,11 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
         if not _repeated(exc, "approved" if approve else "rejected"):
             raise
         return _already_yours(agent, exc)
+    if decided.status == "pending":   # the first of two approvals (shop.json "desk")
+        print(f"Signed off ${decided.amount:.2f} for {decided.order_id} ({decided.customer}) as "
+              f"{by}: refunds of this size need a second person; another account approves "
+              f"it with `refund-agent approve --id {decided.id}`.")
+        return None
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
           + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)

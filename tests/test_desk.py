@@ -288,3 +288,16 @@ def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Age
     reason = record["request"]["reason"]
     assert "coffee maker" in reason and "mug" not in reason.lower()
     assert "Approved 1 of 2 lines" in reason
+
+
+def test_the_terminals_first_sign_off_says_a_second_person_completes_it(tmp_path: Path):
+    from conftest import run_cli
+    data = _data(tmp_path, two_person_above=10)
+    out = tmp_path / "output"
+    assert run_cli(out, "sample", REFUND_AGENT_DATA=str(data)).returncode == 0
+    first = run_cli(out, "approve", "--as", "Dana Kim", REFUND_AGENT_DATA=str(data))
+    assert first.returncode == 0, first.stderr
+    assert "Signed off $48.00 for A1043" in first.stdout and "second person" in first.stdout
+    second = run_cli(out, "approve", "--as", "Lee Park", REFUND_AGENT_DATA=str(data))
+    assert second.returncode == 0, second.stderr
+    assert "Approved $48.00" in second.stdout
