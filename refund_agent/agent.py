@@ -26,6 +26,7 @@ from .calls import HELD_BACK, REFUND_TOOLS, CallContext, DeskCall, Outcome, hand
 from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import LeaseLost, RunNotReady
+from .escalations import Escalation
 from .failures import refused_transcript, response_gone, still_gone
 from .intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
 from .model import ModelAccess, open_model, provider_error
@@ -99,13 +100,14 @@ class Loop:
         crash_point(name, self._crash)
 
     def start(self, sender: str, body: str, *, subject: str | None = None,
-              sender_name: str = "", kind: str = "custom") -> Run:
-        """Save a customer's email as a new run (nothing is sent to the model yet)."""
+              sender_name: str = "", kind: str = "custom", raised_by: str | None = None) -> Run:
+        """Save a customer's email as a new run (nothing is sent to the model yet).
+        ``raised_by``: the desk account that typed it in, who may not approve its refund."""
         sender, body, subject, sender_name = intake.checked_email(
             sender, body, self.default_subject if subject is None else subject, sender_name)
         run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
                                     subject=subject.strip() or self.default_subject,
-                                    email=body, kind=kind)
+                                    email=body, kind=kind, raised_by=raised_by)
         self._crash_at("after_run_created")
         return run
 
@@ -342,9 +344,14 @@ class Loop:
         requote = partial(self._requote, units=dict(units or {})) if self._requote else None
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
                                     requote=requote if approve else None,
-                                    limit_cents=limit_cents if approve else None)
+                                    limit_cents=limit_cents if approve else None,
+                                    two_person_above_cents=self.two_person_above_cents())
         self._crash_at("after_decision")
         return decided
+
+    def two_person_above_cents(self) -> int | None:
+        """Above this amount two different people must approve (None: one is enough)."""
+        return None
 
     def ask(self, approval_id: str, by: str, question: str) -> Approval:
         """Send a proposal back: the customer gets ``question``, nothing is paid yet.
@@ -418,6 +425,19 @@ class Agent(Loop):
 
     def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
         return hand_over(self.store, self.shop, self.outbox, run_id, lease, why)
+
+    def two_person_above_cents(self) -> int | None:
+        return self.shop.info.desk.two_person_above_cents   # shop.json "desk"
+
+    def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
+        """Send a pending refund to a lead (an approver over their limit); audited.
+        Raises DecisionRefused (no name; already with a lead) or AlreadyDecided."""
+        return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
+
+    def take(self, escalation_id: int, by: str) -> Escalation:
+        """A lead picks up an escalation (compare-and-set, audited); AlreadyDecided if
+        someone took it first."""
+        return self.store.take_escalation(escalation_id, intake.checked_handoff(by, None)[0])
 
     def start_sample(self, key: str) -> Run:
         sample = self.shop.sample(key)

@@ -22,6 +22,7 @@ from .store import Lease, Store
 from .tools import (
     TOOLS,
     CheckRefundPolicy,
+    Escalate,
     IssueRefund,
     LookupOrder,
     SendCustomerMessage,
@@ -80,6 +81,17 @@ def paid_quote(approval: Approval) -> Quote:
                    amount_cents=line.amount_cents, allowed_cents=line.allowed_cents,
                    fee_cents=line.fee_cents, units=line.units, quantity=line.quantity)
         for line in approval.kept])
+
+
+def paid_summary(approval: Approval) -> str:
+    """What the payment record says it refunds: the proposal's summary when every line was
+    approved; otherwise only the kept lines (the summary names the declined ones too)."""
+    if not approval.declined:
+        return approval.summary
+    kept = "; ".join(f"{line.name} ({line.reason.replace('_', ' ')}) ${line.amount:.2f}"
+                     for line in approval.kept)
+    return (f"Refund on order {approval.order_id}: {kept}. Approved {len(approval.kept)} of "
+            f"{len(approval.lines)} lines.")
 
 
 def requote(shop: Shop, sender: str, held_lines: Callable[[str], Mapping[str, Held]],
@@ -158,7 +170,7 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
     ctx.crash("before_refund")
     ctx.fence()   # a process that lost the run pays nothing
     try:
-        refund, reused = ctx.payments.refund(approval.id, quote, approval.summary)
+        refund, reused = ctx.payments.refund(approval.id, quote, paid_summary(approval))
     except PaymentUncertain as exc:   # a real provider's lost answer (outside/stripe.py)
         ctx.store.record_uncertain(ctx.lease, approval, str(exc))
         raise
@@ -178,6 +190,17 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
                               for line in approval.declined]
         output["note"] = approval.note or ""
     return Outcome(output, [(StepKind.REFUND, {**output, "reused": reused})], audit)
+
+
+def escalate(ctx: DeskCall, args: Escalate) -> Outcome:
+    """Raise the ticket to a lead: its step is saved with the output, in one transaction,
+    and the store files the escalation from it once per call key (escalations.py)."""
+    reason = " ".join(args.reason.split())
+    output = {"status": "escalated", "kind": args.kind,
+              "next": "A team lead sees this ticket in the escalation queue. You may tell the "
+                      "customer a lead will look at it."}
+    return Outcome(output, [(StepKind.ESCALATION, {"key": ctx.key, "kind": args.kind,
+                                                   "reason": reason})])
 
 
 def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
@@ -231,4 +254,5 @@ REFUND_TOOLS = toolset(
     replace(TOOLS["check_refund_policy"], run=check_refund_policy),
     replace(TOOLS["issue_refund"], run=issue_refund, propose=propose_refund),
     replace(TOOLS["send_customer_message"], run=send_customer_message),
+    replace(TOOLS["escalate"], run=escalate),
 )

@@ -171,6 +171,12 @@ STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
                                     f"{size_text(d['bytes'])}) --"),
     StepKind.ERROR: lambda _p, d: f"  !! {d['message']}",
     StepKind.STOPPED: lambda _p, _d: "  -- stopped --",
+    StepKind.ESCALATION: lambda _p, d: (f"  !! Escalated to a team lead ({d.get('kind')}): "
+                                        f"{d.get('reason', '')}"),
+    StepKind.HANDOFF: lambda _p, d: f"  ** Sent to a lead by {d.get('by')}",
+    StepKind.SIGNOFF: lambda _p, d: (f"  ** First sign-off by {d.get('by')} for "
+                                     f"${float(d.get('amount') or 0):.2f}; a second person "
+                                     "must approve"),
     StepKind.CUSTOMER_DONE: lambda _p, _d: None,
 }
 
@@ -301,6 +307,11 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
         if not _repeated(exc, "approved" if approve else "rejected"):
             raise
         return _already_yours(agent, exc)
+    if decided.status == "pending":   # the first of two approvals (shop.json "desk")
+        print(f"Signed off ${decided.amount:.2f} for {decided.order_id} ({decided.customer}) as "
+              f"{by}: refunds of this size need a second person; another account approves "
+              f"it with `refund-agent approve --id {decided.id}`.")
+        return None
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
           + ", ".join(f"{line.line}{_units(line)} {line.decision}" for line in decided.lines)

@@ -93,6 +93,17 @@ def checked_decision(by: str | None, note: str | None, approve: bool) -> tuple[s
     return by, note
 
 
+def checked_handoff(by: str | None, note: str | None) -> tuple[str, str | None]:
+    """Who sends a refund to a lead, and their note; DecisionRefused for no name or an
+    oversized note."""
+    by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
+    if not by:
+        raise DecisionRefused("Say who is sending it: an approver's name is required.")
+    if problem := note_problem(note or "", "note"):
+        raise DecisionRefused(problem)
+    return by, note
+
+
 def checked_question(by: str | None, question: str | None) -> tuple[str, str]:
     """The asker's name and question for the customer, stripped, or DecisionRefused."""
     by, question = one_line(by or "", "approver's name"), (question or "").strip()

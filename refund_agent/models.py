@@ -41,6 +41,9 @@ class StepKind(StrEnum):
     ERROR = "error"             # the run failed
     STOPPED = "stopped"         # someone pressed Stop
     CUSTOMER_DONE = "customer_done"  # the simulated customer has nothing more to say
+    ESCALATION = "escalation"   # the agent raised the ticket to a team lead (escalate)
+    HANDOFF = "handoff"         # an approver over their limit sent the refund to a lead
+    SIGNOFF = "signoff"         # the first of two approvals above the two-person amount
 
 
 class ApprovalStatus(StrEnum):
@@ -88,6 +91,8 @@ class InboxRow(BaseModel):
     run: Run
     order_id: str | None       # the latest proposal's order, else the order first looked up
     amount_cents: int | None   # the latest proposal's amount (None: nothing proposed)
+    desk: str = ""             # what happened, for the desk (desk_status.DeskStatus)
+    escalations: int = 0       # open escalations on the ticket
 
 
 class Step(BaseModel):

@@ -194,11 +194,27 @@ class PolicyTerms(_Data):
         }
 
 
+class DeskRules(_Data):
+    """How the desk works for this shop (shop.json "desk"), read fresh at every decision."""
+
+    # Refunds above this many dollars are paid only once two different people approved them
+    # (None: one approval is enough).
+    two_person_above: float | None = Field(default=None, ge=0, le=MAX_DOLLARS)
+    # A refund waiting longer than this gets a reminder badge; it should stay below the
+    # expiry (REFUND_AGENT_APPROVAL_DAYS) so a person sees it before it closes.
+    remind_after_hours: float = Field(default=24.0, gt=0, le=24 * 3650)
+
+    @property
+    def two_person_above_cents(self) -> int | None:
+        return None if self.two_person_above is None else round(self.two_person_above * 100)
+
+
 class ShopInfo(_Data):
     name: str
     support_email: str
     signature: str
     policy: PolicyTerms
+    desk: DeskRules = DeskRules()
 
 
 class Sample(BaseModel):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .approving import limit_problem, overpaid_line
+from .approving import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from .callrecords import call_key, order_id_in
 from .dialects import CHANNEL, DB_ERRORS, SQLITE_NOW, Postgres, SQLite, host_id, is_postgres_url
 from .errors import (
@@ -36,6 +36,7 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
+from .escalations import SCHEMA_9, DeskInbox, DeskRecords
 from .identity import name_key
 from .models import (
     Approval,
@@ -78,6 +79,10 @@ SCHEMA_HISTORY: dict[int, str] = {
        "so read as all units. A line may now be held by several refunds, so the unique index "
        "lines_held_once gives way to a trigger that refuses holding more units than the line "
        "has (on SQLite; the code checks the same under the order's lock on both engines).",
+    9: "The desk: escalations (raised by the agent's escalate tool or by an approver sending a "
+       "refund to a lead; who took each and when), signoffs (the first of two approvals above "
+       "the shop's two-person amount) and raised_by (the desk account that typed a ticket "
+       "in, so nobody approves a refund on their own ticket); new tables only.",
     10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
         "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
         "once and reconcile knows which failed refunds the desk was told of (a new table).",
@@ -273,7 +278,7 @@ CREATE TABLE IF NOT EXISTS store_moved (
 );
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + "0" * 64 + """') FROM audit;
-"""
+""" + SCHEMA_9
 
 # The database's own last guard on units (SQLite; its body's semicolons keep it out of _SCHEMA,
 # which pg_schema splits on them): a held row may not bring a line's held units past its
@@ -328,7 +333,8 @@ TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
-    "sign_in_failures": "id", "provider_events": "id",
+    "sign_in_failures": "id", "provider_events": "id", "escalations": "id",
+    "signoffs": "approval_id", "raised_by": "run_id",
 }
 
 
@@ -337,7 +343,7 @@ TABLES: dict[str, str] = {
 _EFFECT_CALLS = frozenset({"send_customer_message"})
 
 
-class Store:
+class Store(DeskRecords, DeskInbox):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 
@@ -677,8 +683,11 @@ class Store:
     # -- runs ----------------------------------------------------------------------------
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
-                   kind: str = "custom") -> Run:
-        """Boundary 1: the run and the customer's email exist before any model request."""
+                   kind: str = "custom", raised_by: str | None = None) -> Run:
+        """Boundary 1: the run and the customer's email exist before any model request.
+
+        ``raised_by`` is the desk account that typed the ticket in, if any.
+        """
         run_id = "run_" + uuid.uuid4().hex[:12]
         now = time.time()
         with self._tx() as db:
@@ -688,6 +697,9 @@ class Store:
                 " VALUES (?,?,?,?,?,?,?,?,?,?,1)",
                 (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
                  self.pid))
+            if raised_by:
+                db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
+                           (run_id, raised_by))
             self._step(db, run_id, "email", {"from": sender, "name": sender_name,
                                              "subject": subject, "body": email})
         return self.run(run_id)
@@ -1022,6 +1034,7 @@ class Store:
                        " AND output IS NULL", (output, run_id, call_id))
             for kind, data in steps:
                 self._step(db, run_id, kind, data)
+            self._raise_escalations(db, run_id, steps)
             if audit:
                 self._audit(db, run_id=run_id, **audit)
             db.execute(f"UPDATE runs SET lease_at = {_DB_NOW}, updated_at = ? WHERE id = ?",
@@ -1155,8 +1168,13 @@ class Store:
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-               = None, limit_cents: int | None = None) -> Approval:
+               = None, limit_cents: int | None = None,
+               two_person_above_cents: int | None = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
+
+        Above ``two_person_above_cents`` the first approval only records a sign-off (the
+        approval stays pending; see approving.four_eyes) and a second, different person
+        completes it; nobody approves a refund on a ticket they opened (runs.raised_by).
 
         An approval may keep only some of the proposed lines (``keep``, skus); the others are
         declined and their lines freed. ``requote`` prices the kept lines inside the same
@@ -1178,7 +1196,8 @@ class Store:
             if isinstance(approval, AlreadyDecided):
                 late: Exception | None = approval
             elif approve:
-                late = self._approve(db, approval, by, note, keep, requote, limit_cents)
+                late = self._approve(db, approval, by, note, keep, requote, limit_cents,
+                                     two_person_above_cents)
             else:
                 late = self._close(db, approval, "rejected", by, note)
         if late:
@@ -1257,7 +1276,8 @@ class Store:
 
     def _approve(self, db: Any, approval: Approval, by: str, note: str | None,
                  keep: list[str] | None, requote: Callable | None,
-                 limit_cents: int | None = None) -> Exception | None:
+                 limit_cents: int | None = None,
+                 two_person_above_cents: int | None = None) -> Exception | None:
         proposed = [line.line for line in approval.item_lines]
         kept = proposed if keep is None else [line.strip() for line in keep]
         if not proposed:
@@ -1301,9 +1321,19 @@ class Store:
         reason = None if limit_cents is None else limit_problem(
             by, limit_cents, approval.order_id, total,
             self._approved_by(db, approval.order_id, by))
+        raised = db.execute("SELECT account FROM raised_by WHERE run_id = ?",
+                            (approval.run_id,)).fetchone()
+        reason = reason or own_ticket_problem(by, raised[0] if raised else None)
+        step, why = four_eyes(by, total, [k for k in kept if k != SHIPPING],
+                              two_person_above_cents, self.signoff(approval.id, db))
+        reason = reason or why
         if reason:
             self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
             return DecisionRefused(f"Cannot approve: {reason}")
+        if step == SIGN_OFF:   # the refund stays pending, its lines held, for a second person
+            self._sign_off(db, approval, by, total, [k for k in kept if k != SHIPPING], note)
+            return None
+        assert step == PAY
         for line in approval.lines:
             if line.line in amounts:
                 # Units only ever go down here (the approver lowered them; the re-quote
@@ -1354,6 +1384,9 @@ class Store:
                    " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
                    " AND status = 'pending'",
                    (status, by, time.time(), self.pid, note, amount_cents, approval.id))
+        # A refund sent to a lead is the lead's no more once anyone decided it.
+        db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE approval_id = ?"
+                   " AND taken_by IS NULL", (by, time.time(), approval.id))
 
     # -- accounts -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Tools as declarations, and the four the refund desk gets: argument models, schemas, logic.
+"""Tools as declarations, and the five the refund desk gets: argument models, schemas, logic.
 
 A tool says what it is (:class:`ToolKind`): read-only, an outside effect done at once under
 an idempotency key, or an outside effect a person approves first (``needs_approval``). The
@@ -12,6 +12,8 @@ the code does can never drift apart. Order ids are made canonical while the argu
 parsed, so no later code sees a raw spelling. The two tools with side effects
 (``issue_refund`` and ``send_customer_message``) are carried out by the agent, which owns the
 approval flow and the idempotency keys; here they are only validated and priced.
+``escalate`` raises the ticket to a team lead (stored once per call, see escalations.py): it
+pays and sends nothing, so the agent may tell the customer a lead will look only after it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
@@ -98,6 +100,16 @@ class SendCustomerMessage(_Args):
     message: Annotated[str, at_most(MAX_MESSAGE_CHARS, "message")] = Field(
         description="The email body. It goes only to the customer who wrote in; the "
                     "shop's signature is added automatically.")
+
+
+class Escalate(_Args):
+    kind: Literal["threat", "manager", "policy_exception"] = Field(
+        description="threat: the customer threatens a chargeback or bank dispute, a bad "
+                    "review or legal action. manager: they ask for a manager or supervisor. "
+                    "policy_exception: they ask for something the policy does not allow and "
+                    "you cannot grant.")
+    reason: Annotated[str, at_most(MAX_SUMMARY_CHARS, "reason")] = Field(
+        description="One sentence for the lead: what the customer said and wants.")
 
 
 class ToolKind(StrEnum):
@@ -193,6 +205,14 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "reviewer's note.", IssueRefund, ToolKind.NEEDS_APPROVAL, done_status="refunded"),
     Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage,
          ToolKind.EFFECT),
+    # Its only write, the escalation, is saved in the transaction that saves its output
+    # (escalations.py), so like a look-up it may simply run again after a crash; and it is
+    # never held back beside an undecided proposal, since it promises nothing that did not
+    # happen.
+    Tool("escalate", "Raise this ticket to a team lead, who sees it in the desk's escalation "
+         "queue. Call it once when the customer threatens (chargeback, bad review, legal "
+         "action), asks for a manager, or asks for an exception the policy does not allow. It "
+         "sends and pays nothing.", Escalate, ToolKind.READ_ONLY),
 )}
 
 

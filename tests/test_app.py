@@ -73,8 +73,9 @@ def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
     review(at, approval.id)
     carafe = box(at, approval.id, "POUR-GLS-01")
     assert carafe.value is True
-    assert plain(carafe.label).startswith("Glass pour-over coffee maker · damaged · $48.00")
-    assert "POUR-GLS-01 · full value $48.00" in plain(carafe.label)
+    # Its label is what a screen reader says: plain words, no Markdown.
+    assert carafe.label == "Glass pour-over coffee maker, damaged, $48.00"
+    assert shows(at, "POUR-GLS-01 · full value $48.00", "markdown")
     assert shows(at, "1 day ago, inside the 30-day window", "markdown")
     assert shows(at, "Other lines: Stoneware mugs, set of 2 $26.00 (refundable)", "markdown")
     assert shows(at, "Paid: $80.95, refunded so far $0.00, left $80.95", "markdown")
@@ -125,7 +126,7 @@ def test_partial_approval_pays_only_the_kept_lines(output, store):
     save_name(at, "Dana Kim")
     review(at, approval.id)
     mugs = box(at, approval.id, "MUG-STN-2")
-    assert "MUG-STN-2 · $26.00 less a $7.50 return fee" in plain(mugs.label)
+    assert shows(at, "MUG-STN-2 · $26.00 less a $7.50 return fee", "markdown")
     assert not shows(at, "Approving pays", "info")
     # Unticking a line shows what the kept lines come to, before anyone clicks.
     mugs.uncheck().run()
@@ -524,14 +525,16 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
     approval = start_damaged(ana, store)
     review(ana, approval.id)
-    assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
+    assert shows(ana, "Needs a lead: $48.00 is above your approval limit of $40.00",
                  "warning")
+    # No dead Approve: the review's button sends the refund to a lead instead.
+    assert not [b for b in ana.button if b.label.startswith("Approve $")]
     confirm(ana, approval.id)
-    assert shows(ana, "Cannot approve: $48.00 is above Ana Ruiz's approval limit of $40.00",
-                 "error")
+    assert shows(ana, "Sent to a lead", "toast")
     assert store.approval(approval.id).status == "pending"
+    assert store.handed_off() == {approval.id}
     assert [(e.event, e.actor) for e in store.audit()][2:] == [("requested", "agent"),
-                                                           ("refused", "Ana Ruiz")]
+                                                           ("handed_off", "Ana Ruiz")]
     assert not (output / "refunds.log").exists()
     lee = open_page()
     sign_in(lee, "Lee Park", "lee-password")
@@ -542,7 +545,9 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     assert shows(lee, "Approved $48.00 for order A1043 as Lee Park", "toast")
     eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
     assert [e.event for e in store.audit()] == ["account_added", "account_added", "requested",
-                                                "refused", "approved", "issued"]
+                                                "handed_off", "approved", "issued"]
+    (escalation,) = store.escalations()
+    assert escalation.kind == "over_limit" and escalation.taken_by == "Lee Park"
     assert store.verify_audit() is None
 
 
@@ -558,7 +563,16 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
     box(at, approval.id, "MUG-STN-2").uncheck().run()
     assert not shows(at, "above your approval limit", "warning")
     confirm(at, approval.id, "The mugs were used.")
-    assert shows(at, "Approved $48.00 for order A1043 as Ana Ruiz", "toast")
+    # Ana typed this ticket in herself: someone else approves its refund.
+    assert shows(at, "Ana Ruiz opened this ticket; someone else must approve", "error")
+    Accounts(store).add("Bo Diaz", "approver", "bo-password-1", limit=50)
+    bo = open_page()
+    sign_in(bo, "Bo Diaz", "bo-password-1")
+    rerun_until(bo, "$66.50 for order A1043", "markdown")
+    review(bo, approval.id)
+    box(bo, approval.id, "MUG-STN-2").uncheck().run()
+    confirm(bo, approval.id, "The mugs were used.")
+    assert shows(bo, "Approved $48.00 for order A1043 as Bo Diaz", "toast")
     assert store.approval(approval.id).amount == 48.0
 
 

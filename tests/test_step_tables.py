@@ -46,4 +46,4 @@ def test_the_page_picks_a_decisions_colour_from_its_status(status, tone):
 def test_the_loop_dispatches_by_declaration_not_by_name():
     source = AGENT.read_text()
     assert "call.name ==" not in source and "getattr(" not in source
-    assert len(source.splitlines()) < 460  # the loop and its public API, read in one sitting
+    assert len(source.splitlines()) < 500  # the loop, the desk on it, the API: one sitting

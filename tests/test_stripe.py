@@ -214,7 +214,7 @@ def test_two_approvers_at_once_make_one_refund(tmp_path, server, client):
     data, out = shop_paid_with(tmp_path, ref), tmp_path / "out"
     env = stripe_env(server, data)
     assert run_cli(out, "sample", "damaged", **env).returncode == 0
-    from conftest import cli_env
+    from helpers.cli import cli_env
 
     from refund_agent.store import Store
     approval = Store(out / "refund-agent.sqlite3").approvals("pending")[0].id
@@ -414,7 +414,7 @@ def test_a_refund_stripe_fails_later_reaches_the_desk_and_the_audit(tmp_path, se
     assert len(problems) == 1 and "the desk was never told" in problems[0]
 
     port = free_port()
-    from conftest import cli_env
+    from helpers.cli import cli_env
     proc = subprocess.Popen([sys.executable, "-m", "refund_agent", "webhooks", "--port",
                              str(port)], env=cli_env(agent.settings.output_dir,
                                                      **stripe_env(server, agent.settings.data_dir),
@@ -479,7 +479,7 @@ def test_reconcile_finds_a_refund_made_outside_and_one_missing(tmp_path, server,
         headers={"Authorization": f"Bearer {KEY}"})).close()
     problems = provider_problems(agent.payments, agent.store)
     assert len(problems) == 2 and mine in problems[0] and "missing at Stripe" in problems[0]
-    from conftest import cli_env  # noqa: F401 (the CLI says the same)
+    from helpers.cli import cli_env  # noqa: F401 (the CLI says the same)
     verified = run_cli(agent.settings.output_dir, "audit", "--verify",
                        **stripe_env(server, agent.settings.data_dir))
     assert verified.returncode == 1

@@ -23,7 +23,7 @@ def coffee_maker(amount=None, summary="Cracked carafe.", order_id="A1043") -> Is
 def test_schemas_are_strict_and_generated():
     schemas = {s["name"]: s for s in tool_schemas()}
     assert set(schemas) == {"lookup_order", "check_refund_policy", "issue_refund",
-                            "send_customer_message"}
+                            "send_customer_message", "escalate"}
     refund = schemas["issue_refund"]["parameters"]
     assert refund["additionalProperties"] is False and refund["required"] == [
         "order_id", "lines", "amount", "summary"]

@@ -72,6 +72,24 @@ THREATS = {
     "legal action": re.compile(r"lawyer|attorney|legal|sue\b|court|small claims", re.I),
     "a manager": re.compile(r"manager|supervisor|someone in charge|escalate", re.I),
 }
+# What a lead must see, read in the customer's own words (quoted and forwarded text left out),
+# stricter than THREATS: "I reviewed the order" is no threat, "I'll leave a one-star review" is.
+ESCALATIONS = {
+    "threat": re.compile(
+        r"charge.?back|dispute (?:the|this) (?:charge|payment)|(?:call|contact|tell) my bank"
+        r"|card company|one.star|1.star|(?:bad|negative|terrible|honest) review"
+        r"|(?:leave|write|post|give) (?:you |a |an )?(?:\w+ )?review|trustpilot|yelp"
+        r"|lawyer|attorney|legal action|\bsue\b|small claims|social media", re.I),
+    "manager": re.compile(r"\bmanager\b|supervisor|someone in charge|escalate|team lead"
+                          r"|speak to (?:a|your) (?:boss|superior)", re.I),
+    "policy_exception": re.compile(r"make an exception|an exception for|bend the rules"
+                                   r"|goodwill (?:gesture|refund)|just this once", re.I),
+}
+ESCALATION_REASONS = {
+    "threat": "The customer threatens {what}.",
+    "manager": "The customer asks for a manager.",
+    "policy_exception": "The customer asks for an exception the refund policy does not allow.",
+}
 # A customer accepting an outcome, gladly or not.
 ACCEPTS = re.compile(r"\b(fine|okay|ok|thanks|thank you|accept|i'll take|i will take"
                      r"|fair enough|understood|alright|all right)\b", re.I)
@@ -125,7 +143,7 @@ STOP_WORDS = {
 }
 WROTE_BACK = "The customer wrote back:"
 REFUND_DESK_TOOLS = ("lookup_order", "check_refund_policy", "issue_refund",
-                     "send_customer_message")
+                     "send_customer_message", "escalate")
 # How the simulated customer's request is recognised (see refund_agent/customer.py): a brief
 # asking the model to play the customer, or the transcript of the emails.
 # (Bounded like CHANGE_OF_MIND's "chang", for the same reason.)
@@ -476,6 +494,30 @@ def _send(reasoning: str, message: str) -> Reply:
     return Reply(reasoning, calls=[("send_customer_message", {"message": message})])
 
 
+def _escalation(conv: _Conversation) -> Reply | None:
+    """Raise the ticket to a lead when the customer's latest own words call for it, once.
+
+    The first reason found wins (a threat over a manager request over an exception); a call
+    already made since the customer last wrote means it is raised.
+    """
+    if not conv.customer or conv.last("escalate", anywhere=False) is not None:
+        return None
+    words = _own_words(conv.customer[-1])
+    for kind, pattern in ESCALATIONS.items():
+        if pattern.search(words):
+            what = ", ".join(t for t in _threats(words) if t != "a manager") or "to go further"
+            reason = ESCALATION_REASONS[kind].format(what=what)
+            return Reply(f"{reason} A lead must see this, so I raise it before answering.",
+                         calls=[("escalate", {"kind": kind, "reason": reason})])
+    return None
+
+
+def _escalated(conv: _Conversation) -> bool:
+    """Whether a lead was asked to look, since the customer last wrote (the call answered)."""
+    call = conv.last("escalate", anywhere=False)
+    return bool(call and (call.get("output") or {}).get("status") == "escalated")
+
+
 def _threats(text: str) -> list[str]:
     return [label for label, pattern in THREATS.items() if pattern.search(text)]
 
@@ -574,8 +616,10 @@ def _support(conv: _Conversation) -> Reply:
     if "error" in lookup["output"]:
         if sent:
             return Reply("The order isn't visible for this sender; I've told them.",
-                         f"Order {order_id} does not match the sender's address. Shared nothing "
-                         "about it and asked them to write from the address on the order.")
+                         f"No order {order_id} was found for the sender's address: it does not "
+                         "exist, or it was placed from another address (the look-up cannot tell "
+                         "which). Shared nothing about it and asked them to check the number or "
+                         "write from the address they ordered with.")
         return _send("The order isn't visible for this address. I must not reveal anything.",
                      f"Hi {first},\n\nI couldn't find order {order_id} for this email address. "
                      "Could you check the number, or write to us from the address you used "
@@ -846,6 +890,9 @@ def _pushback(conv: _Conversation, first: str, order_id: str, latest: str,
                      f"The customer accepted the outcome{mood}. Nothing more to do.")
     if sent:
         flagged = (f" Flag: the customer mentioned {', '.join(threats)}." if threats else "")
+        if _escalated(conv):
+            flagged += " Escalated to a team lead (see the escalation queue)."
+
         return Reply("I answered the customer calmly; the team should know what they said.",
                      "The customer pushed back on the outcome. I kept to the policy and offered "
                      f"nothing beyond it.{flagged}")
@@ -879,8 +926,9 @@ def _pushback(conv: _Conversation, first: str, order_id: str, latest: str,
         if facts.get("warranty"):
             done += (". The offer of a warranty repair or replacement stands; just reply if "
                      "you'd like it")
-    manager = (" I've shared your message and the full history with our team lead, who reads "
-               "every escalation." if "a manager" in threats else "")
+    # Only what is true: a lead was asked to look only if the escalation was raised.
+    manager = (" I've passed your message and the full history to a team lead, who will look "
+               "at your ticket." if _escalated(conv) else "")
     short = ("isn't everything you asked for" if status == "refunded"
              else "isn't the answer you hoped for")
     return _send(f"The customer is upset{' and mentions ' + ', '.join(threats) if threats else ''}."
@@ -1218,4 +1266,6 @@ def respond(conversation: list[dict[str, Any]], tools: list[dict[str, Any]],
                                            may_call=choice.mode == "auto"))
         return _out_of_lane(tools, choice)
     conv = _read(conversation)
-    return _conform(_support(conv), conv, choice)
+    raised = (_escalation(conv) if "escalate" in choice.callable
+              and choice.mode not in ("none", "forced") else None)
+    return _conform(raised or _support(conv), conv, choice)

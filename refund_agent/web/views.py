@@ -19,6 +19,8 @@ from typing import Any
 import pandas as pd
 
 from ..callrecords import parse_bounded
+from ..desk_status import DeskStatus, customer_name
+from ..escalations import KIND_LABELS
 from ..models import (
     Approval,
     ApprovalStatus,
@@ -82,6 +84,27 @@ DECISIONS: dict[ApprovalStatus, DecisionView] = {
 }
 
 
+# What happened to a ticket (desk_status.py), each with its own badge.
+DESK: dict[DeskStatus, StatusView] = {
+    DeskStatus.WORKING: StatusView("Working", "blue", "autorenew"),
+    DeskStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
+    DeskStatus.PAID: StatusView("Paid", "green", "check_circle"),
+    DeskStatus.PARTLY_PAID: StatusView("Partly paid", "green", "rule"),
+    DeskStatus.REJECTED: StatusView("Rejected", "red", "cancel"),
+    DeskStatus.ASKED: StatusView("Waiting on customer", "violet", "contact_support"),
+    DeskStatus.EXPIRED: StatusView("Expired", "orange", "timer_off"),
+    DeskStatus.DECLINED: StatusView("Declined by policy", "gray", "block"),
+    DeskStatus.FAILED: StatusView("Failed", "red", "error"),
+    DeskStatus.STOPPED: StatusView("Stopped", "gray", "pause_circle"),
+}
+ESCALATED = StatusView("Escalated", "red", "priority_high")
+
+
+def desk_view(status: DeskStatus | str) -> StatusView:
+    return DESK[DeskStatus(status)]
+
+
+
 def md(text: str) -> str:
     """Escape text for Streamlit Markdown and keep its line breaks.
 
@@ -123,19 +146,25 @@ def status_view(status: RunStatus | str) -> StatusView:
     return STATUS[RunStatus(status)]
 
 
-def run_label(row: InboxRow, now: float | None = None) -> str:
+def run_label(row: InboxRow, now: float | None = None,
+              names: Mapping[str, str] | None = None) -> str:
     """The inbox entry for a run: who, which order and how much, status, age (Markdown).
 
     The order and amount come first after the name: a customer with a dozen tickets about the
     same mixer is told apart by them, not by the subject.
     """
     run = row.run
-    who = md(run.sender_name or run.sender)
+    # One display form per customer: the name they gave on any ticket (``names``), else here.
+    known = (names or {}).get(run.sender.casefold())
+    who = md(customer_name(known or run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
     amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
+    escalated = f" {ESCALATED.badge}" if row.escalations else ""
     return (f"**{who}**{order}{amount}  \n"
-            f"{status_view(run.status).badge} · {ago(run.created_at, now)} · "
+            f"{badge}{escalated} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
+
 
 
 @dataclass(frozen=True)
@@ -161,6 +190,49 @@ def filter_label(f: InboxFilter, counts: Mapping[RunStatus, int]) -> str:
     """``Waiting for approval 12``: a filter with how many tickets it holds."""
     n = sum(counts.values()) if not f.statuses else sum(counts[s] for s in f.statuses)
     return f"{f.label} {n}"
+
+
+@dataclass(frozen=True)
+class DeskFilter:
+    """One filter of the inbox by what happened: its label and the desk statuses it shows
+    (``needs`` for the lead's *needs a person* view, ``escalated`` for open escalations)."""
+
+    key: str
+    label: str
+    statuses: tuple[DeskStatus, ...] = ()
+    needs: bool = False
+    escalated: bool = False
+
+    def shows(self, status: DeskStatus, escalations: int) -> bool:
+        from ..desk_status import needs_person
+        if self.needs:
+            return needs_person(status, escalations)
+        if self.escalated:
+            return escalations > 0
+        return not self.statuses or status in self.statuses
+
+
+DESK_FILTERS = (
+    DeskFilter("needs", "Needs a person", needs=True),
+    DeskFilter("all", "All"),
+    DeskFilter("escalated", "Escalated", escalated=True),
+    DeskFilter("waiting", "Waiting for approval", (DeskStatus.WAITING,)),
+    DeskFilter("asked", "Waiting on customer", (DeskStatus.ASKED,)),
+    DeskFilter("working", "Working", (DeskStatus.WORKING,)),
+    DeskFilter("paid", "Paid", (DeskStatus.PAID,)),
+    DeskFilter("partly_paid", "Partly paid", (DeskStatus.PARTLY_PAID,)),
+    DeskFilter("rejected", "Rejected", (DeskStatus.REJECTED,)),
+    DeskFilter("expired", "Expired", (DeskStatus.EXPIRED,)),
+    DeskFilter("declined", "Declined by policy", (DeskStatus.DECLINED,)),
+    DeskFilter("failed", "Failed or stopped", (DeskStatus.FAILED, DeskStatus.STOPPED)),
+)
+
+
+def desk_counts(index: Iterable[tuple[str, DeskStatus, int, float]]) -> dict[str, int]:
+    """How many tickets each of DESK_FILTERS holds, from Store.desk_index's rows."""
+    rows = list(index)
+    return {f.key: sum(1 for _, status, esc, _at in rows if f.shows(status, esc))
+            for f in DESK_FILTERS}
 
 
 def page_range(offset: int, shown: int, total: int) -> str:
@@ -432,6 +504,16 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
         "stopped", "Stopped. Resume continues from the last stored response.", **base)),
     StepKind.CUSTOMER_DONE: lambda t, d, base: t.add(Block(
         "customer_done", "The customer has nothing more to say.", **base)),
+    StepKind.ESCALATION: lambda t, d, base: t.add(Block(
+        "escalation", "Escalated to a team lead: "
+        + KIND_LABELS.get(d.get("kind", ""), str(d.get("kind"))), d.get("reason", ""),
+        **base)),
+    StepKind.HANDOFF: lambda t, d, base: t.add(Block(
+        "escalation", f"Sent to a lead by {d.get('by')}", d.get("reason", ""), **base)),
+    StepKind.SIGNOFF: lambda t, d, base: t.add(Block(
+        "decision", f"First sign-off by {d.get('by')}: {money(d.get('amount'))} for "
+        f"{', '.join(d.get('keep') or []) or 'the shipping'}; a second person must approve",
+        d.get("note") or "", tone="info", **base)),
 }
 
 
@@ -534,6 +616,12 @@ class CardLine:
         else:
             why = f"of {money(self.allowed)}"
         return f"{self.line} · {why}"
+
+
+def plain_line(line: CardLine) -> str:
+    """A refund line in plain words, for a checkbox a screen reader names:
+    ``Glass pour-over coffee maker, damaged, $48.00``."""
+    return f"{line.name}, {line.reason_label}, {money(line.amount)}"
 
 
 @dataclass(frozen=True)
@@ -651,24 +739,37 @@ def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None,
 
 # -- the audit log ----------------------------------------------------------------------
 
-AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note", "Run",
-                 "Approval"]
+AUDIT_COLUMNS = ["Time", "Event", "By", "Customer", "PID", "Order", "Amount", "Lines", "Note",
+                 "Run", "Approval"]
+
+
+def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
+    """``Waiting 26 h``: what a card says once a refund waited past the reminder time."""
+    hours = (now - requested_at) / 3600
+    if hours < after_hours:
+        return None
+    return (f"Waiting {hours:.0f} h for approval" if hours < 48 else
+            f"Waiting {hours / 24:.0f} days for approval")
 
 
 def limit_notice(amount: float, limit: float | None) -> str | None:
     """What the card says when approving ``amount`` is above the signed-in approver's limit."""
     if limit is None or round(amount * 100) <= round(limit * 100):
         return None
-    return (f"{money(amount)} is above your approval limit of {money(limit)}: a lead must "
-            "decide this refund (you can still reject it, or untick lines to bring it within "
+    return (f"Needs a lead: {money(amount)} is above your approval limit of {money(limit)}. "
+            "Send it to a lead (you can still reject it, or untick lines to bring it within "
             "your limit).")
 
 
-def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
-    """The audit log as a table, newest first."""
+def audit_frame(entries: Sequence[AuditEntry],
+                customers: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The audit log as a table, newest first (``customers``: run id -> who wrote in)."""
+    customers = customers or {}
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.
     rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
-             "Event": e.event, "By": e.actor, "PID": e.pid, "Order": e.order_id or "",
+             "Event": e.event, "By": e.actor,
+             "Customer": customers.get(e.run_id or "", ""),
+             "PID": e.pid, "Order": e.order_id or "",
              "Amount": money(e.amount), "Lines": lines_text(e.lines), "Note": e.note or "",
              "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
@@ -689,18 +790,42 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
+def iso_time(ts: float) -> str:
+    """``2026-12-01T23:42:31.674+00:00``: the local time with its zone, to the millisecond."""
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="milliseconds")
+
+
+def ticket_url(base_url: str, run_id: str | None) -> str:
+    """The link that opens a ticket on the desk (the page's own ``?run=`` parameter)."""
+    if not run_id or not base_url:
+        return ""
+    return f"{base_url.split('?')[0].rstrip('/')}/?run={run_id}"
+
+
+# The columns a spreadsheet reader wants first; every stored field follows, ``at`` (the exact
+# Unix time the chain hashes) included.
+CSV_FIRST = ["time", "event", "actor", "customer", "order_id", "amount", "ticket", "ticket_url"]
+
+
+def audit_csv(entries: Sequence[AuditEntry], customers: Mapping[str, str] | None = None,
+              base_url: str = "") -> bytes:
     """The audit log as CSV (newest first), with every field including the chain hashes.
 
-    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none. Text
-    cells go through :func:`csv_cell`, so no cell opens as a formula.
+    ``time`` is ISO 8601 with the zone; ``customer`` (from ``customers``: run id -> who wrote
+    in), ``ticket`` (the run id) and ``ticket_url`` (the desk's link to it, from ``base_url``)
+    name the ticket. ``lines`` is written as JSON (as the store keeps it), empty when an
+    entry has none. Text cells go through :func:`csv_cell`, so no cell opens as a formula.
     """
+    customers = customers or {}
     rows = []
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
+        row.update(time=iso_time(e.at), customer=customers.get(e.run_id or "", ""),
+                   ticket=e.run_id or "", ticket_url=ticket_url(base_url, e.run_id))
         rows.append({key: csv_cell(value) for key, value in row.items()})
-    frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
+    rest = [name for name in AuditEntry.model_fields if name not in CSV_FIRST]
+    frame = pd.DataFrame(rows, columns=CSV_FIRST + rest)
     # RFC 4180's CRLF rows: the writer then quotes any cell holding a CR or an LF, so a carriage
     # return in a note cannot start a row of its own (with "\n" rows it would go unquoted).
     return frame.to_csv(index=False, lineterminator="\r\n").encode()

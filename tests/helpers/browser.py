@@ -126,3 +126,11 @@ def sign_in(page, name: str, password: str) -> None:
     form.get_by_label("Name", exact=True).fill(name)
     form.get_by_label("Password", exact=True).fill(password)
     form.get_by_role("button", name="Sign in").click()
+
+
+def open_review(page, card, button: str = "Approve…"):
+    """Click a card's Approve…, Ask… or Reject…; returns the review dialog."""
+    card.get_by_role("button", name=button).click()
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for()
+    return dialog
