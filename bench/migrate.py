@@ -6,8 +6,8 @@
 The SQLite store is seeded with copies of one real ticket (bench/seeding.py: Maya's cracked
 coffee maker, approved, refunded, emailed; every tenth rejected), each given the template run's
 transcript too, so the bytes are those of real runs. The target is a throwaway PostgreSQL server
-with its durability defaults (tests/pg.py's ``Cluster``, fsync on). Prints how long each stage
-of ``migrate`` took. Needs Debian's ``postgresql`` binaries and psycopg 3 (exit 2 without).
+with its durability defaults (tests/helpers/pg.py's ``Cluster``, fsync on). Prints how long each
+stage of ``migrate`` took. Needs Debian's ``postgresql`` binaries and psycopg 3 (exit 2 without).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop  # noqa: E402
 
@@ -32,8 +32,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     args = parser.parse_args()
-    from pg import Cluster, find_bin
+    import importlib.util
+
     from seeding import read_template, seed_sqlite
+
+    # tests/helpers/pg.py (the tests' throwaway cluster), by its path: tests/ is not on sys.path.
+    spec = importlib.util.spec_from_file_location(
+        "refund_agent_tests_pg", HERE.parent / "tests" / "helpers" / "pg.py")
+    pg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pg)
+    Cluster, find_bin = pg.Cluster, pg.find_bin
 
     bin_dir = find_bin()
     if bin_dir is None:

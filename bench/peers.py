@@ -161,8 +161,8 @@ class Worker:
                  counter_file: Path | None = None) -> None:
         from benchlib import clone_id
 
-        from refund_agent.outbox import Outbox
-        from refund_agent.payments import Payments
+        from refund_agent.outside import StandInOutbox as Outbox
+        from refund_agent.outside import StandInPayments as Payments
         from refund_agent.shop import Shop
 
         self.config, self.out, self.data, self.base_url = config, out, data, base_url
@@ -214,7 +214,7 @@ class Worker:
                           "amount": quote.amount, "approved_by": approved_by, "lines": lines})
 
     def email(self, sender: str, subject: str, call_id: str, arguments: str) -> str:
-        from refund_agent.outbox import with_signature
+        from refund_agent.outside import with_signature
         from refund_agent.tools import as_output, parse_args
         args = parse_args("send_customer_message", arguments)
         if isinstance(args, str):

@@ -4,12 +4,13 @@
     python bench/postgres.py --quick         # small sizes, a smoke run (< ~90 s); saves nothing
     python bench/postgres.py --json out.json --only scale --sizes 10 1000 10000
 
-It starts its own throwaway PostgreSQL server (tests/pg.py's ``Cluster``: initdb and pg_ctl in a
-temporary folder, a free port on 127.0.0.1, run as the ``postgres`` user when started as root),
-with the server's own durability defaults (fsync and full-page writes on, unlike the tests),
-and removes it afterwards. Everything runs on the offline stand-in model at zero latency, as
-bench/run.py does for SQLite. It needs Debian's ``postgresql`` binaries and psycopg 3; without
-them it says so and exits with status 2. It is not part of ``bench/run.py --quick`` (CI).
+It starts its own throwaway PostgreSQL server (tests/helpers/pg.py's ``Cluster``: initdb and
+pg_ctl in a temporary folder, a free port on 127.0.0.1, run as the ``postgres`` user when
+started as root), with the server's own durability defaults (fsync and full-page writes on,
+unlike the tests), and removes it afterwards. Everything runs on the offline stand-in model at
+zero latency, as bench/run.py does for SQLite. It needs Debian's ``postgresql`` binaries and
+psycopg 3; without them it says so and exits with status 2. It is not part of ``bench/run.py
+--quick`` (CI).
 
 1. throughput  tickets resolved end to end per second with 1, 2 and 4 worker processes, each in
                its own working directory (standing for a host) with its own offline model,
@@ -74,9 +75,9 @@ def log(msg: str) -> None:
 
 
 def _load_pg():
-    """tests/pg.py (the tests' throwaway cluster), imported by its path."""
-    spec = importlib.util.spec_from_file_location("refund_agent_tests_pg",
-                                                  PROJECT_ROOT / "tests" / "pg.py")
+    """tests/helpers/pg.py (the tests' throwaway cluster), imported by its path."""
+    spec = importlib.util.spec_from_file_location(
+        "refund_agent_tests_pg", PROJECT_ROOT / "tests" / "helpers" / "pg.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)

@@ -10,10 +10,13 @@ another line's removal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from .identity import name_key
 from .models import ApprovalLine
 from .policy import Quote
+from .shop import Order
 
 
 def _dollars(cents: int) -> str:
@@ -55,3 +58,97 @@ def overpaid_line(proposed: Sequence[ApprovalLine], quote: Quote) -> str | None:
             return (f"{q.name} ({q.line}) now pays {_dollars(q.amount_cents)}, more than the "
                     f"{_dollars(before)} its card showed; ask the agent to propose again.")
     return None
+
+
+def unit_problem(proposed: Mapping[str, ApprovalLine], order: Order, kept: Sequence[str],
+                 lowered: Mapping[str, int]) -> dict[str, int | None] | str:
+    """The units each kept line is approved for, or why the approver's units are refused.
+
+    ``proposed`` are the approval's item lines by sku; ``lowered`` the units an approver set
+    (sku -> units). An approver may only take away: 1 up to the units proposed (a line
+    proposed before units were counted had all of them). A kept line not in ``lowered``
+    keeps its proposed units (None: all the line's units, for rows from before schema 8).
+    """
+    strangers = sorted(set(lowered) - set(kept))
+    if strangers:
+        return (f"units were given for {', '.join(strangers)}, which is not a kept line of "
+                "this refund.")
+    out: dict[str, int | None] = {}
+    for sku in kept:
+        line = proposed.get(sku)
+        units = line.units if line is not None else None
+        if sku in lowered:
+            item = order.item(sku)
+            most = units if units is not None else (item.quantity if item else 1)
+            wanted = lowered[sku]
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= most:
+                name = line.name if line is not None else sku
+                return (f"{name} ({sku}) was proposed for {most} unit{'s' if most != 1 else ''}"
+                        f"; approve 1 to {most} of them, or untick the line.")
+            units = wanted
+        out[sku] = units
+    return out
+
+
+# -- four eyes, hand-offs and one's own tickets ----------------------------------------------
+#
+# A refund above the shop's two-person amount (shop.json "two_person_above") is paid only once
+# two different accounts approved it, the same lines both times: the first approval records a
+# sign-off and leaves the refund pending; the second completes it. The rules are pure so the
+# store can run them inside the decision's transaction, on the sign-off it read there.
+
+
+@dataclass(frozen=True)
+class SignOff:
+    """The first of two approvals a refund above the two-person amount needs."""
+
+    by: str
+    at: float
+    amount_cents: int
+    keep: tuple[str, ...]   # the item lines the first person kept, sorted
+    note: str | None = None
+
+
+PAY, SIGN_OFF = "pay", "sign_off"
+
+
+def needs_two(amount_cents: int, above_cents: int | None) -> bool:
+    """Whether paying ``amount_cents`` takes two people (``above_cents`` None: never)."""
+    return above_cents is not None and amount_cents > above_cents
+
+
+def four_eyes(by: str, amount_cents: int, keep: Sequence[str], above_cents: int | None,
+              first: SignOff | None) -> tuple[str, str | None]:
+    """What an approval by ``by`` does: (PAY, None), (SIGN_OFF, None) or ("refuse", why).
+
+    Args:
+        by: who approves now.
+        amount_cents: what the kept lines pay.
+        keep: the item lines kept.
+        above_cents: the shop's two-person amount (None: one person is enough).
+        first: the sign-off recorded before, if any.
+    """
+    if first is None:
+        return (SIGN_OFF, None) if needs_two(amount_cents, above_cents) else (PAY, None)
+    if name_key(first.by) == name_key(by):
+        return "refuse", (f"{by} already signed this refund off; refunds above "
+                          f"{_dollars(above_cents or 0)} need a second, different person to "
+                          "approve them.")
+    if tuple(sorted(keep)) != first.keep or amount_cents != first.amount_cents:
+        return "refuse", (f"{first.by} signed off {_dollars(first.amount_cents)} for "
+                          f"{', '.join(first.keep) or 'the shipping'}; approve the same lines to "
+                          "complete the refund, or reject it with a note.")
+    return PAY, None
+
+
+def own_ticket_problem(by: str, raised_by: str | None) -> str | None:
+    """Why ``by`` may not approve a refund on a ticket they opened themselves, or None."""
+    if raised_by and name_key(raised_by) == name_key(by):
+        return (f"{by} opened this ticket; someone else must approve its refund (send it to a "
+                "lead, or ask a colleague).")
+    return None
+
+
+def handoff_needed(amount_cents: int, limit_cents: int | None, before_cents: int = 0) -> bool:
+    """Whether the approver with ``limit_cents`` must hand this refund to a lead."""
+    return limit_cents is not None and amount_cents + before_cents > limit_cents

@@ -34,8 +34,8 @@ from .errors import (
     RunNotReady,
 )
 from .migrate import migrate
-from .models import Approval, Run, RunStatus, Step
-from .reconcile import log_names, reconcile
+from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
+from .reconcile import email_notes, log_names, provider_problems, reconcile
 from .store import Store
 from .text import plural, printable, sender_line, size_text, transcript_text
 
@@ -44,6 +44,7 @@ examples:
   refund-agent                              the damaged-item sample, up to the approval
   refund-agent approve --as "Dana Kim"      approve it in a new process and finish the run
   refund-agent approve --only SKU --note "The mugs were used"   approve some lines only
+  refund-agent approve --only GLS-4:1                  approve 1 unit of a line (SKU:N)
   refund-agent reject --note "Used item"    reject it instead
   refund-agent ask "Could you send a photo of the damage?"   ask the customer first
   refund-agent expire                       expire refunds older than 7 days (for cron)
@@ -55,6 +56,7 @@ examples:
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
+  refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
   refund-agent users list | users remove NAME
@@ -109,48 +111,84 @@ class Printer:
         self.out.flush()
 
     def step(self, step: Step) -> None:
-        d = step.data
-        lines = {
-            "email": lambda: f"Email from {sender_line(d.get('name'), d['from'])}: "
-                             f"{d['subject']}\n"
-                             + _quote(d["body"], "  | "),
-            "restart": lambda: f"-- picked up by a new process (pid {d['pid']}, "
-                               f"was {d['previous_pid']}) --",
-            "call": lambda: f"  -> {d['name']}({d['arguments']})",
-            "result": lambda: f"  <- {d['name']}: {_short(d['output'])}",
-            "approval": lambda: f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
-                                f"{d.get('summary') or d.get('reason', '')}\n"
-                                + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
-                                + f"  ** Waiting for approval ({d['approval_id']})",
-            "decision": lambda: f"  ** {d['decision'].capitalize()} by {d['by']}"
-                                + (f" (declined {', '.join(d['declined'])})"
-                                   if d.get("declined") else "")
-                                + (f": {d['note']}" if d.get("note") else ""),
-            "refund": lambda: f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
-                              + (" (already made; reused, not repeated)" if d["reused"] else ""),
-            "message": lambda: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
-            "note": lambda: ("  ^ that is the note for the team"
-                             if d["text"] == self._streamed_text.strip()
-                             else f"  Note for the team: {d['text']}"),
-            "text": lambda: f"  {d['text']}",
-            "reply": lambda: ("Customer replied (written by the model):" if d["simulated"]
-                              else "Customer replied:") + "\n" + _quote(d["text"], "  | "),
-            "resent": lambda: f"  -- stored response {d['missing']} was gone: sent the run's "
-                              f"transcript instead ({d['items']} items, "
-                              f"{size_text(d['bytes'])}) --",
-            "error": lambda: f"  !! {d['message']}",
-            "stopped": lambda: "  -- stopped --",
-        }
-        render = lines.get(step.kind)
-        if render:
-            self.out.write(render() + "\n")
+        render = STEP_LINES[step.kind](self, step.data)
+        if render is not None:
+            self.out.write(render + "\n")
+
+
+# How the terminal says each decision, before "by NAME".
+DECISION_WORDS: dict[ApprovalStatus, str] = {
+    ApprovalStatus.PENDING: "Pending",
+    ApprovalStatus.APPROVED: "Approved",
+    ApprovalStatus.REJECTED: "Rejected",
+    ApprovalStatus.ASKED: "Asked",
+    ApprovalStatus.EXPIRED: "Expired",
+}
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    word = DECISION_WORDS.get(d["decision"]) or str(d["decision"]).capitalize()
+    return (f"  ** {word} by {d['by']}"
+            + (f" (declined {', '.join(d['declined'])})" if d.get("declined") else "")
+            + (f": {d['note']}" if d.get("note") else ""))
+
+
+def _note_line(printer: Printer, d: dict[str, Any]) -> str:
+    # The note was just streamed as it was written: say so instead of printing it twice.
+    return ("  ^ that is the note for the team" if d["text"] == printer._streamed_text.strip()
+            else f"  Note for the team: {d['text']}")
+
+
+# The terminal's one table of step kinds: each kind's line (None: not shown, as the turn's
+# reasoning and usage stream past or belong to `show`). tests/test_step_tables.py checks
+# that every StepKind has an entry.
+STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
+    StepKind.EMAIL: lambda _p, d: (f"Email from {sender_line(d.get('name'), d['from'])}: "
+                                   f"{d['subject']}\n" + _quote(d["body"], "  | ")),
+    StepKind.RESTART: lambda _p, d: (f"-- picked up by a new process (pid {d['pid']}, "
+                                     f"was {d['previous_pid']}) --"),
+    StepKind.REASONING: lambda _p, _d: None,
+    StepKind.CALL: lambda _p, d: f"  -> {d['name']}({d['arguments']})",
+    StepKind.RESULT: lambda _p, d: f"  <- {d['name']}: {_short(d['output'])}",
+    StepKind.TEXT: lambda _p, d: f"  {d['text']}",
+    StepKind.NOTE: _note_line,
+    StepKind.RESPONSE: lambda _p, _d: None,
+    StepKind.APPROVAL: lambda _p, d: (
+        f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
+        f"{d.get('summary') or d.get('reason', '')}\n"
+        + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
+        + f"  ** Waiting for approval ({d['approval_id']})"),
+    StepKind.DECISION: lambda _p, d: _decision_line(d),
+    StepKind.REFUND: lambda _p, d: (f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
+                                    + (" (already made; reused, not repeated)"
+                                       if d["reused"] else "")),
+    StepKind.MESSAGE: lambda _p, d: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
+    StepKind.REPLY: lambda _p, d: (("Customer replied (written by the model):"
+                                    if d["simulated"] else "Customer replied:")
+                                   + "\n" + _quote(d["text"], "  | ")),
+    StepKind.RESENT: lambda _p, d: (f"  -- stored response {d['missing']} was gone: sent the "
+                                    f"run's transcript instead ({d['items']} items, "
+                                    f"{size_text(d['bytes'])}) --"),
+    StepKind.ERROR: lambda _p, d: f"  !! {d['message']}",
+    StepKind.STOPPED: lambda _p, _d: "  -- stopped --",
+    StepKind.ESCALATION: lambda _p, d: (f"  !! Escalated to a team lead ({d.get('kind')}): "
+                                        f"{d.get('reason', '')}"),
+    StepKind.HANDOFF: lambda _p, d: f"  ** Sent to a lead by {d.get('by')}",
+    StepKind.SIGNOFF: lambda _p, d: (f"  ** First sign-off by {d.get('by')} for "
+                                     f"${float(d.get('amount') or 0):.2f}; a second person "
+                                     "must approve"),
+    StepKind.CUSTOMER_DONE: lambda _p, _d: None,
+}
 
 
 def _line(line: dict) -> str:
     """One refund line: sku, reason and amount (audit lines carry cents)."""
     cents = line.get("amount_cents")
     amount = cents / 100 if cents is not None else line.get("amount", 0)
-    return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}"
+    units, of = line.get("units"), line.get("quantity") or line.get("of_units")
+    count = (f" x{units}" + (f" of {of}" if of else "")
+             if units is not None and of != 1 else "")
+    return f"{line['line']:<12} {line['reason']:<13} ${amount:,.2f}{count}"
 
 
 def _quote(text: str, prefix: str) -> str:
@@ -261,18 +299,56 @@ def _signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
 def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Printer) -> Run | None:
     by, limit_cents = _signer(agent, args.by)  # before anything is looked at or changed
     approval = _waiting(agent, args.id)
+    keep, units = only_lines(getattr(args, "only", None))
     try:
         decided = agent.decide(approval.id, approve, by, getattr(args, "note", None),
-                               keep=getattr(args, "only", None), limit_cents=limit_cents)
+                               keep=keep, limit_cents=limit_cents, units=units)
     except AlreadyDecided as exc:
         if not _repeated(exc, "approved" if approve else "rejected"):
             raise
         return _already_yours(agent, exc)
+    if decided.status == "pending":   # the first of two approvals (shop.json "desk")
+        print(f"Signed off ${decided.amount:.2f} for {decided.order_id} ({decided.customer}) as "
+              f"{by}: refunds of this size need a second person; another account approves "
+              f"it with `refund-agent approve --id {decided.id}`.")
+        return None
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
-          + ", ".join(f"{line.line} {line.decision}" for line in decided.lines)
+          + ", ".join(f"{line.line}{_units(line)} {line.decision}" for line in decided.lines)
           + f". Continuing run {decided.run_id}.")
     return _drive(agent, decided.run_id, printer)
+
+
+def only_lines(values: list[str] | None) -> tuple[list[str] | None, dict[str, int]]:
+    """``--only`` as the lines to keep and the units lowered: each value ``SKU`` or ``SKU:N``.
+
+    Raises:
+        DecisionRefused: a value whose units are not a whole number of at least 1, or a line
+            named twice (nothing is decided then).
+    """
+    if values is None:
+        return None, {}
+    keep: list[str] = []
+    units: dict[str, int] = {}
+    for value in values:
+        sku, colon, count = value.strip().rpartition(":") if ":" in value else (value, "", "")
+        sku = sku.strip()
+        if colon and not (count.strip().isdigit() and int(count) >= 1):
+            raise DecisionRefused(f"--only {value}: write SKU or SKU:N, N a whole number of "
+                                  "units of at least 1.")
+        if sku in keep:
+            raise DecisionRefused(f"--only names {sku} twice; name each line once.")
+        keep.append(sku)
+        if colon:
+            units[sku] = int(count)
+    return keep, units
+
+
+def _units(line: Any) -> str:
+    """' x1 of 4' for a line refunding some of its units, '' otherwise."""
+    if line.units is None or line.quantity is None or line.quantity == 1:
+        return ""
+    return f" x{line.units} of {line.quantity}"
 
 
 def _repeated(exc: AlreadyDecided, status: str) -> bool:
@@ -408,9 +484,15 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
                        "page and worker and restore it from a backup; nothing was changed."
                        if damage else
                        reconcile(agent.store, agent.settings.output_dir))
+            unsent, resent = email_notes(agent.outbox)
+            if not problem:   # the ledger agrees with the store; now with the provider's list
+                problem = "\n".join(provider_problems(agent.payments, agent.store)
+                                    + unsent) or None
             refunds, emails = log_names(agent.store)
             print(problem or f"Audit log intact: {len(agent.store.audit())} entries, chain and "
                   f"anchor ok; {refunds} and {emails} agree with the approvals and the audit.")
+            for note in resent:
+                print(note)
             return 1 if problem else 0
         for e in agent.store.audit(limit=args.limit):
             amount = f"${e.amount:.2f}" if e.amount is not None else ""
@@ -447,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--id", help="the approval id (needed when more than one is waiting)")
         if name == "approve":
             p.add_argument("--only", nargs="+", metavar="LINE",
-                           help="approve only these lines (skus); the others are declined")
+                           help="approve only these lines (SKU), or fewer of a line's units "
+                                "(SKU:N); the others are declined")
             p.add_argument("--note", help="a note for the agent, e.g. why a line was declined")
         if name == "reject":
             p.add_argument("--note", required=True, help="why; the customer hears it")
@@ -474,6 +557,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: REFUND_AGENT_DATABASE_URL)")
     sub.add_parser("doctor", help="check the model provider: key, model, effort, storage, "
                    "streaming (one tiny request), or say how to switch from the stand-in")
+    hooks = sub.add_parser("webhooks", help="receive Stripe's webhooks (refund.updated, "
+                           "refund.failed), check their signatures with STRIPE_WEBHOOK_SECRET, "
+                           "and put failed refunds on the desk; Ctrl+C to stop")
+    hooks.add_argument("--port", type=int, default=8790)
+    hooks.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1; put a TLS proxy in "
+                            "front for Stripe to reach it)")
     sub.add_parser("queue", help="list refunds waiting for approval")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
@@ -629,6 +719,32 @@ def _migrate(to: str | None) -> int:
     return 0
 
 
+def _webhooks(agent: Agent, host: str, port: int) -> int:
+    """``refund-agent webhooks``: Stripe's later word on refunds, into the store."""
+    from .outside.webhooks import serve  # only this command needs it
+
+    secret = agent.settings.outside.stripe_webhook_secret
+    if not secret:
+        print("Set STRIPE_WEBHOOK_SECRET to the endpoint's signing secret (whsec_..., shown "
+              "where the endpoint is added in Stripe's dashboard); without it no event can be "
+              "checked, so none is accepted.")
+        return 2
+    try:
+        server = serve(agent.store, secret, host, port)
+    except OSError as exc:
+        print(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.")
+        return 2
+    print(f"Listening for Stripe webhooks on http://{host}:{server.server_port}/ "
+          "(refund.updated, refund.failed); Ctrl+C to stop.", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _doctor() -> int:
     """``refund-agent doctor``: exit 0 when the provider works (or the stand-in is in use)."""
     from .doctor import report  # only this command needs it
@@ -651,6 +767,8 @@ def run_command(argv: list[str] | None = None) -> int:
         return _list(agent, command, args)
     if command == "users":
         return _users(agent, args)
+    if command == "webhooks":
+        return _webhooks(agent, args.host, args.port)
     print(f"Model: {agent.settings.model_label}\n")
     run: Run | None
     if command == "sample":

@@ -14,6 +14,7 @@ from pathlib import Path
 from dotenv import load_dotenv
 
 from .errors import ConfigError
+from .outside.config import OutsideSettings, outside_settings
 from .providers import ALL_EFFORTS, OPENAI, PROFILES, XAI
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +106,9 @@ class Settings:
         offline_url: the base URL of one offline model server that every host reaches
             (REFUND_AGENT_OFFLINE_URL, e.g. ``http://10.0.0.5:8787/v1`` from
             ``python -m refund_agent.offline``); empty: each process starts its own.
+        outside: which payment provider and email service to use, and how to reach them
+            (REFUND_AGENT_PAYMENTS, STRIPE_*, REFUND_AGENT_EMAIL, SMTP_*; see
+            refund_agent/outside/config.py and docs/OUTSIDE-SYSTEMS.md).
     """
 
     api_key: str = ""
@@ -124,6 +128,7 @@ class Settings:
     zero_retention: bool = False
     database_url: str = ""
     offline_url: str = ""
+    outside: OutsideSettings = field(default_factory=OutsideSettings)
 
     def __post_init__(self) -> None:
         # Settings made in code (tests, the notebook) may go below the environment's bounds
@@ -210,6 +215,7 @@ def load_settings(env_file: Path | None = None) -> Settings:
         zero_retention=_flag("REFUND_AGENT_ZERO_RETENTION"),
         database_url=_database_url(env.get("REFUND_AGENT_DATABASE_URL", "")),
         offline_url=env.get("REFUND_AGENT_OFFLINE_URL", "").strip().rstrip("/"),
+        outside=outside_settings(env),
     )
 
 

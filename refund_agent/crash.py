@@ -24,10 +24,26 @@ CRASH_POINTS: dict[str, str] = {
     "after_simulated_reply": "a simulated customer reply is saved; the next turn has not run",
 }
 
+# Points inside the real outside systems' adapters (refund_agent/outside/): they fire only with
+# Stripe or SMTP configured, so their crash matrix is tests/test_stripe.py and test_smtp.py,
+# not the stand-ins' (tests/test_crash_matrix.py covers CRASH_POINTS).
+OUTSIDE_CRASH_POINTS: dict[str, str] = {
+    "after_provider_refund": "Stripe made the refund; neither the refunds log nor the run "
+                             "recorded it",
+    "email_recorded": "the outbox recorded the email; it was not handed to the mail server",
+    "after_smtp_send": "the mail server took the email; the outbox has not marked it sent",
+}
+
+# Crash points of the agents in refund_agent/examples/, which the refund desk's crash matrix
+# (tests/test_crash_matrix.py) does not reach; tests/test_second_agent.py kills at each.
+EXAMPLE_POINTS: dict[str, str] = {
+    "after_closure": "the account was closed; the run has not recorded it",
+}
+
 
 def crash_point(name: str, enabled: frozenset[str]) -> None:
     """Kill this process with SIGKILL if ``name`` is one of the enabled crash points."""
-    assert name in CRASH_POINTS, name
+    assert name in CRASH_POINTS or name in OUTSIDE_CRASH_POINTS or name in EXAMPLE_POINTS, name
     if name in enabled:
         sys.stdout.flush()
         sys.stderr.write(f"\n[crash point {name}: killing process {os.getpid()}]\n")

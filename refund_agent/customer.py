@@ -13,13 +13,14 @@ from typing import Any
 
 import openai
 
-from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent, _usage
+from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent
 from .crash import crash_point
 from .model import provider_error
 from .models import Run, RunStatus
 from .prompts import customer_brief
 from .providers import low_effort
 from .store import Lease
+from .turns import usage_of
 
 MAX_SIMULATED_REPLIES = 3
 DONE = "DONE"
@@ -63,7 +64,7 @@ def simulate_reply(agent: Agent, run: Run, lease: Lease) -> str | None:
     response = agent.model.client.responses.create(**persona_request(agent, run))
     text = (response.output_text or "").strip()
     finished = not text or text.upper().strip(". ") == DONE
-    agent.store.add_cost(lease, _usage(response, agent.settings.model),
+    agent.store.add_cost(lease, usage_of(response, agent.settings.model),
                          ("customer_done", {}) if finished else None)
     return None if finished else text
 

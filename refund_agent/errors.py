@@ -102,3 +102,14 @@ class IdempotencyConflict(RefundAgentError):
 class MigrationRefused(RefundAgentError):
     """``refund-agent migrate`` would not copy the store (the message says why); nothing was
     written to the target database."""
+
+
+class PaymentRefused(RefundAgentError):
+    """The payment provider refused the refund (no such payment, more than is left, a bad key):
+    nothing was refunded and nothing is recorded as paid. Fix the cause, then resume."""
+
+
+class PaymentUncertain(RefundAgentError):
+    """The refund request reached the provider but its answer never came back (a timeout,
+    a dropped connection), and reading it back did not settle it: the refund may or may not
+    exist. Nothing is recorded as paid; resume reads it back again before creating anything."""

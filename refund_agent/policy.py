@@ -1,10 +1,11 @@
 """The refund policy as pure functions: no I/O, no model, easy to test.
 
 A refund is a set of order lines, each with a reason. What it pays is computed here, from the
-order, the shop's policy terms, the lines and their reasons, and the lines other refunds
-already hold; the model never supplies a number this module has not computed. The ledger's unit
-is the order line: a line is refunded at most once, ever, and a refund waiting for approval
-reserves its lines, so two tickets cannot both spend the same item.
+order, the shop's policy terms, the lines, how many units of each and their reasons, and the
+units other refunds already hold; the model never supplies a number this module has not
+computed. The ledger's unit is the order line's units: a line of four glasses can be refunded
+one glass at a time, over several refunds, but never beyond its four; a refund waiting for
+approval reserves the units it names, so two tickets cannot both spend the same glass.
 """
 
 from __future__ import annotations
@@ -32,12 +33,44 @@ class Held:
             refund waiting for approval).
         by: which refund holds it (an approval id, or "an earlier refund").
         amount_cents: what that refund pays for the line.
+        units: how many of the line's units it holds; None means all of them (refunds made
+            before units were counted, schema 7 and older, refunded whole lines).
     """
 
     reason: Reason | Literal["shipping"]
     state: Literal["refunded", "pending"]
     by: str
     amount_cents: int
+    units: int | None = None
+
+
+#: What refunds hold on an order, by line. A line can be held by several refunds at once (one
+#: glass refunded, another waiting), so a value is a sequence of holds; a single Held is read as
+#: a sequence of one (the common case, and how callers with one hold per line write it).
+HeldMap = Mapping[str, "Held | Sequence[Held]"]
+
+
+def holds(held: HeldMap) -> dict[str, list[Held]]:
+    """Every line's holds as a list, whichever way ``held`` spells them."""
+    return {line: [h] if isinstance(h, Held) else list(h) for line, h in held.items()}
+
+
+def held_units(order: Order, line: str, holders: Sequence[Held], *,
+               state: str | None = None, reason: str | None = None) -> int:
+    """How many units of ``line`` these holds take (all of them for a hold without units)."""
+    item = order.item(line)
+    quantity = item.quantity if item is not None else 1
+    return min(quantity, sum(quantity if h.units is None else h.units for h in holders
+                             if (state is None or h.state == state)
+                             and (reason is None or h.reason == reason)))
+
+
+def units_left(order: Order, line: str, held: HeldMap) -> int:
+    """The units of a line no refund holds yet (paid, approved or waiting)."""
+    item = order.item(line)
+    if item is None:
+        return 0
+    return item.quantity - held_units(order, line, all_held(order, held).get(line, []))
 
 
 class QuotedLine(BaseModel):
@@ -47,8 +80,10 @@ class QuotedLine(BaseModel):
     name: str
     reason: Reason | Literal["shipping"]
     amount_cents: int
-    allowed_cents: int   # the line's price times quantity (shipping: the shipping paid)
+    allowed_cents: int   # the unit price times these units (shipping: the shipping paid)
     fee_cents: int = 0   # the return fee taken from this line
+    units: int | None = None  # how many of the line's units (None: shipping)
+    quantity: int | None = None  # how many units the line has (None: shipping)
 
     @property
     def amount(self) -> float:
@@ -77,15 +112,24 @@ def days_since_delivery(order: Order, today: date) -> int | None:
     return None if order.delivered_on is None else (today - order.delivered_on).days
 
 
-def all_held(order: Order, held: Mapping[str, Held]) -> dict[str, Held]:
-    """The lines held by refunds in the store plus those refunded before (the shop's export)."""
-    merged = dict(held)
+class _Merged(dict):
+    """Holds already merged with the shop's earlier refunds, so merging again adds nothing."""
+
+
+def all_held(order: Order, held: HeldMap) -> dict[str, list[Held]]:
+    """The holds of refunds in the store plus those refunded before (the shop's export)."""
+    if isinstance(held, _Merged):
+        return held
+    merged = _Merged(holds(held))
     for past in order.refunds:
         for line in past.lines:
             item = order.item(line.line)
-            full = item.cents if item else order.shipping_cents
+            units = line.units if item is not None else None
+            full = (item.cents if units is None else to_cents(item.price) * units) if item \
+                else order.shipping_cents
             amount = full if line.amount is None else to_cents(line.amount)
-            merged[line.line] = Held(line.reason, "refunded", "an earlier refund", amount)
+            merged.setdefault(line.line, []).append(
+                Held(line.reason, "refunded", "an earlier refund", amount, units))
     return merged
 
 
@@ -106,11 +150,13 @@ def window_problem(order: Order, terms: PolicyTerms, today: date) -> str | None:
     return None
 
 
-def _line_problem(order: Order, line: str, held: Mapping[str, Held]) -> str | None:
+def _line_problem(order: Order, line: str, units: int | None,
+                  held: Mapping[str, list[Held]]) -> str | None:
     item = order.item(line)
+    holders = held.get(line, [])
     if line == SHIPPING:
-        holder = held.get(SHIPPING)
-        if holder is not None:   # paid once, ever: say so, not that items are still open
+        if holders:   # paid once, ever: say so, not that items are still open
+            holder = holders[0]
             return ("Shipping has already been refunded" if holder.state == "refunded" else
                     "Shipping is already in a refund waiting for approval") + f" ({holder.by})."
         if not shipping_owed(order, held):
@@ -122,17 +168,27 @@ def _line_problem(order: Order, line: str, held: Mapping[str, Held]) -> str | No
         return f"Order {order.order_id} has no line {line!r}. Its lines: {lines}."
     if item.final_sale:
         return f"{item.name} ({line}) is final sale and is never refunded."
-    holder = held.get(line)
-    if holder is not None and holder.state == "refunded":
-        return f"{item.name} ({line}) has already been refunded ({holder.by})."
-    if holder is not None:
+    if units is not None and not 1 <= units <= item.quantity:
+        return (f"{item.name} ({line}) has {item.quantity} unit"
+                f"{'s' if item.quantity != 1 else ''}: ask for 1 to {item.quantity}, or leave "
+                "units out for all that remain.")
+    left = item.quantity - held_units(order, line, holders)
+    if left == 0:
+        refunded = [h for h in holders if h.state == "refunded"]
+        if len(refunded) == len(holders):
+            return f"{item.name} ({line}) has already been refunded ({refunded[0].by})."
+        waiting = next(h for h in holders if h.state == "pending")
         return (f"{item.name} ({line}) is already in a refund waiting for approval "
-                f"({holder.by}); it cannot be requested twice.")
+                f"({waiting.by}); it cannot be requested twice.")
+    if units is not None and units > left:
+        taken = "; ".join(f"{held_units(order, line, [h])} {h.state} ({h.by})" for h in holders)
+        return (f"{item.name} ({line}) has {left} of its {item.quantity} units left to refund "
+                f"({taken}); ask for at most {left}.")
     return None
 
 
 def _return_fees(lines: Sequence[tuple[int, int]], terms: PolicyTerms) -> list[int]:
-    """The return fee each changed-mind line pays, given (line cents, quantity) per line.
+    """The return fee each changed-mind line pays, given (cents, units returned) per line.
 
     Charged per item, each unit pays the fee (never more than its line). Charged per refund,
     the one fee is shared in proportion to the lines' prices (largest remainder), so no line
@@ -152,16 +208,25 @@ def _return_fees(lines: Sequence[tuple[int, int]], terms: PolicyTerms) -> list[i
     return shares
 
 
-def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str, Reason]],
-                 held: Mapping[str, Held], today: date, *, shipping: bool = True
-                 ) -> Quote | str:
-    """What refunding these lines for these reasons pays, or why the policy does not allow it.
+Requested = tuple[str, Reason] | tuple[str, Reason, "int | None"]
+
+
+def requested_units(request: Requested) -> tuple[str, Reason, int | None]:
+    """(line, reason, units) from a request written with or without its units."""
+    line, reason, *rest = request
+    return line, reason, (rest[0] if rest else None)
+
+
+def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[Requested],
+                 held: HeldMap, today: date, *, shipping: bool = True) -> Quote | str:
+    """What refunding these units for these reasons pays, or why the policy does not allow it.
 
     Args:
         order: the order, with the refunds made before this desk existed.
         terms: the shop's policy numbers.
-        requested: (line, reason) pairs; lines are skus of the order.
-        held: lines other refunds in the store hold (this refund's own lines left out).
+        requested: (line, reason) or (line, reason, units) per line; lines are skus of the
+            order; units None (or left out) means all the units no other refund holds.
+        held: what other refunds in the store hold (this refund's own lines left out).
         today: the day the window is counted to.
         shipping: whether shipping may be added (a decision re-quotes with the proposal's
             shipping, so an approval can never pay more than the card showed).
@@ -173,38 +238,48 @@ def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str
         return "Name at least one line of the order to refund."
     held = all_held(order, held)
     seen: set[str] = set()
-    for line, reason in requested:
+    wanted: list[tuple[str, Reason, int]] = []
+    for line, reason, units in map(requested_units, requested):
         if reason not in REASONS:
             return f"The reason for {line} must be one of {', '.join(REASONS)}, not {reason!r}."
         if line in seen:
             return f"Line {line} is named twice; name each line once."
         seen.add(line)
-        problem = _line_problem(order, line, held)
+        problem = _line_problem(order, line, units, held)
         if problem:
             return problem
+        if line != SHIPPING:
+            left = order.item(line).quantity - held_units(order, line, held.get(line, []))
+            wanted.append((line, reason, left if units is None else units))
 
     # Shipping named on its own is what the refunds that covered every item did not include
     # (they were proposed side by side); it is priced by the rule below like any other time.
-    items = [(order.item(line), reason) for line, reason in requested if line != SHIPPING]
-    returned = [item for item, reason in items if reason == "changed_mind"]
-    fees = dict(zip([i.sku for i in returned],
-                    _return_fees([(i.cents, i.quantity) for i in returned], terms), strict=True))
-    # A line the return fee eats entirely would be "refunded" for nothing and could never be
-    # refunded again (say it turns out damaged), so it is left out rather than spent.
-    eaten = [i.name for i in returned if i.cents <= fees[i.sku]]
+    items = [(order.item(line), reason, units) for line, reason, units in wanted]
+    returned = [(item, units) for item, reason, units in items if reason == "changed_mind"]
+    fees = dict(zip([i.sku for i, _ in returned],
+                    _return_fees([(to_cents(i.price) * n, n) for i, n in returned], terms),
+                    strict=True))
+    # Units the return fee eats entirely would be "refunded" for nothing and could never be
+    # refunded again (say they turn out damaged), so they are left out rather than spent.
+    eaten = [i.name for i, n in returned if to_cents(i.price) * n <= fees[i.sku]]
     if eaten:
         return (f"The return fee takes all of what {' and '.join(eaten)} would refund: leave "
                 f"{'it' if len(eaten) == 1 else 'them'} out of a change-of-mind refund.")
     quoted = [QuotedLine(line=item.sku, name=item.name, reason=reason,
-                         amount_cents=item.cents - fees.get(item.sku, 0),
-                         allowed_cents=item.cents, fee_cents=fees.get(item.sku, 0))
-              for item, reason in items]
+                         amount_cents=to_cents(item.price) * units - fees.get(item.sku, 0),
+                         allowed_cents=to_cents(item.price) * units,
+                         fee_cents=fees.get(item.sku, 0), units=units,
+                         quantity=item.quantity)
+              for item, reason, units in items]
 
-    damaged_now = {line for line, reason in requested if reason == "damaged"}
-    damaged_before = {line for line, h in held.items()
-                      if h.state == "refunded" and h.reason == "damaged"}
-    every_item_damaged = all(i.sku in damaged_now | damaged_before for i in order.items)
-    if (shipping and order.shipping_cents and SHIPPING not in held and every_item_damaged):
+    # Shipping is owed once every unit of every item is refunded as damaged: by this refund,
+    # or by refunds already made (approved); units merely waiting elsewhere do not count yet.
+    damaged_now = {line: units for line, reason, units in wanted if reason == "damaged"}
+    every_unit_damaged = all(
+        damaged_now.get(i.sku, 0) + held_units(order, i.sku, held.get(i.sku, []),
+                                               state="refunded", reason="damaged")
+        >= i.quantity for i in order.items)
+    if (shipping and order.shipping_cents and SHIPPING not in held and every_unit_damaged):
         quoted.append(QuotedLine(line=SHIPPING, name="Shipping", reason="shipping",
                                  amount_cents=order.shipping_cents,
                                  allowed_cents=order.shipping_cents))
@@ -220,19 +295,21 @@ def quote_refund(order: Order, terms: PolicyTerms, requested: Sequence[tuple[str
     return quote
 
 
-def shipping_owed(order: Order, held: Mapping[str, Held]) -> bool:
-    """Every item refunded (or approved) as damaged, yet shipping not refunded."""
-    return bool(order.shipping_cents) and SHIPPING not in held and all(
-        (h := held.get(i.sku)) is not None and h.state == "refunded" and h.reason == "damaged"
-        for i in order.items)
+def shipping_owed(order: Order, held: HeldMap) -> bool:
+    """Every unit of every item refunded (or approved) as damaged, yet shipping not refunded."""
+    merged = all_held(order, held)
+    return bool(order.shipping_cents) and SHIPPING not in merged and all(
+        held_units(order, i.sku, merged.get(i.sku, []), state="refunded", reason="damaged")
+        >= i.quantity for i in order.items)
 
 
-def refunded_cents(order: Order, held: Mapping[str, Held]) -> int:
+def refunded_cents(order: Order, held: HeldMap) -> int:
     """What refunds made (or approved, so about to be) pay on this order."""
-    return sum(h.amount_cents for h in all_held(order, held).values() if h.state == "refunded")
+    return sum(h.amount_cents for hs in all_held(order, held).values() for h in hs
+               if h.state == "refunded")
 
 
-def left_to_refund_cents(order: Order, held: Mapping[str, Held]) -> int:
+def left_to_refund_cents(order: Order, held: HeldMap) -> int:
     return max(0, order.total_cents - refunded_cents(order, held))
 
 
@@ -247,8 +324,12 @@ class LineFacts(BaseModel):
     line_total: float
     final_sale: bool
     status: str           # refundable, final sale, refunded, waiting for approval, outside window
-    if_damaged: float     # what this line refunds as damaged (0 when not refundable)
-    if_changed_mind: float  # what it refunds for a change of mind, before a per-refund fee
+    units_left: int       # units no refund holds yet (what issue_refund may still ask for)
+    units_refunded: int   # units refunded (or approved) already
+    units_waiting: int    # units reserved by refunds waiting for approval
+    unit_price: float
+    if_damaged: float     # what the units left refund as damaged (0 when not refundable)
+    if_changed_mind: float  # what they refund for a change of mind, before a per-refund fee
 
 
 class PolicyFacts(BaseModel):
@@ -280,24 +361,30 @@ def policy_facts(order: Order, terms: PolicyTerms, held: Mapping[str, Held],
     merged = all_held(order, held)
     lines = []
     for item in order.items:
-        holder = merged.get(item.sku)
+        holders = merged.get(item.sku, [])
+        refunded = held_units(order, item.sku, holders, state="refunded")
+        waiting = held_units(order, item.sku, holders, state="pending")
+        left = max(0, item.quantity - refunded - waiting)
         if item.final_sale:
             status = "final sale"
-        elif holder is not None:
-            status = "refunded" if holder.state == "refunded" else "waiting for approval"
+        elif left == 0:
+            status = "refunded" if waiting == 0 else "waiting for approval"
         elif closed:
             status = "not refundable: outside the window" if days is not None else (
                 "not refundable: not delivered")
         else:
             status = "refundable"
         open_ = status == "refundable"
-        per_item_fee = (min(terms.return_fee_cents * item.quantity, item.cents)
+        unit = to_cents(item.price)
+        per_item_fee = (min(terms.return_fee_cents * left, unit * left)
                         if terms.return_fee_per == "item" else 0)
         lines.append(LineFacts(
             line=item.sku, name=item.name, category=item.category, price=item.price,
             quantity=item.quantity, line_total=to_dollars(item.cents), final_sale=item.final_sale,
-            status=status, if_damaged=to_dollars(item.cents) if open_ else 0.0,
-            if_changed_mind=to_dollars(item.cents - per_item_fee) if open_ else 0.0))
+            status=status, units_left=left if not item.final_sale else 0,
+            units_refunded=refunded, units_waiting=waiting, unit_price=item.price,
+            if_damaged=to_dollars(unit * left) if open_ else 0.0,
+            if_changed_mind=to_dollars(unit * left - per_item_fee) if open_ else 0.0))
     notes: list[str] = []
     if closed:
         notes.append(closed)
@@ -309,6 +396,10 @@ def policy_facts(order: Order, terms: PolicyTerms, held: Mapping[str, Held],
                     terms.return_fee_per == "refund" else "per item returned."))
     notes.append("Call issue_refund with the lines and a reason per line; the amount is "
                  "computed for you.")
+    if any(i.quantity > 1 for i in order.items):
+        notes.append("A line with several units can be refunded in part: give the units the "
+                     "customer's problem concerns (for example 1 of 4), or null for all the "
+                     "units left.")
     shipping_open = bool(order.shipping_cents) and SHIPPING not in merged and not any(
         i.final_sale for i in order.items)
     return PolicyFacts(

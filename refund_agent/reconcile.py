@@ -86,6 +86,39 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     return next(problems, None)
 
 
+def provider_problems(payments: Any, store: Store) -> list[str]:
+    """What the payment provider's own list of refunds says against the agent's records (for
+    Stripe: a refund made outside the agent, one missing at Stripe, a failure the desk was
+    never told of); nothing for the stand-in, whose log is the provider."""
+    from .outside.payments import StandInPayments
+    if isinstance(payments, StandInPayments):
+        return []
+    from .outside.stripe import StripePayments, reconcile_stripe
+    if not isinstance(payments, StripePayments):
+        return []
+    told = {e["refund_id"] for e in store.provider_events() if e["status"] in ("failed", "canceled")
+            or e["type"] == "refund.failed"}
+    return reconcile_stripe(payments, store.approvals(status="approved", limit=-1), told)
+
+
+def email_notes(outbox: Any) -> tuple[list[str], list[str]]:
+    """(problems, notes) about SMTP mail: messages recorded but never marked sent (a crash
+    between the record and the send, or a refusal: resume sends them), and messages sent again
+    after such a gap (the customer may have them twice). Nothing for the stand-in."""
+    unsent = getattr(outbox, "unsent", None)
+    if unsent is None:
+        return [], []
+    problems = [f"The email for call {r['idempotency_key']} to {r['request']['to']} is recorded "
+                f"in the outbox but was never marked sent (Message-ID {r['message_id']}): the "
+                "process stopped between the record and the send, or the server refused it. "
+                "`refund-agent resume` sends it; the customer may then have it twice."
+                for r in unsent()]
+    notes = [f"Note: the email for call {r['idempotency_key']} was sent again after a crash "
+             f"between its record and its send (Message-ID {r['request']['message_id']}): the "
+             "customer may have it twice." for r in outbox.resent()]
+    return problems, notes
+
+
 def read_records(store: Store, output_dir: Path, log: str) -> tuple[list[Entry], str | None]:
     """The records of one stand-in log ("refunds" or "outbox"), or the first bad one: the
     ledger table's rows on a shared store, else the JSONL file beside the SQLite store."""
@@ -354,6 +387,7 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
     keys: dict[str, int] = {}
     ids: dict[str, int] = {}
     lines: dict[tuple[str, str], int] = {}
+    parts: dict[tuple[str, str], int | None] = {}   # units paid so far (None: the whole line)
     for e in refunds:
         where = e.where
         if e.key in keys:
@@ -364,9 +398,18 @@ def _unique_refunds(refunds: list[Entry]) -> Iterator[str]:
                    f"{ids[e.record['refund_id']]}: the record was forged.")
         for x in e.request["lines"]:
             paid = (e.request["order_id"], x["line"])
-            if paid in lines:
+            # A record with units pays part of a line (x units of of_units); one without pays
+            # all of it. Parts may add up over several records, never past the line.
+            units, of = x.get("units"), x.get("of_units")
+            part = _is_int(units) and _is_int(of) and 1 <= units <= of
+            before = parts.get(paid)
+            if paid in lines and not (part and before is not None
+                                      and before + units <= of):
                 yield (f"{where} pays {x['line']} on order {paid[0]} again (line {lines[paid]} "
-                       "paid it already): a line is refunded once, so a record was forged.")
+                       "paid it already): a line is refunded at most once in full (or in parts "
+                       "up to its units), so a record was forged.")
+            parts[paid] = (before or 0) + units if part and (before is not None
+                                                             or paid not in lines) else None
             lines.setdefault(paid, e.number)
         keys.setdefault(e.key, e.number)
         ids.setdefault(e.record["refund_id"], e.number)

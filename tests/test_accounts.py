@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent.accounts import (
     Accounts,
@@ -263,7 +263,7 @@ def test_the_card_names_the_limit_only_above_it():
     assert limit_notice(48.0, None) is None            # a lead, or the demo
     assert limit_notice(40.0, 40.0) is None            # up to the limit, inclusive
     assert limit_notice(40.01, 40.0).startswith(
-        "$40.01 is above your approval limit of $40.00: a lead must decide")
+        "Needs a lead: $40.01 is above your approval limit of $40.00. Send it to a lead")
 
 
 def test_account_changes_are_audited_with_who_made_them(tmp_path):

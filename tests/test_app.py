@@ -11,147 +11,38 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import streamlit as st
-from conftest import DATA, run_cli
+from helpers import page
+from helpers.cli import run_cli
+from helpers.page import (
+    APP,
+    TIMEOUT,
+    TWO_LINE_EMAIL,
+    add_accounts,
+    box,
+    confirm,
+    decide,
+    eventually,
+    open_page,
+    plain,
+    rerun_until,
+    review,
+    save_name,
+    shows,
+    sign_in,
+    start_damaged,
+    start_two_lines,
+    texts,
+)
 from streamlit.testing.v1 import AppTest
 
 from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
-from refund_agent.config import PROJECT_ROOT
 from refund_agent.model import offline_server
 from refund_agent.store import Store
 from refund_agent.web.worker import Worker
 
-APP = PROJECT_ROOT / "app.py"
-TIMEOUT = 20.0
-# The offline model proposes two lines for this email: POUR-GLS-01 damaged $48.00 and
-# MUG-STN-2 changed_mind $18.50 (the mugs carry the $7.50 return fee).
-TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
-                  "want the mugs anymore.")
-
-
-# -- helpers --------------------------------------------------------------------------------
-
-
-def eventually(check: Callable[[], object], timeout: float = TIMEOUT,
-               what: str | Callable[[], str] = "") -> object:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            detail = what() if callable(what) else what
-            pytest.fail(f"Timed out after {timeout:.0f} s waiting for {detail or check}")
-        time.sleep(0.02)
-
-
-def plain(text: str) -> str:
-    """Markdown source without bold marks and the escapes the page adds to customer text."""
-    return text.replace("\\", "").replace("**", "")
-
-
-def texts(at: AppTest, *kinds: str) -> list[str]:
-    kinds = kinds or ("markdown", "caption", "success", "warning", "error", "info", "toast")
-    return [plain(str(el.value)) for kind in kinds for el in at.get(kind)]
-
-
-def shows(at: AppTest, fragment: str, *kinds: str) -> bool:
-    return any(fragment in t for t in texts(at, *kinds))
-
-
-def rerun_until(at: AppTest, fragment: str, *kinds: str, timeout: float = TIMEOUT) -> AppTest:
-    """Re-run the page (as its refresh timer would) until ``fragment`` is on it."""
-
-    def check() -> bool:
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return shows(at, fragment, *kinds)
-
-    eventually(check, timeout, lambda: f"{fragment!r} on the page; it shows {texts(at, *kinds)}")
-    return at
-
-
-# -- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def output(tmp_path: Path, monkeypatch) -> Path:
-    """Point the page at a fresh output folder; shut its worker down afterwards."""
-    out = tmp_path / "output"
-    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(out))
-    monkeypatch.setenv("REFUND_AGENT_DATA", str(DATA))
-    monkeypatch.setenv("REFUND_AGENT_OFFLINE_LATENCY", "0")
-    monkeypatch.setenv("REFUND_AGENT_MAX_RETRIES", "2")
-    yield out
-    st.cache_resource.clear()  # releases the cached worker, which stops its threads
-
-
-@pytest.fixture
-def store(output: Path) -> Store:
-    return Store(output / "refund-agent.sqlite3")
-
-
-def open_page() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def start_damaged(at: AppTest, store: Store):
-    """Click the damaged-item sample and wait for its refund card; returns the approval."""
-    at.button(key="sample_damaged").click().run()
-    rerun_until(at, "$48.00 for order A1043", "markdown")
-    (approval,) = store.approvals("pending")
-    return approval
-
-
-def start_two_lines(at: AppTest, store: Store):
-    """Send the email the offline model answers with a two-line refund; returns the approval."""
-    at.text_input(key="mail_from").input("maya.chen@example.com")
-    at.text_input(key="mail_name").input("Maya Chen")
-    at.text_area(key="mail_body").input(TWO_LINE_EMAIL)
-    at.button(key="mail_send").click().run()
-    rerun_until(at, "$66.50 for order A1043", "markdown")
-    (approval,) = store.approvals("pending")
-    assert [(x.line, x.reason, x.amount_cents) for x in approval.lines] == [
-        ("POUR-GLS-01", "damaged", 4800), ("MUG-STN-2", "changed_mind", 1850)]
-    return approval
-
-
-def box(at: AppTest, approval_id: str, line: str):
-    return at.checkbox(key=f"keep_{approval_id}_{line}")
-
-
-def review(at: AppTest, approval_id: str, mode: str = "approve") -> AppTest:
-    """Click a card's Approve…, Ask… or Reject…: the review opens, nothing is decided yet."""
-    at.button(key=f"{mode}_{approval_id}").click().run()
-    assert at.session_state["review"] == {"id": approval_id, "mode": mode}
-    return at
-
-
-def confirm(at: AppTest, approval_id: str, note: str | None = None) -> AppTest:
-    """Fill in the review's note (if given) and press its confirmation button."""
-    if note is not None:
-        at.text_input(key=f"note_{approval_id}").input(note)
-    return at.button(key=f"confirm_{approval_id}").click().run()
-
-
-def decide(at: AppTest, approval_id: str, mode: str = "approve", note: str | None = None
-           ) -> AppTest:
-    return confirm(review(at, approval_id, mode), approval_id, note)
-
-
-def save_name(at: AppTest, name: str) -> AppTest:
-    at.text_input(key="approver_input").input(name)
-    return at.button(key="save_name").click().run()
-
-
-# -- the page -------------------------------------------------------------------------------
+output, store = page.output, page.store  # the page's fixtures (tests/helpers/page.py)
 
 
 def test_page_shows_the_shop_the_model_and_the_server(output):
@@ -182,8 +73,9 @@ def test_sample_button_creates_a_run_that_reaches_the_queue(output, store):
     review(at, approval.id)
     carafe = box(at, approval.id, "POUR-GLS-01")
     assert carafe.value is True
-    assert plain(carafe.label).startswith("Glass pour-over coffee maker · damaged · $48.00")
-    assert "POUR-GLS-01 · full value $48.00" in plain(carafe.label)
+    # Its label is what a screen reader says: plain words, no Markdown.
+    assert carafe.label == "Glass pour-over coffee maker, damaged, $48.00"
+    assert shows(at, "POUR-GLS-01 · full value $48.00", "markdown")
     assert shows(at, "1 day ago, inside the 30-day window", "markdown")
     assert shows(at, "Other lines: Stoneware mugs, set of 2 $26.00 (refundable)", "markdown")
     assert shows(at, "Paid: $80.95, refunded so far $0.00, left $80.95", "markdown")
@@ -234,7 +126,7 @@ def test_partial_approval_pays_only_the_kept_lines(output, store):
     save_name(at, "Dana Kim")
     review(at, approval.id)
     mugs = box(at, approval.id, "MUG-STN-2")
-    assert "MUG-STN-2 · $26.00 less a $7.50 return fee" in plain(mugs.label)
+    assert shows(at, "MUG-STN-2 · $26.00 less a $7.50 return fee", "markdown")
     assert not shows(at, "Approving pays", "info")
     # Unticking a line shows what the kept lines come to, before anyone clicks.
     mugs.uncheck().run()
@@ -353,8 +245,6 @@ def test_the_audit_check_runs_off_the_page_and_shows_tampering(output, store):
 
 def test_the_queue_draws_the_oldest_cards_a_page_at_a_time(output, tmp_path, monkeypatch):
     """Three refunds waiting and a page of two: the two oldest, then the third on request."""
-    import sys
-    sys.path.insert(0, str(PROJECT_ROOT / "bench"))
     from benchlib import make_bench_shop, start_ticket
 
     from refund_agent.config import load_settings
@@ -599,19 +489,6 @@ def test_worker_refuses_work_it_cannot_do(worker, agent):
 # -- accounts: sign-in, limits ----------------------------------------------------------------
 
 
-def add_accounts(store: Store) -> None:
-    from refund_agent.accounts import Accounts
-    accounts = Accounts(store)
-    accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
-    accounts.add("Lee Park", "lead", "lee-password")
-
-
-def sign_in(at: AppTest, name: str, password: str) -> AppTest:
-    at.text_input(key="signin_name").input(name)
-    at.text_input(key="signin_password").input(password)
-    return at.button(key="sign_in").click().run()
-
-
 def test_no_accounts_is_an_explicit_demo_mode(output, store):
     at = open_page()
     assert shows(at, "Single-user demo: no accounts", "markdown")
@@ -648,14 +525,16 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     assert shows(ana, "Signed in as Ana Ruiz · approver, up to $40.00", "markdown")
     approval = start_damaged(ana, store)
     review(ana, approval.id)
-    assert shows(ana, "$48.00 is above your approval limit of $40.00: a lead must decide",
+    assert shows(ana, "Needs a lead: $48.00 is above your approval limit of $40.00",
                  "warning")
+    # No dead Approve: the review's button sends the refund to a lead instead.
+    assert not [b for b in ana.button if b.label.startswith("Approve $")]
     confirm(ana, approval.id)
-    assert shows(ana, "Cannot approve: $48.00 is above Ana Ruiz's approval limit of $40.00",
-                 "error")
+    assert shows(ana, "Sent to a lead", "toast")
     assert store.approval(approval.id).status == "pending"
+    assert store.handed_off() == {approval.id}
     assert [(e.event, e.actor) for e in store.audit()][2:] == [("requested", "agent"),
-                                                           ("refused", "Ana Ruiz")]
+                                                           ("handed_off", "Ana Ruiz")]
     assert not (output / "refunds.log").exists()
     lee = open_page()
     sign_in(lee, "Lee Park", "lee-password")
@@ -666,7 +545,9 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
     assert shows(lee, "Approved $48.00 for order A1043 as Lee Park", "toast")
     eventually(lambda: store.run(approval.run_id).status == RunStatus.DONE, what="run done")
     assert [e.event for e in store.audit()] == ["account_added", "account_added", "requested",
-                                                "refused", "approved", "issued"]
+                                                "handed_off", "approved", "issued"]
+    (escalation,) = store.escalations()
+    assert escalation.kind == "over_limit" and escalation.taken_by == "Lee Park"
     assert store.verify_audit() is None
 
 
@@ -682,7 +563,16 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
     box(at, approval.id, "MUG-STN-2").uncheck().run()
     assert not shows(at, "above your approval limit", "warning")
     confirm(at, approval.id, "The mugs were used.")
-    assert shows(at, "Approved $48.00 for order A1043 as Ana Ruiz", "toast")
+    # Ana typed this ticket in herself: someone else approves its refund.
+    assert shows(at, "Ana Ruiz opened this ticket; someone else must approve", "error")
+    Accounts(store).add("Bo Diaz", "approver", "bo-password-1", limit=50)
+    bo = open_page()
+    sign_in(bo, "Bo Diaz", "bo-password-1")
+    rerun_until(bo, "$66.50 for order A1043", "markdown")
+    review(bo, approval.id)
+    box(bo, approval.id, "MUG-STN-2").uncheck().run()
+    confirm(bo, approval.id, "The mugs were used.")
+    assert shows(bo, "Approved $48.00 for order A1043 as Bo Diaz", "toast")
     assert store.approval(approval.id).amount == 48.0
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import AlreadyDecided, DecisionRefused, RunNotReady, RunStatus
 

@@ -11,8 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
-from test_crash_matrix import record
+from helpers.cli import DATA
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
+from helpers.crash import record
 
 from refund_agent import Agent, Settings
 from refund_agent.errors import AlreadyDecided

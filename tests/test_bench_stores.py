@@ -7,10 +7,9 @@ import inspect
 import sys
 from pathlib import Path
 
-from refund_agent.store import Store
+from jsonstate import JsonStateStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from jsonstate import JsonStateStore  # noqa: E402
+from refund_agent.store import Store
 
 
 def _public_methods(cls: type) -> dict[str, inspect.Signature]:

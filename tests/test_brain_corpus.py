@@ -20,10 +20,10 @@ that no longer over-proposes: take it off the list, so the list only shrinks. Th
 by group is printed (``pytest -s``) and written to ``output/brain-corpus-score.txt``.
 
 Units: where a customer counts units of a multi-unit line ("one of the four tumblers"), the
-expectation records them. Today ``issue_refund`` refunds whole lines, so until the approval's
-lines carry units (an ``ApprovalLine.units`` field), a whole line counts as the expected line and
-the money it pays for units nobody mentioned is reported apart ("units not yet checked"); once
-the field exists, units are compared like reasons, and a unit too many is an over-proposal.
+expectation records them. The approval's lines carry units (``ApprovalLine.units``, issue 24),
+so units are compared like reasons, and a unit too many is an over-proposal. (Before units
+existed, a whole line counted as the expected line and the money it paid for units nobody
+mentioned was reported apart, the "$ units*" column, which is 0 now.)
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def score_table(results: dict[str, tuple[dict[str, Any], Outcome, Verdict]],
                     f"{c['safe']:>5} {c['wrong']:>6} {money[group][0] / 100:>9.2f} "
                     f"{money[group][1] / 100:>9.2f}")
     rows.append("* paid for units the customer did not mention, counted as correct while "
-                "issue_refund takes whole lines")
+                "units are not compared" + (" (they are)" if UNITS_SUPPORTED else ""))
     unowed = [v for e, _o, v in results.values()
               if v.verdict == "over" and e["expect"]["outcome"] != "propose"]
     rows.append(f"Over-proposals where nothing is owed (ask, decline or answer expected): "

@@ -2,30 +2,26 @@
 
 An email of 20,000 spaces took the brain 13 to 17 s (a clause-splitting pattern rescanned the
 run of spaces from each of its positions) and slowed every ticket on the page. The scans that
-replaced the quadratic patterns must make the very same choices, so they are checked against the patterns
-themselves on generated text; and the brain's time must grow in proportion to the text, which
-is checked by a ratio (4x the text, well under 16x the time), never by an absolute time. The
-200 kB measurement against ordinary prose is bench/brain_text.py.
+replaced the quadratic patterns must make the very same choices, so they are checked against
+the patterns themselves on generated text; and the brain's time must grow in proportion to the
+text, which is checked by a ratio (4x the text, well under 16x the time), never by an absolute
+time. The 200 kB measurement against ordinary prose is bench/brain_text.py.
 """
 from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from brain_text import SHAPES, conversations, prose
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refund_agent.offline import brain
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from brain_text import SHAPES, conversations, prose  # noqa: E402
-
-from refund_agent.shop import Shop  # noqa: E402
-from refund_agent.tools import tool_schemas  # noqa: E402
+from refund_agent.shop import Shop
+from refund_agent.tools import tool_schemas
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # Pieces that exercise every branch of the From: name scan.

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_app import output, store  # noqa: F401  (the page's fixtures)
+from helpers import page
 
 from refund_agent import DecisionRefused, RunStatus
 from refund_agent.agent import MAX_MODEL_TEXT_CHARS, MAX_NOTE_CHARS
 from refund_agent.offline.brain import Reply
 from refund_agent.tools import MAX_MESSAGE_CHARS, MAX_SUMMARY_CHARS, tool_schemas
+
+output, store = page.output, page.store  # the page's fixtures (tests/helpers/page.py)
 
 COFFEE_MAKER = [{"line": "POUR-GLS-01", "reason": "damaged"}]
 
@@ -104,8 +106,8 @@ def test_a_persons_over_long_note_is_refused_and_loses_nothing(agent, what):
     assert agent.store.approvals("pending") == []
 
 
-def test_the_page_refuses_an_over_long_note_and_keeps_it(output, store):  # noqa: F811
-    from test_app import confirm, decide, open_page, save_name, shows, start_damaged
+def test_the_page_refuses_an_over_long_note_and_keeps_it(output, store):
+    from helpers.page import confirm, decide, open_page, save_name, shows, start_damaged
 
     at = open_page()
     approval = start_damaged(at, store)

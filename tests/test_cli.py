@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 
-from conftest import cli_env, run_cli
+from helpers.cli import cli_env
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent.config import PROJECT_ROOT
 

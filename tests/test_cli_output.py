@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from helpers.cli import cli_env, run_cli
 
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.store import Store

@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import DATA, cli_env
-from test_crash_matrix import record
+from helpers.cli import DATA, cli_env
+from helpers.crash import record
 
 from refund_agent import Agent, Settings
 from refund_agent.callrecords import call_key
@@ -232,8 +232,9 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
     """The last line of defence is the store itself.
 
     The pricing is forced to ignore the lines other refunds hold (as if the check inside the
-    proposal's transaction had been skipped). The store's unique index on held lines still
-    refuses the second reservation, the whole transaction rolls back, and no money moves.
+    proposal's transaction had been skipped). The store's trigger on held units (a line's
+    held units never past its quantity; schema 8) still refuses the second reservation, the
+    whole transaction rolls back, and no money moves.
     (This replaces a check repeated right before paying: approved lines stay held until paid,
     so nothing in the store can take them in between.)
     """
@@ -243,13 +244,14 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
     other, _brain, _server = scripted(Reply("propose it", calls=[("issue_refund",
                                                                   COFFEE_MAKER)]))
     run = other.start(MAYA, "Order A1043: the coffee maker cracked.")
-    with pytest.raises(Exception, match="UNIQUE constraint failed: approval_lines"):
+    with pytest.raises(Exception, match="units held beyond the line quantity"):
         other.advance(run.id)
     assert other.store.run(run.id).status == RunStatus.FAILED
     # Nothing half done: no second approval, no second 'requested' entry, the line held once.
     assert [a.id for a in agent.store.approvals(status=None)] == [first.id]
     assert [e.event for e in agent.store.audit()] == ["requested"]
-    assert list(agent.store.held_lines("A1043").values())[0].by == f"approval {first.id}"
+    assert [h.by for h in agent.store.held_lines("A1043")["POUR-GLS-01"]] == [
+        f"approval {first.id}"]
     agent.decide(first.id, True, "Dana")
     assert agent.advance(first_run.id).status == RunStatus.DONE
     assert [r["idempotency_key"] for r in agent.payments.refunds()] == [first.id]
@@ -261,7 +263,7 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
 _PROPOSER = r"""
 import json, sys, uuid
 from refund_agent import Agent, RunStatus
-from refund_agent.agent import _Pause
+from refund_agent.turns import Waiting
 agent = Agent()
 print("ready", flush=True)
 for line in sys.stdin:
@@ -269,13 +271,14 @@ for line in sys.stdin:
     run = agent.store.run(run_id)
     (call,) = [c for c in agent.store.calls(run.last_response_id) if c.call_id == call_id]
     lease = agent.store.acquire(run_id, uuid.uuid4().hex)
-    try:
-        output = json.loads(agent._run_call(run, lease, call))
-        agent.store.release(lease, RunStatus.DONE)
-        print(json.dumps({"call": call_id, "queued": False, "output": output}), flush=True)
-    except _Pause:
+    result = agent._run_call(run, lease, call)
+    if isinstance(result, Waiting):
         agent.store.release(lease, RunStatus.WAITING)
         print(json.dumps({"call": call_id, "queued": True}), flush=True)
+    else:
+        agent.store.release(lease, RunStatus.DONE)
+        print(json.dumps({"call": call_id, "queued": False, "output": json.loads(result)}),
+              flush=True)
 """
 
 
@@ -322,7 +325,7 @@ def test_two_tickets_for_one_item_proposed_at_once_reserve_it_once(agent: Agent,
             (lost,) = [r for r in results if not r["queued"]]
             assert "already in a refund waiting for approval" in lost["output"]["error"], lost
             winner = call_key(*next(p for p in pair if p[1] == queued[0]["call"]))
-            assert held["POUR-GLS-01"].by == f"approval {winner}"
+            assert [h.by for h in held["POUR-GLS-01"]] == [f"approval {winner}"]
             # Free the line for the next round the way a person would: reject the winner.
             agent.decide(winner, False, "reset", f"Round {i} is over.")
         # Each round: the winner's request, then the loser's refusal (it waited for the

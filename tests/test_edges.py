@@ -13,8 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import cli_env, run_cli
-from test_crash_matrix import record
+from helpers.cli import cli_env
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
+from helpers.crash import record
 
 from refund_agent import Agent
 from refund_agent.config import PROJECT_ROOT

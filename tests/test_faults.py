@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
-from test_crash_matrix import Outcome, assert_held, measure, read_outcome, record
+from helpers.cli import DATA, run_cli
+from helpers.crash import Outcome, assert_held, measure, read_outcome, record
 
 from refund_agent import Agent, Settings
 from refund_agent.customer import converse

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
-from test_crash_matrix import record
+from helpers.cli import cli_env, run_cli
+from helpers.crash import record
 
 from refund_agent import Agent
 from refund_agent.config import PROJECT_ROOT

@@ -21,8 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA, cli_env, run_cli
-from test_crash_matrix import read_outcome, record
+from helpers.cli import DATA, cli_env, run_cli
+from helpers.crash import read_outcome, record
 
 from refund_agent import Agent
 from refund_agent.models import RunStatus

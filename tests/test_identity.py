@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
 
 from refund_agent.accounts import SIGN_IN_FAILURES, Accounts, SignInFailed
 from refund_agent.errors import DecisionRefused, RunNotReady

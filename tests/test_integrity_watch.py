@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from test_app import eventually
+from helpers.page import eventually
 
 from refund_agent import Agent
 from refund_agent.web.integrity import IntegrityWatch

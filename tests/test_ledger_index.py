@@ -13,7 +13,7 @@ import pytest
 
 from refund_agent.errors import IdempotencyConflict
 from refund_agent.ledger import IdempotentLog
-from refund_agent.payments import Payments
+from refund_agent.outside.payments import StandInPayments as Payments
 
 
 def fresh(path) -> list[dict]:

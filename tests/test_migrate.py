@@ -18,7 +18,7 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
-from conftest import DATA, run_cli
+from helpers.cli import DATA, run_cli
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 

@@ -40,7 +40,8 @@ from unittest import mock
 import hypothesis.strategies as st
 import openai
 import pytest
-from conftest import DATA
+from helpers.cli import DATA
+from helpers.crash import record
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     Bundle,
@@ -52,7 +53,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from test_crash_matrix import record
 
 import refund_agent.agent as agent_module
 from refund_agent import Agent, Settings
@@ -61,7 +61,7 @@ from refund_agent.model import ModelAccess
 from refund_agent.models import RunStatus
 from refund_agent.offline import OfflineServer
 from refund_agent.offline.brain import Reply
-from refund_agent.policy import quote_refund
+from refund_agent.policy import quote_refund, units_left
 
 EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES", "500"))
 # The same machine on PostgreSQL (a database per history): fewer by default, each history there
@@ -142,7 +142,7 @@ def shops(draw) -> dict[str, Any]:
                           "name": f"{draw(st.sampled_from(NOUNS))} {j}",
                           "category": draw(st.sampled_from(["kitchen", "appliance", "gift"])),
                           "price": draw(st.integers(1, 40_000)) / 100,
-                          "quantity": draw(st.integers(1, 3)),
+                          "quantity": draw(st.sampled_from([1, 1, 2, 3, 4, 10])),
                           "final_sale": draw(st.integers(0, 4)) == 0})
         shipping = draw(st.sampled_from([0, 0, 495, 695, 1999]))
         total = sum(round(i["price"] * 100) * i["quantity"] for i in items) + shipping
@@ -282,16 +282,25 @@ class MoneyMachine(RuleBasedStateMachine):
         # A careful model reads the policy facts and names only lines still open; a careless
         # one names any line of the order.
         held = self.agent.store.held_lines(order.order_id)
-        open_ = [i.sku for i in order.items if not i.final_sale and i.sku not in held
-                 and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
+        left = {i.sku: units_left(order, i.sku, held) for i in order.items}
+        open_ = [i.sku for i in order.items if not i.final_sale and left[i.sku] > 0]
         careful = not chaos and open_ and data.draw(st.integers(0, 3), label="careful") > 0
         reason = st.sampled_from(["damaged", "changed_mind"])
         pool = open_ if careful else skus
+        quantity = {i.sku: i.quantity for i in order.items}
+
+        def units(sku: str) -> st.SearchStrategy[int | None]:
+            # All that remain (null) as often as a count; a careful model counts within what
+            # is left, a careless one anywhere up to the line's quantity and one past it.
+            most = max(1, left[sku]) if careful else quantity[sku] + 1
+            return st.one_of(st.none(), st.integers(1, most))
+
         # Two or more lines as often as one, so partial approvals have something to untick.
         wellformed = st.integers(1, min(3, len(pool))).flatmap(
             lambda n: st.lists(st.sampled_from(pool), min_size=n, max_size=n, unique=True)
         ).flatmap(lambda chosen: st.tuples(*[st.fixed_dictionaries(
-            {"line": st.just(s), "reason": reason}) for s in chosen]).map(list))
+            {"line": st.just(s), "reason": reason, "units": units(s)})
+            for s in chosen]).map(list))
         anything = st.lists(st.fixed_dictionaries({
             "line": st.sampled_from([*skus, "SHIPPING", "NOPE", f" {skus[0]}"]),
             "reason": st.sampled_from(["damaged", "changed_mind", "broken"])}), max_size=4)
@@ -310,7 +319,7 @@ class MoneyMachine(RuleBasedStateMachine):
             amount = data.draw(amounts, label="amount")
             if amount == "quote":
                 quote = quote_refund(order, self.agent.shop.terms,
-                                     [(x["line"], x["reason"]) for x in lines],
+                                     [(x["line"], x["reason"], x.get("units")) for x in lines],
                                      self.agent.store.held_lines(order.order_id),
                                      self.agent.shop.today)
                 amount = quote.amount if not isinstance(quote, str) else None
@@ -379,9 +388,16 @@ class MoneyMachine(RuleBasedStateMachine):
         if skus and data.draw(st.booleans(), label="partial"):
             keep = data.draw(st.lists(st.sampled_from(skus), min_size=1, unique=True),
                              label="keep")
+        # Lowering a kept line's units (sometimes to a count the approval never proposed, which
+        # must be refused with the approval left pending).
+        lowered: dict[str, int] = {}
+        for line in approval.item_lines:
+            if (keep is None or line.line in keep) and (line.units or 1) > 1 and data.draw(
+                    st.integers(0, 2), label="lower units") == 0:
+                lowered[line.line] = data.draw(st.integers(0, line.units + 1), label="units")
         try:
             self.agent.decide(approval.id, True, name, keep=keep,
-                              limit_cents=self.limits[name])
+                              limit_cents=self.limits[name], units=lowered)
         except DecisionRefused:
             assert self.agent.store.approval(approval.id).status == "pending"
             return
@@ -437,10 +453,10 @@ class MoneyMachine(RuleBasedStateMachine):
                 self._advance(run.id, None)
 
     def _open_lines(self, order: Any) -> list[str]:
-        """The order's lines no refund holds, made or pending, and not final sale."""
+        """The order's lines with units no refund holds, made or pending, not final sale."""
         held = self.agent.store.held_lines(order.order_id)
-        return [i.sku for i in order.items if not i.final_sale and i.sku not in held
-                and not any(i.sku in {x.line for x in p.lines} for p in order.refunds)]
+        return [i.sku for i in order.items if not i.final_sale
+                and units_left(order, i.sku, held) > 0]
 
     @precondition(lambda self: hasattr(self, "agent"))
     @rule(data=st.data())
@@ -579,13 +595,17 @@ class MoneyMachine(RuleBasedStateMachine):
         audit = agent.store.audit()
         fee = terms.return_fee_cents
 
-        paid_lines: Counter[tuple[str, str]] = Counter()
+        paid_lines: Counter[tuple[str, str]] = Counter()     # units paid, per line
+        damaged_units: Counter[tuple[str, str]] = Counter()  # of them, refunded as damaged
         per_order: Counter[str] = Counter()
         for order in orders.values():
             for past in order.refunds:
                 for line in past.lines:
-                    paid_lines[(order.order_id, line.line)] += 1
-                    per_order[order.order_id] += order.item(line.line).cents
+                    item = order.item(line.line)
+                    paid_lines[(order.order_id, line.line)] += item.quantity if item else 1
+                    if line.reason == "damaged" and item:
+                        damaged_units[(order.order_id, line.line)] += item.quantity
+                    per_order[order.order_id] += item.cents if item else order.shipping_cents
         for p in payments:
             req = p["request"]
             order = orders[req["order_id"]]             # canonical, and a real order
@@ -593,46 +613,61 @@ class MoneyMachine(RuleBasedStateMachine):
             per_order[order.order_id] += req["amount_cents"]
             returned = []
             for x in req["lines"]:
-                paid_lines[(order.order_id, x["line"])] += 1
                 if x["line"] == "SHIPPING":
+                    paid_lines[(order.order_id, x["line"])] += 1
                     assert x["amount_cents"] == order.shipping_cents
                     continue
                 item = order.item(x["line"])
+                # A line of several units says how many it pays; a line of one pays its one.
+                units = x.get("units", item.quantity)
+                assert item.quantity == 1 or "units" in x, x
+                assert 1 <= units <= item.quantity, ("units outside the line", x)
+                paid_lines[(order.order_id, x["line"])] += units
+                worth = round(item.price * 100) * units   # the most these units may pay
                 assert not item.final_sale, ("final sale refunded", x)
-                assert 0 < x["amount_cents"] <= item.cents, ("line over its price", x)
+                assert 0 < x["amount_cents"] <= worth, ("units over their price", x)
                 if x["reason"] == "changed_mind":
-                    returned.append((item, x["amount_cents"]))
+                    returned.append((worth, x["amount_cents"]))
                     if terms.return_fee_per == "item":
-                        assert x["amount_cents"] <= item.cents - min(fee * item.quantity,
-                                                                      item.cents)
+                        assert x["amount_cents"] <= worth - min(fee * units, worth)
                 else:
                     assert x["reason"] == "damaged", x
+                    damaged_units[(order.order_id, x["line"])] += units
             if returned and terms.return_fee_per == "refund":
-                subtotal = sum(item.cents for item, _ in returned)
+                subtotal = sum(worth for worth, _ in returned)
                 assert sum(a for _, a in returned) <= subtotal - min(fee, subtotal)
             # Paid only for its owner, inside the window, after delivery.
             approval = approvals[p["idempotency_key"]]
             assert approval.customer == order.customer.email
             assert order.delivered_on is not None
             assert (agent.shop.today - order.delivered_on).days <= terms.window_days
-        assert not [k for k, n in paid_lines.items() if n > 1], ("a line paid twice", paid_lines)
+        over = [k for k, n in paid_lines.items() if n > (
+            1 if k[1] == "SHIPPING" else orders[k[0]].item(k[1]).quantity)]
+        assert not over, ("more units paid than bought", over, paid_lines)
         for order_id, total in per_order.items():
             assert total <= orders[order_id].total_cents, ("order over paid", order_id)
 
-        # Shipping only when every item of the order is refunded (or approved) as damaged.
-        damaged = {(a.order_id, line.line) for a in approvals.values() if a.status == "approved"
-                   for line in a.kept if line.reason == "damaged"}
-        damaged |= {(o.order_id, line.line) for o in orders.values() for p in o.refunds
-                    for line in p.lines if line.reason == "damaged"}
+        # Shipping only when every unit of every item is refunded (or approved) as damaged.
+        for a in approvals.values():
+            if a.status == "approved" and a.id not in {p["idempotency_key"] for p in payments}:
+                for line in a.kept:   # approved, not paid yet: counts as refunded
+                    if line.reason == "damaged":
+                        damaged_units[(a.order_id, line.line)] += line.units or 1
         for (order_id, line), _n in paid_lines.items():
             if line == "SHIPPING":
-                assert all((order_id, i.sku) in damaged for i in orders[order_id].items)
+                assert all(damaged_units[(order_id, i.sku)] >= i.quantity
+                           for i in orders[order_id].items), ("shipping too soon", order_id)
 
-        # Lines held by refunds waiting or approved never overlap.
-        held = Counter((a.order_id, line.line) for a in approvals.values()
-                       for line in a.lines
-                       if (a.status == "pending") or line.decision == "approved")
-        assert not [k for k, n in held.items() if n > 1], held
+        # Units held by refunds waiting or approved never exceed their line.
+        held = Counter()
+        for a in approvals.values():
+            for line in a.lines:
+                if a.status == "pending" or line.decision == "approved":
+                    item = orders[a.order_id].item(line.line)
+                    held[(a.order_id, line.line)] += (
+                        1 if item is None else line.units or item.quantity)
+        assert not [k for k, n in held.items() if n > (
+            1 if k[1] == "SHIPPING" else orders[k[0]].item(k[1]).quantity)], held
 
         # The payments log, the approvals and the audit agree, both ways.
         by_key = {p["idempotency_key"]: p for p in payments}

@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from helpers.cli import DATA
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import Agent, Settings
 from refund_agent.errors import DecisionRefused

@@ -77,8 +77,8 @@ MUTANTS = [
         '    holder = held.get(line)\n',
         '    holder = None  # MUTANT\n'),)),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
-        ("outbox.py", "import uuid\n", "import json\nimport uuid\n"),
-        ("outbox.py",
+        ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
+        ("outside/email.py",
          '        return self.log.once(key, request, lambda: {"message_id": "msg_" + '
          'uuid.uuid4().hex[:16]})\n',
          '        record = {"idempotency_key": key, "request": request,  # MUTANT\n'
@@ -108,9 +108,9 @@ MUTANTS = [
                '                " ORDER BY rowid DESC LIMIT 1", (run_id, response_id)).fetchone()\n'
                "            response_id = row[0] if row else response_id\n"),)),
     Mutant("store_false", "requests are sent with store=False", ((
-        "agent.py", '"store": not keep_nothing,', '"store": False,'),)),
+        "turns.py", '"store": not zero_retention,', '"store": False,'),)),
     Mutant("partial_pays_unticked", "a partial approval pays the lines the person unticked", ((
-        "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
+        "calls.py", "fee_cents=line.fee_cents) for line in approval.kept])",
         "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),)),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
         "store/core.py",

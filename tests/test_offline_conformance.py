@@ -25,7 +25,7 @@ from typing import Any
 import openai
 import pydantic
 import pytest
-from conftest import error_fields, refused
+from helpers.errors import error_fields, refused
 from openai import BaseModel as SDKModel
 from openai.types.responses import (
     CompactedResponse,

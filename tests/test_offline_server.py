@@ -23,7 +23,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import error_fields, refused
+from helpers.errors import error_fields, refused
 from openai.types.responses import Response
 
 from refund_agent.offline import OfflineServer, start_offline_server

@@ -3,7 +3,7 @@ stand-ins' records in one table every host sees, reconciling that table, claims 
 LISTEN/NOTIFY, and three worker processes on three "hosts" sharing one database under kills.
 
 The shared reliability tests (crash matrix, races, soak, money) run on both backends; see the
-``backend`` fixture in conftest.py and tests/pg.py for the throwaway server.
+``backend`` fixture in conftest.py and tests/helpers/pg.py for the throwaway server.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA, cli_env, run_cli
-from test_crash_matrix import assert_held, measure, read_outcome, record
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from benchlib import clone_id, make_bench_shop, start_ticket  # noqa: E402
+from benchlib import clone_id, make_bench_shop, start_ticket
+from helpers.cli import DATA, cli_env, run_cli
+from helpers.crash import assert_held, measure, read_outcome, record
 
 from refund_agent import Agent, Settings
 from refund_agent.config import PROJECT_ROOT, load_settings
@@ -246,7 +244,7 @@ def test_three_hosts_share_one_database_under_random_kills(tmp_path, pg_url):
                 proc.kill()
         model.close()
     seconds = time.monotonic() - started
-    from pg import Backend
+    from helpers.pg import Backend
     backend = Backend("postgresql", None)
     backend.url = lambda _output: pg_url  # type: ignore[method-assign]
     backend.cluster = object()  # type: ignore[assignment] - only .postgres and .url are read

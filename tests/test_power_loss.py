@@ -1,11 +1,11 @@
 """Power loss, not only kill -9: every crash state built from the writes the store really made.
 
-``tests/powerloss.py`` records the file operations of a scenario's real ``refund-agent``
+``tests/helpers/powerloss.py`` records the file operations of a scenario's real ``refund-agent``
 processes with strace and builds the disk states a power cut at each point could leave (its
 module docstring is the disk model). Each state is written to a fresh folder, with the outside
 systems (payment and email stand-ins, the model provider) as they were at the crash, and
-recovered by fresh processes (``tests/powerloss_recover.py``): ``refund-agent resume`` or the
-web worker's start-up recovery, then the rest of the scenario as a person would do it, then
+recovered by fresh processes (``tests/helpers/powerloss_recover.py``): ``refund-agent resume``
+or the web worker's start-up recovery, then the rest of the scenario as a person would do it, then
 ``refund-agent audit --verify``. After that:
 
 * nothing paid or emailed twice, nothing paid without its approval (test_crash_matrix.measure,
@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import powerloss as pl
 import pytest
-from conftest import cli_env
-from test_crash_matrix import Outcome, _refund_facts, measure, read_outcome, record
+from helpers import powerloss as pl
+from helpers.cli import cli_env
+from helpers.crash import Outcome, measure, read_outcome, record, refund_facts
 
 from refund_agent.config import PROJECT_ROOT
 
@@ -51,7 +51,7 @@ FULL = os.environ.get("REFUND_AGENT_POWERLOSS_FULL", "") not in ("", "0")
 SEED = int(os.environ.get("REFUND_AGENT_POWERLOSS_SEED", "27"))
 # The bounded sample: distinct states recovered per scenario (the full run takes every one).
 BOUNDED_STATES = 150
-RECOVER = Path(__file__).with_name("powerloss_recover.py")
+RECOVER = Path(pl.__file__).with_name("powerloss_recover.py")
 # Generous: each state costs about a second of CPU, and the cores may be shared.
 pytestmark = pytest.mark.timeout(7200 if FULL else 900)
 
@@ -290,7 +290,7 @@ def final_checks(folder: Path, base: Outcome, simulated: bool = False) -> list[s
     if outcome.runs:
         def emails(o):
             return [(e["request"]["to"], e["request"]["body"]) for e in o.emails]
-        if _refund_facts(outcome) != _refund_facts(base):
+        if refund_facts(outcome) != refund_facts(base):
             out.append("refunds differ from the crash-free run")
         sent, expected = emails(outcome), emails(base)
         if sent != expected:

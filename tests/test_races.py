@@ -1,8 +1,8 @@
 """Races between processes: deciding one approval at once, advancing one run at once.
 
 The racers are real processes with their own database connections, on each backend (SQLite,
-and a database per output folder on the throwaway PostgreSQL server, see tests/pg.py). To make
-them start together without sleeping, each is a long-lived worker that blocks reading its
+and a database per output folder on the throwaway PostgreSQL server, see tests/helpers/pg.py). To
+make them start together without sleeping, each is a long-lived worker that blocks reading its
 stdin; a round begins when the test writes one command line to every worker's pipe in a tight
 loop, so they all wake within microseconds of each other and race for the same row.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA, cli_env, run_cli
-from pg import Backend
-from test_crash_matrix import read_outcome, record
+from helpers.cli import DATA, cli_env, run_cli
+from helpers.crash import read_outcome, record
+from helpers.pg import Backend
 
 from refund_agent import Agent, Settings, Shop
 from refund_agent.errors import AlreadyDecided, RunBusy

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
 
 from refund_agent import Agent
 from refund_agent.errors import AlreadyDecided

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_crash_matrix import record
+from helpers.crash import record
 
 from refund_agent.config import PROJECT_ROOT
 

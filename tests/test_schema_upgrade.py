@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from helpers.cli import DATA
 
 from refund_agent.errors import StoreError
 from refund_agent.models import RunStatus

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import test_app
+from helpers import page
+from helpers.page import APP, TIMEOUT, add_accounts, open_page, shows, sign_in, start_damaged
 from streamlit.testing.v1 import AppTest
-from test_app import APP, TIMEOUT, add_accounts, open_page, shows, sign_in, start_damaged
 
 from refund_agent.accounts import Accounts
 from refund_agent.web.views import md
 
 # The page tests' fixtures: a fresh output folder for the page, and its store.
-output, store = test_app.output, test_app.store
+output, store = page.output, page.store
 
 # A ticket id as an attacker would write it into a link to the desk.
 HOSTILE_RUN = ("[Open the refund](https://evil.example/pay) ![x](https://evil.example/t.png) "

@@ -7,7 +7,7 @@ never), and REFUND_AGENT_LEASE_SECONDS=0 made the heartbeat renew the lease in a
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
 
 from refund_agent import Settings
 from refund_agent.config import RANGES, load_settings
@@ -76,7 +76,7 @@ def test_the_terminal_shows_one_line_and_no_traceback(tmp_path, name, raw):
 
 
 def test_the_page_shows_the_message(tmp_path, monkeypatch):
-    from test_app import open_page, shows
+    from helpers.page import open_page, shows
 
     monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(tmp_path / "output"))
     monkeypatch.setenv("REFUND_AGENT_APPROVAL_DAYS", "-1")

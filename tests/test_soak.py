@@ -36,17 +36,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import cli_env
-from pg import Backend
-from test_crash_matrix import (  # noqa: F401 - baselines is a fixture used by name
+from helpers.cli import cli_env
+from helpers.crash import (
     SCENARIOS,
     Baselines,
     assert_held,
-    baselines,
     measure,
     read_outcome,
     record,
 )
+from helpers.pg import Backend
 
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.crash import CRASH_POINTS

@@ -14,7 +14,7 @@ import threading
 import uuid
 
 import pytest
-from conftest import DATA
+from helpers.cli import DATA
 
 from refund_agent.callrecords import call_key
 from refund_agent.errors import (

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import DATA, PROJECT_ROOT, ScriptedBrain, cli_env, run_cli
+from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_cli
+from helpers.scripted import ScriptedBrain
 
 from refund_agent import Agent, RunStatus
 from refund_agent.callrecords import call_key, nesting_depth, order_id_in, parse_bounded
@@ -262,7 +263,7 @@ def test_a_schema_5_store_upgrades_keeping_its_ids_and_keys(backend, settings, m
 
     agent = Agent(on, model=model)   # opening it upgrades it
     store = agent.store
-    assert store.schema_version() == SCHEMA_VERSION == 7
+    assert store.schema_version() == SCHEMA_VERSION
     calls = store.calls_named("lookup_order") + store.calls_named("send_customer_message")
     assert calls and all(c.key == c.call_id for c in calls)
     assert {row.run.id: row.order_id for row in store.inbox()}[broken] is None

@@ -4,7 +4,7 @@ import json
 
 from refund_agent import Shop, tool_schemas
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.outbox import with_signature
+from refund_agent.outside import with_signature
 from refund_agent.policy import Held, Quote
 from refund_agent.tools import CheckRefundPolicy, IssueRefund, LookupOrder, ShopTools, parse_args
 
@@ -23,15 +23,18 @@ def coffee_maker(amount=None, summary="Cracked carafe.", order_id="A1043") -> Is
 def test_schemas_are_strict_and_generated():
     schemas = {s["name"]: s for s in tool_schemas()}
     assert set(schemas) == {"lookup_order", "check_refund_policy", "issue_refund",
-                            "send_customer_message"}
+                            "send_customer_message", "escalate"}
     refund = schemas["issue_refund"]["parameters"]
     assert refund["additionalProperties"] is False and refund["required"] == [
         "order_id", "lines", "amount", "summary"]
     # The amount is an optional check: a number or null, never a string or a boolean.
     assert refund["properties"]["amount"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
     line = refund["properties"]["lines"]["items"]
-    assert line["additionalProperties"] is False and line["required"] == ["line", "reason"]
+    assert line["additionalProperties"] is False and line["required"] == [
+        "line", "reason", "units"]
     assert line["properties"]["reason"]["enum"] == ["damaged", "changed_mind"]
+    # Units are a whole number or null (all that remain); strict mode needs the key present.
+    assert line["properties"]["units"]["anyOf"] == [{"type": "integer"}, {"type": "null"}]
     assert all(s["strict"] for s in schemas.values())
     assert "title" not in json.dumps(schemas)
 

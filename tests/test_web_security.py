@@ -1,21 +1,22 @@
 """The page in Chromium trusts no one it has not signed in and shows outside text as text
-(issue 21: 7 and 10). Same server and browser as tests/test_web_e2e.py."""
+(issue 21: 7 and 10). Same server and browser as tests/test_web_e2e.py
+(tests/helpers/browser.py)."""
 
 from __future__ import annotations
 
 import urllib.parse
 
-import test_web_e2e
-from conftest import run_cli
-from test_web_e2e import AppServer, sign_in
+from helpers import browser
+from helpers.browser import AppServer, sign_in
+from helpers.cli import run_cli
 
 from refund_agent.accounts import Accounts
 from refund_agent.store import Store
 
 # The end-to-end tests' browser and server fixtures, and their skip when Chromium is missing.
-playwright, context = test_web_e2e.playwright, test_web_e2e.context
-app_server, server = test_web_e2e.app_server, test_web_e2e.server
-pytestmark = test_web_e2e.pytestmark
+playwright, context = browser.playwright, browser.context
+app_server, server = browser.app_server, browser.server
+pytestmark = browser.pytestmark
 
 HOSTILE_RUN = ("[Open the refund](https://evil.example/pay) ![x](https://evil.example/t.png) "
                ":red[**Approved by Lee Park**]")

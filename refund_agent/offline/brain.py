@@ -6,14 +6,17 @@ would. It knows nothing about the sample shop or its scenarios: order numbers, i
 and names all come from the conversation. It is deliberately plain, so its choices are easy to
 follow, and it is a stand-in: with an API key, Grok makes these choices instead.
 
-It plays exactly two parts, and says so plainly for anything else:
+It plays these parts, and says so plainly for anything else:
 
 - the refund desk, when the request declares the desk's tools: it calls only tools the
   request declares and follows ``tool_choice`` (``none``, ``auto``, ``required``, a named
   function, ``allowed_tools``);
 - the simulated customer, when the request has no tools and carries the customer's brief or
   the email transcript (``refund_agent.customer``): it reacts to what the emails say happened
-  and says ``DONE`` when it has said its piece.
+  and says ``DONE`` when it has said its piece;
+- a desk that follows its tools' descriptions, when the request declares other tools shaped
+  "look up, then act" (follower.py): another agent on the same loop, such as
+  ``refund_agent/examples/closure.py``, driven by its declarations alone.
 
 Any other request gets a short text answer saying that the stand-in only plays the refund
 desk; a forced tool call it cannot make is refused with a 400.
@@ -26,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import reader
+from . import follower, reader
 from .events import ApiError, function_tool_names
 
 # -- the lexicon ------------------------------------------------------------------------------
@@ -68,6 +71,24 @@ THREATS = {
     "a bad review": re.compile(r"review|one.star|1.star|yelp|trustpilot|social media", re.I),
     "legal action": re.compile(r"lawyer|attorney|legal|sue\b|court|small claims", re.I),
     "a manager": re.compile(r"manager|supervisor|someone in charge|escalate", re.I),
+}
+# What a lead must see, read in the customer's own words (quoted and forwarded text left out),
+# stricter than THREATS: "I reviewed the order" is no threat, "I'll leave a one-star review" is.
+ESCALATIONS = {
+    "threat": re.compile(
+        r"charge.?back|dispute (?:the|this) (?:charge|payment)|(?:call|contact|tell) my bank"
+        r"|card company|one.star|1.star|(?:bad|negative|terrible|honest) review"
+        r"|(?:leave|write|post|give) (?:you |a |an )?(?:\w+ )?review|trustpilot|yelp"
+        r"|lawyer|attorney|legal action|\bsue\b|small claims|social media", re.I),
+    "manager": re.compile(r"\bmanager\b|supervisor|someone in charge|escalate|team lead"
+                          r"|speak to (?:a|your) (?:boss|superior)", re.I),
+    "policy_exception": re.compile(r"make an exception|an exception for|bend the rules"
+                                   r"|goodwill (?:gesture|refund)|just this once", re.I),
+}
+ESCALATION_REASONS = {
+    "threat": "The customer threatens {what}.",
+    "manager": "The customer asks for a manager.",
+    "policy_exception": "The customer asks for an exception the refund policy does not allow.",
 }
 # A customer accepting an outcome, gladly or not.
 ACCEPTS = re.compile(r"\b(fine|okay|ok|thanks|thank you|accept|i'll take|i will take"
@@ -122,7 +143,7 @@ STOP_WORDS = {
 }
 WROTE_BACK = "The customer wrote back:"
 REFUND_DESK_TOOLS = ("lookup_order", "check_refund_policy", "issue_refund",
-                     "send_customer_message")
+                     "send_customer_message", "escalate")
 # How the simulated customer's request is recognised (see refund_agent/customer.py): a brief
 # asking the model to play the customer, or the transcript of the emails.
 # (Bounded like CHANGE_OF_MIND's "chang", for the same reason.)
@@ -394,7 +415,14 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
         elif line.get("status") != "refundable":
             proposal.taken.append(f"{line['name']} ({line.get('status')})")
         else:
-            proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"]})
+            # A line of several units is refunded for the units the customer counts ("one of
+            # the four tumblers"), else all that remain; never more than remain.
+            left = line.get("units_left")
+            units = reader.units_named(lines, own, line_id, int(line.get("quantity") or 1))
+            if units is not None and isinstance(left, int):
+                units = min(units, left)
+            proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"],
+                                   "units": units, "quantity": line.get("quantity")})
     if shipping:
         # The tool takes a reason per line; shipping follows the items' "damaged".
         proposal.lines.append({"line": "SHIPPING", "reason": "damaged", "name": "Shipping"})
@@ -409,9 +437,9 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
 
 def _explain(p: _Proposal) -> str:
     """One sentence on what is proposed and why, for the approver and the reasoning."""
-    damaged = [line["name"].lower() for line in p.lines if line["reason"] == "damaged"
+    damaged = [_counted(line) for line in p.lines if line["reason"] == "damaged"
                and line["line"] != "SHIPPING"]
-    returned = [line["name"].lower() for line in p.lines if line["reason"] == "changed_mind"]
+    returned = [_counted(line) for line in p.lines if line["reason"] == "changed_mind"]
     parts = []
     if damaged:
         parts.append(f"the {' and '.join(damaged)} arrived damaged (full price)")
@@ -428,12 +456,21 @@ def _explain(p: _Proposal) -> str:
     return text
 
 
+def _counted(line: dict[str, Any]) -> str:
+    """'tumbler (1 of 4)' for some units of a line, its name alone for all of them."""
+    name = str(line.get("name") or line.get("item") or "").lower()
+    units, of = line.get("units"), line.get("quantity") or line.get("of_units")
+    if isinstance(units, int) and isinstance(of, int) and of > 1 and units < of:
+        return f"{name} ({units} of {of})"
+    return name
+
+
 def _refunded_lines(outcome: dict[str, Any]) -> str:
     parts = []
     for line in outcome.get("lines") or []:
         how = "in full" if line.get("reason") == "damaged" else (
             "less the return fee" if line.get("reason") == "changed_mind" else "")
-        parts.append(f"{str(line.get('item', '')).lower()} {_money(line.get('amount', 0))}"
+        parts.append(f"{_counted(line)} {_money(line.get('amount', 0))}"
                      + (f" ({how})" if how else ""))
     return ", ".join(parts)
 
@@ -455,6 +492,30 @@ def _sentence(text: str) -> str:
 
 def _send(reasoning: str, message: str) -> Reply:
     return Reply(reasoning, calls=[("send_customer_message", {"message": message})])
+
+
+def _escalation(conv: _Conversation) -> Reply | None:
+    """Raise the ticket to a lead when the customer's latest own words call for it, once.
+
+    The first reason found wins (a threat over a manager request over an exception); a call
+    already made since the customer last wrote means it is raised.
+    """
+    if not conv.customer or conv.last("escalate", anywhere=False) is not None:
+        return None
+    words = _own_words(conv.customer[-1])
+    for kind, pattern in ESCALATIONS.items():
+        if pattern.search(words):
+            what = ", ".join(t for t in _threats(words) if t != "a manager") or "to go further"
+            reason = ESCALATION_REASONS[kind].format(what=what)
+            return Reply(f"{reason} A lead must see this, so I raise it before answering.",
+                         calls=[("escalate", {"kind": kind, "reason": reason})])
+    return None
+
+
+def _escalated(conv: _Conversation) -> bool:
+    """Whether a lead was asked to look, since the customer last wrote (the call answered)."""
+    call = conv.last("escalate", anywhere=False)
+    return bool(call and (call.get("output") or {}).get("status") == "escalated")
 
 
 def _threats(text: str) -> list[str]:
@@ -555,8 +616,10 @@ def _support(conv: _Conversation) -> Reply:
     if "error" in lookup["output"]:
         if sent:
             return Reply("The order isn't visible for this sender; I've told them.",
-                         f"Order {order_id} does not match the sender's address. Shared nothing "
-                         "about it and asked them to write from the address on the order.")
+                         f"No order {order_id} was found for the sender's address: it does not "
+                         "exist, or it was placed from another address (the look-up cannot tell "
+                         "which). Shared nothing about it and asked them to check the number or "
+                         "write from the address they ordered with.")
         return _send("The order isn't visible for this address. I must not reveal anything.",
                      f"Hi {first},\n\nI couldn't find order {order_id} for this email address. "
                      "Could you check the number, or write to us from the address you used "
@@ -572,7 +635,8 @@ def _support(conv: _Conversation) -> Reply:
     proposal = _propose(facts, email, str(policy["output"].get("policy") or ""))
     if not proposal.lines:
         return _decline(conv, first, order_id, facts, proposal, sent)
-    lines = [{"line": line["line"], "reason": line["reason"]} for line in proposal.lines]
+    lines = [{"line": line["line"], "reason": line["reason"], "units": line.get("units")}
+             for line in proposal.lines]
     return Reply(f"What the policy covers here: {_explain(proposal)}. The policy computes the "
                  "amount; a refund needs a person's approval, so I'll propose it.",
                  calls=[("issue_refund", {"order_id": order_id, "lines": lines, "amount": None,
@@ -826,6 +890,9 @@ def _pushback(conv: _Conversation, first: str, order_id: str, latest: str,
                      f"The customer accepted the outcome{mood}. Nothing more to do.")
     if sent:
         flagged = (f" Flag: the customer mentioned {', '.join(threats)}." if threats else "")
+        if _escalated(conv):
+            flagged += " Escalated to a team lead (see the escalation queue)."
+
         return Reply("I answered the customer calmly; the team should know what they said.",
                      "The customer pushed back on the outcome. I kept to the policy and offered "
                      f"nothing beyond it.{flagged}")
@@ -859,8 +926,9 @@ def _pushback(conv: _Conversation, first: str, order_id: str, latest: str,
         if facts.get("warranty"):
             done += (". The offer of a warranty repair or replacement stands; just reply if "
                      "you'd like it")
-    manager = (" I've shared your message and the full history with our team lead, who reads "
-               "every escalation." if "a manager" in threats else "")
+    # Only what is true: a lead was asked to look only if the escalation was raised.
+    manager = (" I've passed your message and the full history to a team lead, who will look "
+               "at your ticket." if _escalated(conv) else "")
     short = ("isn't everything you asked for" if status == "refunded"
              else "isn't the answer you hoped for")
     return _send(f"The customer is upset{' and mentions ' + ', '.join(threats) if threats else ''}."
@@ -1192,6 +1260,12 @@ def respond(conversation: list[dict[str, Any]], tools: list[dict[str, Any]],
     if not tools and _is_persona_request(conversation):
         return _play_customer(conversation)
     if not any(name in REFUND_DESK_TOOLS for name in declared):
+        if follower.plays(tools) and choice.mode in ("auto", "none"):
+            conv = _read(conversation)
+            return Reply(*follower.respond(conv.customer, conv.calls, tools,
+                                           may_call=choice.mode == "auto"))
         return _out_of_lane(tools, choice)
     conv = _read(conversation)
-    return _conform(_support(conv), conv, choice)
+    raised = (_escalation(conv) if "escalate" in choice.callable
+              and choice.mode not in ("none", "forced") else None)
+    return _conform(raised or _support(conv), conv, choice)

@@ -750,3 +750,77 @@ def unused_condition(policy: str) -> str:
         if _POLICY_UNUSED.search(point):
             return point
     return ""
+
+
+# -- units ----------------------------------------------------------------------------------------
+
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "a single": 1, "single": 1, "a couple of": 2}
+_COUNT = (r"(?:a single|a couple of|one|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}"
+          r"|both|all)")
+# "one of the four tumblers", "two tumblers", "one pair of the socks", "all three tea towels":
+# a count right before the item's name, with at most "(pair of) (of the) (four)" between.
+_COUNT_BEFORE = re.compile(
+    rf"\b({_COUNT})(?:\s+({_COUNT}))?(?:\s+pairs?)?(?:\s+of)?(?:\s+(?:the|my|your|those|these))?"
+    rf"(?:\s+({_COUNT}))?(?:\s+[a-z]+){{0,2}}?\s*$", re.I)
+# "one of the two oolong tins" where the name the customer uses is not the shop's: a count of
+# a part, with no item of the order named in it.
+_COUNT_OF = re.compile(rf"\b({_COUNT})\s+of\s+(?:the|my|your|those|these)\b", re.I)
+# "Tea towels: one has a stain", "the tumblers - two arrived chipped", "...and one arrived
+# cracked": a count right after the name, before what it says of them.
+_COUNT_AFTER = re.compile(
+    rf"^\s*(?::|-|\u2013|\u2014|,|\band\b|\bbut\b|\bof which\b)+\s*({_COUNT})\b"
+    rf"(?!\s+of\s+(?:the|my)\b\s+other)", re.I)
+
+
+def _count_value(word: str | None, quantity: int) -> int | None:
+    if not word:
+        return None
+    word = word.lower()
+    if word in ("both", "all"):
+        return quantity
+    if word.isdigit():
+        return int(word)
+    return _NUMBER_WORDS.get(word)
+
+
+def units_named(lines: list[dict[str, Any]], text: str, line_id: str,
+                quantity: int) -> int | None:
+    """How many units of one line the customer's own words count, or None if they count none.
+
+    Only a count attached to the item's name is read ("one of the four tumblers", "two
+    tumblers", "Tea towels: one has a stain"); "the other three are fine" names no item and
+    counts nothing. Where the words count the line more than once, the smallest count is
+    taken: fewer units than meant is a reviewer's easy fix, more would be money not owed.
+    """
+    if quantity <= 1:
+        return None
+    aliases = _aliases(lines)
+    skus = tuple(str(line["line"]) for line in lines if len(str(line["line"])) >= 3)
+    counts: list[int] = []
+    for sentence, _question in _sentences(text):
+        for m in _mentions(sentence, aliases, skus):
+            if m.line != line_id:
+                continue
+            before = _COUNT_BEFORE.search(sentence[max(0, m.start - 40):m.start])
+            found = None
+            if before:
+                # "one of the four tumblers": the first count is the units, the last the line's.
+                found = _count_value(before.group(1), quantity)
+                if before.group(1).lower() == "all" and (before.group(2) or before.group(3)):
+                    found = _count_value(before.group(2) or before.group(3), quantity)
+            else:
+                after = _COUNT_AFTER.search(sentence[m.end:m.end + 30])
+                if after:
+                    found = _count_value(after.group(1), quantity)
+            if found is not None and found >= 1:
+                counts.append(min(found, quantity))
+    if not counts:
+        # No count on the name itself, but "one of the ..." somewhere: the customer counts
+        # part of something, so the smallest such count is the most that is safe to assume.
+        for match in _COUNT_OF.finditer(text):
+            found = _count_value(match.group(1), quantity)
+            if found is not None and 1 <= found < quantity and match.group(1).lower() not in (
+                    "both", "all"):
+                counts.append(found)
+    return min(counts) if counts else None

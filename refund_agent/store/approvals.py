@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..approving import limit_problem, overpaid_line
+from ..approving import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..callrecords import call_key
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
 from ..models import Approval, RunStatus
@@ -53,9 +53,10 @@ class Approvals(StoreCore):
             for seq, q in enumerate(quote.lines):
                 db.execute(
                     "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
-                    " amount_cents, allowed_cents, fee_cents, held) VALUES (?,?,?,?,?,?,?,?,?,1)",
+                    " amount_cents, allowed_cents, fee_cents, held, units, quantity)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,1,?,?)",
                     (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
-                     q.allowed_cents, q.fee_cents))
+                     q.allowed_cents, q.fee_cents, q.units, q.quantity))
             lines = audit_lines(quote.lines)
             self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
@@ -67,24 +68,32 @@ class Approvals(StoreCore):
         return self.approval(approval_id)
 
     def _held(self, db: Any, order_id: str, except_id: str | None = None,
-              lock: bool = True) -> dict[str, Held]:
-        """The lines of an order that refunds hold: approved ones as refunded, pending ones.
+              lock: bool = True) -> dict[str, list[Held]]:
+        """The units of an order that refunds hold, by line: approved ones as refunded, pending.
 
-        ``lock`` (inside a write transaction) keeps other transactions from reserving lines
-        of this order until this one commits.
+        A line may be held by several refunds (one glass refunded, another waiting), so each
+        line maps to its holds, oldest first; a row without units (from before schema 8)
+        holds all the line's units. ``lock`` (inside a write transaction) keeps other
+        transactions from reserving units of this order until this one commits.
         """
         if lock:
             self.lock_order(db, order_id)
         rows = db.execute(
-            "SELECT l.line, l.reason, l.amount_cents, l.approval_id, a.status FROM approval_lines l"
-            " JOIN approvals a ON a.id = l.approval_id WHERE l.order_id = ? AND l.held = 1",
+            "SELECT l.line, l.reason, l.amount_cents, l.units, l.approval_id, a.status"
+            " FROM approval_lines l JOIN approvals a ON a.id = l.approval_id"
+            " WHERE l.order_id = ? AND l.held = 1 ORDER BY a.requested_at, l.approval_id",
             (order_id,)).fetchall()
-        return {r["line"]: Held(r["reason"], "refunded" if r["status"] == "approved" else
-                                "pending", f"approval {r['approval_id']}", r["amount_cents"])
-                for r in rows if r["approval_id"] != except_id}
+        held: dict[str, list[Held]] = {}
+        for r in rows:
+            if r["approval_id"] != except_id:
+                held.setdefault(r["line"], []).append(Held(
+                    r["reason"], "refunded" if r["status"] == "approved" else "pending",
+                    f"approval {r['approval_id']}", r["amount_cents"], r["units"]))
+        return held
 
-    def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
-        """The lines of an order held by refunds in this store (made, approved or pending)."""
+    def held_lines(self, order_id: str, except_id: str | None = None
+                   ) -> dict[str, list[Held]]:
+        """The units of an order held by refunds in this store (made, approved or pending)."""
         with self._errors():
             return self._held(self._db(), order_id, except_id, lock=False)
 
@@ -132,8 +141,13 @@ class Approvals(StoreCore):
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-               = None, limit_cents: int | None = None) -> Approval:
+               = None, limit_cents: int | None = None,
+               two_person_above_cents: int | None = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
+
+        Above ``two_person_above_cents`` the first approval only records a sign-off (the
+        approval stays pending; see approving.four_eyes) and a second, different person
+        completes it; nobody approves a refund on a ticket they opened (runs.raised_by).
 
         An approval may keep only some of the proposed lines (``keep``, skus); the others are
         declined and their lines freed. ``requote`` prices the kept lines inside the same
@@ -155,7 +169,8 @@ class Approvals(StoreCore):
             if isinstance(approval, AlreadyDecided):
                 late: Exception | None = approval
             elif approve:
-                late = self._approve(db, approval, by, note, keep, requote, limit_cents)
+                late = self._approve(db, approval, by, note, keep, requote, limit_cents,
+                                     two_person_above_cents)
             else:
                 late = self._close(db, approval, "rejected", by, note)
         if late:
@@ -234,7 +249,8 @@ class Approvals(StoreCore):
 
     def _approve(self, db: Any, approval: Approval, by: str, note: str | None,
                  keep: list[str] | None, requote: Callable | None,
-                 limit_cents: int | None = None) -> Exception | None:
+                 limit_cents: int | None = None,
+                 two_person_above_cents: int | None = None) -> Exception | None:
         proposed = [line.line for line in approval.item_lines]
         kept = proposed if keep is None else [line.strip() for line in keep]
         if not proposed:
@@ -278,15 +294,29 @@ class Approvals(StoreCore):
         reason = None if limit_cents is None else limit_problem(
             by, limit_cents, approval.order_id, total,
             self._approved_by(db, approval.order_id, by))
+        raised = db.execute("SELECT account FROM raised_by WHERE run_id = ?",
+                            (approval.run_id,)).fetchone()
+        reason = reason or own_ticket_problem(by, raised[0] if raised else None)
+        step, why = four_eyes(by, total, [k for k in kept if k != SHIPPING],
+                              two_person_above_cents, self.signoff(approval.id, db))
+        reason = reason or why
         if reason:
             self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
             return DecisionRefused(f"Cannot approve: {reason}")
+        if step == SIGN_OFF:   # the refund stays pending, its lines held, for a second person
+            self._sign_off(db, approval, by, total, [k for k in kept if k != SHIPPING], note)
+            return None
+        assert step == PAY
         for line in approval.lines:
             if line.line in amounts:
+                # Units only ever go down here (the approver lowered them; the re-quote
+                # refuses more than proposed), so the row still fits inside its line.
+                kept_units = getattr(amounts[line.line], "units", None)
                 db.execute("UPDATE approval_lines SET decision = 'approved', amount_cents = ?,"
-                           " fee_cents = ? WHERE approval_id = ? AND line = ?",
+                           " fee_cents = ?, units = COALESCE(?, units)"
+                           " WHERE approval_id = ? AND line = ?",
                            (amounts[line.line].amount_cents, amounts[line.line].fee_cents,
-                            approval.id, line.line))
+                            kept_units, approval.id, line.line))
             else:
                 db.execute("UPDATE approval_lines SET held = 0, decision = 'declined'"
                            " WHERE approval_id = ? AND line = ?", (approval.id, line.line))
@@ -296,7 +326,14 @@ class Approvals(StoreCore):
         if declined:
             edit = (f"Approved {len(amounts)} of {len(approval.lines)} lines; declined "
                     + ", ".join(f"{line.line} ({line.name})" for line in declined) + ".")
-        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents}
+        fewer = [f"{line.line} ({line.name}) {units} of the {line.units} units proposed"
+                 for line in approval.lines if line.line in amounts and line.units is not None
+                 and (units := getattr(amounts[line.line], "units", None)) is not None
+                 and units < line.units]
+        if fewer:
+            edit = " ".join(filter(None, [edit, "Approved " + ", ".join(fewer) + "."]))
+        kept_lines = [{**line.model_dump(), "amount_cents": amounts[line.line].amount_cents,
+                       "units": getattr(amounts[line.line], "units", None) or line.units}
                       for line in approval.lines if line.line in amounts]
         self._audit(db, "approved", by, **where, amount=total / 100,
                     note=" ".join(filter(None, [edit, note])) or None,
@@ -320,6 +357,9 @@ class Approvals(StoreCore):
                    " decided_pid = ?, note = ?, amount_cents = ? WHERE id = ?"
                    " AND status = 'pending'",
                    (status, by, time.time(), self.pid, note, amount_cents, approval.id))
+        # A refund sent to a lead is the lead's no more once anyone decided it.
+        db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE approval_id = ?"
+                   " AND taken_by IS NULL", (by, time.time(), approval.id))
 
 
 def _span(seconds: float) -> str:

@@ -86,6 +86,12 @@ def audit_lines(lines: Any) -> list[dict[str, Any]]:
     out = []
     for line in lines:
         data = line if isinstance(line, dict) else line.model_dump()
-        out.append({"line": data["line"], "reason": data["reason"],
-                    "amount_cents": data["amount_cents"]})
+        entry = {"line": data["line"], "reason": data["reason"],
+                 "amount_cents": data["amount_cents"]}
+        # Units of a line that has several (from schema 8 on); a line of one is all or none.
+        if data.get("units") is not None and (data.get("quantity") or 2) > 1:
+            entry["units"] = data["units"]
+            if data.get("quantity"):
+                entry["of_units"] = data["quantity"]
+        out.append(entry)
     return out

@@ -3,7 +3,8 @@
 Each public write method is one transaction, and each is one of the durable boundaries the
 agent relies on: a process killed between two of them leaves the store consistent, and the run
 can be picked up from what was committed. The methods live by concern (runs and leases,
-responses and calls, approvals, replies, accounts, the audit log, the ledger); what the two
+responses and calls, approvals, replies, accounts, the audit log, the ledger, provider
+events, the desk's records); what the two
 engines do differently lives in their classes, :class:`~refund_agent.store.sqlite.SQLiteStore`
 and :class:`~refund_agent.store.postgres.PostgresStore`.
 """
@@ -16,7 +17,9 @@ from .accounts import Accounts
 from .approvals import Approvals
 from .auditlog import AuditLog
 from .core import LEASE_STALE_SECONDS
+from .desk import DeskInbox, DeskRecords
 from .ledger import Ledger
+from .outside import ProviderEvents
 from .replies import Replies
 from .responses import Responses
 from .runs import Runs
@@ -27,7 +30,8 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-class Store(Runs, Responses, Approvals, Replies, Accounts, AuditLog, Ledger):
+class Store(Runs, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
+            DeskRecords, DeskInbox):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

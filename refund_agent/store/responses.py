@@ -172,6 +172,7 @@ class Responses(StoreCore):
                        " AND output IS NULL", (output, run_id, call_id))
             for kind, data in steps:
                 self._step(db, run_id, kind, data)
+            self._raise_escalations(db, run_id, steps)
             if audit:
                 self._audit(db, run_id=run_id, **audit)
             db.execute(f"UPDATE runs SET lease_at = {self.now}, updated_at = ? WHERE id = ?",

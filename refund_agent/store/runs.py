@@ -17,8 +17,11 @@ class Runs(StoreCore):
     """Creating, listing and leasing runs."""
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
-                   kind: str = "custom") -> Run:
-        """Boundary 1: the run and the customer's email exist before any model request."""
+                   kind: str = "custom", raised_by: str | None = None) -> Run:
+        """Boundary 1: the run and the customer's email exist before any model request.
+
+        ``raised_by`` is the desk account that typed the ticket in, if any.
+        """
         run_id = "run_" + uuid.uuid4().hex[:12]
         now = time.time()
         with self._tx() as db:
@@ -28,6 +31,9 @@ class Runs(StoreCore):
                 " VALUES (?,?,?,?,?,?,?,?,?,?,1)",
                 (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
                  self.pid))
+            if raised_by:
+                db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
+                           (run_id, raised_by))
             self._step(db, run_id, "email", {"from": sender, "name": sender_name,
                                              "subject": subject, "body": email})
         return self.run(run_id)

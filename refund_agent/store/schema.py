@@ -44,6 +44,18 @@ SCHEMA_HISTORY: dict[int, str] = {
        "moved says where (store_moved) and refuses writes.",
     7: "sign_in_failures: recent failed sign-ins by canonical name and client, so the "
        "throttle is shared by every process and survives a restart (a new table only).",
+    8: "Units: approval_lines say how many of the line's units they refund (units) out of how "
+       "many it has (quantity); both NULL on rows from before, which refunded whole lines and "
+       "so read as all units. A line may now be held by several refunds, so the unique index "
+       "lines_held_once gives way to a trigger that refuses holding more units than the line "
+       "has (on SQLite; the code checks the same under the order's lock on both engines).",
+    9: "The desk: escalations (raised by the agent's escalate tool or by an approver sending a "
+       "refund to a lead; who took each and when), signoffs (the first of two approvals above "
+       "the shop's two-person amount) and raised_by (the desk account that typed a ticket "
+       "in, so nobody approves a refund on their own ticket); new tables only.",
+    10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
+        "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
+        "once and reconcile knows which failed refunds the desk was told of (a new table).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -54,12 +66,24 @@ class Step:
 
     ``sql`` changes the tables the store already has, before the schema runs; ``data`` (if
     any) then moves rows in Python, in the same transaction, after the schema made the new
-    tables.
+    tables. ``adds`` (table, column): the columns ``sql`` adds, which a store that has the
+    table without them needs; the step's ``ALTER TABLE ... ADD COLUMN`` statements are left
+    out where the table is missing (the schema makes it whole) or already has them.
     """
 
     version: int
     sql: tuple[str, ...]
     data: Callable[[Any], None] | None = None
+    adds: tuple[tuple[str, str], ...] = ()
+
+    def statements(self, columns: Callable[[str], Collection[str]]) -> tuple[str, ...]:
+        """The statements to run on a store whose tables have ``columns(table)``."""
+        if not self.adds:
+            return self.sql
+        skip = {table for table, column in self.adds
+                if not columns(table) or column in columns(table)}
+        return tuple(s for s in self.sql
+                     if not any(s.startswith(f"ALTER TABLE {t} ADD COLUMN") for t in skip))
 
 
 def due(steps: Collection[Step], version: int) -> list[Step]:
@@ -129,6 +153,11 @@ SQLITE_STEPS: tuple[Step, ...] = (
     # in the same transaction, reading each call's order id without the database.
     Step(6, ("DROP INDEX IF EXISTS calls_by_response", "DROP INDEX IF EXISTS calls_by_run",
              "ALTER TABLE calls RENAME TO calls_v5"), data=_sqlite_calls_v6),
+    # Old rows keep NULL units: a line refunded before units were counted is all its units.
+    Step(8, ("DROP INDEX IF EXISTS lines_held_once",
+             "ALTER TABLE approval_lines ADD COLUMN units INTEGER",
+             "ALTER TABLE approval_lines ADD COLUMN quantity INTEGER"),
+         adds=(("approval_lines", "units"), ("approval_lines", "quantity"))),
 )
 
 SQLITE_SCHEMA = """
@@ -177,17 +206,30 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals(status, requested_at);
 CREATE INDEX IF NOT EXISTS approvals_by_run ON approvals(run_id);
 CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
--- The ledger's unit: one row per order line of a proposed refund. A line that is pending or
--- approved is held; the partial unique index makes "each line held by at most one refund"
--- a property of the database, not only of the code that checks it first.
+-- The ledger: one row per order line of a proposed refund, with how many of the line's units
+-- it refunds (units, of quantity; NULL on rows from before schema 8: all the line's units). A
+-- row that is pending or approved is held; several refunds may hold one line, never more
+-- units than it has (the code checks under the order's lock; on SQLite a trigger as well).
 CREATE TABLE IF NOT EXISTS approval_lines (
     approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
     allowed_cents INTEGER NOT NULL, fee_cents INTEGER NOT NULL, held INTEGER NOT NULL,
-    decision TEXT, PRIMARY KEY (approval_id, line)
+    decision TEXT, units INTEGER, quantity INTEGER, PRIMARY KEY (approval_id, line)
 );
-CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
-    WHERE held = 1;
+CREATE INDEX IF NOT EXISTS lines_held ON approval_lines(order_id, line) WHERE held = 1;
+-- The database's own last guard on units: a held row may not bring a line's held units past
+-- its quantity. A row without units (before schema 8, or shipping) holds the whole line, so
+-- nothing else may hold that line beside it.
+CREATE TRIGGER IF NOT EXISTS units_held_within_quantity
+BEFORE INSERT ON approval_lines WHEN NEW.held = 1
+BEGIN
+    SELECT RAISE(ABORT, 'units held beyond the line quantity in approval_lines')
+    WHERE (SELECT COUNT(*) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1 AND (units IS NULL OR NEW.units IS NULL)) > 0
+       OR COALESCE((SELECT SUM(units) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1), 0) + COALESCE(NEW.units, 0)
+          > COALESCE(NEW.quantity, 1);
+END;
 -- The run's transcript: each request's new input items, then its response's output items exactly
 -- as they arrived (reasoning with its encrypted_content), in order. Replayed as one input list it
 -- is the conversation the model saw, which is what a request without previous_response_id needs.
@@ -231,6 +273,29 @@ CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
     UNIQUE (log, key)
 );
+-- What an outside system reported after the fact (outside/webhooks.py): one row per provider
+-- event id (a redelivery is a no-op), with the refund it is about and the status it reports.
+CREATE TABLE IF NOT EXISTS provider_events (
+    id TEXT PRIMARY KEY, at REAL NOT NULL, provider TEXT NOT NULL, type TEXT NOT NULL,
+    refund_id TEXT NOT NULL, status TEXT, approval_id TEXT, data TEXT NOT NULL
+);
+-- Raised by the agent's escalate tool (key: the call's key, so a resumed call raises it once)
+-- or by an approver handing a refund to a lead (approval_id set); open while taken_by is NULL.
+CREATE TABLE IF NOT EXISTS escalations (
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, approval_id TEXT,
+    kind TEXT NOT NULL, reason TEXT NOT NULL, raised_by TEXT NOT NULL, raised_at REAL NOT NULL,
+    taken_by TEXT, taken_at REAL
+);
+CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id);
+CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at);
+-- The desk account that typed a ticket in (none for emails and samples): it may not approve
+-- that ticket's refund.
+CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL);
+-- The first of two approvals a refund above the shop's two-person amount needs.
+CREATE TABLE IF NOT EXISTS signoffs (
+    approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at REAL NOT NULL,
+    amount_cents INTEGER NOT NULL, keep TEXT NOT NULL, note TEXT
+);
 -- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
 -- store then refuses every write, naming the database it moved to (its URL without password).
 CREATE TABLE IF NOT EXISTS store_moved (
@@ -249,6 +314,9 @@ POSTGRES_STEPS: tuple[Step, ...] = (
              "ALTER TABLE calls ADD COLUMN key TEXT", "ALTER TABLE calls ADD COLUMN order_id TEXT",
              "ALTER TABLE calls ADD PRIMARY KEY (run_id, response_id, seq)"),
          data=lambda db: calls_v6(db, None)),
+    Step(8, ("DROP INDEX IF EXISTS lines_held_once",
+             "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS units BIGINT",
+             "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS quantity BIGINT")),
 )
 
 # The store's version, where SQLite has PRAGMA user_version (absent: an empty database).
@@ -299,9 +367,9 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq BIGINT NOT NULL, line TEXT NOT NULL,
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents BIGINT NOT NULL,
     allowed_cents BIGINT NOT NULL, fee_cents BIGINT NOT NULL, held BIGINT NOT NULL,
-    decision TEXT, PRIMARY KEY (approval_id, line))""",
-    """CREATE UNIQUE INDEX IF NOT EXISTS lines_held_once ON approval_lines(order_id, line)
-    WHERE held = 1""",
+    decision TEXT, units BIGINT, quantity BIGINT, PRIMARY KEY (approval_id, line))""",
+    # No trigger here: the code checks units under the order's advisory lock (approvals.py).
+    "CREATE INDEX IF NOT EXISTS lines_held ON approval_lines(order_id, line) WHERE held = 1",
     """CREATE TABLE IF NOT EXISTS transcript (
     run_id TEXT NOT NULL, seq BIGINT NOT NULL, response_id TEXT NOT NULL,
     origin TEXT NOT NULL CHECK (origin IN ('input', 'output')), item TEXT NOT NULL,
@@ -328,6 +396,20 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS ledger (
     id BIGSERIAL PRIMARY KEY, log TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL,
     UNIQUE (log, key))""",
+    """CREATE TABLE IF NOT EXISTS provider_events (
+    id TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, provider TEXT NOT NULL,
+    type TEXT NOT NULL, refund_id TEXT NOT NULL, status TEXT, approval_id TEXT,
+    data TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS escalations (
+    id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, approval_id TEXT,
+    kind TEXT NOT NULL, reason TEXT NOT NULL, raised_by TEXT NOT NULL,
+    raised_at DOUBLE PRECISION NOT NULL, taken_by TEXT, taken_at DOUBLE PRECISION)""",
+    "CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id)",
+    "CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at)",
+    "CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS signoffs (
+    approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    amount_cents BIGINT NOT NULL, keep TEXT NOT NULL, note TEXT)""",
     """CREATE TABLE IF NOT EXISTS store_moved (
     id BIGINT PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL)""",
@@ -342,5 +424,6 @@ TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
-    "sign_in_failures": "id",
+    "sign_in_failures": "id", "provider_events": "id", "escalations": "id",
+    "signoffs": "approval_id", "raised_by": "run_id",
 }

@@ -155,7 +155,8 @@ class SQLiteStore(Store):
                     "output-old`) to start afresh; nothing in it was changed.")
             # No money was ever proposed there: the runs, replies and audit carry over as they
             # are, and the empty approvals table is made again with its new columns (step 3).
-        script = "".join(f"{statement};\n" for step in steps for statement in step.sql)
+        script = "".join(f"{statement};\n" for step in steps
+                         for statement in step.statements(self._table_columns))
         db = self._db()
         try:  # executescript commits on its own, so the schema gets its own transaction
             db.executescript(f"BEGIN IMMEDIATE; {script}{SQLITE_SCHEMA}")
@@ -171,6 +172,10 @@ class SQLiteStore(Store):
             if self._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION:
                 return
             raise StoreError(self.explain(exc)) from None
+
+    def _table_columns(self, table: str) -> set[str]:
+        """The table's columns (none: no such table), before the schema runs."""
+        return {row[1] for row in self._read(f"PRAGMA table_info({table})")}
 
     # -- what only this engine does ------------------------------------------------------
 

@@ -36,14 +36,29 @@ def render_audit(worker: Worker) -> None:
     # The full width of the page, with room for names and notes; longer notes show whole on
     # hover, and the CSV has every field.
     text = st.column_config.Column
-    st.dataframe(views.audit_frame(entries), hide_index=True,
+    customers = store.run_customers()
+    # Widths in pixels sized to what the columns hold: "12-01 23:42:31" and "sign_in_failed"
+    # are never cut; the note takes what is left.
+    st.dataframe(views.audit_frame(entries, customers), hide_index=True,
                  height=38 + 35 * min(len(entries), 8),
-                 column_order=["Time", "Event", "By", "Order", "Amount", "Lines", "Note", "PID"],
-                 column_config={"Time": text(width="small"), "Event": text(width="small"),
-                                "By": text(width="medium"), "Order": text(width="small"),
-                                "Amount": text(width="small"), "Lines": text(width="medium"),
-                                "Note": text(width="large"), "PID": text(width="small")})
+                 column_order=["Time", "Event", "By", "Customer", "Order", "Amount", "Lines",
+                               "Note", "PID"],
+                 column_config={"Time": text(width=120), "Event": text(width=120),
+                                "By": text(width=110), "Customer": text(width=150),
+                                "Order": text(width=70), "Amount": text(width=75),
+                                "Lines": text(width="medium"), "Note": text(width="large"),
+                                "PID": text(width=65)})
+    base_url = page_url()
     # Built only when clicked (Streamlit runs the callable then, off the script's thread).
-    st.download_button("Download CSV", lambda: views.audit_csv(store.audit()),
+    st.download_button("Download CSV",
+                       lambda: views.audit_csv(store.audit(), store.run_customers(), base_url),
                        "refund-audit.csv", "text/csv", on_click="ignore",
                        icon=":material/download:")
+
+
+def page_url() -> str:
+    """The desk's address as this browser asked for it (for the CSV's ticket links)."""
+    try:
+        return st.context.url or ""
+    except Exception:  # noqa: BLE001 - no request (AppTest): no links
+        return ""

@@ -8,10 +8,15 @@ reject with a note the customer will read.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 import streamlit as st
 
 from ..accounts import Accounts
+from ..approving import handoff_needed, needs_two
 from ..errors import AlreadyDecided, NotFound, RefundAgentError
+from ..escalations import Escalation
 from ..models import Approval
 from ..policy import Quote
 from . import views
@@ -19,6 +24,7 @@ from .session import (
     approver,
     client,
     keep_key,
+    lowered_units,
     notify,
     select,
     show_notice,
@@ -27,6 +33,7 @@ from .session import (
     signed_in,
     signer,
     ticked,
+    units_key,
 )
 from .views import md, money
 from .worker import Worker
@@ -44,20 +51,23 @@ NOTE_LABELS = {
 # -- who decides ---------------------------------------------------------------------------
 
 
-def on_save_name() -> None:
-    name = " ".join(st.session_state.get("approver_input", "").split())
+def on_save_name(field: str = "approver_input", area: str = "queue") -> None:
+    name = " ".join(st.session_state.get(field, "").split())
     if not name:
-        notify("queue", "error", "Enter your name first: every approval and rejection is "
-                                 "signed with it in the audit log.")
+        notify(area, "error", "Enter your name first: every approval and rejection is "
+                              "signed with it in the audit log.")
         return
     notify("queue")
     notify("review")   # "enter your name" is answered
+    notify("review_name")
     st.session_state["approver"] = name
+    remember_name(name)
 
 
 def on_change_name() -> None:
     st.session_state["approver"] = ""
     st.session_state["approver_input"] = ""
+    remember_name("")
 
 
 def on_sign_in(worker: Worker) -> None:
@@ -67,8 +77,9 @@ def on_sign_in(worker: Worker) -> None:
         account = Accounts(worker.agent.store).sign_in(state.get("signin_name", ""), password,
                                                        client())
     except RefundAgentError as exc:
-        notify("queue", "error", str(exc))
+        notify("signin", "error", str(exc))
         return
+    notify("signin")
     notify("queue")
     notify("review")   # "sign in before deciding" is answered
     sign_in_as(account)
@@ -86,7 +97,10 @@ def render_approver(worker: Worker) -> None:
     if accounts.exist():
         render_sign_in(worker, accounts)
         return
-    name = approver()
+    name = approver() or remembered_name()
+    if name and not approver():   # a name this browser saved before the server restarted
+        st.session_state["approver"] = name
+    write_name_cookie()
     if name:
         line, change = st.columns([3, 1], vertical_alignment="center")
         line.markdown(f":material/badge: Deciding as **{md(name)}**")
@@ -94,9 +108,42 @@ def render_approver(worker: Worker) -> None:
     else:
         with st.form("approver_form", border=True):
             st.text_input("Your name (signs every decision in the audit log)",
-                          key="approver_input", placeholder="Dana Kim")
+                          key="approver_input", placeholder="Your full name")
             st.form_submit_button("Save name", key="save_name", on_click=on_save_name,
                                   icon=":material/badge:")
+
+
+NAME_COOKIE = "refund_desk_name"
+
+
+def remembered_name() -> str:
+    """The demo name this browser saved (a cookie), so a server restart does not lose it."""
+    if st.session_state.get("name_cookie") is not None:
+        return st.session_state["name_cookie"]   # saved or cleared in this session since
+    try:
+        raw = st.context.cookies.get(NAME_COOKIE, "")
+    except Exception:  # noqa: BLE001 - no request (AppTest)
+        return ""
+    from urllib.parse import unquote
+    return " ".join(unquote(raw).split())[:200]
+
+
+def remember_name(name: str) -> None:
+    st.session_state["name_cookie"] = name
+
+
+def write_name_cookie() -> None:
+    """Write the demo name into the browser's cookie (only the demo's typed name: an account's
+    sign-in is never kept this way)."""
+    name = st.session_state.get("name_cookie")
+    if name is None:
+        return
+    import json
+    from urllib.parse import quote
+    age = 365 * 86400 if name else 0
+    st.html(f"<script>document.cookie = '{NAME_COOKIE}=' + {json.dumps(quote(name))} + "
+            f"'; path=/; max-age={age}; samesite=strict';</script>",
+            unsafe_allow_javascript=True, width="content")
 
 
 def render_sign_in(worker: Worker, accounts: Accounts) -> None:
@@ -112,8 +159,12 @@ def render_sign_in(worker: Worker, accounts: Accounts) -> None:
     with st.form("sign_in_form", border=True):
         st.caption(":material/lock: Sign in to decide refunds")
         name, password = st.columns(2)   # side by side: the queue stays on screen
-        name.text_input("Name", key="signin_name", placeholder="Dana Kim")
-        password.text_input("Password", key="signin_password", type="password")
+        name.text_input("Name", key="signin_name", placeholder="Your account name",
+                        autocomplete="username")
+        # current-password: a password manager fills the saved one instead of offering a new.
+        password.text_input("Password", key="signin_password", type="password",
+                            autocomplete="current-password")
+        show_notice("signin")   # a refusal is drawn in the form, next to what to fix
         st.form_submit_button("Sign in", key="sign_in", on_click=on_sign_in, args=(worker,),
                               icon=":material/login:")
 
@@ -150,6 +201,79 @@ def render_queue(worker: Worker) -> None:
                   icon=":material/expand_more:", on_click=_show_more, args=(len(pending),))
 
 
+def card_flags(worker: Worker, approval: Approval, now: float | None = None) -> list[str]:
+    """The badges a card carries: needs a lead (over the signed-in approver's limit, or sent
+    to a lead), a first sign-off recorded, waiting past the reminder time."""
+    store, rules = worker.agent.store, worker.agent.shop.info.desk
+    account = signed_in(Accounts(store)) if Accounts(store).exist() else None
+    flags = []
+    if approval.id in store.handed_off():
+        flags.append(":red-badge[:material/supervisor_account: Sent to a lead]")
+    elif account is not None and handoff_needed(approval.amount_cents, account.limit_cents):
+        flags.append(":red-badge[:material/supervisor_account: Needs a lead]")
+    first = store.signoff(approval.id)
+    if first is not None:
+        flags.append(f":violet-badge[:material/how_to_reg: Signed off by {md(first.by)}; "
+                     "needs a second person]")
+    elif needs_two(approval.amount_cents, rules.two_person_above_cents):
+        flags.append(":violet-badge[:material/group: Two people]")
+    waited = views.reminder(approval.requested_at, rules.remind_after_hours,
+                            time.time() if now is None else now)
+    if waited:
+        flags.append(f":orange-badge[:material/alarm: {md(waited)}]")
+    return flags
+
+
+def on_take(worker: Worker, escalation_id: int) -> None:
+    who = signer(worker, "escalations")
+    if who is None:
+        return
+    by, limit_cents = who
+    if limit_cents is not None:
+        notify("escalations", "error", "Only a lead (an account without a limit) takes "
+                                       "escalations.")
+        return
+    try:
+        taken = worker.take(escalation_id, by)
+    except RefundAgentError as exc:
+        notify("escalations", "warning", str(exc))
+        return
+    notify("escalations", "success", f"You took the escalation on ticket {taken.run_id}.")
+    select(taken.run_id)
+
+
+def render_escalations(worker: Worker) -> None:
+    """Open escalations, oldest first, and the latest ones taken (who, when)."""
+    store = worker.agent.store
+    every = store.escalations(limit=500)
+    open_ = [e for e in every if e.open]
+    taken = sorted((e for e in every if not e.open), key=lambda e: e.taken_at or 0,
+                   reverse=True)[:5]
+    st.markdown(f"#### :material/priority_high: Escalations ({len(open_)})")
+    show_notice("escalations")
+    if not open_ and not taken:
+        st.caption("No escalations. The agent raises one when a customer threatens, asks for "
+                   "a manager or for an exception; an approver over their limit sends one.")
+    for escalation in open_:
+        render_escalation(worker, escalation)
+    if taken:
+        st.caption("Taken: " + "; ".join(
+            f"{md(e.label)} on {md(e.run_id)} by {md(e.taken_by or '')} at "
+            f"{views.clock(e.taken_at)}" for e in taken))
+
+
+def render_escalation(worker: Worker, e: Escalation) -> None:
+    with st.container(border=True, key=f"escalation_{e.id}"):
+        st.markdown(f":red-badge[:material/priority_high: {md(e.label)}] · "
+                    f":gray[{views.ago(e.raised_at)} by {md(e.raised_by)}]  \n{md(e.reason)}")
+        with st.container(horizontal=True, gap="small"):
+            st.button("Take it", key=f"take_{e.id}", icon=":material/front_hand:",
+                      on_click=on_take, args=(worker, e.id), type="primary",
+                      help="Pick this escalation up: your name and the time are recorded")
+            st.button("Ticket", key=f"escalation_open_{e.id}", type="tertiary",
+                      icon=":material/open_in_new:", on_click=select, args=(e.run_id,))
+
+
 def _show_more(shown: int) -> None:
     st.session_state["queue_shown"] = shown + QUEUE_PAGE
 
@@ -157,8 +281,12 @@ def _show_more(shown: int) -> None:
 def render_card(worker: Worker, approval: Approval) -> None:
     """A compact card: enough to pick it up, the decision itself is made in the review."""
     card = views.approval_card(approval, {}, None)
+    flags = card_flags(worker, approval)
     with st.container(border=True, key=f"card_{card.approval_id}"):
-        st.markdown(f"**{md(card.title)}** · :gray[{views.ago(approval.requested_at)}]  \n"
+        # The ticket's age, counted from when it came in, as the inbox counts it.
+        opened = worker.agent.store.run(approval.run_id).created_at
+        st.markdown(f"**{md(card.title)}** · :gray[{views.ago(opened)}]"
+                    + "".join(f" {flag}" for flag in flags) + "  \n"
                     f":material/person: {md(card.customer)}")
         st.markdown("\n".join(f"- {md(line.summary)}" for line in card.lines))
         with st.container(horizontal=True, gap="small"):
@@ -201,6 +329,15 @@ def review(worker: Worker, approval_id: str) -> None:
     card = views.approval_card(approval, agent.policy_facts(approval),
                                agent.approval_problem(approval))
     account = signed_in(Accounts(agent.store))
+    if not Accounts(agent.store).exist() and not approver():
+        # The demo's name is asked for here, where the decision is made: the queue's name
+        # field is behind this dialog.
+        with st.container(border=True):
+            st.text_input("Your name (signs this decision in the audit log)",
+                          key="review_name_input", placeholder="Your full name")
+            show_notice("review_name")
+            st.button("Save name", key="review_save_name", on_click=on_save_name,
+                      args=("review_name_input", "review_name"), icon=":material/badge:")
     st.markdown(f"**{md(card.customer)}** · order **{md(card.order_id)}** · "
                 f"{md(card.requested)}")
     st.markdown(f":material/format_quote: *{md(card.summary)}*")
@@ -210,18 +347,32 @@ def review(worker: Worker, approval_id: str) -> None:
     items = [line.line for line in card.item_lines]
     pays = card.amount
     if mode == "approve":
-        # One box per item line: unticked lines are declined.
+        # One box per item line: unticked lines are declined. A line of several units also
+        # gets a count, which the approver may lower (never raise) to approve fewer.
         for line in card.item_lines:
-            st.checkbox(f"**{md(line.name)}** · {md(line.reason_label)} · "
-                        f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]",
-                        value=True, key=keep_key(approval_id, line.line))
+            # The checkbox's own label is what a screen reader says: plain words, no Markdown
+            # (a visible label is Markdown, read out with its asterisks and backslashes).
+            count = f" · {md(line.units_label)}" if line.counted else ""
+            with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+                st.checkbox(views.plain_line(line), value=True,
+                            key=keep_key(approval_id, line.line),
+                            label_visibility="collapsed", width="content")
+                st.markdown(f"**{md(line.name)}**{count} · {md(line.reason_label)} · "
+                            f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]")
+            if line.counted:
+                st.number_input(f"Units of {line.name} to refund", min_value=1,
+                                max_value=line.units, value=line.units, step=1,
+                                key=units_key(approval_id, line.line))
         for line in card.shipping_lines:
             st.markdown(f":material/local_shipping: **{md(line.name)}** · "
                         f"**{md(money(line.amount))}** :gray[· {md(line.basis)}]")
         keep = ticked(approval_id, items)
-        quote = agent.quote_kept(approval, keep) if 0 < len(keep) < len(items) else None
+        lowered = {sku: n for sku, n in lowered_units(approval_id, counted(card)).items()
+                   if sku in keep}
+        quote = (agent.quote_kept(approval, keep, lowered)
+                 if 0 < len(keep) and (len(keep) < len(items) or lowered) else None)
         pays = quote.amount if isinstance(quote, Quote) else card.amount
-        kept = views.kept_notice(card, keep, quote)
+        kept = views.kept_notice(card, keep, quote, lowered)
         if kept:
             (st.warning if kept[0] == "warning" else st.info)(md(kept[1]), icon=":material/rule:")
     else:
@@ -231,18 +382,36 @@ def review(worker: Worker, approval_id: str) -> None:
     over = views.limit_notice(pays, account.limit if account else None)
     if mode == "approve" and over:  # the decision refuses it too (Store.decide); this says so
         st.warning(md(over), icon=":material/supervisor_account:")
+    first = agent.store.signoff(approval_id)
+    two = needs_two(round(pays * 100), agent.shop.info.desk.two_person_above_cents)
+    if first is not None:
+        st.info(f"**First sign-off by {md(first.by)}** at {views.clock(first.at)}: "
+                f"{md(money(first.amount_cents / 100))} for {md(', '.join(first.keep))}"
+                + (f". Their note: {md(first.note)}" if first.note else "")
+                + ". A second, different person completes the refund with the same lines.",
+                icon=":material/how_to_reg:")
+    elif mode == "approve" and two:
+        st.info("Refunds of this size need two people: your approval is the first sign-off, "
+                "and a colleague completes it.", icon=":material/group:")
     if mode == "approve" and card.problem:
         st.error(f"The policy no longer allows this refund: {md(card.problem)}",
                  icon=":material/block:")
     st.text_input(NOTE_LABELS[mode], key=f"note_{approval_id}",
                   placeholder="In a sentence the customer can read")
-    confirm = {"approve": f"Approve {money(pays)}", "ask": "Send the question",
-               "reject": "Reject the refund"}[mode]
+    handing = mode == "approve" and over is not None
+    if handing:   # over the limit: no dead Approve, a hand-off to a lead instead
+        confirm = "Send to a lead"
+    elif mode == "approve" and two and first is None:
+        confirm = f"Sign off {money(pays)} (first of two)"
+    else:
+        confirm = {"approve": f"Approve {money(pays)}", "ask": "Send the question",
+                   "reject": "Reject the refund"}[mode]
     go, cancel = st.columns(2)
     if go.button(confirm, key=f"confirm_{approval_id}", type="primary", width="stretch",
-                 icon=":material/gavel:",
-                 disabled=mode == "approve" and card.problem is not None):
-        if decide(worker, approval_id, mode, items):
+                 icon=":material/supervisor_account:" if handing else ":material/gavel:",
+                 disabled=mode == "approve" and card.problem is not None and not handing):
+        if (hand_off(worker, approval_id) if handing else
+                decide(worker, approval_id, mode, items, counted(card))):
             close_review()
             st.rerun()
     if cancel.button("Cancel", key=f"cancel_{approval_id}", width="stretch"):
@@ -251,7 +420,31 @@ def review(worker: Worker, approval_id: str) -> None:
     show_notice("review")   # after the buttons, so a refusal shows on the click that caused it
 
 
-def decide(worker: Worker, approval_id: str, mode: str, items: list[str]) -> bool:
+def counted(card: views.Card) -> list[tuple[str, int]]:
+    """(sku, units proposed) of the card's lines of several units."""
+    return [(line.line, line.units) for line in card.item_lines if line.counted]
+
+
+def hand_off(worker: Worker, approval_id: str) -> bool:
+    """Send the refund to a lead; False (with a message in the review) if refused."""
+    who = signer(worker, "review")
+    if who is None:
+        return False
+    try:
+        worker.hand_off(approval_id, who[0], st.session_state.get(f"note_{approval_id}", ""))
+    except AlreadyDecided as exc:
+        notify("queue", "warning", str(exc))
+        return True
+    except RefundAgentError as exc:
+        notify("review", "error", str(exc))
+        return False
+    notify("queue", "success", "Sent to a lead: it is in the escalation queue, and the refund "
+                               "keeps waiting until a lead decides it.")
+    return True
+
+
+def decide(worker: Worker, approval_id: str, mode: str, items: list[str],
+           proposed_units: Sequence[tuple[str, int]] = ()) -> bool:
     """Carry out the review's decision; False (with a message in the review) if refused."""
     who = signer(worker, "review")
     if who is None:
@@ -263,14 +456,21 @@ def decide(worker: Worker, approval_id: str, mode: str, items: list[str]) -> boo
             decided = worker.ask(approval_id, by, note)
         else:
             keep = ticked(approval_id, items) if mode == "approve" and items else None
+            units = lowered_units(approval_id, proposed_units) if keep else {}
             decided = worker.decide(approval_id, mode == "approve", by, note, keep=keep,
-                                    limit_cents=limit_cents)
+                                    limit_cents=limit_cents,
+                                    units={k: v for k, v in units.items() if k in keep}
+                                    if keep else None)
     except AlreadyDecided as exc:
         notify("queue", "warning", str(exc))
         return True    # nothing left to review
     except RefundAgentError as exc:  # no note, no line kept, over the limit, ...
         notify("review", "error", str(exc))
         return False
+    if decided.status == "pending":   # the first of two approvals
+        notify("queue", "success", f"Signed off {money(decided.amount)} for order "
+                                   f"{decided.order_id} as {by}: a second person completes it.")
+        return True
     done = {"approved": f"Approved {money(decided.amount)}", "rejected": "Rejected the refund",
             "asked": "Sent your question to the customer"}[decided.status]
     declined = (f" (declined: {', '.join(line.name for line in decided.declined)})"

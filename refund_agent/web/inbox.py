@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ..accounts import Accounts
 from ..errors import RefundAgentError
 from .session import notify, permitted, select, selected_run_id, show_notice
-from .views import INBOX_FILTERS, filter_label, md, page_range, run_label
+from .views import DESK_FILTERS, desk_counts, md, page_range, run_label
 from .worker import Worker
 
 PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" away
@@ -29,16 +30,31 @@ def on_send_email(worker: Worker) -> None:
     if not permitted(worker, "inbox"):
         return
     notify("inbox")
+    notify("mail_from")
+    if not state.get("mail_from", "").strip():
+        # Said next to the field, not below the fold under the form.
+        notify("mail_from", "error", "Enter the customer's address: the agent answers only "
+                                     "the person who wrote in.")
+        return
     try:
         run = worker.submit_email(state.get("mail_from", ""), state.get("mail_body", ""),
                                   subject=state.get("mail_subject", ""),
-                                  sender_name=state.get("mail_name", ""))
+                                  sender_name=state.get("mail_name", ""),
+                                  raised_by=_typed_in_by(worker))
     except RefundAgentError as exc:
         notify("inbox", "error", str(exc))
         return
     state["mail_body"] = ""
     notify("inbox", "success", f"Sent. The agent is working on ticket {run.id}.")
     select(run.id)
+
+
+def _typed_in_by(worker: Worker) -> str | None:
+    """The signed-in account that types a ticket in: it may not approve that ticket's refund."""
+    from .session import signed_in
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    return account.name if account else None
 
 
 def on_select(run_id: str) -> None:
@@ -62,15 +78,27 @@ def render_new_tickets(worker: Worker) -> None:
                       args=(worker, sample.key), width="stretch", help=md(sample.subject),
                       icon=":material/mail:")
         with st.form("new_email", border=False):
+            # Placeholders say what goes in a field; a name or an order number there reads
+            # like a value already filled in.
             st.text_input("From (the customer's address)", key="mail_from",
-                          placeholder="leo.martins@example.com")
-            st.text_input("Name", key="mail_name", placeholder="Leo Martins")
+                          placeholder="The address the customer wrote from")
+            show_notice("mail_from")
+            st.text_input("Name", key="mail_name", placeholder="Optional: the customer's name")
             st.text_input("Subject", key="mail_subject", value="Refund request")
             st.text_area("Email", key="mail_body", height=100,
-                         placeholder="My order A1058 arrived broken...")
+                         placeholder="Paste or type the customer's email, with the order "
+                                     "number")
             st.form_submit_button("Send to the agent", key="mail_send", on_click=on_send_email,
                                   args=(worker,), type="primary", icon=":material/send:")
     show_notice("inbox")
+
+
+def lead_session(worker: Worker) -> bool:
+    """Whether a lead (an account without a limit) is signed in in this session."""
+    from .session import signed_in
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    return account is not None and account.limit is None
 
 
 def render_tickets(worker: Worker) -> None:
@@ -79,22 +107,30 @@ def render_tickets(worker: Worker) -> None:
     search = st.text_input("Search tickets", key="inbox_search", on_change=on_filter_change,
                            placeholder="Name, email, order or words",
                            label_visibility="collapsed", icon=":material/search:")
-    counts = store.inbox_counts(search)
-    labels = {f.key: filter_label(f, counts) for f in INBOX_FILTERS}
-    chosen = st.pills("Status", list(labels), format_func=labels.__getitem__, default="all",
+    # Each ticket's status is what happened to it (desk_status.py), read for every match in
+    # one small query, so every filter shows its count.
+    index = store.desk_index(search)
+    counts = desk_counts(index)
+    labels = {f.key: f"{f.label} {counts[f.key]}" for f in DESK_FILTERS}
+    if "inbox_filter" not in st.session_state:
+        # A lead's first screen is what needs a person; everyone else starts with every ticket.
+        st.session_state["inbox_filter"] = "needs" if lead_session(worker) else "all"
+    chosen = st.pills("Status", list(labels), format_func=labels.__getitem__,
                       required=True, key="inbox_filter", on_change=on_filter_change,
                       label_visibility="collapsed", wrap=True, width="stretch") or "all"
-    statuses = next(f.statuses for f in INBOX_FILTERS if f.key == chosen)
-    total = (sum(counts.values()) if not statuses else sum(counts[s] for s in statuses))
+    shown = next(f for f in DESK_FILTERS if f.key == chosen)
+    matching = [run_id for run_id, status, esc, _at in index if shown.shows(status, esc)]
+    total = len(matching)
     offset = min(st.session_state.get("inbox_offset", 0), max(0, total - 1))
-    rows = store.inbox(search, statuses, limit=PAGE_SIZE, offset=offset)
+    rows = store.inbox_rows(matching[offset:offset + PAGE_SIZE])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
     if not rows:
-        st.caption("No tickets match." if search or statuses else
+        st.caption("No tickets match." if search or chosen != "all" else
                    "No tickets yet. Send a sample to start one.")
     selected = selected_run_id()
+    names = store.customer_names()
     for row in rows:
-        st.button(run_label(row), key=f"run_{row.run.id}", on_click=on_select,
+        st.button(run_label(row, names=names), key=f"run_{row.run.id}", on_click=on_select,
                   args=(row.run.id,), width="stretch",
                   type="primary" if row.run.id == selected else "secondary")
     if total > PAGE_SIZE:

@@ -22,7 +22,7 @@ from ..agent import Agent
 from ..config import Settings, load_settings
 from ..errors import RefundAgentError
 from .audit import render_audit
-from .desk import render_approver, render_queue, render_sign_in, review
+from .desk import render_approver, render_escalations, render_queue, render_sign_in, review
 from .inbox import render_new_tickets, render_tickets
 from .session import show_notice, signed_in
 from .ticket import render_ticket
@@ -197,6 +197,7 @@ def main() -> None:
     # there, and the browser updates each part as it arrives, so it changes before the rest.
     with queue_col:
         guarded(render_approver)(worker)
+        guarded(render_escalations)(worker)
         guarded(render_queue)(worker)
     with inbox_col:
         guarded(render_new_tickets)(worker)

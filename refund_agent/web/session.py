@@ -68,6 +68,20 @@ def keep_key(approval_id: str, line: str) -> str:
     return f"keep_{approval_id}_{line}"
 
 
+def units_key(approval_id: str, line: str) -> str:
+    return f"units_{approval_id}_{line}"
+
+
+def lowered_units(approval_id: str, lines: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """The lines whose units the approver lowered: sku -> units, from (sku, proposed) pairs."""
+    out = {}
+    for line, proposed in lines:
+        value = st.session_state.get(units_key(approval_id, line), proposed)
+        if isinstance(value, int) and value != proposed:
+            out[line] = value
+    return out
+
+
 def ticked(approval_id: str, lines: Sequence[str]) -> list[str]:
     """The lines of a refund whose box is ticked (every box starts ticked)."""
     return [line for line in lines if st.session_state.get(keep_key(approval_id, line), True)]

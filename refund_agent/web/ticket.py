@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from ..desk_status import run_desk_status
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views
@@ -67,11 +68,14 @@ def render_ticket(worker: Worker) -> None:
         return
     store = worker.agent.store
     active = worker.is_active(run.id)
-    status = views.status_view(run.status)
+    status = views.desk_view(run_desk_status(run, store.run_approvals(run.id)))
+    open_escalations = [e for e in store.escalations(run_id=run.id) if e.open]
 
     st.markdown(f"#### {md(run.subject)}")
     line, buttons = st.columns([3, 2], vertical_alignment="center")
-    line.markdown(f"{status.badge} · {md(run.sender_name)} · `{run.id}`")
+    escalated = f" {views.ESCALATED.badge}" if open_escalations else ""
+    line.markdown(f"{status.badge}{escalated} · "
+                  f"{md(store.run_customers().get(run.id, run.sender))} · `{run.id}`")
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button("Stop", key="stop", icon=":material/stop:", on_click=on_stop,
                   args=(worker, run.id), disabled=not active)
@@ -152,14 +156,16 @@ def render_block(block: views.Block) -> None:
         st.warning(f"**{title}**  \n{body}{bullets(block.lines)}", icon=":material/pan_tool:")
     elif kind == "decision":
         note = f"  \n{body}" if body else ""
-        show = (st.success if block.title.startswith("Approved") else
-                st.info if block.title.startswith("Sent back") else st.error)
+        show = {"success": st.success, "info": st.info, "warning": st.warning}.get(
+            block.tone, st.error)   # the tone comes from views.DECISIONS
         show(f"**{title}** · {when}{note}{bullets(block.lines)}", icon=":material/gavel:")
     elif kind == "refund":
         note = f"  \n{body}" if body else ""
         st.success(f"**{title}**{note}{bullets(block.lines)}", icon=":material/payments:")
     elif kind == "note":
         st.info(f"**{title}**  \n{body}", icon=":material/sticky_note_2:")
+    elif kind == "escalation":
+        st.error(f"**{title}** · {when}  \n{body}", icon=":material/priority_high:")
     elif kind == "text":
         st.caption(body)
     elif kind in ("restart", "resent"):

@@ -11,7 +11,7 @@ import json
 import re
 import string
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,18 @@ from typing import Any
 import pandas as pd
 
 from ..callrecords import parse_bounded
-from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
+from ..desk_status import DeskStatus, customer_name
+from ..escalations import KIND_LABELS
+from ..models import (
+    Approval,
+    ApprovalStatus,
+    AuditEntry,
+    InboxRow,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+)
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
 
@@ -55,10 +66,43 @@ STATUS: dict[RunStatus, StatusView] = {
 }
 
 
-# How a decision reads in the timeline, before "by NAME".
-DECISION_VERBS = {"approved": "Approved", "rejected": "Rejected",
-                  "asked": "Sent back to the customer with a question",
-                  "expired": "Expired: not decided in time, closed"}
+@dataclass(frozen=True)
+class DecisionView:
+    """How a decision reads in the timeline (before "by NAME") and the box it is shown in."""
+
+    verb: str
+    tone: str   # the Streamlit message box: success, info, warning or error
+
+
+# The page's one table of approval statuses. tests/test_step_tables.py checks it is complete.
+DECISIONS: dict[ApprovalStatus, DecisionView] = {
+    ApprovalStatus.PENDING: DecisionView("Waiting for a decision", "warning"),
+    ApprovalStatus.APPROVED: DecisionView("Approved", "success"),
+    ApprovalStatus.REJECTED: DecisionView("Rejected", "error"),
+    ApprovalStatus.ASKED: DecisionView("Sent back to the customer with a question", "info"),
+    ApprovalStatus.EXPIRED: DecisionView("Expired: not decided in time, closed", "error"),
+}
+
+
+# What happened to a ticket (desk_status.py), each with its own badge.
+DESK: dict[DeskStatus, StatusView] = {
+    DeskStatus.WORKING: StatusView("Working", "blue", "autorenew"),
+    DeskStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
+    DeskStatus.PAID: StatusView("Paid", "green", "check_circle"),
+    DeskStatus.PARTLY_PAID: StatusView("Partly paid", "green", "rule"),
+    DeskStatus.REJECTED: StatusView("Rejected", "red", "cancel"),
+    DeskStatus.ASKED: StatusView("Waiting on customer", "violet", "contact_support"),
+    DeskStatus.EXPIRED: StatusView("Expired", "orange", "timer_off"),
+    DeskStatus.DECLINED: StatusView("Declined by policy", "gray", "block"),
+    DeskStatus.FAILED: StatusView("Failed", "red", "error"),
+    DeskStatus.STOPPED: StatusView("Stopped", "gray", "pause_circle"),
+}
+ESCALATED = StatusView("Escalated", "red", "priority_high")
+
+
+def desk_view(status: DeskStatus | str) -> StatusView:
+    return DESK[DeskStatus(status)]
+
 
 
 def md(text: str) -> str:
@@ -102,19 +146,25 @@ def status_view(status: RunStatus | str) -> StatusView:
     return STATUS[RunStatus(status)]
 
 
-def run_label(row: InboxRow, now: float | None = None) -> str:
+def run_label(row: InboxRow, now: float | None = None,
+              names: Mapping[str, str] | None = None) -> str:
     """The inbox entry for a run: who, which order and how much, status, age (Markdown).
 
     The order and amount come first after the name: a customer with a dozen tickets about the
     same mixer is told apart by them, not by the subject.
     """
     run = row.run
-    who = md(run.sender_name or run.sender)
+    # One display form per customer: the name they gave on any ticket (``names``), else here.
+    known = (names or {}).get(run.sender.casefold())
+    who = md(customer_name(known or run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
     amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
+    escalated = f" {ESCALATED.badge}" if row.escalations else ""
     return (f"**{who}**{order}{amount}  \n"
-            f"{status_view(run.status).badge} · {ago(run.created_at, now)} · "
+            f"{badge}{escalated} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
+
 
 
 @dataclass(frozen=True)
@@ -140,6 +190,49 @@ def filter_label(f: InboxFilter, counts: Mapping[RunStatus, int]) -> str:
     """``Waiting for approval 12``: a filter with how many tickets it holds."""
     n = sum(counts.values()) if not f.statuses else sum(counts[s] for s in f.statuses)
     return f"{f.label} {n}"
+
+
+@dataclass(frozen=True)
+class DeskFilter:
+    """One filter of the inbox by what happened: its label and the desk statuses it shows
+    (``needs`` for the lead's *needs a person* view, ``escalated`` for open escalations)."""
+
+    key: str
+    label: str
+    statuses: tuple[DeskStatus, ...] = ()
+    needs: bool = False
+    escalated: bool = False
+
+    def shows(self, status: DeskStatus, escalations: int) -> bool:
+        from ..desk_status import needs_person
+        if self.needs:
+            return needs_person(status, escalations)
+        if self.escalated:
+            return escalations > 0
+        return not self.statuses or status in self.statuses
+
+
+DESK_FILTERS = (
+    DeskFilter("needs", "Needs a person", needs=True),
+    DeskFilter("all", "All"),
+    DeskFilter("escalated", "Escalated", escalated=True),
+    DeskFilter("waiting", "Waiting for approval", (DeskStatus.WAITING,)),
+    DeskFilter("asked", "Waiting on customer", (DeskStatus.ASKED,)),
+    DeskFilter("working", "Working", (DeskStatus.WORKING,)),
+    DeskFilter("paid", "Paid", (DeskStatus.PAID,)),
+    DeskFilter("partly_paid", "Partly paid", (DeskStatus.PARTLY_PAID,)),
+    DeskFilter("rejected", "Rejected", (DeskStatus.REJECTED,)),
+    DeskFilter("expired", "Expired", (DeskStatus.EXPIRED,)),
+    DeskFilter("declined", "Declined by policy", (DeskStatus.DECLINED,)),
+    DeskFilter("failed", "Failed or stopped", (DeskStatus.FAILED, DeskStatus.STOPPED)),
+)
+
+
+def desk_counts(index: Iterable[tuple[str, DeskStatus, int, float]]) -> dict[str, int]:
+    """How many tickets each of DESK_FILTERS holds, from Store.desk_index's rows."""
+    rows = list(index)
+    return {f.key: sum(1 for _, status, esc, _at in rows if f.shows(status, esc))
+            for f in DESK_FILTERS}
 
 
 def page_range(offset: int, shown: int, total: int) -> str:
@@ -178,6 +271,7 @@ class Block:
         lines: plain-text rows shown as a list: a proposal's or a refund's order lines, what a
             decision paid and declined.
         simulated: for replies: written by the model playing the customer.
+        tone: for decisions: the message box it is shown in (see DECISIONS).
         at: when the step was committed.
         pid: the process that committed it.
     """
@@ -191,6 +285,7 @@ class Block:
     result_below: bool = False
     lines: tuple[str, ...] = ()
     simulated: bool = False
+    tone: str = ""
     at: float = 0.0
     pid: int = 0
 
@@ -254,7 +349,8 @@ def cents_to_money(cents: Any) -> str:
 
 
 def line_text(line: Mapping[str, Any]) -> str:
-    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00``.
+    """One refund line in a few words: ``POUR-GLS-01 damaged $48.00`` (``x1 of 4`` after it
+    for some units of a line of several).
 
     Takes the shapes the steps and the audit log record: ``amount_cents`` (approvals, audit),
     ``amount`` in dollars (refunds), or no amount at all (a refused request).
@@ -263,8 +359,11 @@ def line_text(line: Mapping[str, Any]) -> str:
         amount = cents_to_money(line["amount_cents"])
     else:
         amount = money(line.get("amount")) if isinstance(line.get("amount"), int | float) else ""
-    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount)
-                    if part)
+    units, of = line.get("units"), line.get("of_units")
+    count = (f"x{units}" + (f" of {of}" if isinstance(of, int) else "")
+             if isinstance(units, int) and of != 1 else "")
+    return " ".join(str(part) for part in (line.get("line", "?"), line.get("reason", ""), amount,
+                                           count) if part)
 
 
 def lines_text(lines: Iterable[Mapping[str, Any]] | None) -> str:
@@ -298,6 +397,126 @@ def _response_title(data: dict[str, Any], turn: int) -> str:
     return " · ".join(parts)
 
 
+@dataclass
+class _Timeline:
+    """The blocks so far, and which calls can still take their result into their block."""
+
+    blocks: list[Block] = field(default_factory=list)
+    open_calls: dict[str, int] = field(default_factory=dict)  # call id -> its block, pairable
+    all_calls: dict[str, int] = field(default_factory=dict)   # call id -> its block
+    turn: int = 0
+
+    def add(self, block: Block) -> None:
+        self.blocks.append(block)
+
+
+def _call_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    args = _parse(d["arguments"])
+    t.add(Block("tool", call_summary(d["name"], args), arguments=args, subtitle=d["name"],
+                **base))
+    t.open_calls = {d["call_id"]: len(t.blocks) - 1}
+    t.all_calls[d["call_id"]] = len(t.blocks) - 1
+
+
+def _result_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    output = _parse(d["output"])
+    index = t.open_calls.pop(d["call_id"], None)
+    if index is not None:
+        call = t.blocks[index]
+        t.blocks[index] = replace(call, result=output, title=call.title + " → "
+                                  + result_summary(d["name"], output))
+        return
+    if d["call_id"] in t.all_calls:
+        index = t.all_calls[d["call_id"]]
+        t.blocks[index] = replace(t.blocks[index], result_below=True)
+    t.add(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
+                subtitle=d["name"], result=output, **base))
+
+
+def _response_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    t.turn += 1
+    t.add(Block("response", _response_title(d, t.turn), **base))
+
+
+def _approval_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    # Stores from before itemized refunds have "reason" and no lines.
+    t.add(Block("proposal", f"Proposed refund {money(d['amount'])} on order {d['order_id']}, "
+                "waiting for a person to approve it", d.get("summary") or d.get("reason") or "",
+                lines=tuple(line_text(line) for line in d.get("lines") or []), **base))
+
+
+def _decision_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    view = DECISIONS.get(d["decision"]) or DecisionView(str(d["decision"]).capitalize(),
+                                                        "error")
+    rows = []
+    if d["decision"] == ApprovalStatus.APPROVED and d.get("amount") is not None:
+        rows.append(f"Pays {money(d['amount'])}")
+    if d.get("declined"):
+        rows.append(f"Declined: {_declined_text(d['declined'])}")
+    t.add(Block("decision", f"{view.verb} by {d['by']}", d.get("note") or "",
+                lines=tuple(rows), tone=view.tone, **base))
+
+
+def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
+    if d.get("reused"):
+        title += " (already made before the crash; reused, not repeated)"
+    rows = [" ".join(filter(None, (line_text(line), f"({line['item']})"
+                                  if line.get("item") else "")))
+            for line in d.get("lines") or []]
+    if d.get("declined"):
+        rows.append(f"Declined: {_declined_text(d['declined'])}")
+    t.add(Block("refund", title, d.get("note") or "", lines=tuple(rows), **base))
+
+
+_Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
+
+# The page's one table of step kinds: how each becomes a timeline block.
+# tests/test_step_tables.py checks that every StepKind has an entry.
+STEP_BLOCKS: dict[StepKind, _Builder] = {
+    StepKind.EMAIL: lambda t, d, base: t.add(Block(
+        "email", sender_line(d.get("name"), d["from"]), d["body"],
+        subtitle=d.get("subject", ""), **base)),
+    StepKind.REASONING: lambda t, d, base: t.add(Block("reasoning", "Reasoning", d["text"],
+                                                       **base)),
+    StepKind.CALL: _call_block,
+    StepKind.RESULT: _result_block,
+    StepKind.RESPONSE: _response_block,
+    StepKind.APPROVAL: _approval_block,
+    StepKind.DECISION: _decision_block,
+    StepKind.REFUND: _refund_block,
+    StepKind.MESSAGE: lambda t, d, base: t.add(Block("message", f"Email to {d['to']}",
+                                                     d["body"], **base)),
+    StepKind.NOTE: lambda t, d, base: t.add(Block("note", "Note for the team", d["text"],
+                                                  **base)),
+    StepKind.TEXT: lambda t, d, base: t.add(Block("text", "Agent", d["text"], **base)),
+    # Who wrote a simulated reply is shown once, as a badge (see the page).
+    StepKind.REPLY: lambda t, d, base: t.add(Block("reply", "Customer replied", d["text"],
+                                                   simulated=bool(d.get("simulated")),
+                                                   **base)),
+    StepKind.RESTART: lambda t, d, base: t.add(Block(
+        "restart", f"Server restarted: process {d['pid']} picked up the run (it was last "
+        f"advanced by process {d['previous_pid']})", **base)),
+    StepKind.RESENT: lambda t, d, base: t.add(Block("resent", resent_text(d), **base)),
+    StepKind.ERROR: lambda t, d, base: t.add(Block("error", d.get("message", "Error"),
+                                                   **base)),
+    StepKind.STOPPED: lambda t, d, base: t.add(Block(
+        "stopped", "Stopped. Resume continues from the last stored response.", **base)),
+    StepKind.CUSTOMER_DONE: lambda t, d, base: t.add(Block(
+        "customer_done", "The customer has nothing more to say.", **base)),
+    StepKind.ESCALATION: lambda t, d, base: t.add(Block(
+        "escalation", "Escalated to a team lead: "
+        + KIND_LABELS.get(d.get("kind", ""), str(d.get("kind"))), d.get("reason", ""),
+        **base)),
+    StepKind.HANDOFF: lambda t, d, base: t.add(Block(
+        "escalation", f"Sent to a lead by {d.get('by')}", d.get("reason", ""), **base)),
+    StepKind.SIGNOFF: lambda t, d, base: t.add(Block(
+        "decision", f"First sign-off by {d.get('by')}: {money(d.get('amount'))} for "
+        f"{', '.join(d.get('keep') or []) or 'the shipping'}; a second person must approve",
+        d.get("note") or "", tone="info", **base)),
+}
+
+
 def timeline(steps: Iterable[Step]) -> list[Block]:
     """Turn a run's committed steps into display blocks, oldest first.
 
@@ -305,94 +524,12 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
     between them (a lookup). A refund call's result arrives after the approval, the decision
     and perhaps a restart, so it gets its own block where it happened.
     """
-    blocks: list[Block] = []
-    open_calls: dict[str, int] = {}  # call id -> index of its block, while it can still pair
-    all_calls: dict[str, int] = {}   # call id -> index of its block
-    turn = 0
+    t = _Timeline()
     for step in steps:
-        d, k = step.data, step.kind
-        base = {"at": step.at, "pid": step.pid}
-        if k not in ("response", "result", "text"):  # a turn's commentary sits beside its call
-            open_calls.clear()
-        if k == "email":
-            blocks.append(Block("email", sender_line(d.get("name"), d["from"]), d["body"],
-                                subtitle=d.get("subject", ""), **base))
-        elif k == "reasoning":
-            blocks.append(Block("reasoning", "Reasoning", d["text"], **base))
-        elif k == "call":
-            args = _parse(d["arguments"])
-            blocks.append(Block("tool", call_summary(d["name"], args), arguments=args,
-                                subtitle=d["name"], **base))
-            open_calls = {d["call_id"]: len(blocks) - 1}
-            all_calls[d["call_id"]] = len(blocks) - 1
-        elif k == "result":
-            output = _parse(d["output"])
-            index = open_calls.pop(d["call_id"], None)
-            if index is not None:
-                call = blocks[index]
-                blocks[index] = replace(call, result=output, title=call.title + " → "
-                                        + result_summary(d["name"], output))
-            else:
-                if d["call_id"] in all_calls:
-                    index = all_calls[d["call_id"]]
-                    blocks[index] = replace(blocks[index], result_below=True)
-                blocks.append(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
-                                    subtitle=d["name"], result=output, **base))
-        elif k == "response":
-            turn += 1
-            blocks.append(Block("response", _response_title(d, turn), **base))
-        elif k == "approval":
-            # Stores from before itemized refunds have "reason" and no lines.
-            blocks.append(Block("proposal", f"Proposed refund {money(d['amount'])} on order "
-                                f"{d['order_id']}, waiting for a person to approve it",
-                                d.get("summary") or d.get("reason") or "",
-                                lines=tuple(line_text(line) for line in d.get("lines") or []),
-                                **base))
-        elif k == "decision":
-            verb = DECISION_VERBS.get(d["decision"], d["decision"].capitalize())
-            rows = []
-            if d["decision"] == "approved" and d.get("amount") is not None:
-                rows.append(f"Pays {money(d['amount'])}")
-            if d.get("declined"):
-                rows.append(f"Declined: {_declined_text(d['declined'])}")
-            blocks.append(Block("decision", f"{verb} by {d['by']}", d.get("note") or "",
-                                lines=tuple(rows), **base))
-        elif k == "refund":
-            title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
-            if d.get("reused"):
-                title += " (already made before the crash; reused, not repeated)"
-            rows = [" ".join(filter(None, (line_text(line), f"({line['item']})"
-                                          if line.get("item") else "")))
-                    for line in d.get("lines") or []]
-            if d.get("declined"):
-                rows.append(f"Declined: {_declined_text(d['declined'])}")
-            blocks.append(Block("refund", title, d.get("note") or "", lines=tuple(rows),
-                                **base))
-        elif k == "message":
-            blocks.append(Block("message", f"Email to {d['to']}", d["body"], **base))
-        elif k == "note":
-            blocks.append(Block("note", "Note for the team", d["text"], **base))
-        elif k == "text":
-            blocks.append(Block("text", "Agent", d["text"], **base))
-        elif k == "reply":
-            # Who wrote a simulated reply is shown once, as a badge (see the page).
-            blocks.append(Block("reply", "Customer replied", d["text"],
-                                simulated=bool(d.get("simulated")), **base))
-        elif k == "restart":
-            blocks.append(Block("restart", f"Server restarted: process {d['pid']} picked up the "
-                                f"run (it was last advanced by process {d['previous_pid']})",
-                                **base))
-        elif k == "resent":
-            blocks.append(Block("resent", resent_text(d), **base))
-        elif k == "error":
-            blocks.append(Block("error", d.get("message", "Error"), **base))
-        elif k == "stopped":
-            blocks.append(Block("stopped", "Stopped. Resume continues from the last stored "
-                                "response.", **base))
-        elif k == "customer_done":
-            blocks.append(Block("customer_done", "The customer has nothing more to say.",
-                                **base))
-    return blocks
+        if step.kind not in (StepKind.RESPONSE, StepKind.RESULT, StepKind.TEXT):
+            t.open_calls.clear()   # a turn's commentary sits beside its call
+        STEP_BLOCKS[step.kind](t, step.data, {"at": step.at, "pid": step.pid})
+    return t.blocks
 
 
 def resent_text(data: Mapping[str, Any]) -> str:
@@ -437,6 +574,18 @@ class CardLine:
     amount: float  # what the refund pays for it
     allowed: float  # the line's full value: the most any reason could refund
     fee: float     # the return fee taken from it
+    units: int | None = None     # how many of the line's units it refunds (None: all)
+    quantity: int | None = None  # how many the line has
+
+    @property
+    def counted(self) -> bool:
+        """A line of several units, which the approver may lower."""
+        return self.tickable and self.units is not None and (self.quantity or 1) > 1
+
+    @property
+    def units_label(self) -> str:
+        """``1 of 4 units`` for a line of several units, '' otherwise."""
+        return f"{self.units} of {self.quantity} units" if self.counted else ""
 
     @property
     def tickable(self) -> bool:
@@ -452,7 +601,8 @@ class CardLine:
         """``Glass pour-over coffee maker · damaged · $48.00`` (shipping: no reason)."""
         if not self.tickable:
             return f"{self.name} · {money(self.amount)}"
-        return f"{self.name} · {self.reason_label} · {money(self.amount)}"
+        count = f" · {self.units_label}" if self.counted else ""
+        return f"{self.name}{count} · {self.reason_label} · {money(self.amount)}"
 
     @property
     def basis(self) -> str:
@@ -466,6 +616,12 @@ class CardLine:
         else:
             why = f"of {money(self.allowed)}"
         return f"{self.line} · {why}"
+
+
+def plain_line(line: CardLine) -> str:
+    """A refund line in plain words, for a checkbox a screen reader names:
+    ``Glass pour-over coffee maker, damaged, $48.00``."""
+    return f"{line.name}, {line.reason_label}, {money(line.amount)}"
 
 
 @dataclass(frozen=True)
@@ -539,7 +695,8 @@ def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None
                   now: float | None = None) -> Card:
     lines = [CardLine(line=line.line, name=line.name, reason=line.reason, amount=line.amount,
                       allowed=round(line.allowed_cents / 100, 2),
-                      fee=round(line.fee_cents / 100, 2)) for line in approval.lines]
+                      fee=round(line.fee_cents / 100, 2), units=line.units,
+                      quantity=line.quantity) for line in approval.lines]
     return Card(approval_id=approval.id, run_id=approval.run_id, customer=approval.customer,
                 order_id=approval.order_id, amount=approval.amount, summary=approval.summary,
                 lines=lines,
@@ -550,20 +707,25 @@ def approval_card(approval: Approval, facts: dict[str, Any], problem: str | None
                           f"{approval.requested_pid}")
 
 
-def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None
-                ) -> tuple[str, str] | None:
+def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None,
+                lowered: Mapping[str, int] | None = None) -> tuple[str, str] | None:
     """What approving with some lines unticked would do, as (kind, plain text), or None.
 
     ``kind`` is "info" or "warning"; ``quote`` is :meth:`Agent.quote_kept`'s answer, or None when it
     could not be computed (the sum of the ticked lines is then shown as an estimate).
     """
     items = card.item_lines
-    if all(line.line in keep for line in items):
+    fewer = {sku: n for sku, n in (lowered or {}).items() if sku in keep}
+    if all(line.line in keep for line in items) and not fewer:
         return None
     kept = [line for line in items if line.line in keep]
     if not kept:
         return "warning", ("No line is ticked. To refund nothing, reject with a note instead.")
     declined = ", ".join(line.name for line in items if line.line not in keep)
+    if fewer:
+        lowered_text = ", ".join(f"{line.name} {fewer[line.line]} of the {line.units} units "
+                                 "proposed" for line in kept if line.line in fewer)
+        declined = "; ".join(filter(None, [declined, f"fewer units: {lowered_text}"]))
     if isinstance(quote, str):
         return "warning", f"The ticked lines cannot be approved: {quote}"
     if quote is None:
@@ -577,24 +739,37 @@ def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None
 
 # -- the audit log ----------------------------------------------------------------------
 
-AUDIT_COLUMNS = ["Time", "Event", "By", "PID", "Order", "Amount", "Lines", "Note", "Run",
-                 "Approval"]
+AUDIT_COLUMNS = ["Time", "Event", "By", "Customer", "PID", "Order", "Amount", "Lines", "Note",
+                 "Run", "Approval"]
+
+
+def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
+    """``Waiting 26 h``: what a card says once a refund waited past the reminder time."""
+    hours = (now - requested_at) / 3600
+    if hours < after_hours:
+        return None
+    return (f"Waiting {hours:.0f} h for approval" if hours < 48 else
+            f"Waiting {hours / 24:.0f} days for approval")
 
 
 def limit_notice(amount: float, limit: float | None) -> str | None:
     """What the card says when approving ``amount`` is above the signed-in approver's limit."""
     if limit is None or round(amount * 100) <= round(limit * 100):
         return None
-    return (f"{money(amount)} is above your approval limit of {money(limit)}: a lead must "
-            "decide this refund (you can still reject it, or untick lines to bring it within "
+    return (f"Needs a lead: {money(amount)} is above your approval limit of {money(limit)}. "
+            "Send it to a lead (you can still reject it, or untick lines to bring it within "
             "your limit).")
 
 
-def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
-    """The audit log as a table, newest first."""
+def audit_frame(entries: Sequence[AuditEntry],
+                customers: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The audit log as a table, newest first (``customers``: run id -> who wrote in)."""
+    customers = customers or {}
     # Month and day without the year keep the column narrow; the CSV has exact timestamps.
     rows = [{"Time": datetime.fromtimestamp(e.at).strftime("%m-%d %H:%M:%S"),
-             "Event": e.event, "By": e.actor, "PID": e.pid, "Order": e.order_id or "",
+             "Event": e.event, "By": e.actor,
+             "Customer": customers.get(e.run_id or "", ""),
+             "PID": e.pid, "Order": e.order_id or "",
              "Amount": money(e.amount), "Lines": lines_text(e.lines), "Note": e.note or "",
              "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
@@ -615,18 +790,42 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def audit_csv(entries: Sequence[AuditEntry]) -> bytes:
+def iso_time(ts: float) -> str:
+    """``2026-12-01T23:42:31.674+00:00``: the local time with its zone, to the millisecond."""
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="milliseconds")
+
+
+def ticket_url(base_url: str, run_id: str | None) -> str:
+    """The link that opens a ticket on the desk (the page's own ``?run=`` parameter)."""
+    if not run_id or not base_url:
+        return ""
+    return f"{base_url.split('?')[0].rstrip('/')}/?run={run_id}"
+
+
+# The columns a spreadsheet reader wants first; every stored field follows, ``at`` (the exact
+# Unix time the chain hashes) included.
+CSV_FIRST = ["time", "event", "actor", "customer", "order_id", "amount", "ticket", "ticket_url"]
+
+
+def audit_csv(entries: Sequence[AuditEntry], customers: Mapping[str, str] | None = None,
+              base_url: str = "") -> bytes:
     """The audit log as CSV (newest first), with every field including the chain hashes.
 
-    ``lines`` is written as JSON (as the store keeps it), empty when an entry has none. Text
-    cells go through :func:`csv_cell`, so no cell opens as a formula.
+    ``time`` is ISO 8601 with the zone; ``customer`` (from ``customers``: run id -> who wrote
+    in), ``ticket`` (the run id) and ``ticket_url`` (the desk's link to it, from ``base_url``)
+    name the ticket. ``lines`` is written as JSON (as the store keeps it), empty when an
+    entry has none. Text cells go through :func:`csv_cell`, so no cell opens as a formula.
     """
+    customers = customers or {}
     rows = []
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
+        row.update(time=iso_time(e.at), customer=customers.get(e.run_id or "", ""),
+                   ticket=e.run_id or "", ticket_url=ticket_url(base_url, e.run_id))
         rows.append({key: csv_cell(value) for key, value in row.items()})
-    frame = pd.DataFrame(rows, columns=list(AuditEntry.model_fields))
+    rest = [name for name in AuditEntry.model_fields if name not in CSV_FIRST]
+    frame = pd.DataFrame(rows, columns=CSV_FIRST + rest)
     # RFC 4180's CRLF rows: the writer then quotes any cell holding a CR or an LF, so a carriage
     # return in a note cannot start a row of its own (with "\n" rows it would go unquoted).
     return frame.to_csv(index=False, lineterminator="\r\n").encode()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..agent import Agent, Cancel, LiveEvent
 from ..customer import converse
 from ..errors import RefundAgentError, RunNotReady
+from ..escalations import Escalation
 from ..models import Approval, Run, RunStatus
 from .integrity import IntegrityWatch
 from .views import LiveSegment
@@ -153,24 +154,27 @@ class Worker:
         return run
 
     def submit_email(self, sender: str, body: str, *, subject: str = "Refund request",
-                     sender_name: str = "") -> Run:
+                     sender_name: str = "", raised_by: str | None = None) -> Run:
         """Start a ticket from an email typed into the page.
 
         Raises:
             RunNotReady: the address or the email is not usable.
         """
         self._check_running()
-        run = self.agent.start(sender, body, subject=subject, sender_name=sender_name)
+        run = self.agent.start(sender, body, subject=subject, sender_name=sender_name,
+                               raised_by=raised_by)
         self._launch(run.id)
         return run
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None, limit_cents: int | None = None) -> Approval:
+               keep: list[str] | None = None, limit_cents: int | None = None,
+               units: dict[str, int] | None = None) -> Approval:
         """Record a decision, then continue its run in the background.
 
         Args:
             keep: for an approval, the lines (skus) to refund; the others are declined. None
                 keeps every proposed line.
+            units: kept lines approved for fewer units than proposed (sku -> units).
             limit_cents: the deciding account's approval limit (None: no limit).
 
         Raises:
@@ -180,7 +184,7 @@ class Worker:
         """
         self._check_running()
         decided = self.agent.decide(approval_id, approve, by, note, keep=keep,
-                                    limit_cents=limit_cents)
+                                    limit_cents=limit_cents, units=units)
         self._launch(decided.run_id)
         return decided
 
@@ -195,6 +199,15 @@ class Worker:
         asked = self.agent.ask(approval_id, by, question)
         self._launch(asked.run_id)
         return asked
+
+    def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
+        """Send a pending refund to a lead (nothing runs: the refund keeps waiting)."""
+        self._check_running()
+        return self.agent.hand_off(approval_id, by, note)
+
+    def take(self, escalation_id: int, by: str) -> Escalation:
+        """A lead picks up an escalation."""
+        return self.agent.take(escalation_id, by)
 
     def stop(self, run_id: str) -> bool:
         """Abort the run's in-flight model request; True if this process was advancing it."""

@@ -1,0 +1,153 @@
+"""Email over SMTP (the standard library's smtplib): recorded before it is sent, marked after.
+
+SMTP has no idempotency key, so "once" here means: each call's message is recorded in the outbox
+(``outbox.log``, or the shared store's "outbox" rows) before it is handed to the server, and
+marked sent (``outbox-sent.log`` / "outbox-sent" rows) once the server took it. A later call
+with the same key finds the mark and sends nothing. A crash between the hand-over and the mark
+leaves a message recorded but not marked: the next attempt cannot know whether the server got
+it, so it sends it again and says so (the record and the run's step carry ``resent``). That is
+at most one duplicate, in that window only, and never a lost email: a message is never marked
+sent before the server accepted it.
+
+Every message carries a ``Message-ID`` derived from the call key, the same on every attempt, so
+a duplicate is recognisable as one (mail clients and many servers drop a repeated id).
+"""
+
+from __future__ import annotations
+
+import email.policy
+import re
+import smtplib
+import ssl
+import time
+from email.message import EmailMessage
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+from ..crash import crash_point
+from ..errors import RefundAgentError
+from .config import OutsideSettings
+from .email import check_headers
+from .payments import ledger_for
+
+# What a Message-ID's left part may hold (RFC 5322 dot-atom text); anything else becomes "-".
+_NOT_ATEXT = re.compile(r"[^A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]")
+
+
+class EmailNotSent(RefundAgentError):
+    """The mail server could not be reached or refused the message; it is recorded in the outbox
+    but not marked sent, and resume sends it."""
+
+
+def message_id(key: str, sender: str) -> str:
+    """The Message-ID of call ``key``'s email: the same for every attempt at it."""
+    domain = sender.rpartition("@")[2].strip("<> ") or "refund-agent.invalid"
+    local = _NOT_ATEXT.sub("-", key).strip(".") or "message"
+    return f"<{local}.refund-agent@{domain}>"
+
+
+def build_message(record: dict[str, Any], sender: str) -> EmailMessage:
+    """The MIME message for an outbox record (its headers were checked to be one line each)."""
+    request = record["request"]
+    # Lines up to RFC 5322's 998 characters: a long Message-ID stays on its header's line
+    # (folded, it is legal but some tools compare it raw), and the body's paragraphs go as
+    # they are.
+    message = EmailMessage(policy=email.policy.SMTP.clone(max_line_length=998))
+    message["From"] = sender
+    message["To"] = request["to"]
+    message["Subject"] = request["subject"]
+    message["Message-ID"] = record["message_id"]
+    message["Date"] = formatdate(record.get("created_at") or time.time(), usegmt=True)
+    message.set_content(request["body"])
+    return message
+
+
+class SmtpOutbox:
+    """Sends each email through an SMTP server, recorded before and marked after.
+
+    Args:
+        output_dir, store: where the outbox and its sent marks are (see payments.ledger_for).
+        settings: the server, its security, the login and the From address.
+        default_from: the From address when REFUND_AGENT_SMTP_FROM is empty (the shop's).
+        crash_at: crash points to honour (``email_recorded``, ``after_smtp_send``).
+    """
+
+    def __init__(self, output_dir: Path, store: Any | None, settings: OutsideSettings,
+                 default_from: str, crash_at: frozenset[str] = frozenset()) -> None:
+        self.log = ledger_for(output_dir, store, "outbox")
+        self.sent = ledger_for(output_dir, store, "outbox-sent")
+        self.settings = settings
+        self.sender = settings.smtp_from or default_from
+        self._crash = crash_at
+
+    def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
+        """Send once per ``key``; returns (record, reused).
+
+        Raises:
+            EmailNotSent: the server could not be reached or refused it (nothing marked sent).
+        """
+        check_headers(to, subject)
+        request = {"to": to, "subject": subject, "body": body}
+        record, recorded_before = self.log.once(
+            key, request, lambda: {"message_id": message_id(key, self.sender)})
+        crash_point("email_recorded", self._crash)
+        if self.sent.find(key) is not None:
+            return record, True
+        # Recorded by an earlier attempt but never marked sent: that attempt died between the
+        # two (or the server refused it). Whether the server got it cannot be known, so it is
+        # sent again, with the same Message-ID, and the record says so.
+        resent = recorded_before
+        self._deliver(build_message(record, self.sender))
+        crash_point("after_smtp_send", self._crash)
+        self.sent.once(key, {"message_id": record["message_id"]},
+                       lambda: {"sent_at": time.time(), "resent": resent})
+        return ({**record, "resent": True} if resent else record), False
+
+    def messages(self) -> list[dict[str, Any]]:
+        return self.log.records()
+
+    def unsent(self) -> list[dict[str, Any]]:
+        """Messages recorded but not marked sent: a crash (or a refusal) between the two."""
+        marked = {r.get("idempotency_key") for r in self.sent.records()}
+        return [r for r in self.log.records() if r.get("idempotency_key") not in marked]
+
+    def resent(self) -> list[dict[str, Any]]:
+        """Sent marks of messages sent again after such a gap (perhaps delivered twice)."""
+        return [r for r in self.sent.records() if r.get("resent")]
+
+    def _deliver(self, message: EmailMessage) -> None:
+        s = self.settings
+        where = f"{s.smtp_host}:{s.port}"
+        context = ssl.create_default_context(cafile=s.smtp_ca_file or None)
+        try:
+            if s.smtp_security == "tls":
+                server: smtplib.SMTP = smtplib.SMTP_SSL(s.smtp_host, s.port, timeout=s.smtp_timeout,
+                                                        context=context)
+            else:
+                server = smtplib.SMTP(s.smtp_host, s.port, timeout=s.smtp_timeout)
+            with server:
+                if s.smtp_security == "starttls":
+                    server.starttls(context=context)
+                if s.smtp_user:
+                    server.login(s.smtp_user, s.smtp_password)
+                server.send_message(message)
+        except smtplib.SMTPAuthenticationError:
+            raise EmailNotSent(
+                f"The mail server {where} refused the login for SMTP_USER {s.smtp_user!r} "
+                "(check SMTP_USER and SMTP_PASSWORD). The email is recorded and not sent; "
+                "resume sends it.") from None
+        except smtplib.SMTPNotSupportedError as exc:
+            raise EmailNotSent(
+                f"The mail server {where} does not support what SMTP_SECURITY="
+                f"{s.smtp_security} needs ({exc}). The email is recorded and not sent.") from None
+        except smtplib.SMTPRecipientsRefused as exc:
+            refused = ", ".join(exc.recipients)
+            raise EmailNotSent(
+                f"The mail server {where} refused the recipient {refused}. The email is "
+                "recorded and not sent; a person needs to reach the customer.") from None
+        except (smtplib.SMTPException, ssl.SSLError, OSError) as exc:
+            raise EmailNotSent(
+                f"Could not send the email through {where}: {exc or type(exc).__name__}. It is "
+                "recorded and not marked sent; resume sends it (if the server took it before "
+                "the failure, the customer gets it twice, with the same Message-ID).") from None

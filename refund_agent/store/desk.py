@@ -1,0 +1,233 @@
+"""The desk's records (schema 9): escalations a lead takes, hand-offs to a lead, first
+sign-offs of a two-person refund, who typed a ticket in; and the inbox read by desk status.
+What they are for is in ``refund_agent/escalations.py`` and ``approving.py``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..approving import SignOff
+from ..errors import AlreadyDecided, DecisionRefused, NotFound
+from ..escalations import HANDOFF, Escalation
+from .core import StoreCore
+
+
+class DeskRecords(StoreCore):
+    """Store methods for escalations and sign-offs ."""
+
+    # -- inside a call's output transaction (boundary 3) ----------------------------------
+
+    def _raise_escalations(self, db: Any, run_id: str,
+                           steps: list[tuple[str, dict[str, Any]]]) -> None:
+        """Store every escalation step of a call's output, once per call key."""
+        for kind, data in steps:
+            if kind != "escalation":
+                continue
+            inserted = db.execute(
+                "INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at)"
+                " VALUES (?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING",
+                (data["key"], run_id, data["kind"], data["reason"], "agent", time.time()))
+            if inserted.rowcount:
+                self._audit(db, "escalated", "agent", run_id=run_id,
+                            note=f"{data['kind']}: {data['reason']}")
+
+    # -- the desk -------------------------------------------------------------------------
+
+    def escalations(self, open_only: bool = False, run_id: str | None = None,
+                    limit: int = 200) -> list[Escalation]:
+        """Escalations, oldest first (open ones only, or one run's, if asked)."""
+        where, args = [], []
+        if open_only:
+            where.append("taken_by IS NULL")
+        if run_id:
+            where.append("run_id = ?")
+            args.append(run_id)
+        sql = ("SELECT * FROM escalations" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY raised_at, id LIMIT ?")
+        return [Escalation.model_validate(dict(r)) for r in self._read(sql, (*args, limit))]
+
+    def open_escalation_runs(self) -> dict[str, int]:
+        """Run id -> how many escalations on it are open."""
+        return {r[0]: r[1] for r in self._read(
+            "SELECT run_id, COUNT(*) FROM escalations WHERE taken_by IS NULL GROUP BY run_id")}
+
+    def take_escalation(self, escalation_id: int, by: str) -> Escalation:
+        """A lead picks an escalation up: compare-and-set on it being open, audited.
+
+        Raises:
+            NotFound: no such escalation.
+            AlreadyDecided: someone took it first (its message names who).
+        """
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM escalations WHERE id = ?" + self.lock_row,
+                             (escalation_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"No escalation {escalation_id}.")
+            found = Escalation.model_validate(dict(row))
+            if found.taken_by is not None:
+                late = AlreadyDecided(str(escalation_id), "taken", found.taken_by,
+                                      found.taken_at, tried_by=by)
+            else:
+                late = None
+                db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE id = ?"
+                           " AND taken_by IS NULL", (by, time.time(), escalation_id))
+                self._audit(db, "taken", by, run_id=found.run_id,
+                            approval_id=found.approval_id,
+                            note=f"took the escalation ({found.kind}): {found.reason}")
+        if late:
+            raise late
+        return next(e for e in self.escalations(run_id=found.run_id) if e.id == escalation_id)
+
+    def hand_off(self, approval_id: str, by: str, note: str | None) -> Escalation:
+        """An approver over their limit sends a pending refund to a lead (audited).
+
+        Raises:
+            NotFound: no such approval.
+            AlreadyDecided: it was decided already.
+            DecisionRefused: it was sent to a lead already and nobody has taken it yet.
+        """
+        with self._tx() as db:
+            approval = self._pending(db, approval_id, "send to a lead", by)
+            if isinstance(approval, AlreadyDecided):
+                late: Exception | None = approval
+            else:
+                late = None
+                key = f"handoff:{approval_id}:{int(time.time() * 1000)}"
+                open_ = db.execute("SELECT taken_by FROM escalations WHERE approval_id = ?"
+                                   " AND taken_by IS NULL", (approval_id,)).fetchone()
+                if open_ is not None:
+                    late = DecisionRefused("This refund is already waiting for a lead.")
+                else:
+                    reason = (f"{by} sent ${approval.amount:,.2f} on order {approval.order_id} to "
+                              "a lead: it is above their approval limit."
+                              + (f" Their note: {note}" if note else ""))
+                    db.execute("INSERT INTO escalations(key, run_id, approval_id, kind, reason,"
+                               " raised_by, raised_at) VALUES (?,?,?,?,?,?,?)",
+                               (key, approval.run_id, approval_id, HANDOFF, reason, by,
+                                time.time()))
+                    self._audit(db, "handed_off", by, run_id=approval.run_id,
+                                approval_id=approval_id, order_id=approval.order_id,
+                                amount=approval.amount, note=reason)
+                    self._step(db, approval.run_id, "handoff", {"by": by, "reason": reason})
+        if late:
+            raise late
+        return self.escalations(run_id=approval.run_id)[-1]
+
+    def handed_off(self) -> set[str]:
+        """The pending approvals an approver sent to a lead (open hand-offs)."""
+        return {r[0] for r in self._read(
+            "SELECT approval_id FROM escalations WHERE kind = ? AND taken_by IS NULL"
+            " AND approval_id IS NOT NULL", (HANDOFF,))}
+
+    # -- first sign-offs ------------------------------------------------------------------
+
+    def signoff(self, approval_id: str, db: Any | None = None) -> SignOff | None:
+        """The first sign-off recorded on a pending refund, if any."""
+        rows = (db.execute("SELECT * FROM signoffs WHERE approval_id = ?", (approval_id,))
+                .fetchall() if db is not None else
+                self._read("SELECT * FROM signoffs WHERE approval_id = ?", (approval_id,)))
+        if not rows:
+            return None
+        r = dict(rows[0])
+        return SignOff(r["signed_by"], r["at"], r["amount_cents"], tuple(json.loads(r["keep"])),
+                       r["note"])
+
+    def _sign_off(self, db: Any, approval: Any, by: str, total: int, keep: list[str],
+                  note: str | None) -> None:
+        """Record the first of two approvals (inside the decision's transaction)."""
+        db.execute("INSERT INTO signoffs(approval_id, signed_by, at, amount_cents, keep, note)"
+                   " VALUES (?,?,?,?,?,?)",
+                   (approval.id, by, time.time(), total, json.dumps(sorted(keep)), note))
+        text = (f"first sign-off of ${total / 100:,.2f}; a second person must approve"
+                + (f". {note}" if note else ""))
+        self._audit(db, "signed_off", by, run_id=approval.run_id, approval_id=approval.id,
+                    order_id=approval.order_id, amount=total / 100, note=text)
+        self._step(db, approval.run_id, "signoff", {"by": by, "amount": total / 100,
+                                                    "keep": sorted(keep), "note": note})
+
+
+# -- the inbox by what happened ------------------------------------------------------------
+
+_LATEST = ("(SELECT {col} FROM approvals a WHERE a.run_id = runs.id"
+           " ORDER BY a.requested_at DESC, a.id DESC LIMIT 1)")
+_DESK_COLUMNS = (
+    f"{_LATEST.format(col='status')} AS latest_status,"
+    f" {_LATEST.format(col='amount_cents')} AS latest_amount,"
+    f" {_LATEST.format(col='proposed_cents')} AS latest_proposed,"
+    " (SELECT COUNT(*) FROM approval_lines l WHERE l.approval_id ="
+    f" {_LATEST.format(col='id')} AND l.decision = 'declined') AS latest_declined,"
+    " (SELECT COUNT(*) FROM escalations e WHERE e.run_id = runs.id AND e.taken_by IS NULL)"
+    " AS open_escalations")
+
+
+def _desk_of(row: dict[str, Any]) -> tuple[Any, int]:
+    """(DeskStatus, open escalations) from a row with the _DESK_COLUMNS."""
+    from ..desk_status import ApprovalFacts, desk_status
+    latest = None if row["latest_status"] is None else ApprovalFacts(
+        row["latest_status"], row["latest_amount"], row["latest_proposed"],
+        row["latest_declined"] or 0)
+    return desk_status(row["status"], latest), int(row["open_escalations"] or 0)
+
+
+class DeskInbox(StoreCore):
+    """The inbox read by desk status, beside ``Runs.inbox``."""
+
+    def desk_index(self, search: str = "") -> list[tuple[str, Any, int, float]]:
+        """Every run matching ``search``, newest first, as (id, DeskStatus, open escalations,
+        created_at): small enough to filter and count in Python on every draw."""
+        where, args = self._inbox_filter(search, ())
+        rows = self._read(f"SELECT runs.id, runs.status, runs.created_at, {_DESK_COLUMNS}"
+                          f" FROM runs {where} ORDER BY created_at DESC, id", args)
+        out = []
+        for r in rows:
+            row = dict(r)
+            status, open_ = _desk_of(row)
+            out.append((row["id"], status, open_, row["created_at"]))
+        return out
+
+    def customer_names(self) -> dict[str, str]:
+        """Address (case-folded) -> the name the customer last gave on any ticket, so one
+        customer reads the same in every row, whichever ticket had no name."""
+        names: dict[str, str] = {}
+        for sender, name in self._read("SELECT sender, sender_name FROM runs"
+                                       " ORDER BY created_at"):
+            if name and name.strip() and name != sender:
+                names[sender.casefold()] = name.strip()
+        return names
+
+    def run_customers(self) -> dict[str, str]:
+        """Run id -> the customer as the desk shows them (see :meth:`customer_names`)."""
+        from ..desk_status import customer_name
+        names = self.customer_names()
+        return {r[0]: customer_name(names.get(r[1].casefold()), r[1])
+                for r in self._read("SELECT id, sender FROM runs")}
+
+    def inbox_rows(self, ids: list[str]) -> list[Any]:
+        """The inbox entries of these runs, in the order given."""
+        from ..models import InboxRow, Run
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self._read(
+            "SELECT runs.*,"
+            " (SELECT order_id FROM approvals a WHERE a.run_id = runs.id"
+            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
+            " (SELECT c.order_id FROM calls c WHERE c.run_id = runs.id"
+            "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up,"
+            f" {_DESK_COLUMNS} FROM runs WHERE id IN ({marks})", tuple(ids))
+        found = {}
+        for r in rows:
+            data = dict(r)
+            status, open_ = _desk_of(data)
+            order, looked, amount = data.pop("inbox_order"), data.pop("looked_up"), \
+                data["latest_amount"]
+            for key in ("latest_status", "latest_amount", "latest_proposed", "latest_declined",
+                        "open_escalations"):
+                data.pop(key)
+            found[data["id"]] = InboxRow(run=Run.model_validate(data),
+                                         order_id=order or (str(looked) if looked else None),
+                                         amount_cents=amount, desk=str(status),
+                                         escalations=open_)
+        return [found[i] for i in ids if i in found]

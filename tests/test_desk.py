@@ -1,0 +1,312 @@
+"""The desk a lead runs: statuses that say what happened, escalations, hand-offs, four eyes.
+
+Pure rules (desk_status.py, approving.py) are tested as functions; the store's decide path is
+tested through the agent, and a Hypothesis property drives sequences of decisions by several
+accounts against the real store (REFUND_AGENT_DESK_FULL=1 for a longer run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers.cli import DATA
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from refund_agent import Agent, Settings
+from refund_agent.approving import (
+    PAY,
+    SIGN_OFF,
+    SignOff,
+    four_eyes,
+    handoff_needed,
+    needs_two,
+    own_ticket_problem,
+)
+from refund_agent.desk_status import ApprovalFacts, DeskStatus, desk_status, needs_person
+from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
+from refund_agent.model import open_model
+from refund_agent.models import RunStatus
+from refund_agent.web import views
+
+TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
+                  "want the mugs anymore.")   # proposes $48.00 + $18.50 = $66.50
+ANGRY = ("If you don't refund the whole order I'm filing a chargeback with my bank and leaving "
+         "a one-star review everywhere I can. Get me a manager.")
+
+
+# -- statuses ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run,latest,expected", [
+    ("working", None, DeskStatus.WORKING),
+    ("waiting", ApprovalFacts("pending", 4800, 4800), DeskStatus.WAITING),
+    ("done", ApprovalFacts("approved", 6650, 6650), DeskStatus.PAID),
+    ("done", ApprovalFacts("approved", 4800, 6650, 1), DeskStatus.PARTLY_PAID),
+    ("done", ApprovalFacts("rejected", 1850, 1850), DeskStatus.REJECTED),
+    ("asked", ApprovalFacts("asked", 1850, 1850), DeskStatus.ASKED),
+    ("done", ApprovalFacts("expired", 4800, 4800), DeskStatus.EXPIRED),
+    ("done", None, DeskStatus.DECLINED),
+    ("failed", ApprovalFacts("approved", 4800, 4800), DeskStatus.FAILED),
+    ("stopped", None, DeskStatus.STOPPED),
+])
+def test_desk_status_says_what_happened(run, latest, expected):
+    assert desk_status(RunStatus(run), latest) == expected
+
+
+def test_needs_a_person_and_every_status_has_its_own_badge_and_filter():
+    assert needs_person(DeskStatus.EXPIRED, 0) and needs_person(DeskStatus.FAILED, 0)
+    assert needs_person(DeskStatus.PAID, 1) and not needs_person(DeskStatus.PAID, 0)
+    badges = {views.desk_view(s).badge for s in DeskStatus}
+    assert len(badges) == len(DeskStatus)     # no two statuses read alike
+    filtered = {s for f in views.DESK_FILTERS for s in f.statuses}
+    assert filtered == set(DeskStatus)
+    index = [("r1", DeskStatus.PAID, 0, 1.0), ("r2", DeskStatus.EXPIRED, 0, 2.0),
+             ("r3", DeskStatus.REJECTED, 1, 3.0)]
+    counts = views.desk_counts(index)
+    assert counts["needs"] == 2 and counts["paid"] == 1 and counts["escalated"] == 1
+    assert counts["all"] == 3 and counts["rejected"] == 1
+
+
+def test_reminder_badge_after_the_set_time():
+    assert views.reminder(0, 24, 23 * 3600) is None
+    assert views.reminder(0, 24, 26 * 3600) == "Waiting 26 h for approval"
+    assert views.reminder(0, 24, 72 * 3600) == "Waiting 3 days for approval"
+
+
+# -- the rules -----------------------------------------------------------------------------------
+
+
+def test_four_eyes_rules():
+    assert four_eyes("Ana", 4000, ["A"], None, None) == (PAY, None)
+    assert four_eyes("Ana", 4000, ["A"], 5000, None) == (PAY, None)
+    assert four_eyes("Ana", 6000, ["A"], 5000, None) == (SIGN_OFF, None)
+    first = SignOff("Ana", 0.0, 6000, ("A",))
+    step, why = four_eyes("ANA", 6000, ["A"], 5000, first)     # one person, any case
+    assert step == "refuse" and "second, different person" in why
+    step, why = four_eyes("Lee", 4000, ["B"], 5000, first)
+    assert step == "refuse" and "same lines" in why
+    assert four_eyes("Lee", 6000, ["A"], 5000, first) == (PAY, None)
+    assert needs_two(5001, 5000) and not needs_two(5000, 5000) and not needs_two(10**9, None)
+    assert handoff_needed(4800, 4000) and not handoff_needed(4800, None)
+    assert own_ticket_problem("dana kim", "Dana Kim") and own_ticket_problem("Lee", "Dana") is None
+
+
+# -- through the agent and the store -------------------------------------------------------------
+
+
+def _data(tmp: Path, two_person_above: float | None) -> Path:
+    data = Path(shutil.copytree(DATA, tmp / "data"))
+    shop = json.loads((data / "shop.json").read_text())
+    shop["desk"] = {"two_person_above": two_person_above, "remind_after_hours": 24}
+    (data / "shop.json").write_text(json.dumps(shop))
+    return data
+
+
+def _agent(tmp: Path, two_person_above: float | None = None, model=None) -> Agent:
+    settings = Settings(api_key="", data_dir=_data(tmp, two_person_above),
+                        output_dir=tmp / "output", max_retries=2, timeout=30.0)
+    return Agent(settings, model=model or open_model(settings))
+
+
+def test_an_angry_reply_is_escalated_once_and_only_then_a_lead_is_promised(agent: Agent):
+    run = agent.advance(agent.start_sample("angry").id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana Kim")
+    run = agent.advance(run.id)
+    assert agent.store.escalations() == []
+    assert "team lead" not in agent.outbox.messages()[-1]["request"]["body"]
+    agent.add_reply(run.id, ANGRY)
+    run = agent.advance(run.id)
+    (escalation,) = agent.store.escalations(open_only=True)
+    assert escalation.kind == "threat" and escalation.run_id == run.id
+    assert "chargeback" in escalation.reason and escalation.raised_by == "agent"
+    assert "team lead, who will look" in agent.outbox.messages()[-1]["request"]["body"]
+    taken = agent.take(escalation.id, "Lee Park")
+    assert taken.taken_by == "Lee Park" and taken.taken_at is not None
+    with pytest.raises(AlreadyDecided):
+        agent.take(escalation.id, "Sam Lee")
+    events = [e.event for e in agent.store.audit()]
+    assert events.count("escalated") == 1 and events.count("taken") == 1
+    assert agent.store.verify_audit() is None
+    (row,) = agent.store.inbox_rows([run.id])
+    assert row.desk == DeskStatus.PAID and row.escalations == 0
+
+
+def test_a_calm_reply_raises_nothing_and_promises_no_lead(agent: Agent):
+    run = agent.advance(agent.start_sample("angry").id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, False, "Dana Kim", note="Final sale items cannot be refunded.")
+    run = agent.advance(run.id)
+    agent.add_reply(run.id, "That's not fair, the skillet was never used.")
+    agent.advance(run.id)
+    assert agent.store.escalations() == []
+    assert all("team lead" not in m["request"]["body"] for m in agent.outbox.messages())
+    (row,) = agent.store.inbox_rows([run.id])
+    assert row.desk == DeskStatus.REJECTED
+
+
+def test_hand_off_then_a_lead_approves_and_the_hand_off_closes(agent: Agent):
+    run = agent.advance(agent.start(  "maya.chen@example.com", TWO_LINE_EMAIL).id)
+    (approval,) = agent.store.approvals("pending")
+    with pytest.raises(DecisionRefused, match="approval limit"):
+        agent.decide(approval.id, True, "Ana Ruiz", limit_cents=4000)
+    agent.hand_off(approval.id, "Ana Ruiz", "Over my limit")
+    with pytest.raises(DecisionRefused, match="already waiting for a lead"):
+        agent.hand_off(approval.id, "Ana Ruiz")
+    assert agent.store.handed_off() == {approval.id}
+    index = {run_id: (status, esc) for run_id, status, esc, _ in agent.store.desk_index()}
+    assert index[run.id] == (DeskStatus.WAITING, 1)          # in the needs-a-person view
+    agent.decide(approval.id, True, "Lee Park")
+    assert agent.store.handed_off() == set()
+    (e,) = agent.store.escalations()
+    assert e.kind == "over_limit" and e.taken_by == "Lee Park"
+    assert [x.event for x in agent.store.audit()][-3:] == ["refused", "handed_off", "approved"]
+
+
+def test_two_people_above_the_shop_amount_one_refund(tmp_path: Path):
+    agent = _agent(tmp_path, two_person_above=50)
+    run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL).id)
+    (approval,) = agent.store.approvals("pending")
+    first = agent.decide(approval.id, True, "Ana Ruiz", note="Photos look right.")
+    assert first.status == "pending" and agent.store.signoff(approval.id).by == "Ana Ruiz"
+    with pytest.raises(DecisionRefused, match="second, different person"):
+        agent.decide(approval.id, True, "ana ruiz")
+    with pytest.raises(DecisionRefused, match="same lines"):
+        agent.decide(approval.id, True, "Lee Park", keep=["POUR-GLS-01"])
+    done = agent.decide(approval.id, True, "Lee Park")
+    assert done.status == "approved" and done.decided_by == "Lee Park"
+    run = agent.advance(run.id)
+    assert run.status == RunStatus.DONE and len(agent.payments.refunds()) == 1
+    events = [e.event for e in agent.store.audit()]
+    assert events.count("signed_off") == 1 and events.count("issued") == 1
+
+
+def test_nobody_approves_a_ticket_they_typed_in(tmp_path: Path):
+    agent = _agent(tmp_path)
+    run = agent.start("maya.chen@example.com", TWO_LINE_EMAIL, raised_by="Dana Kim")
+    agent.advance(run.id)
+    (approval,) = agent.store.approvals("pending")
+    with pytest.raises(DecisionRefused, match="opened this ticket"):
+        agent.decide(approval.id, True, "dana kim")
+    assert agent.decide(approval.id, True, "Lee Park").status == "approved"
+
+
+# -- no sequence of decisions pays twice or skips the second person -----------------------------
+
+ACCOUNTS = {"Ana": None, "Lee": None, "Cy": 4000, "Opener": None}   # name -> limit in cents
+DECISION = st.tuples(st.sampled_from(sorted(ACCOUNTS)),
+                     st.sampled_from(["approve", "approve", "reject", "hand_off"]),
+                     st.sampled_from([None, ["POUR-GLS-01"], ["MUG-STN-2"]]))
+EXAMPLES = 150 if os.environ.get("REFUND_AGENT_DESK_FULL") == "1" else 40
+
+
+@pytest.fixture(scope="module")
+def shared_model(tmp_path_factory):
+    base = tmp_path_factory.mktemp("desk-model")
+    settings = Settings(api_key="", data_dir=DATA, output_dir=base / "output", max_retries=2,
+                        timeout=30.0)
+    model = open_model(settings)
+    yield model
+
+
+@hsettings(max_examples=EXAMPLES, deadline=None,
+           suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                  HealthCheck.too_slow])
+@given(decisions=st.lists(DECISION, min_size=1, max_size=6),
+       above=st.sampled_from([None, 30.0, 50.0]))
+def test_no_sequence_of_decisions_pays_twice_or_bypasses_the_second_person(
+        shared_model, decisions, above):
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = _agent(Path(tmp), above, model=shared_model)
+        run = agent.start("maya.chen@example.com", TWO_LINE_EMAIL, raised_by="Opener")
+        agent.advance(run.id)
+        (approval,) = agent.store.approvals("pending")
+        for name, action, keep in decisions:
+            try:
+                if action == "hand_off":
+                    agent.hand_off(approval.id, name)
+                else:
+                    agent.decide(approval.id, action == "approve", name,
+                                 None if action == "approve" else "no", keep=keep,
+                                 limit_cents=ACCOUNTS[name])
+            except RefundAgentError:
+                pass
+        final = agent.store.approval(approval.id)
+        first = agent.store.signoff(approval.id)
+        if final.status == "approved":
+            assert final.decided_by != "Opener"
+            if above is not None and final.amount_cents > above * 100:
+                assert first is not None and first.by != final.decided_by
+                assert first.by != "Opener" and first.amount_cents == final.amount_cents
+            limit = ACCOUNTS[final.decided_by]
+            assert limit is None or final.amount_cents <= limit
+            agent.advance(run.id)
+            agent.advance(run.id)
+        assert len(agent.payments.refunds()) == (1 if final.status == "approved" else 0)
+        assert [e.event for e in agent.store.audit()].count("approved") <= 1
+        assert agent.store.verify_audit() is None
+        agent.store.close()
+
+
+# -- the audit outside the page ------------------------------------------------------------------
+
+
+def test_the_audit_csv_has_zoned_times_customers_and_ticket_links(agent: Agent):
+    import io
+
+    import pandas as pd
+    run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL,
+                                    sender_name="Maya Chen").id)
+    data = views.audit_csv(agent.store.audit(), agent.store.run_customers(),
+                           "http://desk.example:8501/?run=other")
+    frame = pd.read_csv(io.BytesIO(data), keep_default_na=False)
+    (row,) = frame.to_dict("records")
+    when = pd.Timestamp(row["time"])
+    assert when.tzinfo is not None and abs(when.timestamp() - row["at"]) < 0.001
+    assert row["customer"] == "Maya Chen" and row["order_id"] == "A1043"
+    assert row["ticket"] == run.id
+    assert row["ticket_url"] == f"http://desk.example:8501/?run={run.id}"
+    assert views.customer_name("maya@example.com", "maya@example.com") == "maya@example.com"
+    assert views.customer_name("", "maya@example.com") == "maya@example.com"
+
+
+def test_one_customer_reads_the_same_in_every_row(agent: Agent):
+    named = agent.start("maya.chen@example.com", "Order A1043 arrived broken.",
+                        sender_name="Maya Chen")
+    bare = agent.start("maya.chen@example.com", "Order A1043: where is my refund?")
+    names = agent.store.customer_names()
+    rows = agent.store.inbox_rows([named.id, bare.id])
+    labels = [views.run_label(row, names=names) for row in rows]
+    assert all(label.startswith("**Maya Chen**") for label in labels)
+    assert set(agent.store.run_customers().values()) == {"Maya Chen"}
+
+
+def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Agent):
+    run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL).id)
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana Kim", keep=["POUR-GLS-01"], note="Mugs were used.")
+    agent.advance(run.id)
+    (record,) = agent.payments.refunds()
+    reason = record["request"]["reason"]
+    assert "coffee maker" in reason and "mug" not in reason.lower()
+    assert "Approved 1 of 2 lines" in reason
+
+
+def test_the_terminals_first_sign_off_says_a_second_person_completes_it(tmp_path: Path):
+    from helpers.cli import run_cli
+    data = _data(tmp_path, two_person_above=10)
+    out = tmp_path / "output"
+    assert run_cli(out, "sample", REFUND_AGENT_DATA=str(data)).returncode == 0
+    first = run_cli(out, "approve", "--as", "Dana Kim", REFUND_AGENT_DATA=str(data))
+    assert first.returncode == 0, first.stderr
+    assert "Signed off $48.00 for A1043" in first.stdout and "second person" in first.stdout
+    second = run_cli(out, "approve", "--as", "Lee Park", REFUND_AGENT_DATA=str(data))
+    assert second.returncode == 0, second.stderr
+    assert "Approved $48.00" in second.stdout

@@ -1,0 +1,259 @@
+"""Email over SMTP, against aiosmtpd: a real SMTP server others wrote, run on loopback.
+
+The server runs in this process (a thread of aiosmtpd's Controller) and keeps every message
+it accepted, so each test counts what was delivered: one message per email call, its
+``Message-ID`` derived from the call key, and, when a process dies between handing a message
+to the server and marking it sent, one duplicate at most, said plainly (never a lost email).
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import shutil
+import socket
+import ssl
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers.cli import run_cli
+
+pytest.importorskip("aiosmtpd")
+
+from aiosmtpd.controller import Controller  # noqa: E402
+from aiosmtpd.smtp import AuthResult, LoginPassword  # noqa: E402
+
+from refund_agent.errors import RunNotReady  # noqa: E402
+from refund_agent.ledger import IdempotentLog  # noqa: E402
+from refund_agent.outside.config import OutsideSettings  # noqa: E402
+from refund_agent.outside.smtp import EmailNotSent, SmtpOutbox, message_id  # noqa: E402
+from refund_agent.store import Store  # noqa: E402
+
+USER, PASSWORD = "desk", "s3cret pass"
+FROM = "help@juniperpine.example"
+
+
+class Mailbox:
+    """aiosmtpd's handler: keeps each accepted message, with who logged in to send it."""
+
+    def __init__(self) -> None:
+        self.messages: list[email.message.Message] = []
+        self.logins: list[str | None] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
+        # policy.default unfolds headers as a mail client does (a long Message-ID is folded
+        # before its "<", which RFC 5322 allows).
+        self.messages.append(email.message_from_bytes(envelope.original_content,
+                                                      policy=email.policy.default))
+        auth = session.auth_data if session.authenticated else None
+        self.logins.append(auth.login.decode() if isinstance(auth, LoginPassword) else None)
+        return "250 Message accepted for delivery"
+
+    def clear(self) -> None:
+        self.messages.clear()
+        self.logins.clear()
+
+
+def authenticate(server, session, envelope, mechanism, auth_data) -> AuthResult:
+    ok = isinstance(auth_data, LoginPassword) and \
+        (auth_data.login, auth_data.password) == (USER.encode(), PASSWORD.encode())
+    return AuthResult(success=ok, handled=False, auth_data=auth_data)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> Path | None:
+    """A self-signed certificate for 127.0.0.1 (openssl), or None where there is no openssl."""
+    if shutil.which("openssl") is None:
+        return None
+    where = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(where / "key.pem"), "-out", str(where / "cert.pem")],
+                   check=True, capture_output=True)
+    return where
+
+
+@pytest.fixture(scope="module")
+def servers(certificate):
+    """aiosmtpd three ways on loopback: plain (login allowed without TLS, as some relays do),
+    STARTTLS, and TLS from the first byte. Yields {security: (port, mailbox)}."""
+    running, found = [], {}
+    tls = None
+    if certificate is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    kinds = {"none": {"auth_require_tls": False}}
+    if tls is not None:
+        kinds["starttls"] = {"tls_context": tls, "require_starttls": True}
+        # aiosmtpd does not count TLS from the first byte as TLS when it decides whether to
+        # offer AUTH (it knows only STARTTLS), so it is told to offer it: the line is TLS.
+        kinds["tls"] = {"ssl_context": tls, "auth_require_tls": False}
+    for security, extra in kinds.items():
+        box, port = Mailbox(), free_port()
+        controller = Controller(box, hostname="127.0.0.1", port=port, authenticator=authenticate,
+                                auth_required=True, **extra)
+        controller.start()
+        running.append(controller)
+        found[security] = (port, box)
+    yield found
+    for controller in running:
+        controller.stop()
+
+
+def smtp_settings(port: int, security: str = "none", password: str = PASSWORD,
+                  ca: Path | None = None) -> OutsideSettings:
+    return OutsideSettings(email="smtp", smtp_host="127.0.0.1", smtp_port=port,
+                           smtp_user=USER, smtp_password=password, smtp_security=security,
+                           smtp_from=FROM, smtp_timeout=10,
+                           smtp_ca_file=str(ca / "cert.pem") if ca else "")
+
+
+def test_each_call_sends_one_message_whose_id_comes_from_the_call(tmp_path, servers):
+    port, box = servers["none"]
+    box.clear()
+    outbox = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    record, reused = outbox.send("run_1-call_a", "maya.chen@example.com", "Re: Cracked", "Hi")
+    assert not reused and record["message_id"] == "<run_1-call_a.refund-agent@juniperpine.example>"
+    again, reused = outbox.send("run_1-call_a", "maya.chen@example.com", "Re: Cracked", "Hi")
+    assert reused and again["message_id"] == record["message_id"]
+    assert len(box.messages) == 1 and box.logins == [USER]
+    sent = box.messages[0]
+    assert sent["Message-ID"] == message_id("run_1-call_a", FROM) == record["message_id"]
+    assert (sent["From"], sent["To"], sent["Subject"]) == (FROM, "maya.chen@example.com",
+                                                           "Re: Cracked")
+    assert sent.get_payload().strip() == "Hi"
+    assert outbox.unsent() == [] and outbox.resent() == []
+
+
+@pytest.mark.parametrize("security", ["starttls", "tls"])
+def test_starttls_and_tls_with_login(tmp_path, servers, certificate, security):
+    if security not in servers:
+        pytest.skip("openssl is needed to make the test server's certificate")
+    port, box = servers[security]
+    box.clear()
+    outbox = SmtpOutbox(tmp_path, None, smtp_settings(port, security, ca=certificate), FROM)
+    outbox.send("run_2-call_b", "tom.becker@example.com", "Re: Mixer", "Hello")
+    assert [m["Message-ID"] for m in box.messages] == [message_id("run_2-call_b", FROM)]
+    assert box.logins == [USER]
+
+
+def test_an_untrusted_certificate_is_refused(tmp_path, servers):
+    if "starttls" not in servers:
+        pytest.skip("openssl is needed to make the test server's certificate")
+    port, box = servers["starttls"]
+    box.clear()
+    outbox = SmtpOutbox(tmp_path, None, smtp_settings(port, "starttls"), FROM)  # no CA file
+    with pytest.raises(EmailNotSent, match="Could not send the email"):
+        outbox.send("run_3-call_c", "tom.becker@example.com", "Re: x", "Hello")
+    assert box.messages == [] and [r["idempotency_key"] for r in outbox.unsent()] == \
+        ["run_3-call_c"]
+
+
+def test_a_refused_login_is_said_plainly_and_resume_sends_it_once(tmp_path, servers):
+    port, box = servers["none"]
+    box.clear()
+    wrong = SmtpOutbox(tmp_path, None, smtp_settings(port, password="nope"), FROM)
+    with pytest.raises(EmailNotSent, match="refused the login for SMTP_USER 'desk'"):
+        wrong.send("run_4-call_d", "maya.chen@example.com", "Re: x", "Hi")
+    assert box.messages == [] and len(wrong.unsent()) == 1
+    right = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    right.send("run_4-call_d", "maya.chen@example.com", "Re: x", "Hi")
+    assert len(box.messages) == 1 and right.unsent() == []
+
+
+@pytest.mark.parametrize(("to", "subject"), [
+    ("maya.chen@example.com\nBcc: x@evil.example", "Hi"),
+    ("maya.chen@example.com", "Hi\r\nBcc: x@evil.example")])
+def test_header_injection_is_refused_before_anything_is_recorded(tmp_path, servers, to, subject):
+    port, box = servers["none"]
+    box.clear()
+    outbox = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    with pytest.raises(RunNotReady):
+        outbox.send("run_5-call_e", to, subject, "Hi")
+    assert box.messages == [] and outbox.messages() == []
+
+
+# -- the crash matrix, over SMTP ----------------------------------------------------------------
+
+def smtp_env(port: int) -> dict[str, str]:
+    return {"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
+            "SMTP_USER": USER, "SMTP_PASSWORD": PASSWORD, "SMTP_SECURITY": "none"}
+
+
+@pytest.mark.parametrize("point", ["email_recorded", "after_smtp_send", "after_email"])
+def test_a_crash_around_the_send_loses_no_email_and_is_never_silent(tmp_path, servers, point):
+    """The damaged-item sample approved in a process killed at ``point`` while emailing, then
+    resumed: every email call reaches the server, once (or, killed between the server taking
+    it and the outbox marking it, twice with one Message-ID, and said so)."""
+    port, box = servers["none"]
+    box.clear()
+    out, env = tmp_path / "out", smtp_env(port)
+    assert run_cli(out, "sample", "damaged", **env).returncode == 0
+    before = len(box.messages)
+    killed = run_cli(out, "approve", "--as", "Dana Kim", **env, REFUND_AGENT_CRASH_AT=point)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    if point == "email_recorded":   # recorded, not sent: audit --verify says so
+        told = run_cli(out, "audit", "--verify", **env)
+        assert told.returncode == 1 and "never marked sent" in told.stdout
+        assert len(box.messages) == before
+    resumed = run_cli(out, "resume", **env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    calls = [r["idempotency_key"] for r in IdempotentLog(out / "outbox.log").records()]
+    ids = Counter(m["Message-ID"].strip() for m in box.messages)
+    assert set(ids) == {message_id(key, FROM) for key in calls}   # none lost, none foreign
+    twice = [i for i, n in ids.items() if n > 1]
+    if point == "after_smtp_send":
+        assert len(twice) == 1 and ids[twice[0]] == 2   # at most one duplicate...
+        verified = run_cli(out, "audit", "--verify", **env)
+        assert verified.returncode == 0 and "may have it twice" in verified.stdout  # ...said
+        steps = [s.data for run in Store(out / "refund-agent.sqlite3").runs()
+                 for s in Store(out / "refund-agent.sqlite3").steps(run.id)
+                 if s.kind == "message"]
+        assert any(s.get("resent") for s in steps)
+    else:
+        assert twice == []
+        assert run_cli(out, "audit", "--verify", **env).returncode == 0
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({"REFUND_AGENT_EMAIL": "smtp"}, "REFUND_AGENT_EMAIL=smtp needs SMTP_HOST"),
+    ({"REFUND_AGENT_EMAIL": "pigeon"}, "REFUND_AGENT_EMAIL must be stand-in or smtp"),
+    ({"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "h", "SMTP_SECURITY": "ssl"},
+     "SMTP_SECURITY must be starttls, tls or none"),
+    ({"SMTP_PORT": "99999"}, "SMTP_PORT must be a port number"),
+    ({"REFUND_AGENT_PAYMENTS": "stripe"}, "REFUND_AGENT_PAYMENTS=stripe needs STRIPE_API_KEY"),
+    ({"REFUND_AGENT_PAYMENTS": "paypal"}, "REFUND_AGENT_PAYMENTS must be stand-in or stripe"),
+])
+def test_outside_settings_refused_in_one_line(monkeypatch, env, words):
+    from refund_agent.config import load_settings
+    from refund_agent.errors import ConfigError
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=words) as caught:
+        load_settings()
+    assert "\n" not in str(caught.value)
+
+
+def test_the_secrets_stay_out_of_the_settings_repr(monkeypatch):
+    from refund_agent.config import load_settings
+    monkeypatch.setenv("REFUND_AGENT_EMAIL", "smtp")
+    monkeypatch.setenv("SMTP_HOST", "smtp.example.com")
+    monkeypatch.setenv("SMTP_PASSWORD", "hunter2-smtp")
+    monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "stripe")
+    monkeypatch.setenv("STRIPE_API_KEY", "sk_live_hunter2")
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_hunter2")
+    settings = load_settings()
+    assert settings.outside.port == 587 and settings.outside.smtp_password == "hunter2-smtp"
+    shown = repr(settings)
+    assert "hunter2" not in shown and "smtp.example.com" in shown

@@ -1,0 +1,486 @@
+"""Refunds on Stripe, against localstripe: a fake Stripe server others wrote, run on loopback.
+
+localstripe (https://github.com/adrienverge/localstripe) speaks Stripe's REST API closely
+enough for charges, PaymentIntents and refunds (create, retrieve, list by charge or
+PaymentIntent). It ignores ``Idempotency-Key`` (two refunds with one key come back as two
+refunds, proven below), which makes it the place to prove the look-up-before-create rule. What
+it lacks (refund webhooks, failed refunds, Stripe's error codes) comes from recorded responses
+in Stripe's documented shapes, cited where used.
+
+The module starts one localstripe process; every test makes its own charges on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers.cli import DATA, run_cli
+
+pytest.importorskip("stripe")
+pytest.importorskip("localstripe")
+
+import stripe  # noqa: E402
+
+from refund_agent import Agent, Settings  # noqa: E402
+from refund_agent.errors import PaymentRefused, PaymentUncertain  # noqa: E402
+from refund_agent.ledger import IdempotentLog  # noqa: E402
+from refund_agent.models import RunStatus  # noqa: E402
+from refund_agent.outside.config import OutsideSettings  # noqa: E402
+from refund_agent.outside.stripe import (  # noqa: E402
+    CALL_ID,
+    StripePayments,
+    plain_stripe_error,
+)
+from refund_agent.outside.webhooks import handle  # noqa: E402
+from refund_agent.policy import Quote, QuotedLine  # noqa: E402
+from refund_agent.reconcile import provider_problems, reconcile  # noqa: E402
+
+KEY = "sk_test_refund_agent"
+SECRET = "whsec_test_refund_agent"
+ORDER = "A1043"          # the damaged-item sample's order: $80.95 paid
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} did not start listening on {port}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> str:
+    """localstripe on a free loopback port, for the module: its base URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "localstripe", "--port", str(port),
+                             "--from-scratch"], cwd=tmp_path_factory.mktemp("localstripe"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(port, proc, "localstripe")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def client(server: str) -> stripe.StripeClient:
+    return stripe.StripeClient(KEY, base_addresses={"api": server}, max_network_retries=0)
+
+
+def charge(client: stripe.StripeClient, cents: int = 8095, intent: bool = False) -> str:
+    """A paid card payment at localstripe: a charge id, or a PaymentIntent id."""
+    card = client.v1.payment_methods.create(params={"type": "card", "card": {
+        "number": "4242424242424242", "exp_month": 12, "exp_year": 2030, "cvc": "123"}})
+    if intent:
+        pi = client.v1.payment_intents.create(params={"amount": cents, "currency": "usd",
+                                                      "payment_method": card.id})
+        return client.v1.payment_intents.confirm(pi.id).id
+    return client.v1.charges.create(params={"amount": cents, "currency": "usd",
+                                            "source": card.id}).id
+
+
+def refunds_of(client: stripe.StripeClient, ref: str) -> list[dict]:
+    field = "payment_intent" if ref.startswith("pi_") else "charge"
+    return [r.to_dict() for r in client.v1.refunds.list(
+        params={field: ref, "limit": 100}).auto_paging_iter()]
+
+
+def shop_paid_with(tmp_path: Path, ref: str | None, order: str = ORDER) -> Path:
+    """A copy of the sample shop whose ``order`` was paid with Stripe payment ``ref``."""
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    orders = json.loads((data / "orders.json").read_text())
+    for o in orders["orders"]:
+        if o["order_id"] == order and ref:
+            o["payment_ref"] = ref
+    (data / "orders.json").write_text(json.dumps(orders))
+    return data
+
+
+def outside(server: str, key: str = KEY) -> OutsideSettings:
+    return OutsideSettings(payments="stripe", stripe_api_key=key, stripe_api_base=server,
+                           stripe_webhook_secret=SECRET, stripe_timeout=5)
+
+
+def stripe_env(server: str, data: Path, **extra: str) -> dict[str, str]:
+    return {"REFUND_AGENT_DATA": str(data), "REFUND_AGENT_PAYMENTS": "stripe",
+            "STRIPE_API_KEY": KEY, "STRIPE_API_BASE": server, **extra}
+
+
+def quote(cents: int = 4800, order: str = ORDER) -> Quote:
+    return Quote(order_id=order, lines=[QuotedLine(
+        line="POUR-GLS-01", name="Glass pour-over coffee maker", reason="damaged",
+        amount_cents=cents, allowed_cents=cents, fee_cents=0)])
+
+
+def adapter(tmp_path: Path, server: str, refs: dict[str, str], key: str = KEY
+            ) -> StripePayments:
+    return StripePayments(tmp_path, None, outside(server, key), refs.get)
+
+
+def approved_run(tmp_path: Path, server: str, ref: str) -> tuple[Agent, str, str]:
+    """A damaged-item run approved and finished in this process: (agent, run id, approval)."""
+    data = shop_paid_with(tmp_path, ref)
+    settings = Settings(api_key="", data_dir=data, output_dir=tmp_path / "out", max_retries=2,
+                        timeout=30.0, outside=outside(server))
+    agent = Agent(settings)
+    run = agent.start_sample("damaged")
+    assert agent.advance(run.id).status == RunStatus.WAITING
+    approval = agent.store.approvals("pending")[0]
+    agent.decide(approval.id, True, "Dana Kim")
+    assert agent.advance(run.id).status == RunStatus.DONE
+    return agent, run.id, approval.id
+
+
+# -- the look-up before create -------------------------------------------------------------------
+
+def test_localstripe_ignores_idempotency_keys(client):
+    """The premise: two refunds with one key are two refunds there, so only the adapter's
+    look-up can make a retried refund once."""
+    ref = charge(client)
+    for _ in range(2):
+        client.v1.refunds.create(params={"charge": ref, "amount": 100},
+                                 options={"idempotency_key": "one-key"})
+    assert len(refunds_of(client, ref)) == 2
+
+
+def test_a_crash_after_the_refund_request_resumed_gives_one_refund(tmp_path, server, client):
+    """SIGKILL between Stripe's answer and the ledger's record of it (after_provider_refund):
+    resume finds the refund by its call id in Stripe's list and reuses it."""
+    ref = charge(client)
+    data, out = shop_paid_with(tmp_path, ref), tmp_path / "out"
+    env = stripe_env(server, data)
+    assert run_cli(out, "sample", "damaged", **env).returncode == 0
+    killed = run_cli(out, "approve", "--as", "Dana Kim", **env,
+                     REFUND_AGENT_CRASH_AT="after_provider_refund")
+    assert killed.returncode == -9, killed.stderr
+    assert "crash point after_provider_refund" in killed.stderr
+    made = refunds_of(client, ref)
+    assert len(made) == 1 and IdempotentLog(out / "refunds.log").records() == []  # not recorded
+    resumed = run_cli(out, "resume", **env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = refunds_of(client, ref)
+    assert [r["id"] for r in after] == [made[0]["id"]]
+    agent = Agent(Settings(api_key="", data_dir=data, output_dir=out, outside=outside(server)))
+    approval = agent.store.approvals(status="approved")[0]
+    assert after[0]["metadata"][CALL_ID] == approval.id
+    assert after[0]["amount"] == approval.amount_cents
+    assert after[0]["metadata"]["lines"] == "POUR-GLS-01:damaged:4800"
+    assert [e.event for e in agent.store.audit() if e.event in ("issued", "reused")] == ["reused"]
+    verified = run_cli(out, "audit", "--verify", **env)
+    assert verified.returncode == 0, verified.stdout
+
+
+def test_a_retry_after_the_key_expired_reuses_the_refund(tmp_path, server, client):
+    """An approval carried out again days later, with the local record gone too (another
+    host's ledger, a restored backup) and Stripe's 24-hour key long forgotten: the look-up by
+    call id finds the refund, and no second one is made."""
+    ref = charge(client, intent=True)
+    first, reused = adapter(tmp_path / "a", server, {ORDER: ref}).refund("run_x-call_1",
+                                                                         quote(), "damaged")
+    assert not reused
+    again, reused = adapter(tmp_path / "b", server, {ORDER: ref}).refund("run_x-call_1",
+                                                                         quote(), "damaged")
+    assert reused and again["refund_id"] == first["refund_id"]
+    assert len(refunds_of(client, ref)) == 1
+
+
+def test_two_approvers_at_once_make_one_refund(tmp_path, server, client):
+    ref = charge(client)
+    data, out = shop_paid_with(tmp_path, ref), tmp_path / "out"
+    env = stripe_env(server, data)
+    assert run_cli(out, "sample", "damaged", **env).returncode == 0
+    from helpers.cli import cli_env
+
+    from refund_agent.store import Store
+    approval = Store(out / "refund-agent.sqlite3").approvals("pending")[0].id
+    procs = [subprocess.Popen([sys.executable, "-m", "refund_agent", "approve", "--as", who,
+                               "--id", approval],
+                              env=cli_env(out, **env), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for who in ("Dana Kim", "Sam Ortiz")]
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [0, 3], [p.stdout.read() + p.stderr.read() for p in procs]
+    assert len(refunds_of(client, ref)) == 1
+
+
+# -- an answer that never came back --------------------------------------------------------------
+
+class _Dropping(BaseHTTPRequestHandler):
+    """A proxy to localstripe that, for POST /v1/refunds, hangs up without answering: after
+    forwarding the request (Stripe acted, the answer was lost) or before (it never arrived)."""
+
+    upstream = ""
+    mode = "after"   # "after", "before" or "pass"
+
+    def _relay(self, method: str) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        drop = method == "POST" and self.path.startswith("/v1/refunds") and self.mode != "pass"
+        if drop and self.mode == "before":
+            self.close_connection = True
+            return
+        req = urllib.request.Request(self.upstream + self.path, data=body or None,
+                                     method=method, headers={
+                                         k: v for k, v in self.headers.items()
+                                         if k.lower() in ("authorization", "content-type")})
+        try:
+            with urllib.request.urlopen(req) as answer:
+                status, payload = answer.status, answer.read()
+        except urllib.error.HTTPError as exc:
+            status, payload = exc.code, exc.read()
+        if drop:
+            self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._relay("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._relay("POST")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def dropping(server):
+    _Dropping.upstream, _Dropping.mode = server, "after"
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Dropping)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{proxy.server_port}"
+    proxy.shutdown()
+    proxy.server_close()
+
+
+def test_a_lost_answer_is_settled_by_reading_back(tmp_path, client, dropping):
+    """Stripe made the refund but its answer was lost: the adapter reads the refunds back,
+    finds it by call id and records it; it sends no second request."""
+    ref = charge(client)
+    _Dropping.mode = "after"
+    record, _ = adapter(tmp_path, dropping, {ORDER: ref}).refund("run_y-call_1", quote(), "x")
+    made = refunds_of(client, ref)
+    assert [r["id"] for r in made] == [record["refund_id"]]
+
+
+def test_an_answer_that_never_came_is_uncertain_not_failed(tmp_path, server, client, dropping):
+    """The request never arrived and no answer came: not found on reading back, so the refund
+    is *uncertain*: nothing recorded as paid; the retry reads back first, then makes one."""
+    ref = charge(client)
+    _Dropping.mode = "before"
+    payments = adapter(tmp_path, dropping, {ORDER: ref})
+    with pytest.raises(PaymentUncertain, match="may or may not have been made"):
+        payments.refund("run_z-call_1", quote(), "x")
+    assert payments.refunds() == [] and refunds_of(client, ref) == []
+    record, reused = adapter(tmp_path, server, {ORDER: ref}).refund("run_z-call_1", quote(), "x")
+    assert not reused and [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
+
+
+def test_an_uncertain_refund_is_audited_and_resume_settles_it_once(tmp_path, client, dropping):
+    """Through the agent: the uncertain refund is an audit line and the run's failure, nothing
+    is recorded as paid, and resuming (Stripe reachable again) makes exactly one refund."""
+    ref = charge(client)
+    _Dropping.mode = "before"
+    agent, run_id = _waiting_run(tmp_path, dropping, ref)
+    approval = agent.store.approvals("pending")[0]
+    agent.decide(approval.id, True, "Dana Kim")
+    with pytest.raises(PaymentUncertain):
+        agent.advance(run_id)
+    run = agent.store.run(run_id)
+    assert run.status == RunStatus.FAILED and "may or may not have been made" in run.error
+    events = [e.event for e in agent.store.audit()]
+    assert "uncertain" in events and "issued" not in events
+    assert agent.payments.refunds() == [] and refunds_of(client, ref) == []
+    _Dropping.mode = "pass"
+    assert agent.advance(run_id).status == RunStatus.DONE
+    made = refunds_of(client, ref)
+    assert len(made) == 1 and made[0]["metadata"][CALL_ID] == approval.id
+    assert reconcile(agent.store, agent.settings.output_dir) is None
+
+
+# -- errors in plain words, nothing recorded as paid ---------------------------------------------
+
+def test_errors_in_plain_words_and_nothing_recorded(tmp_path, server, client):
+    ref = charge(client, cents=500)
+    cases = [({}, KEY, "has no payment_ref in the shop's data"),
+             ({ORDER: "ch_doesnotexist"}, KEY, "Stripe has no payment ch_doesnotexist"),
+             ({ORDER: ref}, KEY, r"has \$5\.00 left to refund, less than the \$48\.00"),
+             ({ORDER: ref}, "sk_", "Stripe refused the API key")]
+    for i, (refs, key, words) in enumerate(cases):
+        payments = adapter(tmp_path / str(i), server, refs, key=key)
+        with pytest.raises(PaymentRefused, match=words) as caught:
+            payments.refund(f"run_e-call_{i}", quote(), "x")
+        assert "\n" not in str(caught.value) and "Nothing was refunded" in str(caught.value)
+        assert payments.refunds() == []
+    assert refunds_of(client, ref) == []
+
+
+def test_stripe_error_codes_in_plain_words():
+    """Errors localstripe does not produce, in the shape Stripe documents them
+    (https://docs.stripe.com/api/errors: type, code, message, param;
+    https://docs.stripe.com/error-codes#charge-already-refunded)."""
+    body = {"error": {"type": "invalid_request_error", "code": "charge_already_refunded",
+                      "message": "Charge ch_1 has already been refunded.", "param": None}}
+    exc = stripe.InvalidRequestError(body["error"]["message"], None, code="charge_already_refunded",
+                                     http_body=json.dumps(body), http_status=400, json_body=body)
+    assert "larger than what is left" in plain_stripe_error(exc, "ch_1", ORDER)
+    body = {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                      "message": "No such charge: 'ch_2'", "param": "charge"}}
+    exc = stripe.InvalidRequestError(body["error"]["message"], "charge", code="resource_missing",
+                                     http_body=json.dumps(body), http_status=404, json_body=body)
+    assert plain_stripe_error(exc, "ch_2", ORDER).startswith("Stripe has no payment ch_2")
+
+
+def test_a_run_whose_refund_stripe_refuses_fails_with_nothing_paid(tmp_path, server):
+    agent, run_id = _waiting_run(tmp_path, server, "ch_missing")
+    approval = agent.store.approvals("pending")[0]
+    agent.decide(approval.id, True, "Dana Kim")
+    with pytest.raises(PaymentRefused):
+        agent.advance(run_id)
+    run = agent.store.run(run_id)
+    assert run.status == RunStatus.FAILED and "Stripe has no payment ch_missing" in run.error
+    assert agent.payments.refunds() == []
+    assert not [e for e in agent.store.audit() if e.event in ("issued", "reused")]
+    assert reconcile(agent.store, agent.settings.output_dir) is None
+
+
+def _waiting_run(tmp_path: Path, server: str, ref: str) -> tuple[Agent, str]:
+    data = shop_paid_with(tmp_path, ref)
+    agent = Agent(Settings(api_key="", data_dir=data, output_dir=tmp_path / "out", max_retries=2,
+                           timeout=30.0, outside=outside(server)))
+    run = agent.start_sample("damaged")
+    assert agent.advance(run.id).status == RunStatus.WAITING
+    return agent, run.id
+
+
+# -- what Stripe says later: webhooks, reconcile -------------------------------------------------
+
+def signed(payload: bytes, secret: str = SECRET, at: int | None = None) -> str:
+    """A Stripe-Signature header: t=TIMESTAMP,v1=HMAC-SHA256(secret, "t.payload") in hex
+    (https://docs.stripe.com/webhooks#verify-manually)."""
+    at = int(time.time()) if at is None else at
+    mac = hmac.new(secret.encode(), f"{at}.".encode() + payload, hashlib.sha256).hexdigest()
+    return f"t={at},v1={mac}"
+
+
+def refund_event(refund: dict, kind: str = "refund.failed", event_id: str = "evt_1") -> bytes:
+    """An event in the shape Stripe documents (https://docs.stripe.com/api/events/object),
+    carrying the refund as Stripe reports a failed one (https://docs.stripe.com/refunds#failed-
+    refunds: status "failed", failure_reason, failure_balance_transaction)."""
+    failed = {**refund, "status": "failed", "failure_reason": "expired_or_canceled_card",
+              "failure_balance_transaction": "txn_1FailureRecorded"}
+    return json.dumps({"id": event_id, "object": "event", "api_version": "2025-01-27.acacia",
+                       "created": int(time.time()), "livemode": False, "pending_webhooks": 1,
+                       "request": {"id": None, "idempotency_key": None}, "type": kind,
+                       "data": {"object": failed}}).encode()
+
+
+def test_a_refund_stripe_fails_later_reaches_the_desk_and_the_audit(tmp_path, server, client):
+    ref = charge(client)
+    agent, run_id, approval_id = approved_run(tmp_path, server, ref)
+    made = refunds_of(client, ref)[0]
+    # localstripe cannot fail a refund; its generic update sets the status, so its list says
+    # what Stripe's would after a failure.
+    client.v1.refunds.update(made["id"], params={"status": "failed"})  # type: ignore[arg-type]
+    problems = provider_problems(agent.payments, agent.store)
+    assert len(problems) == 1 and "the desk was never told" in problems[0]
+
+    port = free_port()
+    from helpers.cli import cli_env
+    proc = subprocess.Popen([sys.executable, "-m", "refund_agent", "webhooks", "--port",
+                             str(port)], env=cli_env(agent.settings.output_dir,
+                                                     **stripe_env(server, agent.settings.data_dir),
+                                                     STRIPE_WEBHOOK_SECRET=SECRET),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(port, proc, "refund-agent webhooks")
+        payload = refund_event(made)
+
+        def post(body: bytes, signature: str) -> tuple[int, str]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/", data=body, method="POST",
+                                         headers={"Stripe-Signature": signature,
+                                                  "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req) as answer:
+                    return answer.status, json.loads(answer.read())["message"]
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())["message"]
+
+        assert post(payload, signed(payload, "whsec_wrong"))[0] == 400
+        assert post(payload, signed(payload, at=int(time.time()) - 3600))[0] == 400  # replayed
+        assert agent.store.run(run_id).status == RunStatus.DONE   # nothing recorded
+        assert post(payload, signed(payload)) == (200, "Recorded.")
+        assert post(payload, signed(payload)) == (200, "Already recorded.")   # redelivered
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    run = agent.store.run(run_id)
+    assert run.status == RunStatus.FAILED and made["id"] in run.error
+    assert "A person needs to take this ticket over" in run.error
+    assert run_id in {r.run.id for r in agent.store.inbox(statuses=(RunStatus.FAILED,))}
+    failed = [e for e in agent.store.audit() if e.event == "provider_failed"]
+    assert len(failed) == 1 and failed[0].approval_id == approval_id
+    assert failed[0].actor == "stripe" and "expired or canceled card" in failed[0].note
+    assert agent.store.verify_audit() is None
+    assert provider_problems(agent.payments, agent.store) == []   # the desk was told
+
+
+def test_a_bad_webhook_body_changes_nothing(tmp_path):
+    from refund_agent.store import Store
+    store = Store(tmp_path / "s.sqlite3")
+    assert handle(store, SECRET, b"not json", signed(b"not json"))[0] == 400
+    assert handle(store, SECRET, b"{}", None)[0] == 400
+    other = json.dumps({"id": "evt_2", "object": "event", "type": "charge.succeeded",
+                        "data": {"object": {}}}).encode()
+    assert handle(store, SECRET, other, signed(other))[0] == 200
+    assert store.provider_events() == [] and store.audit() == []
+
+
+def test_reconcile_finds_a_refund_made_outside_and_one_missing(tmp_path, server, client):
+    ref = charge(client)
+    agent, _run, _approval = approved_run(tmp_path, server, ref)
+    assert provider_problems(agent.payments, agent.store) == []
+    mine = refunds_of(client, ref)[0]["id"]
+    outside_refund = client.v1.refunds.create(params={"charge": ref, "amount": 695})
+    problems = provider_problems(agent.payments, agent.store)
+    assert len(problems) == 1 and outside_refund.id in problems[0]
+    assert "made outside the agent" in problems[0]
+    # localstripe lets a test delete a refund, as a wrong account or mode would hide it.
+    urllib.request.urlopen(urllib.request.Request(
+        f"{server}/v1/refunds/{mine}", method="DELETE",
+        headers={"Authorization": f"Bearer {KEY}"})).close()
+    problems = provider_problems(agent.payments, agent.store)
+    assert len(problems) == 2 and mine in problems[0] and "missing at Stripe" in problems[0]
+    from helpers.cli import cli_env  # noqa: F401 (the CLI says the same)
+    verified = run_cli(agent.settings.output_dir, "audit", "--verify",
+                       **stripe_env(server, agent.settings.data_dir))
+    assert verified.returncode == 1
+    assert "missing at Stripe" in verified.stdout and "made outside the agent" in verified.stdout
