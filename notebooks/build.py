@@ -3,7 +3,7 @@
 The notebooks are easier to review, merge and re-point as plain Python; run this, then execute
 each notebook in place so its outputs are stored (nbval compares them):
 
-    cd notebooks && ../.venv/bin/python build.py
+    cd notebooks && ../.venv/bin/python build.py [walkthrough] [beyond]
     ../.venv/bin/jupyter nbconvert --to notebook --execute --inplace walkthrough.ipynb beyond.ipynb
 """
 
@@ -66,12 +66,20 @@ class Page:
         for part in re.split(r"(\\n)", text):
             if part == "\\n":
                 sys.stdout.write("\\n"); self.column = 0
-            elif part and self.column < self.width:
-                room = self.width - self.column
-                sys.stdout.write(part if len(part) <= room else part[:max(room - 3, 0)] + "...")
-                self.column += len(part)
+            elif part and self.column <= self.width - 3:
+                room = self.width - 3 - self.column       # what is left, less "..."
+                # Cut at a space, so an id is shown whole or not at all (the stored outputs
+                # mask ids, which only works on whole ones).
+                head = part[:room + 1]
+                cut = head[:head.rfind(" ")] if " " in head else ""
+                sys.stdout.write(part if len(part) <= room else cut + "...")
+                self.column += len(part) if len(part) <= room else self.width
     def flush(self):
         sys.stdout.flush()
+
+def show(text):
+    "Print text with every line cut to the page."
+    Page().write(text + "\\n")
 
 def trace():
     "The terminal's printer, on the page."
@@ -100,7 +108,10 @@ exec((HERE / "cells_walkthrough.py").read_text())  # defines WALKTHROUGH
 exec((HERE / "cells_beyond.py").read_text())       # defines BEYOND
 
 if __name__ == "__main__":
+    wanted = sys.argv[1:] or ["walkthrough", "beyond"]   # e.g. `build.py beyond`
     for name, cells in (("walkthrough", WALKTHROUGH), ("beyond", BEYOND)):
+        if name not in wanted:
+            continue
         path = HERE / f"{name}.ipynb"
         path.write_text(json.dumps(notebook(cells), indent=1, ensure_ascii=False) + "\n")
         print("wrote", path)

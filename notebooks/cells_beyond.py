@@ -168,16 +168,17 @@ def copy_of_desk(name, log=None, edit=None):
 check("this desk's books agree", reconcile(agent.store, OUTPUT) is None)
 forged = dict(json.loads((OUTPUT / "refunds.log").read_text().splitlines()[0]),
               idempotency_key="run_000000000000-call-0", refund_id="re_" + "0" * 16)
+forged_email = dict(json.loads((OUTPUT / "outbox.log").read_text().splitlines()[0]),
+                    idempotency_key="run_000000000000-call-0", message_id="msg_" + "0" * 16)
 cases = {
     "a refund nobody approved": ("refunds.log", lambda ls: ls + [json.dumps(forged) + "\\n"]),
     "an approved refund missing": ("refunds.log", lambda ls: ls[1:]),
-    "an email no call sent": ("outbox.log", lambda ls: ls + [ls[0].replace('"msg_', '"msg_f')
-                                                             .replace('-call-', '-call-9')]),
+    "an email no call sent": ("outbox.log", lambda ls: ls + [json.dumps(forged_email) + "\\n"]),
     "a sent email missing": ("outbox.log", lambda ls: ls[1:]),
 }
 for what, (log, edit) in cases.items():
     problem = reconcile(*copy_of_desk(what.replace(" ", "-"), log, edit))
-    print(f"  {what}: {(problem or 'none')[:76]}...")
+    show(f"  {what}: {problem}")
     check(f"caught: {what}", problem is not None)
 '''),
 md("""
