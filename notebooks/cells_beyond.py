@@ -111,7 +111,7 @@ agent.decide(approval.id, approve=True, by="Dana Kim")
 try:
     agent.advance(priya.id, on_event=take_over_at("restart"))
 except LeaseLost as exc:
-    print("LeaseLost:", str(exc)[:80] + "...")
+    print("LeaseLost:", str(exc).split(" while")[0])
 check("the process that lost the run paid nothing", agent.payments.find(approval.id) is None)
 other, lease = taken.pop()
 other.release(lease, RunStatus.WAITING)
@@ -130,7 +130,7 @@ check("killed right after paying: the payment has its audit line",
 try:
     agent.advance(priya.id, on_event=take_over_at("call", "send_customer_message"))
 except LeaseLost as exc:
-    print("LeaseLost:", str(exc)[:80] + "...")
+    print("LeaseLost:", str(exc).split(" while")[0])
 check("the process that lost the run sent no email", not [m for m in agent.outbox.messages()
       if m["idempotency_key"].startswith(priya.id)])
 other, lease = taken.pop()
@@ -166,20 +166,26 @@ def copy_of_desk(name, log=None, edit=None):
     return Store(folder / "refund-agent.sqlite3"), folder
 
 check("this desk's books agree", reconcile(agent.store, OUTPUT) is None)
-forged = dict(json.loads((OUTPUT / "refunds.log").read_text().splitlines()[0]),
-              idempotency_key="run_000000000000-call-0", refund_id="re_" + "0" * 16)
-forged_email = dict(json.loads((OUTPUT / "outbox.log").read_text().splitlines()[0]),
-                    idempotency_key="run_000000000000-call-0", message_id="msg_" + "0" * 16)
-cases = {
-    "a refund nobody approved": ("refunds.log", lambda ls: ls + [json.dumps(forged) + "\\n"]),
-    "an approved refund missing": ("refunds.log", lambda ls: ls[1:]),
-    "an email no call sent": ("outbox.log", lambda ls: ls + [json.dumps(forged_email) + "\\n"]),
-    "a sent email missing": ("outbox.log", lambda ls: ls[1:]),
+first_refund, first_email = (json.loads((OUTPUT / log).read_text().splitlines()[0])
+                             for log in ("refunds.log", "outbox.log"))
+mugs = {"line": "MUG-STN-2", "reason": "changed_mind", "amount_cents": 1850}
+forged = {**first_refund, "idempotency_key": "run_000000000000-call-0",
+          "refund_id": "re_" + "0" * 16, "request": {"order_id": "A1043", "amount_cents": 1850,
+                                                      "lines": [mugs], "reason": "nobody"}}
+forged_email = {**first_email, "idempotency_key": "run_000000000000-call-0",
+                "message_id": "msg_" + "0" * 16}
+cases = {  # the tampering: which log, how, and what the problem must name
+    "a refund nobody approved": ("refunds.log", lambda ls: ls + [json.dumps(forged) + "\\n"],
+                                 forged["idempotency_key"]),
+    "an approved refund missing": ("refunds.log", lambda ls: ls[1:], first_refund["refund_id"]),
+    "an email no call sent": ("outbox.log", lambda ls: ls + [json.dumps(forged_email) + "\\n"],
+                              forged_email["message_id"]),
+    "a sent email missing": ("outbox.log", lambda ls: ls[1:], first_email["message_id"]),
 }
-for what, (log, edit) in cases.items():
-    problem = reconcile(*copy_of_desk(what.replace(" ", "-"), log, edit))
+for what, (log, edit, named) in cases.items():
+    problem = reconcile(*copy_of_desk(what.replace(" ", "-"), log, edit)) or ""
     show(f"  {what}: {problem}")
-    check(f"caught: {what}", problem is not None)
+    check(f"caught: {what}", named in problem)
 '''),
 md("""
 Each audit entry's hash covers every field, chained to the entry before it, and the chain's

@@ -333,4 +333,124 @@ check("the gone response was replaced by the transcript",
 check("the run finished and paid once", run.status.value == "done"
       and len(slow.payments.refunds()) == 1)
 '''),
+
+md('''
+## Apply it to your agent
+
+Nothing above is specific to refunds. `refund_agent/examples/closure.py` is a second agent on
+the same loop and store, short enough to read whole: an account-closure desk with two tools.
+A tool **declares** what it is, and the loop dispatches by that declaration, never by name:
+`lookup_account` is read-only (it may run again after a crash); `close_account`
+`needs_approval`. Its first call queues a proposal and the run pauses; once a person decides,
+the loop runs it with the decision, and it closes the account keyed by the call.
+'''),
+code('''
+from refund_agent.examples import ClosureAgent
+from refund_agent.examples.closure import TOOLS
+from refund_agent.tools import ToolKind
+
+for tool in TOOLS.values():
+    print(f"{tool.name:<15} {tool.kind}")
+closer = ClosureAgent(agent.settings.with_(output_dir=OUTPUT / "closures"))
+ana = closer.start("ana.ruiz@example.com", "Please close my account AC-1001, we move abroad.",
+                   sender_name="Ana Ruiz")
+ana = closer.advance(ana.id, on_event=trace())
+pending = closer.store.approvals("pending")[0]
+check("close_account is gated by its declaration", TOOLS["close_account"].needs_approval
+      and TOOLS["lookup_account"].kind is ToolKind.READ_ONLY)
+check("the run waits, and nothing was closed", ana.status.value == "waiting"
+      and closer.closed() == [])
+'''),
+md('''
+**Which tool to gate.** Gate every tool whose effect cannot be undone or must not happen
+without a person: money out, deletion, anything sent to the outside world on someone's
+behalf. Keep look-ups read-only and ungated; they are free to run twice. An effect that needs
+no person (the customer email here) still takes the call's key as its idempotency key.
+
+**The minimal state to save** is the three values of the thirty lines, kept where any process
+can read them: the response that made the call, the call id, and the call's arguments (the
+package adds the run id, which makes the key, and the decision). The conversation itself
+stays on the API's side.
+'''),
+code('''
+[call] = [c for c in closer.store.calls(pending.response_id) if c.name == "close_account"]
+print("arguments:", json.loads(call.arguments))
+check("the approval and its call hold the three values", pending.call_id == call.call_id
+      and pending.response_id == closer.store.run(ana.id).last_response_id)
+'''),
+md('''
+**Who triggers the resume.** Nothing resumes by itself; one of three things calls `advance`:
+
+1. the process that records the decision, at once (`refund-agent approve`; on the web page,
+   the Approve button hands the run to the page's worker thread);
+2. a worker: `refund-agent worker` loops on `claim()`, which takes one decided run, or one
+   whose owner died, from any host, under a fresh lease;
+3. a sweep for runs left behind: `refund-agent resume`, and the web app at start-up, continue
+   every run in `resumable()`.
+
+Here Dana decides in this process without continuing, and a worker's `claim()` takes the run.
+'''),
+code('''
+closer.decide(pending.id, approve=True, by="Dana Kim")
+check("a decided run is resumable", ana.id in [r.id for r in closer.resumable()])
+claimed = closer.claim()                         # what `refund-agent worker` does in a loop
+ana = closer.advance(claimed, on_event=trace())
+[closure] = closer.closed()
+check("the worker claimed it and closed the account once", claimed == ana.id
+      and ana.status.value == "done" and closure["idempotency_key"] == pending.id)
+check("the key is the run and the call", pending.id == f"{ana.id}-{pending.call_id}")
+'''),
+md('''
+**The real provider's idempotency key.** The stand-ins take the key as real providers do:
+Stripe's `Idempotency-Key` header, `stripe.Refund.create(..., idempotency_key=approval.id)`.
+Use the run's id together with the call id: providers promise call ids unique within one
+conversation, not across conversations. Stripe forgets keys after 24 hours, so a resume days
+later should first look the refund up by that key (kept in the refund's metadata) before
+creating one; an answer that never came back is settled by reading back, never by paying
+again.
+
+**xAI versus OpenAI.** Both speak the Responses API, with differences the package keeps in one
+place (`refund_agent/providers.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
+xAI refuses `instructions` together with `previous_response_id`, OpenAI accepts it. So the
+system prompt goes as the first input message, and every resume sends only new items. The
+stand-in speaks both dialects:
+'''),
+code('''
+answers = {}
+for dialect, model in (("xai", "grok-4.7"), ("openai", "gpt-5")):
+    stand_in = start_offline_server(OUTPUT / f"{dialect}.sqlite3", latency=0, dialect=dialect)
+    api = openai.OpenAI(base_url=stand_in.base_url, api_key="offline", max_retries=0)
+    first = api.responses.create(model=model, input="Hello", store=True)
+    try:
+        api.responses.create(model=model, input="Again", previous_response_id=first.id,
+                             instructions="Be brief.")
+        answers[dialect] = "accepted"
+    except openai.BadRequestError as exc:
+        answers[dialect] = f"refused ({exc.status_code})"
+print(answers)
+check("xAI refuses instructions with previous_response_id, OpenAI accepts them",
+      answers == {"xai": "refused (400)", "openai": "accepted"})
+'''),
+md('''
+## Recap
+
+What the opening promised, and where it happened:
+
+1. **The pattern in thirty lines**: run until the gated call, save the response id, the call
+   id and the arguments, stop; later, pay once keyed by the call id and resume with
+   `previous_response_id` and the call's `function_call_output`. The package does the same,
+   and the plain approve-then-resume path sent exactly that request.
+2. **Three values are enough**, because the API keeps the conversation (`store=True`); when it
+   no longer does (30 days), the run's own transcript takes over.
+3. **Once, by idempotency key**: a `kill -9` after paying (the refund came back *reused*), a
+   double click (one winner, the other told who), a restart mid-run (no call ran twice, one
+   email), a reply and an angry customer (one refund, priced by the policy), and an approval
+   nobody decided (expired, customer told, nothing paid).
+4. **Your agent**: declare the tool `needs_approval`, save the three values, let the decision,
+   a worker's `claim()` or `resume` trigger the resume, key the effect by run and call id, and
+   put the system prompt in the input, not `instructions`.
+
+Partial approvals, asking the customer, fencing, reconciliation, accounts and PostgreSQL are
+in `beyond.ipynb`.
+'''),
 ]

@@ -58,6 +58,9 @@ class Mutant:
     edits: tuple[tuple[str, str, str], ...]
     notebook: str = "walkthrough"
     claim: str = ""
+    # The same break written for another shape of the code (the loop split into agent.py,
+    # turns.py and calls.py): the first set of edits whose texts are all found is applied.
+    alternatives: tuple[tuple[tuple[str, str, str], ...], ...] = ()
 
 
 MUTANTS = [
@@ -123,7 +126,8 @@ MUTANTS = [
            claim="the approval saved the three values"),
     Mutant("store_false", "requests are sent with store=False", ((
         "agent.py", '"store": not keep_nothing,', '"store": False,'),),
-        claim="every request asked the API to store its response"),
+        claim="every request asked the API to store its response",
+        alternatives=((("turns.py", '"store": not zero_retention,', '"store": False,'),),)),
     Mutant("partial_pays_unticked", "a partial approval pays the lines the person unticked", ((
         "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
         "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),),
@@ -144,14 +148,21 @@ MUTANTS = [
         "agent.py",
         "        self.store.check_lease(lease)   # a process that lost the run pays nothing\n",
         "        pass  # MUTANT: the lease is not checked before paying\n"),),
-        notebook="beyond", claim="the process that lost the run paid nothing"),
+        notebook="beyond", claim="the process that lost the run paid nothing",
+        alternatives=((("calls.py", "    ctx.fence()   # a process that lost the run pays nothing\n",
+                        "    pass  # MUTANT: the lease is not checked before paying\n"),),)),
     Mutant("lease_unchecked_before_emailing", "a process that lost its run's lease still emails",
            (("agent.py",
              "        self.store.check_lease(lease)   # a process that lost the run sends nothing\n"
              "        record, reused = self.outbox.send(",
              "        pass  # MUTANT: the lease is not checked before emailing\n"
              "        record, reused = self.outbox.send("),),
-           notebook="beyond", claim="the process that lost the run sent no email"),
+           notebook="beyond", claim="the process that lost the run sent no email",
+           alternatives=((("calls.py",
+                           "    ctx.fence()   # a process that lost the run sends nothing\n"
+                           "    record, reused = ctx.outbox.send(",
+                           "    pass  # MUTANT: the lease is not checked before emailing\n"
+                           "    record, reused = ctx.outbox.send("),),)),
     Mutant("decision_not_repriced", "a decision pays the proposal's line amounts, not a new quote",
            (("agent.py", "requote=self._requote if approve else None,",
              "requote=None,  # MUTANT"),),
@@ -188,7 +199,19 @@ MUTANTS = [
                '        crash_point("after_tool", self._crash)\n'
                "        if audit:\n"
                "            self.store.record_output(lease, call.call_id, text, [], audit)\n"),),
-           notebook="beyond", claim="killed right after paying: the payment has its audit line"),
+           notebook="beyond", claim="killed right after paying: the payment has its audit line",
+           alternatives=((
+               ("agent.py",
+                "self.store.record_output(lease, call.call_id, text, steps, outcome.audit)\n",
+                "self.store.record_output(lease, call.call_id, text, steps)  # MUTANT\n"),
+               ("agent.py",
+                "        text = self._record(lease, call, outcome)\n"
+                '        self._crash_at("after_tool")\n',
+                "        text = self._record(lease, call, outcome)\n"
+                '        self._crash_at("after_tool")\n'
+                "        if outcome.audit:  # MUTANT: the audit line in a step of its own\n"
+                "            self.store.record_output(lease, call.call_id, text, [], "
+                "outcome.audit)\n")),)),
     Mutant("lookup_order_any_customer", "lookup_order shows another customer's order", ((
         "tools.py",
         "    def lookup_order(self, args: LookupOrder) -> dict[str, Any]:\n"
@@ -230,22 +253,34 @@ def _selected() -> list[Mutant]:
     return [m for m in MUTANTS if not wanted or m.name in wanted]
 
 
+def _find(package: Path, relative: str, old: str) -> Path | str:
+    """The file to edit: ``relative`` if it has ``old`` once, else the one file that has it."""
+    path = package / relative
+    text = path.read_text() if path.is_file() else ""
+    if text.count(old) == 1:
+        return path
+    # The code may have moved (store.py into store/, the loop out of agent.py): the same
+    # text, once anywhere in the package, is the same break.
+    where = [p for p in sorted(package.rglob("*.py")) if old in p.read_text()]
+    if len(where) == 1 and where[0].read_text().count(old) == 1:
+        return where[0]
+    return (f"the text to replace is in {relative} {text.count(old)} time(s) and in "
+            f"{len(where)} file(s) of the package; it must be exactly once:\n{old}")
+
+
 def _apply(mutant: Mutant, package: Path) -> None:
     """Apply the mutant's edits to the copy, or fail saying which text to re-point."""
-    for relative, old, new in mutant.edits:
-        path = package / relative
-        text = path.read_text() if path.is_file() else ""
-        if text.count(old) != 1:
-            # The code may have moved (store.py into store/, the loop out of agent.py): the
-            # same text, once anywhere in the package, is the same break.
-            where = [p for p in sorted(package.rglob("*.py")) if old in p.read_text()]
-            assert len(where) == 1 and where[0].read_text().count(old) == 1, (
-                f"mutant {mutant.name} ({mutant.what}): the text to replace is in "
-                f"{relative} {text.count(old)} time(s) and in {len(where)} file(s) of the "
-                f"package; it must be exactly once. Re-point the mutant at the code that now "
-                f"does this:\n{old}")
-            path, text = where[0], where[0].read_text()
-        path.write_text(text.replace(old, new))
+    problems = []
+    for edits in (mutant.edits, *mutant.alternatives):
+        found = [(_find(package, relative, old), old, new) for relative, old, new in edits]
+        missing = [where for where, _old, _new in found if isinstance(where, str)]
+        if not missing:
+            for path, old, new in found:
+                path.write_text(path.read_text().replace(old, new))
+            return
+        problems += missing
+    raise AssertionError(f"mutant {mutant.name} ({mutant.what}): no version of it applies. "
+                         "Re-point it at the code that now does this:\n" + "\n".join(problems))
 
 
 def _claims(output: str) -> list[str]:
