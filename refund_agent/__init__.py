@@ -1,7 +1,7 @@
 """refund-agent: an AI support agent that asks a person before it refunds, and finishes the
 same run exactly once, across restarts and crashes."""
 
-from .agent import Agent, Cancel, LiveEvent
+from .agent import Agent, Cancel, LiveEvent, Loop
 from .config import Settings, load_settings
 from .customer import converse
 from .errors import (
@@ -15,17 +15,30 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
-from .models import Approval, ApprovalLine, AuditEntry, Call, Reply, Run, RunStatus, Step
+from .models import (
+    Approval,
+    ApprovalLine,
+    ApprovalStatus,
+    AuditEntry,
+    Call,
+    Reply,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+)
 from .policy import PolicyFacts, Quote, policy_facts, quote_refund
 from .shop import Order, PolicyTerms, Shop, canonical_order_id
 from .store import Store
-from .tools import tool_schemas
+from .tools import Tool, ToolKind, tool_schemas, toolset
+from .turns import Finished, NextInput, Waiting
 
 __all__ = [
-    "Agent", "AlreadyDecided", "Approval", "ApprovalLine", "AuditEntry", "Call", "Cancel",
-    "ConfigError", "DecisionRefused", "IdempotencyConflict", "LiveEvent", "NotFound", "Order",
-    "PolicyFacts", "PolicyTerms", "Quote", "RefundAgentError", "Reply", "Run", "RunBusy",
-    "RunNotReady", "RunStatus", "Settings", "Shop", "Step", "Store", "StoreError",
-    "canonical_order_id", "converse", "load_settings", "policy_facts", "quote_refund",
-    "tool_schemas",
+    "Agent", "AlreadyDecided", "Approval", "ApprovalLine", "ApprovalStatus", "AuditEntry",
+    "Call", "Cancel", "ConfigError", "DecisionRefused", "Finished", "IdempotencyConflict",
+    "LiveEvent", "Loop", "NextInput", "NotFound", "Order", "PolicyFacts", "PolicyTerms",
+    "Quote", "RefundAgentError", "Reply", "Run", "RunBusy", "RunNotReady", "RunStatus",
+    "Settings", "Shop", "Step", "StepKind", "Store", "StoreError", "Tool", "ToolKind",
+    "Waiting", "canonical_order_id", "converse", "load_settings", "policy_facts",
+    "quote_refund", "tool_schemas", "toolset",
 ]

@@ -34,7 +34,7 @@ from .errors import (
     RunNotReady,
 )
 from .migrate import migrate
-from .models import Approval, Run, RunStatus, Step
+from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
 from .reconcile import log_names, reconcile
 from .store import Store
 from .text import plural, printable, sender_line, size_text, transcript_text
@@ -109,41 +109,68 @@ class Printer:
         self.out.flush()
 
     def step(self, step: Step) -> None:
-        d = step.data
-        lines = {
-            "email": lambda: f"Email from {sender_line(d.get('name'), d['from'])}: "
-                             f"{d['subject']}\n"
-                             + _quote(d["body"], "  | "),
-            "restart": lambda: f"-- picked up by a new process (pid {d['pid']}, "
-                               f"was {d['previous_pid']}) --",
-            "call": lambda: f"  -> {d['name']}({d['arguments']})",
-            "result": lambda: f"  <- {d['name']}: {_short(d['output'])}",
-            "approval": lambda: f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
-                                f"{d.get('summary') or d.get('reason', '')}\n"
-                                + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
-                                + f"  ** Waiting for approval ({d['approval_id']})",
-            "decision": lambda: f"  ** {d['decision'].capitalize()} by {d['by']}"
-                                + (f" (declined {', '.join(d['declined'])})"
-                                   if d.get("declined") else "")
-                                + (f": {d['note']}" if d.get("note") else ""),
-            "refund": lambda: f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
-                              + (" (already made; reused, not repeated)" if d["reused"] else ""),
-            "message": lambda: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
-            "note": lambda: ("  ^ that is the note for the team"
-                             if d["text"] == self._streamed_text.strip()
-                             else f"  Note for the team: {d['text']}"),
-            "text": lambda: f"  {d['text']}",
-            "reply": lambda: ("Customer replied (written by the model):" if d["simulated"]
-                              else "Customer replied:") + "\n" + _quote(d["text"], "  | "),
-            "resent": lambda: f"  -- stored response {d['missing']} was gone: sent the run's "
-                              f"transcript instead ({d['items']} items, "
-                              f"{size_text(d['bytes'])}) --",
-            "error": lambda: f"  !! {d['message']}",
-            "stopped": lambda: "  -- stopped --",
-        }
-        render = lines.get(step.kind)
-        if render:
-            self.out.write(render() + "\n")
+        render = STEP_LINES[step.kind](self, step.data)
+        if render is not None:
+            self.out.write(render + "\n")
+
+
+# How the terminal says each decision, before "by NAME".
+DECISION_WORDS: dict[ApprovalStatus, str] = {
+    ApprovalStatus.PENDING: "Pending",
+    ApprovalStatus.APPROVED: "Approved",
+    ApprovalStatus.REJECTED: "Rejected",
+    ApprovalStatus.ASKED: "Asked",
+    ApprovalStatus.EXPIRED: "Expired",
+}
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    word = DECISION_WORDS.get(d["decision"]) or str(d["decision"]).capitalize()
+    return (f"  ** {word} by {d['by']}"
+            + (f" (declined {', '.join(d['declined'])})" if d.get("declined") else "")
+            + (f": {d['note']}" if d.get("note") else ""))
+
+
+def _note_line(printer: Printer, d: dict[str, Any]) -> str:
+    # The note was just streamed as it was written: say so instead of printing it twice.
+    return ("  ^ that is the note for the team" if d["text"] == printer._streamed_text.strip()
+            else f"  Note for the team: {d['text']}")
+
+
+# The terminal's one table of step kinds: each kind's line (None: not shown, as the turn's
+# reasoning and usage stream past or belong to `show`). tests/test_step_tables.py checks
+# that every StepKind has an entry.
+STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
+    StepKind.EMAIL: lambda _p, d: (f"Email from {sender_line(d.get('name'), d['from'])}: "
+                                   f"{d['subject']}\n" + _quote(d["body"], "  | ")),
+    StepKind.RESTART: lambda _p, d: (f"-- picked up by a new process (pid {d['pid']}, "
+                                     f"was {d['previous_pid']}) --"),
+    StepKind.REASONING: lambda _p, _d: None,
+    StepKind.CALL: lambda _p, d: f"  -> {d['name']}({d['arguments']})",
+    StepKind.RESULT: lambda _p, d: f"  <- {d['name']}: {_short(d['output'])}",
+    StepKind.TEXT: lambda _p, d: f"  {d['text']}",
+    StepKind.NOTE: _note_line,
+    StepKind.RESPONSE: lambda _p, _d: None,
+    StepKind.APPROVAL: lambda _p, d: (
+        f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
+        f"{d.get('summary') or d.get('reason', '')}\n"
+        + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
+        + f"  ** Waiting for approval ({d['approval_id']})"),
+    StepKind.DECISION: lambda _p, d: _decision_line(d),
+    StepKind.REFUND: lambda _p, d: (f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
+                                    + (" (already made; reused, not repeated)"
+                                       if d["reused"] else "")),
+    StepKind.MESSAGE: lambda _p, d: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
+    StepKind.REPLY: lambda _p, d: (("Customer replied (written by the model):"
+                                    if d["simulated"] else "Customer replied:")
+                                   + "\n" + _quote(d["text"], "  | ")),
+    StepKind.RESENT: lambda _p, d: (f"  -- stored response {d['missing']} was gone: sent the "
+                                    f"run's transcript instead ({d['items']} items, "
+                                    f"{size_text(d['bytes'])}) --"),
+    StepKind.ERROR: lambda _p, d: f"  !! {d['message']}",
+    StepKind.STOPPED: lambda _p, _d: "  -- stopped --",
+    StepKind.CUSTOMER_DONE: lambda _p, _d: None,
+}
 
 
 def _line(line: dict) -> str:

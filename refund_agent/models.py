@@ -20,6 +20,39 @@ class RunStatus(StrEnum):
     FAILED = "failed"     # an error the run cannot get past by itself; resume retries
 
 
+class StepKind(StrEnum):
+    """What a timeline step records. Stored as its value; every front end maps each member
+    through one table (tests/test_step_tables.py checks they are complete)."""
+
+    EMAIL = "email"             # the customer's first email (the run's start)
+    RESTART = "restart"         # a new process picked the run up
+    REASONING = "reasoning"     # the model's reasoning summary
+    CALL = "call"               # a function call the model made
+    RESULT = "result"           # a call's output
+    TEXT = "text"               # the model's commentary beside its calls
+    NOTE = "note"               # the model's closing note for the team (a turn with no calls)
+    RESPONSE = "response"       # one model response: its id, time, tokens and cost
+    APPROVAL = "approval"       # a proposal queued for a person
+    DECISION = "decision"       # a person's decision on it
+    REFUND = "refund"           # the approved effect, carried out
+    MESSAGE = "message"         # an email sent to the customer
+    REPLY = "reply"             # the customer wrote back
+    RESENT = "resent"           # the stored response was gone: the transcript was sent instead
+    ERROR = "error"             # the run failed
+    STOPPED = "stopped"         # someone pressed Stop
+    CUSTOMER_DONE = "customer_done"  # the simulated customer has nothing more to say
+
+
+class ApprovalStatus(StrEnum):
+    """Where a proposal stands. Stored as its value."""
+
+    PENDING = "pending"     # waiting for a person; the run is paused
+    APPROVED = "approved"   # a person approved it (some lines, or all)
+    REJECTED = "rejected"   # a person rejected it, with a note
+    ASKED = "asked"         # sent back: the customer was asked a question first
+    EXPIRED = "expired"     # nobody decided in time
+
+
 class Run(BaseModel):
     id: str
     created_at: float
@@ -64,7 +97,7 @@ class Step(BaseModel):
     run_id: str
     at: float
     pid: int
-    kind: str
+    kind: StepKind
     data: dict[str, Any]
 
 
@@ -113,7 +146,7 @@ class Approval(BaseModel):
     proposed_cents: int  # what the agent proposed
     summary: str
     customer: str
-    status: str          # pending, approved, rejected, asked, expired
+    status: ApprovalStatus
     requested_at: float
     requested_pid: int
     decided_by: str | None

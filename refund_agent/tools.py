@@ -1,4 +1,10 @@
-"""The four function tools the model gets: their argument models, schemas and read-only logic.
+"""Tools as declarations, and the four the refund desk gets: argument models, schemas, logic.
+
+A tool says what it is (:class:`ToolKind`): read-only, an outside effect done at once under
+an idempotency key, or an outside effect a person approves first (``needs_approval``). The
+agent's loop dispatches on that declaration and on the tool's own functions, never on its
+name, so another agent declares its tools the same way and runs on the same loop
+(``refund_agent/examples/closure.py``).
 
 Schemas are generated from the pydantic models (strict: every field required, nothing extra,
 no strings or booleans where a number belongs), so the JSON the model sees and the validation
@@ -15,6 +21,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
@@ -87,13 +94,84 @@ class SendCustomerMessage(_Args):
                     "shop's signature is added automatically.")
 
 
+class ToolKind(StrEnum):
+    """What running a tool does to the world, which decides how the loop runs it."""
+
+    READ_ONLY = "read_only"            # changes nothing: run again freely after a crash
+    EFFECT = "effect"                  # an outside effect, done once per idempotency key
+    NEEDS_APPROVAL = "needs_approval"  # an outside effect a person approves first; the run
+                                       # pauses durably until then
+
+
 @dataclass(frozen=True)
 class Tool:
+    """A function tool: what the model is told, and what the loop does with a call.
+
+    Args:
+        name: the function's name, as the model calls it.
+        description: what the model is told the tool does.
+        args: the pydantic model of its arguments (the JSON schema is generated from it).
+        kind: read-only, an effect, or an effect that needs approval.
+        run: what a call does. ``run(context, args)`` for read-only tools and effects;
+            for ``needs_approval``, ``run(context, args, approval)`` once a person decided
+            (``approval.status`` says how). ``context`` is what the agent hands its tools
+            for one call (see ``Agent.context``); effects take their idempotency key from
+            it (the call's key: the run and the call id).
+        propose: ``needs_approval`` only: ``propose(context, args)`` queues the proposal
+            for a person and returns ``Waiting``, or returns the call's output at once
+            when there is nothing to propose (an error for the model).
+        done_status: ``needs_approval`` only: the ``status`` its output has when the
+            approved effect was carried out. An effect written in the same response after
+            a proposal that was not carried out is held back (it may promise what did not
+            happen).
+    """
+
     name: str
     description: str
-    args: type[_Args]
+    args: type[BaseModel]
+    kind: ToolKind = ToolKind.READ_ONLY
+    run: Callable[..., Any] | None = None
+    propose: Callable[..., Any] | None = None
+    done_status: str = ""
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.kind is ToolKind.NEEDS_APPROVAL
+
+    @property
+    def has_effect(self) -> bool:
+        return self.kind is not ToolKind.READ_ONLY
+
+    def schema(self) -> dict[str, Any]:
+        """The tool in the Responses API's function-tool format (strict)."""
+        schema = self.args.model_json_schema()
+        return {"type": "function", "name": self.name, "description": self.description,
+                "parameters": _strict(schema, schema.get("$defs", {})), "strict": True}
 
 
+def toolset(*tools: Tool) -> dict[str, Tool]:
+    """Tools by name, refusing a tool declared without what its kind needs."""
+    for tool in tools:
+        if tool.run is None or (tool.needs_approval and tool.propose is None):
+            raise TypeError(f"tool {tool.name} ({tool.kind}) lacks its run/propose function")
+    return {tool.name: tool for tool in tools}
+
+
+def parse_call(tools: Mapping[str, Tool], name: str, arguments: str) -> BaseModel | str:
+    """Validate a call's arguments against ``tools``; a string is an error for the model."""
+    tool = tools.get(name)
+    if tool is None:
+        return f"There is no tool called {name!r}. Use one of: {', '.join(tools)}."
+    try:
+        return tool.args.model_validate_json(arguments or "{}")
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                             for e in exc.errors())
+        return f"Invalid arguments for {name}: {problems}."
+
+
+# The refund desk's tools as the model sees them; the functions that carry them out are
+# bound in calls.py (REFUND_TOOLS), which owns the approval flow and the idempotency keys.
 TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("lookup_order", "Look up an order: its lines (sku, item, price, quantity), dates, "
          "payment method and earlier refunds. Only orders placed by the customer who wrote in "
@@ -105,8 +183,9 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("issue_refund", "Propose a refund of some order lines, each with its reason. The "
          "amount is computed by the policy. A person must approve it first, and may approve "
          "only some lines; the output says what was refunded, declined or rejected, with the "
-         "reviewer's note.", IssueRefund),
-    Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage),
+         "reviewer's note.", IssueRefund, ToolKind.NEEDS_APPROVAL, done_status="refunded"),
+    Tool("send_customer_message", "Email the customer who wrote in.", SendCustomerMessage,
+         ToolKind.EFFECT),
 )}
 
 
@@ -133,38 +212,27 @@ def _strict(schema: Any, defs: Mapping[str, Any]) -> Any:
 
 
 @functools.cache
-def _tool_schemas_json() -> str:
-    def parameters(args: type[_Args]) -> dict[str, Any]:
-        schema = args.model_json_schema()
-        return _strict(schema, schema.get("$defs", {}))
-
-    return json.dumps([
-        {"type": "function", "name": t.name, "description": t.description,
-         "parameters": parameters(t.args), "strict": True}
-        for t in TOOLS.values()
-    ])
+def _schemas_json(tools: tuple[Tool, ...]) -> str:
+    return json.dumps([tool.schema() for tool in tools])
 
 
-def tool_schemas() -> list[dict[str, Any]]:
+def schemas(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
     """The tools in the Responses API's function-tool format (a fresh copy each call).
 
     Generating the schemas takes pydantic a few hundred microseconds and every turn sends them,
-    so they are generated once and copied from their JSON text.
+    so they are generated once per set of tools and copied from their JSON text.
     """
-    return json.loads(_tool_schemas_json())
+    return json.loads(_schemas_json(tuple(tools.values())))
 
 
-def parse_args(name: str, arguments: str) -> _Args | str:
-    """Validate a call's arguments; a string is an error message for the model."""
-    tool = TOOLS.get(name)
-    if tool is None:
-        return f"There is no tool called {name!r}. Use one of: {', '.join(TOOLS)}."
-    try:
-        return tool.args.model_validate_json(arguments or "{}")
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                             for e in exc.errors())
-        return f"Invalid arguments for {name}: {problems}."
+def tool_schemas() -> list[dict[str, Any]]:
+    """The refund desk's tools in the Responses API's function-tool format."""
+    return schemas(TOOLS)
+
+
+def parse_args(name: str, arguments: str) -> BaseModel | str:
+    """Validate a refund desk call's arguments; a string is an error message for the model."""
+    return parse_call(TOOLS, name, arguments)
 
 
 def as_output(value: dict[str, Any]) -> str:

@@ -261,7 +261,7 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
 _PROPOSER = r"""
 import json, sys, uuid
 from refund_agent import Agent, RunStatus
-from refund_agent.agent import _Pause
+from refund_agent.turns import Waiting
 agent = Agent()
 print("ready", flush=True)
 for line in sys.stdin:
@@ -269,13 +269,14 @@ for line in sys.stdin:
     run = agent.store.run(run_id)
     (call,) = [c for c in agent.store.calls(run.last_response_id) if c.call_id == call_id]
     lease = agent.store.acquire(run_id, uuid.uuid4().hex)
-    try:
-        output = json.loads(agent._run_call(run, lease, call))
-        agent.store.release(lease, RunStatus.DONE)
-        print(json.dumps({"call": call_id, "queued": False, "output": output}), flush=True)
-    except _Pause:
+    result = agent._run_call(run, lease, call)
+    if isinstance(result, Waiting):
         agent.store.release(lease, RunStatus.WAITING)
         print(json.dumps({"call": call_id, "queued": True}), flush=True)
+    else:
+        agent.store.release(lease, RunStatus.DONE)
+        print(json.dumps({"call": call_id, "queued": False, "output": json.loads(result)}),
+              flush=True)
 """
 
 

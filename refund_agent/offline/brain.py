@@ -6,14 +6,17 @@ would. It knows nothing about the sample shop or its scenarios: order numbers, i
 and names all come from the conversation. It is deliberately plain, so its choices are easy to
 follow, and it is a stand-in: with an API key, Grok makes these choices instead.
 
-It plays exactly two parts, and says so plainly for anything else:
+It plays these parts, and says so plainly for anything else:
 
 - the refund desk, when the request declares the desk's tools: it calls only tools the
   request declares and follows ``tool_choice`` (``none``, ``auto``, ``required``, a named
   function, ``allowed_tools``);
 - the simulated customer, when the request has no tools and carries the customer's brief or
   the email transcript (``refund_agent.customer``): it reacts to what the emails say happened
-  and says ``DONE`` when it has said its piece.
+  and says ``DONE`` when it has said its piece;
+- a desk that follows its tools' descriptions, when the request declares other tools shaped
+  "look up, then act" (follower.py): another agent on the same loop, such as
+  ``refund_agent/examples/closure.py``, driven by its declarations alone.
 
 Any other request gets a short text answer saying that the stand-in only plays the refund
 desk; a forced tool call it cannot make is refused with a 400.
@@ -26,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import reader
+from . import follower, reader
 from .events import ApiError, function_tool_names
 
 # -- the lexicon ------------------------------------------------------------------------------
@@ -1192,6 +1195,10 @@ def respond(conversation: list[dict[str, Any]], tools: list[dict[str, Any]],
     if not tools and _is_persona_request(conversation):
         return _play_customer(conversation)
     if not any(name in REFUND_DESK_TOOLS for name in declared):
+        if follower.plays(tools) and choice.mode in ("auto", "none"):
+            conv = _read(conversation)
+            return Reply(*follower.respond(conv.customer, conv.calls, tools,
+                                           may_call=choice.mode == "auto"))
         return _out_of_lane(tools, choice)
     conv = _read(conversation)
     return _conform(_support(conv), conv, choice)

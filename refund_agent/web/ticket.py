@@ -152,8 +152,8 @@ def render_block(block: views.Block) -> None:
         st.warning(f"**{title}**  \n{body}{bullets(block.lines)}", icon=":material/pan_tool:")
     elif kind == "decision":
         note = f"  \n{body}" if body else ""
-        show = (st.success if block.title.startswith("Approved") else
-                st.info if block.title.startswith("Sent back") else st.error)
+        show = {"success": st.success, "info": st.info, "warning": st.warning}.get(
+            block.tone, st.error)   # the tone comes from views.DECISIONS
         show(f"**{title}** · {when}{note}{bullets(block.lines)}", icon=":material/gavel:")
     elif kind == "refund":
         note = f"  \n{body}" if body else ""

@@ -11,7 +11,7 @@ import json
 import re
 import string
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,16 @@ from typing import Any
 import pandas as pd
 
 from ..callrecords import parse_bounded
-from ..models import Approval, AuditEntry, InboxRow, Run, RunStatus, Step
+from ..models import (
+    Approval,
+    ApprovalStatus,
+    AuditEntry,
+    InboxRow,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+)
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
 
@@ -55,10 +64,22 @@ STATUS: dict[RunStatus, StatusView] = {
 }
 
 
-# How a decision reads in the timeline, before "by NAME".
-DECISION_VERBS = {"approved": "Approved", "rejected": "Rejected",
-                  "asked": "Sent back to the customer with a question",
-                  "expired": "Expired: not decided in time, closed"}
+@dataclass(frozen=True)
+class DecisionView:
+    """How a decision reads in the timeline (before "by NAME") and the box it is shown in."""
+
+    verb: str
+    tone: str   # the Streamlit message box: success, info, warning or error
+
+
+# The page's one table of approval statuses. tests/test_step_tables.py checks it is complete.
+DECISIONS: dict[ApprovalStatus, DecisionView] = {
+    ApprovalStatus.PENDING: DecisionView("Waiting for a decision", "warning"),
+    ApprovalStatus.APPROVED: DecisionView("Approved", "success"),
+    ApprovalStatus.REJECTED: DecisionView("Rejected", "error"),
+    ApprovalStatus.ASKED: DecisionView("Sent back to the customer with a question", "info"),
+    ApprovalStatus.EXPIRED: DecisionView("Expired: not decided in time, closed", "error"),
+}
 
 
 def md(text: str) -> str:
@@ -178,6 +199,7 @@ class Block:
         lines: plain-text rows shown as a list: a proposal's or a refund's order lines, what a
             decision paid and declined.
         simulated: for replies: written by the model playing the customer.
+        tone: for decisions: the message box it is shown in (see DECISIONS).
         at: when the step was committed.
         pid: the process that committed it.
     """
@@ -191,6 +213,7 @@ class Block:
     result_below: bool = False
     lines: tuple[str, ...] = ()
     simulated: bool = False
+    tone: str = ""
     at: float = 0.0
     pid: int = 0
 
@@ -298,6 +321,116 @@ def _response_title(data: dict[str, Any], turn: int) -> str:
     return " · ".join(parts)
 
 
+@dataclass
+class _Timeline:
+    """The blocks so far, and which calls can still take their result into their block."""
+
+    blocks: list[Block] = field(default_factory=list)
+    open_calls: dict[str, int] = field(default_factory=dict)  # call id -> its block, pairable
+    all_calls: dict[str, int] = field(default_factory=dict)   # call id -> its block
+    turn: int = 0
+
+    def add(self, block: Block) -> None:
+        self.blocks.append(block)
+
+
+def _call_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    args = _parse(d["arguments"])
+    t.add(Block("tool", call_summary(d["name"], args), arguments=args, subtitle=d["name"],
+                **base))
+    t.open_calls = {d["call_id"]: len(t.blocks) - 1}
+    t.all_calls[d["call_id"]] = len(t.blocks) - 1
+
+
+def _result_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    output = _parse(d["output"])
+    index = t.open_calls.pop(d["call_id"], None)
+    if index is not None:
+        call = t.blocks[index]
+        t.blocks[index] = replace(call, result=output, title=call.title + " → "
+                                  + result_summary(d["name"], output))
+        return
+    if d["call_id"] in t.all_calls:
+        index = t.all_calls[d["call_id"]]
+        t.blocks[index] = replace(t.blocks[index], result_below=True)
+    t.add(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
+                subtitle=d["name"], result=output, **base))
+
+
+def _response_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    t.turn += 1
+    t.add(Block("response", _response_title(d, t.turn), **base))
+
+
+def _approval_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    # Stores from before itemized refunds have "reason" and no lines.
+    t.add(Block("proposal", f"Proposed refund {money(d['amount'])} on order {d['order_id']}, "
+                "waiting for a person to approve it", d.get("summary") or d.get("reason") or "",
+                lines=tuple(line_text(line) for line in d.get("lines") or []), **base))
+
+
+def _decision_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    view = DECISIONS.get(d["decision"]) or DecisionView(str(d["decision"]).capitalize(),
+                                                        "error")
+    rows = []
+    if d["decision"] == ApprovalStatus.APPROVED and d.get("amount") is not None:
+        rows.append(f"Pays {money(d['amount'])}")
+    if d.get("declined"):
+        rows.append(f"Declined: {_declined_text(d['declined'])}")
+    t.add(Block("decision", f"{view.verb} by {d['by']}", d.get("note") or "",
+                lines=tuple(rows), tone=view.tone, **base))
+
+
+def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
+    title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
+    if d.get("reused"):
+        title += " (already made before the crash; reused, not repeated)"
+    rows = [" ".join(filter(None, (line_text(line), f"({line['item']})"
+                                  if line.get("item") else "")))
+            for line in d.get("lines") or []]
+    if d.get("declined"):
+        rows.append(f"Declined: {_declined_text(d['declined'])}")
+    t.add(Block("refund", title, d.get("note") or "", lines=tuple(rows), **base))
+
+
+_Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
+
+# The page's one table of step kinds: how each becomes a timeline block.
+# tests/test_step_tables.py checks that every StepKind has an entry.
+STEP_BLOCKS: dict[StepKind, _Builder] = {
+    StepKind.EMAIL: lambda t, d, base: t.add(Block(
+        "email", sender_line(d.get("name"), d["from"]), d["body"],
+        subtitle=d.get("subject", ""), **base)),
+    StepKind.REASONING: lambda t, d, base: t.add(Block("reasoning", "Reasoning", d["text"],
+                                                       **base)),
+    StepKind.CALL: _call_block,
+    StepKind.RESULT: _result_block,
+    StepKind.RESPONSE: _response_block,
+    StepKind.APPROVAL: _approval_block,
+    StepKind.DECISION: _decision_block,
+    StepKind.REFUND: _refund_block,
+    StepKind.MESSAGE: lambda t, d, base: t.add(Block("message", f"Email to {d['to']}",
+                                                     d["body"], **base)),
+    StepKind.NOTE: lambda t, d, base: t.add(Block("note", "Note for the team", d["text"],
+                                                  **base)),
+    StepKind.TEXT: lambda t, d, base: t.add(Block("text", "Agent", d["text"], **base)),
+    # Who wrote a simulated reply is shown once, as a badge (see the page).
+    StepKind.REPLY: lambda t, d, base: t.add(Block("reply", "Customer replied", d["text"],
+                                                   simulated=bool(d.get("simulated")),
+                                                   **base)),
+    StepKind.RESTART: lambda t, d, base: t.add(Block(
+        "restart", f"Server restarted: process {d['pid']} picked up the run (it was last "
+        f"advanced by process {d['previous_pid']})", **base)),
+    StepKind.RESENT: lambda t, d, base: t.add(Block("resent", resent_text(d), **base)),
+    StepKind.ERROR: lambda t, d, base: t.add(Block("error", d.get("message", "Error"),
+                                                   **base)),
+    StepKind.STOPPED: lambda t, d, base: t.add(Block(
+        "stopped", "Stopped. Resume continues from the last stored response.", **base)),
+    StepKind.CUSTOMER_DONE: lambda t, d, base: t.add(Block(
+        "customer_done", "The customer has nothing more to say.", **base)),
+}
+
+
 def timeline(steps: Iterable[Step]) -> list[Block]:
     """Turn a run's committed steps into display blocks, oldest first.
 
@@ -305,94 +438,12 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
     between them (a lookup). A refund call's result arrives after the approval, the decision
     and perhaps a restart, so it gets its own block where it happened.
     """
-    blocks: list[Block] = []
-    open_calls: dict[str, int] = {}  # call id -> index of its block, while it can still pair
-    all_calls: dict[str, int] = {}   # call id -> index of its block
-    turn = 0
+    t = _Timeline()
     for step in steps:
-        d, k = step.data, step.kind
-        base = {"at": step.at, "pid": step.pid}
-        if k not in ("response", "result", "text"):  # a turn's commentary sits beside its call
-            open_calls.clear()
-        if k == "email":
-            blocks.append(Block("email", sender_line(d.get("name"), d["from"]), d["body"],
-                                subtitle=d.get("subject", ""), **base))
-        elif k == "reasoning":
-            blocks.append(Block("reasoning", "Reasoning", d["text"], **base))
-        elif k == "call":
-            args = _parse(d["arguments"])
-            blocks.append(Block("tool", call_summary(d["name"], args), arguments=args,
-                                subtitle=d["name"], **base))
-            open_calls = {d["call_id"]: len(blocks) - 1}
-            all_calls[d["call_id"]] = len(blocks) - 1
-        elif k == "result":
-            output = _parse(d["output"])
-            index = open_calls.pop(d["call_id"], None)
-            if index is not None:
-                call = blocks[index]
-                blocks[index] = replace(call, result=output, title=call.title + " → "
-                                        + result_summary(d["name"], output))
-            else:
-                if d["call_id"] in all_calls:
-                    index = all_calls[d["call_id"]]
-                    blocks[index] = replace(blocks[index], result_below=True)
-                blocks.append(Block("result", f"{d['name']} → {result_summary(d['name'], output)}",
-                                    subtitle=d["name"], result=output, **base))
-        elif k == "response":
-            turn += 1
-            blocks.append(Block("response", _response_title(d, turn), **base))
-        elif k == "approval":
-            # Stores from before itemized refunds have "reason" and no lines.
-            blocks.append(Block("proposal", f"Proposed refund {money(d['amount'])} on order "
-                                f"{d['order_id']}, waiting for a person to approve it",
-                                d.get("summary") or d.get("reason") or "",
-                                lines=tuple(line_text(line) for line in d.get("lines") or []),
-                                **base))
-        elif k == "decision":
-            verb = DECISION_VERBS.get(d["decision"], d["decision"].capitalize())
-            rows = []
-            if d["decision"] == "approved" and d.get("amount") is not None:
-                rows.append(f"Pays {money(d['amount'])}")
-            if d.get("declined"):
-                rows.append(f"Declined: {_declined_text(d['declined'])}")
-            blocks.append(Block("decision", f"{verb} by {d['by']}", d.get("note") or "",
-                                lines=tuple(rows), **base))
-        elif k == "refund":
-            title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
-            if d.get("reused"):
-                title += " (already made before the crash; reused, not repeated)"
-            rows = [" ".join(filter(None, (line_text(line), f"({line['item']})"
-                                          if line.get("item") else "")))
-                    for line in d.get("lines") or []]
-            if d.get("declined"):
-                rows.append(f"Declined: {_declined_text(d['declined'])}")
-            blocks.append(Block("refund", title, d.get("note") or "", lines=tuple(rows),
-                                **base))
-        elif k == "message":
-            blocks.append(Block("message", f"Email to {d['to']}", d["body"], **base))
-        elif k == "note":
-            blocks.append(Block("note", "Note for the team", d["text"], **base))
-        elif k == "text":
-            blocks.append(Block("text", "Agent", d["text"], **base))
-        elif k == "reply":
-            # Who wrote a simulated reply is shown once, as a badge (see the page).
-            blocks.append(Block("reply", "Customer replied", d["text"],
-                                simulated=bool(d.get("simulated")), **base))
-        elif k == "restart":
-            blocks.append(Block("restart", f"Server restarted: process {d['pid']} picked up the "
-                                f"run (it was last advanced by process {d['previous_pid']})",
-                                **base))
-        elif k == "resent":
-            blocks.append(Block("resent", resent_text(d), **base))
-        elif k == "error":
-            blocks.append(Block("error", d.get("message", "Error"), **base))
-        elif k == "stopped":
-            blocks.append(Block("stopped", "Stopped. Resume continues from the last stored "
-                                "response.", **base))
-        elif k == "customer_done":
-            blocks.append(Block("customer_done", "The customer has nothing more to say.",
-                                **base))
-    return blocks
+        if step.kind not in (StepKind.RESPONSE, StepKind.RESULT, StepKind.TEXT):
+            t.open_calls.clear()   # a turn's commentary sits beside its call
+        STEP_BLOCKS[step.kind](t, step.data, {"at": step.at, "pid": step.pid})
+    return t.blocks
 
 
 def resent_text(data: Mapping[str, Any]) -> str:

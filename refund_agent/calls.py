@@ -1,0 +1,214 @@
+"""What the refund desk's tools do: the look-ups, and the effects (paying, emailing).
+
+The loop in agent.py knows none of this: it hands each call a :class:`DeskCall` (the run,
+its lease, the call and the desk's outside systems) and runs the tool the way its declaration
+says (tools.ToolKind). Effects live here, each fenced by the run's lease and keyed by the
+call's key, so a process that lost the run does nothing, and a repeat does nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .models import Approval, ApprovalStatus, Call, Run, StepKind
+from .outbox import Outbox, with_signature
+from .payments import Payments
+from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
+from .shop import Shop
+from .store import Lease, Store
+from .tools import (
+    TOOLS,
+    CheckRefundPolicy,
+    IssueRefund,
+    LookupOrder,
+    SendCustomerMessage,
+    ShopTools,
+    toolset,
+)
+from .turns import StepData, Waiting
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A call's result: its output for the model, the steps it adds, an audit line."""
+
+    output: dict[str, Any]
+    steps: list[StepData]
+    audit: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What any tool's functions get for one call: the run, its lease, the call itself."""
+
+    run: Run
+    lease: Lease
+    call: Call
+    store: Store
+    crash: Callable[[str], None]   # a named crash point (crash.py), for the tests
+
+    @property
+    def key(self) -> str:
+        """The call's idempotency key: its run and call id (callrecords.call_key)."""
+        return self.call.key or self.call.call_id
+
+    def fence(self) -> None:
+        """LeaseLost if another process took the run over: then nothing may happen."""
+        self.store.check_lease(self.lease)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeskCall(CallContext):
+    """The refund desk's context: the shop and its outside systems besides the call."""
+
+    shop: Shop
+    payments: Payments
+    outbox: Outbox
+
+    @property
+    def tools(self) -> ShopTools:
+        return ShopTools(self.shop, self.run.sender, self.store.held_lines)
+
+
+def paid_quote(approval: Approval) -> Quote:
+    """The refund a decided approval pays: the lines the person kept, at their amounts."""
+    return Quote(order_id=approval.order_id, lines=[
+        QuotedLine(line=line.line, name=line.name, reason=line.reason,
+                   amount_cents=line.amount_cents, allowed_cents=line.allowed_cents,
+                   fee_cents=line.fee_cents) for line in approval.kept])
+
+
+def requote(shop: Shop, sender: str, held_lines: Callable[[str], Mapping[str, Held]],
+            approval: Approval, kept: list[str], held: Mapping[str, Held]) -> Quote | str:
+    """What approving these lines of ``approval`` pays today, or why it may not.
+
+    Its age does not matter: a run whose stored response expired meanwhile continues from
+    its transcript (see Loop._turn).
+    """
+    order = ShopTools(shop, sender, held_lines).owned_order(approval.order_id)
+    if isinstance(order, str):
+        return order
+    reasons = {line.line: line.reason for line in approval.item_lines}
+    shipping = any(line.reason == "shipping" for line in approval.lines)
+    requested = [(line, reasons[line]) for line in kept]
+    if not approval.item_lines and shipping:
+        # The shipping alone, owed after every item was refunded as damaged: priced again
+        # as it was proposed (SHIPPING named on its own, see quote_refund).
+        requested = [(SHIPPING, "damaged")]
+    return quote_refund(order, shop.terms, requested, held, shop.today, shipping=shipping)
+
+
+def lookup_order(ctx: DeskCall, args: LookupOrder) -> Outcome:
+    return Outcome(ctx.tools.lookup_order(args), [])
+
+
+def check_refund_policy(ctx: DeskCall, args: CheckRefundPolicy) -> Outcome:
+    return Outcome(ctx.tools.check_refund_policy(args), [])
+
+
+def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
+    """Queue the refund for a person (boundary 4), or say why it cannot be proposed."""
+    tools = ctx.tools
+    queued = ctx.store.queue_approval(
+        ctx.lease, response_id=ctx.call.response_id, call_id=ctx.call.call_id,
+        order_id=args.order_id, summary=args.summary.strip(), customer=ctx.run.sender,
+        price=lambda held: tools.quote(args, held))
+    if isinstance(queued, str):
+        audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
+                 "note": queued, "lines": [{"line": line, "reason": reason}
+                                           for line, reason in args.requested()]}
+        return Outcome({"error": queued}, [], audit)
+    return Waiting(queued.id)
+
+
+def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcome:
+    """Carry out the person's decision: pay what was approved, or say why nothing was."""
+    lines = [{"line": line.line, "item": line.name, "reason": line.reason,
+              "amount": line.amount} for line in approval.lines]
+    if approval.status == ApprovalStatus.REJECTED:
+        return Outcome({"status": "rejected", "rejected_by": approval.decided_by,
+                        "note": approval.note or "", "lines": lines}, [])
+    if approval.status == ApprovalStatus.ASKED:
+        return Outcome({"status": "needs_information", "asked_by": approval.decided_by,
+                        "question": approval.note or "", "lines": lines,
+                        "next": "Nothing was refunded. Ask the customer the question; when "
+                                "they reply, propose the refund again if the policy allows it."},
+                       [])
+    if approval.status == ApprovalStatus.EXPIRED:
+        return Outcome({"status": "expired", "note": approval.note or "", "lines": lines,
+                        "next": "Nothing was refunded: nobody decided in time. Tell the "
+                                "customer and leave a note so the team follows up."}, [])
+    # Approved: pay exactly what the person approved. The policy was checked inside the
+    # decision's transaction and the lines stay held, so nothing can have taken them since.
+    quote = paid_quote(approval)
+    ctx.crash("before_refund")
+    ctx.fence()   # a process that lost the run pays nothing
+    refund, reused = ctx.payments.refund(approval.id, quote, approval.summary)
+    ctx.crash("after_refund")
+    audit = {"event": "reused" if reused else "issued", "actor": "payments",
+             "approval_id": approval.id, "order_id": approval.order_id,
+             "amount": approval.amount, "note": refund["refund_id"],
+             "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents}
+                       for q in quote.lines]}
+    output = {"status": "refunded", "refund_id": refund["refund_id"],
+              "amount": approval.amount, "approved_by": approval.decided_by,
+              "lines": [line for line in lines if line["line"] in quote.line_ids()]}
+    if approval.declined:
+        output["declined"] = [{"line": line.line, "item": line.name}
+                              for line in approval.declined]
+        output["note"] = approval.note or ""
+    return Outcome(output, [(StepKind.REFUND, {**output, "reused": reused})], audit)
+
+
+def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
+    """Always to the sender, signed once, sent once per call key."""
+    run = ctx.run
+    body = with_signature(args.message, ctx.shop.info.signature)
+    ctx.fence()   # a process that lost the run sends nothing
+    record, reused = ctx.outbox.send(ctx.call.key, run.sender, f"Re: {run.subject}", body)
+    ctx.crash("after_email")
+    output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
+    return Outcome(output, [(StepKind.MESSAGE, {"to": run.sender, "body": body,
+                                                "reused": reused})])
+
+
+def hand_over(store: Store, shop: Shop, outbox: Outbox, run_id: str, lease: Lease,
+              why: str) -> str:
+    """A run that cannot continue: tell the customer a person will follow up, and leave
+    the team a note (the run's failure) saying so.
+
+    The email goes through the outbox under a key of the run's own, so however often the
+    run is resumed and fails again, the customer gets it once; only ever to the sender.
+    A refund paid before the failure is named in it, since the model never got to say so.
+    """
+    run = store.run(run_id)
+    paid = [s.data for s in store.steps(run_id) if s.kind == StepKind.REFUND]
+    refund = ""
+    if paid:
+        total = sum(float(d.get("amount") or 0) for d in paid)
+        refund = (f" Your refund of ${total:,.2f} has been issued and should reach you "
+                  "within a few business days.")
+    greeting = f"Hello {run.sender_name}," if run.sender_name else "Hello,"
+    body = with_signature(
+        f"{greeting}\n\nThank you for your patience.{refund} We could not finish handling "
+        "your request automatically, so a member of our team will look at it and follow "
+        "up with you personally.", shop.info.signature)
+    store.check_lease(lease)   # a process that lost the run sends nothing
+    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}", body)
+    told = "was already told" if reused else "was told"
+    return (f"{why} A person needs to take this ticket over: the customer ({run.sender}) "
+            f"{told} by email that a person will follow up.")
+
+
+# An email written in the same response as a refund proposal, before anyone decided it.
+HELD_BACK = ("Not sent: this email was written before the refund in the same response was "
+             "decided, and that refund was not made. Write it again with the outcome.")
+
+REFUND_TOOLS = toolset(
+    replace(TOOLS["lookup_order"], run=lookup_order),
+    replace(TOOLS["check_refund_policy"], run=check_refund_policy),
+    replace(TOOLS["issue_refund"], run=issue_refund, propose=propose_refund),
+    replace(TOOLS["send_customer_message"], run=send_customer_message),
+)

@@ -1,0 +1,45 @@
+"""Why a turn failed, in words a person can act on (the loop decides what to do with it)."""
+
+from __future__ import annotations
+
+import openai
+
+from .model import provider_error
+from .providers import ProviderError
+
+
+def response_gone(client: openai.OpenAI, provider: str, exc: openai.APIStatusError,
+                  missing: str) -> bool:
+    """Whether a refused continuation means the stored response ``missing`` is gone.
+
+    Recognised in every form providers use: a 404 or 400 naming the id anywhere in its
+    body, OpenAI's or xAI's ``previous_response_not_found`` code; a bare 404 (xAI's flat
+    body says only "Error code: 404") is confirmed by asking for the response itself.
+    """
+    if provider_error(exc, provider, missing).kind == "response_gone":
+        return True
+    if exc.status_code != 404:
+        return False
+    try:
+        client.responses.retrieve(missing)
+    except openai.NotFoundError:
+        return True
+    except openai.APIError:
+        return False
+    return False  # the response is there: the 404 was about something else
+
+
+def refused_transcript(error: ProviderError) -> str:
+    """The provider refused the transcript's encrypted reasoning: say so plainly."""
+    return ("The model refused this run's transcript: the encrypted reasoning kept in the "
+            f"store does not verify ({error.message}). The transcript was changed after the "
+            "model wrote it, or was written under another key or provider, so the run "
+            "stopped here rather than continue without its reasoning. Restore the store "
+            "from a backup, or start a new ticket.")
+
+
+def still_gone(previous: str | None, error: ProviderError) -> str:
+    """The stored response is gone and the request sent from the transcript failed too."""
+    return (f"The stored response {previous} is gone, and the request sent from the run's "
+            f"transcript instead was refused too ({error.message or error.code}); resume "
+            "retries.")

@@ -1,0 +1,202 @@
+"""Talking to the model while a turn streams: live events, the Stop button, the lease heartbeat.
+
+Everything here is I/O around one streamed request; what the request says and what its
+response means are pure functions in turns.py, and the loop that uses both is in agent.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream raises
+import openai
+from openai.types.responses import Response
+
+from .errors import LeaseLost, RefundAgentError
+from .models import Step
+from .store import Lease, Store
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """Something a front end may show as it happens.
+
+    ``kind`` is "reasoning", "text" or "arguments" for streamed deltas (``text`` holds the
+    delta), "call" when a function call starts streaming (``text`` is its name), and "step"
+    when a timeline step has been committed (``step`` holds it).
+    """
+
+    run_id: str
+    kind: str
+    text: str = ""
+    step: Step | None = None
+
+
+OnEvent = Callable[[LiveEvent], None]
+
+
+class Cancel:
+    """A stop button for one advance: sets a flag and closes the in-flight stream.
+
+    Closing the HTTP response makes the streaming loop fail at once, even if the model is in the
+    middle of a long pause between events.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._stream: Any = None
+
+    def set(self) -> None:
+        self._event.set()
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - closing a dead stream must not hide the stop
+                pass
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def attach(self, stream: Any) -> None:
+        self._stream = stream
+        if self.is_set():
+            stream.close()
+
+
+class Heartbeat:
+    """Renews a run's lease while a model request streams, so a slow request never loses it.
+
+    If a renewal finds the lease taken over (this process was paused past it), the stream is
+    closed and :meth:`check` raises LeaseLost, so nothing from that response is used.
+    """
+
+    def __init__(self, store: Store, lease: Lease) -> None:
+        self.store, self.lease = store, lease
+        self.lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="lease-heartbeat")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def attach(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.store.lease_seconds / 3):
+            try:
+                self.store.renew(self.lease)
+            except LeaseLost as lost:
+                self.lost = lost
+                if self._stream is not None:
+                    self._stream.close()
+                return
+            except RefundAgentError:
+                continue  # a busy database: the next beat tries again
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+
+
+class Stopped(Exception):
+    """Raised inside a turn when someone pressed Stop."""
+
+
+def sse_events(stream: Any) -> Iterator[dict[str, Any]]:
+    """The JSON events of a server-sent-event stream (``data:`` lines, blank line between).
+
+    A connection that times out or breaks raises the SDK's own errors, as its streams do.
+    """
+    data: list[str] = []
+    lines = stream.iter_lines()
+    while True:
+        try:
+            line = next(lines, None)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=stream.http_request) from exc
+        except (httpx2.RequestError, httpx2.StreamError) as exc:
+            raise openai.APIConnectionError(request=stream.http_request) from exc
+        if line is None:
+            break
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+        elif not line and data:
+            text = "\n".join(data)
+            data = []
+            if text.startswith("[DONE]"):
+                return
+            yield json.loads(text)
+    if data and not data[0].startswith("[DONE]"):
+        yield json.loads("\n".join(data))
+
+
+
+def stream_response(client: openai.OpenAI, run_id: str, params: dict[str, Any], emit: OnEvent,
+                    cancel: Cancel | None, heartbeat: Heartbeat) -> Any:
+    """Stream one response, surfacing deltas; returns the completed response.
+
+    The SDK sends the request (retries, timeouts, errors as ever), but its events are read
+    here as plain JSON: typing every event as a pydantic object, most of them deltas or
+    echoes of the whole response, cost more CPU than anything else in a turn. Only the
+    final response becomes the SDK's ``Response``. The input items and tool schemas go as
+    ``extra_body``, already plain JSON, which skips the SDK's walk over them looking for
+    fields to rename (there are none in them).
+    """
+    params = dict(params)
+    body = {key: params.pop(key) for key in ("input", "tools") if key in params}
+    raw = client.responses.with_streaming_response.create(
+        **params, extra_body=body or None)
+    stream = raw.__enter__()
+    heartbeat.attach(stream)
+    if cancel:
+        cancel.attach(stream)
+    final = None
+    try:
+        for event in sse_events(stream):
+            if cancel and cancel.is_set():
+                raise Stopped
+            kind = event.get("type")
+            if kind in ("response.reasoning_summary_text.delta",
+                        "response.reasoning_text.delta"):
+                emit(LiveEvent(run_id, "reasoning", event.get("delta") or ""))
+            elif kind == "response.output_text.delta":
+                emit(LiveEvent(run_id, "text", event.get("delta") or ""))
+            elif (kind == "response.output_item.added"
+                  and (event.get("item") or {}).get("type") == "function_call"):
+                emit(LiveEvent(run_id, "call", event["item"].get("name") or ""))
+            elif kind == "response.function_call_arguments.delta":
+                emit(LiveEvent(run_id, "arguments", event.get("delta") or ""))
+            elif kind in ("response.completed", "response.incomplete"):
+                # xAI documents response.incomplete as a terminal event carrying the
+                # output (cut short by a limit); its items are kept like a completed one's.
+                final = Response.construct(**event["response"])
+            elif kind in ("response.failed", "error"):
+                raise openai.APIError(f"The model stream ended with {kind}.",
+                                      request=stream.http_request, body=event)
+    except (openai.APIError, httpx2.HTTPError, httpx2.StreamError):
+        heartbeat.check()   # the stream was closed because the run was lost
+        if cancel and cancel.is_set():
+            raise Stopped from None
+        raise
+    finally:
+        raw.__exit__(None, None, None)
+    heartbeat.check()
+    if final is None:
+        raise openai.APIConnectionError(
+            message="The model stream ended before the response was complete.",
+            request=stream.http_request)
+    return final
+
+# -- running calls -----------------------------------------------------------------------
