@@ -224,24 +224,31 @@ check("no refund was proposed to the stranger", not agent.store.run_approvals(sa
 md("""
 ## Accounts and limits
 
-With accounts (`refund-agent users add`), nothing is readable or doable without signing in,
-and each approver has a limit covering everything they approved on an order. Passwords are
-kept only as salted scrypt hashes. The limit is checked inside the decision's transaction.
+With accounts (`refund-agent users add`), the page and the terminal ask who you are before
+anything else (`tests/test_accounts.py` and the web tests prove it), and each approver has a
+limit covering everything they approved on an order, checked inside the decision's
+transaction. A wrong password is refused, and the store keeps only a salted hash.
 """),
 code('''
 from refund_agent import DecisionRefused
-from refund_agent.accounts import Accounts
+from refund_agent.accounts import Accounts, SignInFailed
 
 accounts = Accounts(agent.store)
 accounts.add("Sam Lee", "approver", "correct horse battery", limit=40)
 sam_lee = accounts.sign_in("Sam Lee", "correct horse battery")
+try:
+    accounts.sign_in("Sam Lee", "a guess at it")
+    wrong = "accepted"
+except SignInFailed as exc:
+    wrong = str(exc)
+check("a wrong password is refused", wrong == "Wrong name or password.")
 pending = agent.store.approvals("pending")[0]
 try:
     agent.decide(pending.id, approve=True, by=sam_lee.name, limit_cents=sam_lee.limit_cents)
     refused = ""
 except DecisionRefused as exc:
     refused = str(exc)
-print(refused[:96])
+show(refused)
 check(f"Sam's $40 limit refuses ${pending.amount:.2f}", "limit" in refused
       and agent.store.approval(pending.id).status == "pending")
 '''),
