@@ -83,14 +83,14 @@ A person approves, hours later, in another process. That process reads the three
 pays with the call id as the **idempotency key** (a payment provider that has seen the key
 hands back the first refund instead of paying again), and resumes the model: the same
 `previous_response_id`, and one `function_call_output` for the saved call. The payment
-stand-in is the package's (`refund_agent/payments.py`), as a real provider would be.
+stand-in is the package's (`refund_agent/outside/payments.py`), as a real provider would be.
 """),
 code('''
-from refund_agent.payments import Payments
+from refund_agent.outside import StandInPayments
 
 saved = json.loads((OUTPUT / "waiting.json").read_text())
 args = parse_args("issue_refund", saved["arguments"])
-payments = Payments(OUTPUT / "plain")
+payments = StandInPayments(OUTPUT / "plain")
 
 def pay_and_resume(saved, approved_by):
     refund, reused = payments.refund(saved["call_id"], read_only.quote(args), args.summary)
