@@ -1,4 +1,4 @@
-"""pytest settings for the notebook walkthrough, which nbval runs cell by cell.
+"""pytest settings for the notebooks (walkthrough, beyond), which nbval runs cell by cell.
 
 nbval starts the notebook's kernel as a child of pytest, so the kernel (and every process the
 notebook starts) inherits the environment set here.

@@ -154,8 +154,10 @@ STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
     StepKind.NOTE: _note_line,
     StepKind.RESPONSE: lambda _p, _d: None,
     StepKind.APPROVAL: lambda _p, d: (
-        f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
-        f"{d.get('summary') or d.get('reason', '')}\n"
+        # A refund names its amount; another agent's gated action (examples/) has none.
+        (f"  ** Proposed refund ${d['amount']:.2f} on {d['order_id']}: "
+         if d.get("lines") or d.get("amount") else f"  ** Proposed for {d['order_id']}: ")
+        + f"{d.get('summary') or d.get('reason', '')}\n"
         + "".join(f"  **   {_line(line)}\n" for line in d.get("lines", []))
         + f"  ** Waiting for approval ({d['approval_id']})"),
     StepKind.DECISION: lambda _p, d: _decision_line(d),

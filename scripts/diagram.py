@@ -42,14 +42,18 @@ BEFORE_PAUSE: list[Message] = [
     (AGENT, MODEL, "request 2: output, previous_response_id=response 1", None, "model", False),
     (MODEL, AGENT, "... check_refund_policy, then: call issue_refund(lines)", None, "model",
      True),
-    (AGENT, STORE, "price lines by policy; pending approval + audit; run waiting", 4, "store",
-     False),
+    (AGENT, STORE, "policy prices; pending approval + audit 'requested'; waiting",
+     4, "store", False),
 ]
 AFTER_PAUSE: list[Message] = [
-    (APPROVER, STORE, "approve: compare-and-set on status='pending'", 5, "person", False),
-    (STORE, AGENT, "resume: take the lease (epoch + 1; every write checks it)", 7, "store", True),
+    (APPROVER, STORE, "approve: compare-and-set on 'pending' + audit 'approved'", 5, "person",
+     False),
+    (APPROVER, AGENT, "who resumes: the approving process, a worker's claim(),\nor "
+     "`refund-agent resume` / the web's start-up for runs left behind", None, "person", False),
+    (AGENT, STORE, "take the run's lease (epoch + 1; every write checks it)", 7, "store", False),
     (AGENT, PAYMENTS, "refund, idempotency key = call id", 6, "pay", False),
-    (AGENT, STORE, "save the refund call's output", 3, "store", False),
+    (AGENT, STORE, "save the refund call's output + audit 'issued' (one transaction)", 3,
+     "store", False),
     (AGENT, MODEL, "function_call_output(call id, decision),\nprevious_response_id = "
      "the approval's response", None, "model", False),
     (MODEL, AGENT, "call send_customer_message", None, "model", True),
@@ -115,7 +119,8 @@ def draw(out: Path) -> None:
 
     ax.text(-1.15, -height + 0.15,
             "Numbered badges: the durable boundaries (each one committed transaction; a named "
-            "crash point sits at each). Dashed arrows: answers.",
+            "crash point sits at each). Dashed arrows: answers.\nAudit lines are written "
+            "inside the transactions they describe (4, 5, and 3 for the payment).",
             fontsize=10, color="#555555", va="bottom")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

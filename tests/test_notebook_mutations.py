@@ -1,15 +1,22 @@
-"""The walkthrough notebook fails when the pattern it teaches is broken.
+"""The notebooks fail when the pattern they teach is broken.
 
 Each mutant below is one named break of the package, of the kind a careless change could make:
-a reused refund reporting a new id, verification that always answers OK, the policy's line
-checks gone, and so on. For each one the package is copied to a temporary folder (the real files
-are never touched), the break is applied to the copy, and the notebook runs under strict nbval
-with the copy first on PYTHONPATH, so the notebook's kernel and every process it starts import
-the broken package. nbval must fail for every mutant; an unbroken copy must pass, which shows
-that the copy is what the notebook ran and that a failure comes from the break.
+a reused refund reporting a new id, a process that lost its lease still paying, a decision not
+priced again, reconciliation looking one way only, and so on. For each one the package is copied
+to a temporary folder (the real files are never touched), the break is applied to the copy, and
+the notebook whose checks cover it runs under strict nbval with the copy first on PYTHONPATH, so
+the notebook's kernel and every process it starts import the broken package. nbval must fail,
+and the failure must be one of the notebook's checks (``check(claim, holds)`` raising
+AssertionError with the mutant's claim), not a changed trace line. The unbroken copy must pass
+both notebooks, which shows that the copy is what the notebooks ran.
 
-The runs go in parallel, one per CPU. Set REFUND_AGENT_MUTANTS=name,name to run only some, and
-REFUND_AGENT_MUTATION_REPORT=path to write which cells caught which mutant (a JSON file).
+A mutant whose target text moved (other work reshapes the package) fails loudly, naming the text
+to re-point: an edit's ``old`` text must occur exactly once in its file, or, when the file no
+longer has it, exactly once in the whole package.
+
+The runs go in parallel, one per CPU, each stopping at its first failing cell. Set
+REFUND_AGENT_MUTANTS=name,name to run only some, and REFUND_AGENT_MUTATION_REPORT=path to write
+which cells caught which mutant (a JSON file).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
+NOTEBOOKS = {"walkthrough": ROOT / "notebooks" / "walkthrough.ipynb",
+             "beyond": ROOT / "notebooks" / "beyond.ipynb"}
+NOTEBOOK = NOTEBOOKS["walkthrough"]
 PACKAGE = ROOT / "refund_agent"
 
 pytestmark = pytest.mark.timeout(900)
@@ -40,16 +49,22 @@ pytestmark = pytest.mark.timeout(900)
 class Mutant:
     """One named break: exact text replacements in files of the package (paths relative to it).
 
-    Each ``old`` text must occur exactly once in its file, so a mutant whose target moved fails
-    loudly instead of silently testing nothing.
+    ``notebook`` is the notebook whose checks catch it, and ``claim`` the start of the check
+    that must fail (the text ``check`` prints and raises).
     """
 
     name: str
     what: str
     edits: tuple[tuple[str, str, str], ...]
+    notebook: str = "walkthrough"
+    claim: str = ""
+    # The same break written for another shape of the code (the loop split into agent.py,
+    # turns.py and calls.py): the first set of edits whose texts are all found is applied.
+    alternatives: tuple[tuple[tuple[str, str, str], ...], ...] = ()
 
 
 MUTANTS = [
+    # -- the ten the walkthrough has caught since it had mutants --------------------------------
     Mutant("reused_refund_new_id", "a reused refund reports a new refund id", ((
         "payments.py",
         '        return self.log.once(key, request, lambda: {"refund_id": "re_" + '
@@ -58,7 +73,8 @@ MUTANTS = [
         '            key, request, lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n'
         '        if reused:  # MUTANT\n'
         '            record = {**record, "refund_id": "re_" + uuid.uuid4().hex[:16]}\n'
-        '        return record, reused\n'),)),
+        '        return record, reused\n'),),
+        claim="paid once: the retry got the first refund back"),
     Mutant("verify_always_ok", "verify_audit and reconcile always answer that all is well", (
         ("store/auditlog.py",
          "        entries = self.audit() if entries is None else entries\n",
@@ -69,13 +85,13 @@ MUTANTS = [
          "        return problem\n",
          "    return None  # MUTANT\n    problem = store.verify_audit(audit, approval_list)\n"
          "    if problem:\n        return problem\n"),
-    )),
+    ), notebook="beyond", claim="caught: a refund nobody approved"),
     Mutant("policy_line_checks_removed", "final-sale and already-held lines can be refunded", ((
         "policy.py",
         '    if item.final_sale:\n'
         '        return f"{item.name} ({line}) is final sale and is never refunded."\n'
         '    holder = held.get(line)\n',
-        '    holder = None  # MUTANT\n'),)),
+        '    holder = None  # MUTANT\n'),), claim="the gift card is refused"),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
@@ -87,7 +103,7 @@ MUTANTS = [
          '        with open(self.log.path, "a", encoding="utf-8") as fh:\n'
          '            fh.write(json.dumps(record) + "\\n")\n'
          '        return record, False\n'),
-    )),
+    ), claim="one email, although its process died after sending"),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
         ("store/approvals.py",
          '        if approval.status == "pending":\n            return approval\n',
@@ -95,7 +111,7 @@ MUTANTS = [
         ("store/approvals.py",
          "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
          'amount_cents = ? WHERE id = ?",  # MUTANT'),
-    )),
+    ), claim="exactly one click won"),
     Mutant("approval_wrong_response_id",
            "the approval records the response the turn continued from, not the one that "
            "made the call", ((
@@ -106,21 +122,115 @@ MUTANTS = [
                '                "SELECT response_id FROM calls WHERE run_id = ? AND '
                'response_id != ?"\n'
                '                " ORDER BY rowid DESC LIMIT 1", (run_id, response_id)).fetchone()\n'
-               "            response_id = row[0] if row else response_id\n"),)),
+               "            response_id = row[0] if row else response_id\n"),),
+           claim="the approval saved the three values"),
     Mutant("store_false", "requests are sent with store=False", ((
-        "turns.py", '"store": not zero_retention,', '"store": False,'),)),
+        "agent.py", '"store": not keep_nothing,', '"store": False,'),),
+        claim="every request asked the API to store its response",
+        alternatives=((("turns.py", '"store": not zero_retention,', '"store": False,'),),)),
     Mutant("partial_pays_unticked", "a partial approval pays the lines the person unticked", ((
-        "calls.py", "fee_cents=line.fee_cents) for line in approval.kept])",
-        "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),)),
+        "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
+        "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),),
+        notebook="beyond", claim="the payment holds the kept line only"),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
         "store/core.py",
         '        if row is None or (row["lease_token"], row["lease_epoch"]) != '
         "(lease.token, lease.epoch):\n",
-        "        if row is None:  # MUTANT\n"),)),
+        "        if row is None:  # MUTANT\n"),),
+        notebook="beyond", claim="epoch"),
     Mutant("saved_outputs_rerun", "a resumed run runs calls whose output was saved again", ((
         "agent.py", "                if call.output is not None:\n                    output = "
         "call.output\n",
-        "                if False:  # MUTANT\n                    output = call.output\n"),)),
+        "                if False:  # MUTANT\n                    output = call.output\n"),),
+        claim="no call ran twice"),
+    # -- every other durable boundary and guarantee the notebooks state -------------------------
+    Mutant("lease_unchecked_before_paying", "a process that lost its run's lease still pays", ((
+        "agent.py",
+        "        self.store.check_lease(lease)   # a process that lost the run pays nothing\n",
+        "        pass  # MUTANT: the lease is not checked before paying\n"),),
+        notebook="beyond", claim="the process that lost the run paid nothing",
+        alternatives=((("calls.py",
+                        "    ctx.fence()   # a process that lost the run pays nothing\n",
+                        "    pass  # MUTANT: the lease is not checked before paying\n"),),)),
+    Mutant("lease_unchecked_before_emailing", "a process that lost its run's lease still emails",
+           (("agent.py",
+             "        self.store.check_lease(lease)   # a process that lost the run sends nothing\n"
+             "        record, reused = self.outbox.send(",
+             "        pass  # MUTANT: the lease is not checked before emailing\n"
+             "        record, reused = self.outbox.send("),),
+           notebook="beyond", claim="the process that lost the run sent no email",
+           alternatives=((("calls.py",
+                           "    ctx.fence()   # a process that lost the run sends nothing\n"
+                           "    record, reused = ctx.outbox.send(",
+                           "    pass  # MUTANT: the lease is not checked before emailing\n"
+                           "    record, reused = ctx.outbox.send("),),)),
+    Mutant("decision_not_repriced", "a decision pays the proposal's line amounts, not a new quote",
+           (("agent.py", "requote=self._requote if approve else None,",
+             "requote=None,  # MUTANT"),),
+           notebook="beyond", claim="the kept line is priced again"),
+    Mutant("reconcile_log_to_store_only",
+           "reconciliation no longer checks that every approved payment has its refund", ((
+               "reconcile.py",
+               "        _money_events_have_refunds(audit, refunds, names[0]),\n"
+               "        _made_refunds_have_records(approvals, refunds, refund_calls, names[0]),\n",
+               "        # MUTANT: one direction only\n"),),
+           notebook="beyond", claim="caught: an approved refund missing"),
+    Mutant("reconcile_store_to_log_only",
+           "reconciliation no longer checks that every refund in the log was approved", ((
+               "reconcile.py",
+               "        _refunds_match_approvals(refunds, approvals, audit, refund_calls),\n",
+               "        # MUTANT: one direction only\n"),),
+           notebook="beyond", claim="caught: a refund nobody approved"),
+    Mutant("reconcile_skips_outbox", "reconciliation no longer compares the outbox with the calls",
+           (("reconcile.py",
+             "        _emails_match_calls(emails, sends),\n"
+             "        _sent_calls_have_emails(sends, emails, names[1]),\n",
+             "        # MUTANT: the outbox is not reconciled\n"),),
+           notebook="beyond", claim="caught: an email no call sent"),
+    Mutant("audit_hash_skips_actor", "an audit entry's hash leaves out who acted", ((
+        "store.py", '_AUDIT_FIELDS = ("at", "event", "actor", "pid",',
+        '_AUDIT_FIELDS = ("at", "event", "pid",  # MUTANT: no actor\n'),),
+        notebook="beyond", claim="an edit of any of the"),
+    Mutant("payment_audit_split",
+           "a payment's audit line is written in its own step after the output", ((
+               "agent.py",
+               "        self.store.record_output(lease, call.call_id, text, steps, audit)\n"
+               '        crash_point("after_tool", self._crash)\n',
+               "        self.store.record_output(lease, call.call_id, text, steps)  # MUTANT\n"
+               '        crash_point("after_tool", self._crash)\n'
+               "        if audit:\n"
+               "            self.store.record_output(lease, call.call_id, text, [], audit)\n"),),
+           notebook="beyond", claim="killed right after paying: the payment has its audit line",
+           alternatives=((
+               ("agent.py",
+                "self.store.record_output(lease, call.call_id, text, steps, outcome.audit)\n",
+                "self.store.record_output(lease, call.call_id, text, steps)  # MUTANT\n"),
+               ("agent.py",
+                "        text = self._record(lease, call, outcome)\n"
+                '        self._crash_at("after_tool")\n',
+                "        text = self._record(lease, call, outcome)\n"
+                '        self._crash_at("after_tool")\n'
+                "        if outcome.audit:  # MUTANT: the audit line in a step of its own\n"
+                "            self.store.record_output(lease, call.call_id, text, [], "
+                "outcome.audit)\n")),)),
+    Mutant("lookup_order_any_customer", "lookup_order shows another customer's order", ((
+        "tools.py",
+        "    def lookup_order(self, args: LookupOrder) -> dict[str, Any]:\n"
+        "        order = self.owned_order(args.order_id)\n",
+        "    def lookup_order(self, args: LookupOrder) -> dict[str, Any]:\n"
+        "        order = self.shop.order(args.order_id) or self.owned_order(args.order_id)  "
+        "# MUTANT\n"),),
+        notebook="beyond", claim="the stranger's lookup found nothing"),
+    Mutant("expiry_disabled", "approvals never expire", ((
+        "agent.py", "        return self.store.expire(self.settings.approval_days * 86400)\n",
+        "        return []  # MUTANT: nothing ever expires\n"),),
+        claim="the approval expired"),
+    Mutant("stored_response_fallback_removed",
+           "a gone stored response fails the run instead of resending the transcript", ((
+               "agent.py",
+               "                if not missing or not self._response_gone(exc, missing):\n",
+               "                if True:  # MUTANT: no fallback to the transcript\n"),),
+           claim="the gone response was replaced by the transcript"),
 ]
 CONTROL = Mutant("unbroken", "the package as it is", ())
 
@@ -133,6 +243,7 @@ class Outcome:
     seconds: float
     output: str
     package: str
+    failed_claims: list[str]
 
 
 def _selected() -> list[Mutant]:
@@ -143,18 +254,43 @@ def _selected() -> list[Mutant]:
     return [m for m in MUTANTS if not wanted or m.name in wanted]
 
 
+def _find(package: Path, relative: str, old: str) -> Path | str:
+    """The file to edit: ``relative`` if it has ``old`` once, else the one file that has it."""
+    path = package / relative
+    text = path.read_text() if path.is_file() else ""
+    if text.count(old) == 1:
+        return path
+    # The code may have moved (store.py into store/, the loop out of agent.py): the same
+    # text, once anywhere in the package, is the same break.
+    where = [p for p in sorted(package.rglob("*.py")) if old in p.read_text()]
+    if len(where) == 1 and where[0].read_text().count(old) == 1:
+        return where[0]
+    return (f"the text to replace is in {relative} {text.count(old)} time(s) and in "
+            f"{len(where)} file(s) of the package; it must be exactly once:\n{old}")
+
+
 def _apply(mutant: Mutant, package: Path) -> None:
-    for relative, old, new in mutant.edits:
-        path = package / relative
-        text = path.read_text()
-        count = text.count(old)
-        assert count == 1, (f"mutant {mutant.name}: expected the text to replace once in "
-                            f"{relative}, found it {count} times; update the mutant:\n{old}")
-        path.write_text(text.replace(old, new))
+    """Apply the mutant's edits to the copy, or fail saying which text to re-point."""
+    problems = []
+    for edits in (mutant.edits, *mutant.alternatives):
+        found = [(_find(package, relative, old), old, new) for relative, old, new in edits]
+        missing = [where for where, _old, _new in found if isinstance(where, str)]
+        if not missing:
+            for path, old, new in found:
+                path.write_text(path.read_text().replace(old, new))
+            return
+        problems += missing
+    raise AssertionError(f"mutant {mutant.name} ({mutant.what}): no version of it applies. "
+                         "Re-point it at the code that now does this:\n" + "\n".join(problems))
+
+
+def _claims(output: str) -> list[str]:
+    """The claims of the checks that failed (check() raises AssertionError(claim))."""
+    return re.findall(r"AssertionError: (.+)", re.sub(r"\x1b\[[0-9;]*m", "", output))
 
 
 def _run(mutant: Mutant, scratch: Path) -> Outcome:
-    """Run the notebook under strict nbval against a copy of the package with ``mutant``."""
+    """Run the mutant's notebook (both, unbroken) under strict nbval against a broken copy."""
     home = scratch / mutant.name
     shutil.copytree(PACKAGE, home / "refund_agent",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -174,18 +310,19 @@ def _run(mutant: Mutant, scratch: Path) -> Outcome:
     # A mutant needs only one failing cell, so it stops there, unless a report wants them all.
     stop = [] if mutant is CONTROL or os.environ.get("REFUND_AGENT_MUTATION_REPORT") else [
         "--maxfail=1"]
+    books = list(NOTEBOOKS.values()) if mutant is CONTROL else [NOTEBOOKS[mutant.notebook]]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(NOTEBOOK), "-q", "-rf", "--no-header", *stop],
+        [sys.executable, "-m", "pytest", *map(str, books), "-q", "-rf", "--no-header", *stop],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     failed = re.findall(r"^FAILED \S+::(Cell \d+)", done.stdout, re.MULTILINE)
     return Outcome(mutant, done.returncode, failed, time.monotonic() - started,
-                   done.stdout[-6000:] + done.stderr[-2000:], package)
+                   done.stdout[-6000:] + done.stderr[-2000:], package, _claims(done.stdout))
 
 
-def _code_cells() -> dict[str, str]:
+def _code_cells(notebook: Path) -> dict[str, str]:
     """nbval's cell names ("Cell 12" is the 13th code cell) -> section and first line."""
     names, section, n = {}, "", 0
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+    for cell in json.loads(notebook.read_text())["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             headings = re.findall(r"^#+ (.+)$", source, re.MULTILINE)
@@ -207,13 +344,14 @@ def outcomes() -> Iterator[dict[str, Outcome]]:
             results = {o.mutant.name: o for o in pool.map(lambda m: _run(m, scratch), todo)}
         report = os.environ.get("REFUND_AGENT_MUTATION_REPORT")
         if report:
-            where = _code_cells()
             Path(report).write_text(json.dumps({
                 "seconds": round(time.monotonic() - started, 1),
-                "runs": {name: {"what": o.mutant.what, "returncode": o.returncode,
-                                "seconds": round(o.seconds, 1),
-                                "failed_cells": [f"{c}: {where.get(c, '?')}"
-                                                 for c in o.failed_cells]}
+                "runs": {name: {"what": o.mutant.what, "notebook": o.mutant.notebook,
+                                "returncode": o.returncode, "seconds": round(o.seconds, 1),
+                                "failed_claims": o.failed_claims,
+                                "failed_cells": [
+                                    f"{c}: {_code_cells(NOTEBOOKS[o.mutant.notebook]).get(c)}"
+                                    for c in o.failed_cells]}
                          for name, o in results.items()}}, indent=1) + "\n")
         yield results
     finally:
@@ -223,7 +361,7 @@ def outcomes() -> Iterator[dict[str, Outcome]]:
 def test_the_unbroken_copy_passes(outcomes: dict[str, Outcome]) -> None:
     control = outcomes[CONTROL.name]
     assert "refund-agent-mutants-" in control.package, control.package
-    assert control.returncode == 0, f"the notebook fails without any break:\n{control.output}"
+    assert control.returncode == 0, f"the notebooks fail without any break:\n{control.output}"
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
@@ -231,24 +369,41 @@ def test_the_notebook_catches(mutant: Mutant, outcomes: dict[str, Outcome]) -> N
     if mutant.name not in outcomes:
         pytest.skip("not selected in REFUND_AGENT_MUTANTS")
     if outcomes[CONTROL.name].returncode != 0:
-        pytest.skip("the notebook fails without any break (see test_the_unbroken_copy_passes), "
-                    "so its failing here would prove nothing")
+        pytest.skip("the notebooks fail without any break (see test_the_unbroken_copy_passes), "
+                    "so their failing here would prove nothing")
     outcome = outcomes[mutant.name]
     assert "refund-agent-mutants-" in outcome.package, outcome.package
-    # Exit code 1 with failed cells: the notebook ran and its outputs differed. Anything else
-    # (a usage error, a kernel that never started) would not be the notebook catching the break.
+    # Exit code 1 with failed cells: the notebook ran and a cell failed. Anything else (a usage
+    # error, a kernel that never started) would not be the notebook catching the break.
     assert outcome.returncode == 1 and outcome.failed_cells, (
-        f"{mutant.name} ({mutant.what}) was not caught by the notebook:\n{outcome.output}")
+        f"{mutant.name} ({mutant.what}) was not caught by {mutant.notebook}.ipynb:\n"
+        f"{outcome.output}")
+    # And by the check written for it, not by a trace line that happened to change.
+    assert any(claim.startswith(mutant.claim) for claim in outcome.failed_claims), (
+        f"{mutant.name} ({mutant.what}) made {mutant.notebook}.ipynb fail, but not at the "
+        f"check {mutant.claim!r}; failed checks: {outcome.failed_claims}:\n{outcome.output}")
 
 
-def test_markdown_has_no_bare_dollars() -> None:
+def test_every_mutant_names_a_check_its_notebook_makes() -> None:
+    """A mutant's claim starts a check its notebook prints as passing, so a renamed or removed
+    check is seen here, without running anything."""
+    for mutant in MUTANTS:
+        printed = "".join("".join(o.get("text", "")) for c in json.loads(
+            NOTEBOOKS[mutant.notebook].read_text())["cells"] for o in c.get("outputs", []))
+        assert mutant.claim and re.search(r"^\s*" + re.escape(mutant.claim) + r".*: True$",
+                                          printed, re.MULTILINE), (
+            f"{mutant.name}: {mutant.notebook}.ipynb prints no check {mutant.claim!r}...: True")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS.values(), ids=NOTEBOOKS.keys())
+def test_markdown_has_no_bare_dollars(notebook: Path) -> None:
     """Two $ in a markdown cell render as LaTeX in JupyterLab ("the $7.50 fee, so $18.50").
 
     Escaping with a backslash is not enough there: JupyterLab still pairs \\$ signs
     (jupyterlab/jupyterlab#8645), and a double backslash shows up in other viewers. Amounts go in
     code spans instead (`$7.50`), which every viewer renders as written.
     """
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    cells = json.loads(notebook.read_text())["cells"]
     bare = []
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":

@@ -1,0 +1,283 @@
+# The cells of beyond.ipynb, read by build.py (md, code and SETUP come from there).
+# ruff: noqa: F821
+
+BEYOND = [
+md("""
+# Beyond the pattern
+
+The walkthrough (`walkthrough.ipynb`) teaches the pattern: stop at the gated call, save three
+values, pay once keyed by the call id, resume with `previous_response_id`. This notebook is
+for when you run it for real: a person who approves only part of a proposal, or who needs to
+ask the customer first; two processes that both believe they own a run; the books checked
+against the outside systems; accounts with limits; and the store on PostgreSQL. As in the
+walkthrough, every claim is a cell that prints `True` and asserts it.
+"""),
+code(SETUP.format(name="beyond")),
+md("""
+## Partial approvals, priced again at the decision
+
+Maya no longer wants the coffee maker or the mugs, both unused: a change of mind on two lines,
+with the `$7.50` return fee shared between them. Dana approves the coffee maker only. The
+kept line is priced again inside the decision's transaction: on its own it carries the whole
+fee, so it pays `$40.50`, not the `$43.14` it showed as part of the pair. The unticked mugs are
+declined, and their line is free for a later request.
+"""),
+code('''
+from refund_agent import quote_refund
+
+shop, order = agent.shop, agent.shop.order("A1043")
+run = agent.advance(agent.start("maya.chen@example.com", sender_name="Maya Chen",
+    subject="Return", body="Order A1043: I don't want the coffee maker or the mugs anymore. "
+                           "Both are unused, still in the box.").id)
+proposal = agent.store.approvals("pending")[0]
+print([(x.line, x.amount) for x in proposal.lines])
+decided = agent.decide(proposal.id, approve=True, by="Dana Kim", keep=["POUR-GLS-01"],
+                       note="The mugs were a gift; they stay.")
+alone = quote_refund(order, shop.terms, [("POUR-GLS-01", "changed_mind")], {}, shop.today)
+check("the kept line is priced again: $40.50, not $43.14", decided.amount == alone.amount
+      == 40.50)
+run = agent.advance(run.id)
+[refund] = agent.payments.refunds()
+check("the payment holds the kept line only", [x["line"] for x in refund["request"]["lines"]]
+      == ["POUR-GLS-01"] and refund["request"]["amount_cents"] == 4050)
+check("the declined line is free again", "MUG-STN-2" not in agent.store.held_lines("A1043"))
+'''),
+md("""
+## Asking the customer first
+
+Sometimes the approver needs something before deciding: a photo, a serial number. `ask`
+closes the proposal as *asked* (a compare-and-set like a decision) and the run emails the
+question and finishes, waiting on the customer (`asked`). Their reply continues the run, and
+the agent proposes again, with a fresh approval.
+"""),
+code('''
+leo = agent.advance(agent.start("leo.martins@example.com", sender_name="Leo Martins",
+    subject="Board", body="The oak cutting board from order A1058 arrived cracked.").id)
+first = agent.store.approvals("pending")[0]
+agent.ask(first.id, by="Dana Kim", question="Could you send a photo of the crack?")
+leo = agent.advance(leo.id)
+check("the run waits on the customer, question sent", leo.status.value == "asked"
+      and "photo of the crack" in agent.outbox.messages()[-1]["request"]["body"])
+agent.add_reply(leo.id, "Here it is: the crack runs along one edge.")
+leo = agent.advance(leo.id)
+check("the reply brings a new proposal, nothing paid yet", leo.status.value == "waiting"
+      and [a.status for a in agent.store.run_approvals(leo.id)] == ["asked", "pending"]
+      and len(agent.payments.refunds()) == 1)
+'''),
+md("""
+## Fencing: a process that lost its run does nothing more
+
+Every `advance` takes the run's *lease*; a lease whose holder died or stopped renewing it is
+taken over, and each takeover raises its *epoch*, a fencing token. A process that was only
+stalled (a long GC pause, a laptop lid) wakes up believing it still owns the run. Every write
+on a run's behalf checks the epoch in its own transaction, so its first write is refused.
+"""),
+code('''
+from refund_agent import RunStatus, Store
+from refund_agent.errors import LeaseLost
+
+stalled = agent.store.acquire(run.id, token="stalled owner")
+takeover = Store(agent.settings.db_path, lease_seconds=0).acquire(run.id, token="new owner")
+try:
+    agent.store.record_output(stalled, "call-0", "{}", [])     # the stalled owner wakes up
+    refused = False
+except LeaseLost:
+    refused = True
+check(f"epoch {stalled.epoch} -> {takeover.epoch}: the stalled owner's write is refused",
+      refused and takeover.epoch == stalled.epoch + 1)
+agent.store.release(takeover, RunStatus.DONE)
+'''),
+md("""
+Writes are not the only danger: a payment or an email leaves the building before anything is
+written. So the agent checks the lease once more just before paying and just before emailing.
+To show it, a run started by another process (`refund-agent sample`) is approved here, and the
+lease is taken over at the exact moment this process picks the run up.
+"""),
+code('''
+taken = []
+def take_over_at(kind, name=None):
+    "An on_event hook: another owner takes the run over when this step appears."
+    def hook(event):
+        if (event.kind == "step" and event.step.kind == kind and not taken
+                and name in (None, event.step.data.get("name"))):
+            other = Store(agent.settings.db_path, lease_seconds=0)
+            taken.append((other, other.acquire(event.run_id, token="new owner")))
+    return hook
+
+cli("sample", "angry")
+[approval] = [a for a in agent.store.approvals("pending") if a.order_id == "A1066"]
+priya = agent.store.run(approval.run_id)
+agent.decide(approval.id, approve=True, by="Dana Kim")
+try:
+    agent.advance(priya.id, on_event=take_over_at("restart"))
+except LeaseLost as exc:
+    print("LeaseLost:", str(exc).split(" while")[0])
+check("the process that lost the run paid nothing", agent.payments.find(approval.id) is None)
+other, lease = taken.pop()
+other.release(lease, RunStatus.WAITING)
+'''),
+md("""
+The refund and its audit line are written in one transaction: there is no moment at which a
+crash leaves a payment the audit does not know about. A `resume` killed right after saving
+the refund's output (`after_tool`) shows it. Then the email: the lease is taken over just as
+the model asks to send it, and nothing goes out.
+"""),
+code('''
+cli("resume", REFUND_AGENT_CRASH_AT="after_tool")
+issued = [e for e in agent.store.audit() if e.approval_id == approval.id and e.event == "issued"]
+check("killed right after paying: the payment has its audit line",
+      agent.payments.find(approval.id) is not None and len(issued) == 1)
+try:
+    agent.advance(priya.id, on_event=take_over_at("call", "send_customer_message"))
+except LeaseLost as exc:
+    print("LeaseLost:", str(exc).split(" while")[0])
+check("the process that lost the run sent no email", not [m for m in agent.outbox.messages()
+      if m["idempotency_key"].startswith(priya.id)])
+other, lease = taken.pop()
+other.release(lease, RunStatus.WAITING)
+priya = agent.advance(priya.id)
+check("the new owner finishes: one refund, one email", priya.status.value == "done"
+      and len([m for m in agent.outbox.messages() if m["request"]["to"] == priya.sender]) == 1)
+'''),
+md("""
+## Reconciliation: the books against the outside systems
+
+`reconcile(store, output_dir)` (what `refund-agent audit --verify` runs) checks the audit
+chain, then compares the outside systems with the store **in both directions**: every refund
+in `refunds.log` has an approved approval and an audit line with the same lines and amount,
+and every approved payment has its refund; every email in `outbox.log` belongs to a
+`send_customer_message` call, and every sent call has its email. We tamper with copies.
+"""),
+code('''
+import shutil, sqlite3
+from contextlib import closing
+from refund_agent.reconcile import reconcile
+
+def copy_of_desk(name, log=None, edit=None):
+    "A copy of this desk's store and logs; `edit` changes the lines of one log."
+    folder = OUTPUT / name
+    folder.mkdir()
+    with closing(sqlite3.connect(agent.settings.db_path)) as src, \\
+         closing(sqlite3.connect(folder / "refund-agent.sqlite3")) as dst:
+        src.backup(dst)
+    for each in ("refunds.log", "outbox.log"):
+        lines = (OUTPUT / each).read_text().splitlines(keepends=True)
+        (folder / each).write_text("".join(edit(lines) if each == log else lines))
+    return Store(folder / "refund-agent.sqlite3"), folder
+
+check("this desk's books agree", reconcile(agent.store, OUTPUT) is None)
+first_refund, first_email = (json.loads((OUTPUT / log).read_text().splitlines()[0])
+                             for log in ("refunds.log", "outbox.log"))
+mugs = {"line": "MUG-STN-2", "reason": "changed_mind", "amount_cents": 1850}
+forged = {**first_refund, "idempotency_key": "run_000000000000-call-0",
+          "refund_id": "re_" + "0" * 16, "request": {"order_id": "A1043", "amount_cents": 1850,
+                                                      "lines": [mugs], "reason": "nobody"}}
+forged_email = {**first_email, "idempotency_key": "run_000000000000-call-0",
+                "message_id": "msg_" + "0" * 16}
+cases = {  # the tampering: which log, how, and what the problem must name
+    "a refund nobody approved": ("refunds.log", lambda ls: ls + [json.dumps(forged) + "\\n"],
+                                 forged["idempotency_key"]),
+    "an approved refund missing": ("refunds.log", lambda ls: ls[1:], first_refund["refund_id"]),
+    "an email no call sent": ("outbox.log", lambda ls: ls + [json.dumps(forged_email) + "\\n"],
+                              forged_email["message_id"]),
+    "a sent email missing": ("outbox.log", lambda ls: ls[1:], first_email["message_id"]),
+}
+for what, (log, edit, named) in cases.items():
+    problem = reconcile(*copy_of_desk(what.replace(" ", "-"), log, edit)) or ""
+    show(f"  {what}: {problem}")
+    check(f"caught: {what}", named in problem)
+'''),
+md("""
+Each audit entry's hash covers every field, chained to the entry before it, and the chain's
+head is anchored. Edit any one field of a payment's audit line in a copy, and `verify_audit`
+names the entry.
+"""),
+code('''
+fields = {"at": "at + 1", "event": "'issued!'", "actor": "'Mallory'", "pid": "pid + 1",
+          "run_id": "'run_x'", "approval_id": "'other'", "order_id": "'A1021'",
+          "amount": "amount + 1", "note": "'re_x'", "lines": "'[]'"}
+caught = []
+for field, value in fields.items():
+    store, _ = copy_of_desk(f"edited-{field}")
+    with closing(sqlite3.connect(store.path)) as db:
+        db.execute(f"UPDATE audit SET {field} = {value} WHERE event = 'issued'"); db.commit()
+    if "was edited after it was written" in (store.verify_audit() or ""):
+        caught.append(field)
+check(f"an edit of any of the {len(fields)} fields is caught", caught == list(fields))
+'''),
+md("""
+## Ownership: only the sender's orders
+
+The model can only see what the tools show it, and `lookup_order` shows an order only to the
+address that placed it (compared in canonical form, so a look-alike address matches no one).
+A stranger naming Maya's order number gets the same answer as for an order that does not
+exist, so order numbers cannot be probed.
+"""),
+code('''
+sam = agent.advance(agent.start("sam.stone@example.com", sender_name="Sam Stone",
+    subject="Refund", body="Order A1043 arrived cracked; refund the coffee maker please.").id)
+[looked] = [s.data["output"] for s in agent.store.steps(sam.id)
+            if s.kind == "result" and s.data["name"] == "lookup_order"]
+check("the stranger's lookup found nothing", "error" in looked and "Maya" not in json.dumps(looked))
+check("no refund was proposed to the stranger", not agent.store.run_approvals(sam.id))
+'''),
+md("""
+## Accounts and limits
+
+With accounts (`refund-agent users add`), the page and the terminal ask who you are before
+anything else (`tests/test_accounts.py` and the web tests prove it), and each approver has a
+limit covering everything they approved on an order, checked inside the decision's
+transaction. A wrong password is refused, and the store keeps only a salted hash.
+"""),
+code('''
+from refund_agent import DecisionRefused
+from refund_agent.accounts import Accounts, SignInFailed
+
+accounts = Accounts(agent.store)
+accounts.add("Sam Lee", "approver", "correct horse battery", limit=40)
+sam_lee = accounts.sign_in("Sam Lee", "correct horse battery")
+try:
+    accounts.sign_in("Sam Lee", "a guess at it")
+    wrong = "accepted"
+except SignInFailed as exc:
+    wrong = str(exc)
+check("a wrong password is refused", wrong == "Wrong name or password.")
+pending = agent.store.approvals("pending")[0]
+try:
+    agent.decide(pending.id, approve=True, by=sam_lee.name, limit_cents=sam_lee.limit_cents)
+    refused = ""
+except DecisionRefused as exc:
+    refused = str(exc)
+show(refused)
+check(f"Sam's $40 limit refuses ${pending.amount:.2f}", "limit" in refused
+      and agent.store.approval(pending.id).status == "pending")
+'''),
+md("""
+## PostgreSQL, for several hosts
+
+One SQLite file serves every process on one machine. For several hosts, set
+`REFUND_AGENT_DATABASE_URL=postgresql://...` (install `.[postgres]`): the same `Store` API runs
+on PostgreSQL, the stand-ins keep their idempotency records in the same database, workers
+claim runs with `FOR UPDATE SKIP LOCKED` (`refund-agent worker`), and pages learn of changes by
+`LISTEN/NOTIFY`. The README's PostgreSQL section and `docs/MANY-MACHINES.md` say how to set it
+up; the test suite runs the same reliability tests on a throwaway cluster. Nothing in the
+notebooks depends on the engine: they call the store's methods, never SQL.
+"""),
+code('''
+check("this desk runs on SQLite", agent.store.dialect.name == "sqlite")
+check("the store is chosen by the settings alone", agent.settings.store_target
+      == agent.settings.db_path and not agent.settings.database_url)
+'''),
+md("""
+## Recap
+
+- A partial approval is priced again at the decision, pays only the kept lines, and frees
+  the others; `ask` sends a proposal back to the customer with nothing paid.
+- A process that lost its run's lease is refused at its first write, and checks the lease
+  again before paying and before emailing; a payment and its audit line commit together.
+- `reconcile` compares refunds and emails with the store in both directions, and the audit
+  hash covers every field of every entry.
+- `lookup_order` shows only the sender's orders; approvers' limits are checked in the
+  decision's transaction; the store's API is the same on SQLite and PostgreSQL.
+"""),
+]
