@@ -190,7 +190,9 @@ class JsonStateStore:
     # -- runs -------------------------------------------------------------------------------
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
-                   kind: str = "custom") -> Run:
+                   kind: str = "custom", raised_by: str | None = None) -> Run:
+        # raised_by (the desk account that typed a ticket in) matters only to the desk's
+        # own-ticket rule, which this comparison store does not model.
         now = time.time()
         run = {"id": "run_" + uuid.uuid4().hex[:12], "created_at": now, "kind": kind,
                "sender": sender, "sender_name": sender_name, "subject": subject, "email": email,
@@ -383,7 +385,8 @@ class JsonStateStore:
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                keep: list[str] | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
-               = None, limit_cents: int | None = None) -> Approval:
+               = None, limit_cents: int | None = None,
+               two_person_above_cents: int | None = None) -> Approval:
         """The same rules as ``Store.decide``: compare-and-set on pending, partial approval,
         the kept lines re-priced against what other refunds hold, the approver's limit."""
         with self._lock:

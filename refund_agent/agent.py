@@ -273,8 +273,7 @@ class Loop:
         resent: dict[str, Any] | None = None
         with Heartbeat(self.store, lease) as heartbeat:
             try:
-                response = stream_response(self.model.client, run.id, params, emit, cancel,
-                                           heartbeat)
+                response = self._stream(run.id, params, emit, cancel, heartbeat)
             except openai.APIStatusError as exc:
                 missing = params.get("previous_response_id")
                 if not missing or not self._response_gone(exc, missing):
@@ -283,14 +282,18 @@ class Loop:
                 params = turns.resend_request(params, history, step.items)
                 resent = {"missing": missing, "items": len(history),
                           "bytes": run.transcript_bytes}
-                response = stream_response(self.model.client, run.id, params, emit, cancel,
-                                           heartbeat)
+                response = self._stream(run.id, params, emit, cancel, heartbeat)
         read = turns.read_response(response, step.items, model=model,
                                    seconds=time.monotonic() - started)
         self.store.record_response(lease, response_id=read.response_id, calls=read.calls,
                                    steps=read.steps, usage=read.usage,
                                    replies_sent=step.reply_ids, transcript=read.transcript,
                                    resent=resent)
+
+    def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
+                heartbeat: Heartbeat) -> Any:
+        """One streamed request (a method of its own, so bench/ can time it)."""
+        return stream_response(self.model.client, run_id, params, emit, cancel, heartbeat)
 
     def _asking(self, run_id: str) -> bool:
         """Whether the run has a question out to the customer: its latest proposal was sent

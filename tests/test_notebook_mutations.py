@@ -66,11 +66,11 @@ class Mutant:
 MUTANTS = [
     # -- the ten the walkthrough has caught since it had mutants --------------------------------
     Mutant("reused_refund_new_id", "a reused refund reports a new refund id", ((
-        "payments.py",
-        '        return self.log.once(key, request, lambda: {"refund_id": "re_" + '
-        'uuid.uuid4().hex[:16]})\n',
-        '        record, reused = self.log.once(\n'
-        '            key, request, lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n'
+        "outside/payments.py",
+        '        return self.log.once(key, refund_request(quote, summary),\n'
+        '                             lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n',
+        '        record, reused = self.log.once(key, refund_request(quote, summary),\n'
+        '            lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n'
         '        if reused:  # MUTANT\n'
         '            record = {**record, "refund_id": "re_" + uuid.uuid4().hex[:16]}\n'
         '        return record, reused\n'),),
@@ -90,8 +90,12 @@ MUTANTS = [
         "policy.py",
         '    if item.final_sale:\n'
         '        return f"{item.name} ({line}) is final sale and is never refunded."\n'
-        '    holder = held.get(line)\n',
-        '    holder = None  # MUTANT\n'),), claim="the gift card is refused"),
+        '    if units is not None and not 1 <= units <= item.quantity:\n',
+        '    if units is not None and not 1 <= units <= item.quantity:  # MUTANT\n'), (
+        "policy.py",
+        '    left = item.quantity - held_units(order, line, holders)\n',
+        '    left = item.quantity  # MUTANT: what other refunds hold is ignored\n'),),
+        claim="the gift card is refused"),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
@@ -129,8 +133,8 @@ MUTANTS = [
         claim="every request asked the API to store its response",
         alternatives=((("turns.py", '"store": not zero_retention,', '"store": False,'),),)),
     Mutant("partial_pays_unticked", "a partial approval pays the lines the person unticked", ((
-        "agent.py", "fee_cents=line.fee_cents) for line in approval.kept])",
-        "fee_cents=line.fee_cents) for line in approval.lines])  # MUTANT"),),
+        "calls.py", "quantity=line.quantity)\n        for line in approval.kept])",
+        "quantity=line.quantity)\n        for line in approval.lines])  # MUTANT"),),
         notebook="beyond", claim="the payment holds the kept line only"),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
         "store/core.py",
@@ -165,7 +169,7 @@ MUTANTS = [
                            "    pass  # MUTANT: the lease is not checked before emailing\n"
                            "    record, reused = ctx.outbox.send("),),)),
     Mutant("decision_not_repriced", "a decision pays the proposal's line amounts, not a new quote",
-           (("agent.py", "requote=self._requote if approve else None,",
+           (("agent.py", "requote=requote if approve else None,",
              "requote=None,  # MUTANT"),),
            notebook="beyond", claim="the kept line is priced again"),
     Mutant("reconcile_log_to_store_only",

@@ -621,7 +621,8 @@ class CardLine:
 def plain_line(line: CardLine) -> str:
     """A refund line in plain words, for a checkbox a screen reader names:
     ``Glass pour-over coffee maker, damaged, $48.00``."""
-    return f"{line.name}, {line.reason_label}, {money(line.amount)}"
+    units = f", {line.units_label}" if line.counted else ""
+    return f"{line.name}{units}, {line.reason_label}, {money(line.amount)}"
 
 
 @dataclass(frozen=True)
