@@ -51,11 +51,13 @@ NOT_VIOLATIONS = {"_file", "soak_total", "money_invariants", "power_loss_break"}
 # What tests/test_money_invariants.py checks after every step of every generated history (a
 # record may name its own list in "invariants").
 MONEY_INVARIANTS = [
-    "Each paid line at most what the policy allows for it: its price times quantity, less the "
-    "return fee for a change of mind; shipping exactly what was paid for it",
+    "Each paid line at most what the policy allows for its units: the unit price times the "
+    "units, less the return fee for a change of mind; shipping exactly what was paid for it, "
+    "and only once every unit of every item was refunded as damaged",
     "Each order's refunds (earlier ones included) at most what the order paid",
     "Final-sale lines: nothing paid",
-    "No line paid twice, and no line held by two refunds waiting or approved",
+    "No line paid for more units than were bought, and no line held past its quantity by the "
+    "refunds waiting or approved",
     "Payments log = approvals = audit: each payment is one approved approval with the same lines "
     "and amounts and one 'issued' entry; each decision has one audit entry with its lines; "
     "the audit chain verifies",
@@ -133,8 +135,8 @@ LABELS = {
 
 NOT_COVERED = """\
 - **Power loss and the disk's honesty.** SIGKILL stops the process, not the
-  machine. The power-loss states (tests/powerloss.py has the disk model) lose unsynced writes
-  as any prefix per file, torn at a sector, and unsynced creations and unlinks; they do not
+  machine. The power-loss states (tests/helpers/powerloss.py has the disk model) lose
+  unsynced writes as any prefix per file, torn at a sector, and unsynced creations and unlinks; they do not
   reorder writes within one file, and a disk or virtual disk that acknowledges writes it has
   not made can still lose a committed decision. The payment and email logs are outside
   systems there (a provider keeps what it accepted), so their own directory entry, not fsynced
