@@ -137,8 +137,8 @@ NOT_COVERED = """\
 - **Power loss and the disk's honesty.** SIGKILL stops the process, not the
   machine. The power-loss states (tests/helpers/powerloss.py has the disk model) lose
   unsynced writes as any prefix per file, torn at a sector, and unsynced creations and
-  unlinks; they do not reorder writes within one file, and a disk or virtual disk that acknowledges writes it has
-  not made can still lose a committed decision. The payment and email logs are outside
+  unlinks; they do not reorder writes within one file, and a disk or virtual disk that
+  acknowledges writes it has not made can still lose a committed decision. The payment and email logs are outside
   systems there (a provider keeps what it accepted), so their own directory entry, not fsynced
   when first created, is not put through a power loss.
 - **Several machines sharing an SQLite store.** SQLite's locking is unreliable on network file
