@@ -138,9 +138,9 @@ NOT_COVERED = """\
   machine. The power-loss states (tests/helpers/powerloss.py has the disk model) lose
   unsynced writes as any prefix per file, torn at a sector, and unsynced creations and
   unlinks; they do not reorder writes within one file, and a disk or virtual disk that
-  acknowledges writes it has not made can still lose a committed decision. The payment and email logs are outside
-  systems there (a provider keeps what it accepted), so their own directory entry, not fsynced
-  when first created, is not put through a power loss.
+  acknowledges writes it has not made can still lose a committed decision. The payment and
+  email logs are outside systems there (a provider keeps what it accepted), so their own
+  directory entry, not fsynced when first created, is not put through a power loss.
 - **Several machines sharing an SQLite store.** SQLite's locking is unreliable on network file
   systems: with SQLite, one host (or one container with one volume) is the supported shape.
   Several hosts share a PostgreSQL store instead, where leases record their host and expire by
