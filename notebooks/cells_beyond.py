@@ -257,14 +257,13 @@ md("""
 
 One SQLite file serves every process on one machine. For several hosts, set
 `REFUND_AGENT_DATABASE_URL=postgresql://...` (install `.[postgres]`): the same `Store` API runs
-on PostgreSQL, the stand-ins keep their idempotency records in the same database, workers
+on PostgreSQL (`refund_agent/store/`: one class per engine, each with its own schema steps), the stand-ins keep their idempotency records in the same database, workers
 claim runs with `FOR UPDATE SKIP LOCKED` (`refund-agent worker`), and pages learn of changes by
-`LISTEN/NOTIFY`. The README's PostgreSQL section and `docs/MANY-MACHINES.md` say how to set it
-up; the test suite runs the same reliability tests on a throwaway cluster. Nothing in the
+`LISTEN/NOTIFY`. `docs/MANY-MACHINES.md` says how to set it up; the test suite runs the same reliability tests on a throwaway cluster. Nothing in the
 notebooks depends on the engine: they call the store's methods, never SQL.
 """),
 code('''
-check("this desk runs on SQLite", agent.store.dialect.name == "sqlite")
+check("this desk runs on SQLite", agent.store.engine == "sqlite")
 check("the store is chosen by the settings alone", agent.settings.store_target
       == agent.settings.db_path and not agent.settings.database_url)
 '''),
