@@ -10,8 +10,9 @@ Schemas are generated from the pydantic models (strict: every field required, no
 no strings or booleans where a number belongs), so the JSON the model sees and the validation
 the code does can never drift apart. Order ids are made canonical while the arguments are
 parsed, so no later code sees a raw spelling. The two tools with side effects
-(``issue_refund`` and ``send_customer_message``) are carried out by the agent, which owns the
-approval flow and the idempotency keys; here they are only validated and priced.
+(``issue_refund``, ``needs_approval``, and ``send_customer_message``, an effect) are carried
+out by calls.py under the call's idempotency key; here they are only declared, validated and
+priced.
 ``escalate`` raises the ticket to a team lead (stored once per call, see escalations.py): it
 pays and sends nothing, so the agent may tell the customer a lead will look only after it.
 """
