@@ -35,6 +35,7 @@ from .errors import (
 )
 from .migrate import migrate
 from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
+from .outside import stripe_missing
 from .reconcile import email_notes, log_names, provider_problems, reconcile
 from .store import Store
 from .text import plural, printable, sender_line, size_text, transcript_text
@@ -723,7 +724,10 @@ def _migrate(to: str | None) -> int:
 
 def _webhooks(agent: Agent, host: str, port: int) -> int:
     """``refund-agent webhooks``: Stripe's later word on refunds, into the store."""
-    from .outside.webhooks import serve  # only this command needs it
+    try:   # only this command needs it, and stripe is an optional extra
+        from .outside.webhooks import serve
+    except ImportError as exc:
+        raise stripe_missing("refund-agent webhooks", exc) from None
 
     secret = agent.settings.outside.stripe_webhook_secret
     if not secret:

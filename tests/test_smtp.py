@@ -257,3 +257,28 @@ def test_the_secrets_stay_out_of_the_settings_repr(monkeypatch):
     assert settings.outside.port == 587 and settings.outside.smtp_password == "hunter2-smtp"
     shown = repr(settings)
     assert "hunter2" not in shown and "smtp.example.com" in shown
+
+
+def test_without_the_stripe_library_both_stripe_paths_say_so_in_one_line(tmp_path, monkeypatch,
+                                                                         capsys):
+    """stripe is an optional extra: a plain install without it gets a one-line message, no
+    traceback, from the payments adapter and from `refund-agent webhooks`."""
+    import sys
+
+    from refund_agent.cli import main
+    from refund_agent.config import load_settings
+    from refund_agent.errors import ConfigError
+    from refund_agent.outside import open_payments
+    monkeypatch.setitem(sys.modules, "stripe", None)   # `import stripe` now raises ImportError
+    for name in ("refund_agent.outside.stripe", "refund_agent.outside.webhooks"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(tmp_path))
+    monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "stripe")
+    monkeypatch.setenv("STRIPE_API_KEY", "sk_test_x")
+    with pytest.raises(ConfigError, match=r"pip install 'refund-agent\[stripe\]'"):
+        open_payments(load_settings(), None, lambda _order: None)
+    monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "")
+    assert main(["webhooks", "--port", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "refund-agent webhooks needs the stripe library" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

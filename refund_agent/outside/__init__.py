@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from .config import SMTP, STAND_IN, STRIPE, OutsideSettings
 from .email import Outbox, StandInOutbox, check_headers, with_signature
 from .payments import Payments, StandInPayments, ledger_for, refund_request
@@ -46,12 +47,16 @@ def open_payments(settings: Settings, store: Any | None,
         try:
             from .stripe import StripePayments
         except ImportError as exc:   # the optional dependency is missing
-            from ..errors import ConfigError
-            raise ConfigError("REFUND_AGENT_PAYMENTS=stripe needs the stripe library: pip "
-                              f"install 'refund-agent[stripe]' ({exc}).") from None
+            raise stripe_missing("REFUND_AGENT_PAYMENTS=stripe", exc) from None
         return StripePayments(Path(settings.output_dir), store, outside, payment_ref,
                               settings.crash_at)
     return StandInPayments(Path(settings.output_dir), store)
+
+
+def stripe_missing(what: str, exc: ImportError) -> ConfigError:
+    """The one-line error when ``what`` needs the optional stripe library and it is absent."""
+    return ConfigError(f"{what} needs the stripe library: pip install 'refund-agent[stripe]' "
+                       f"({exc}).")
 
 
 def open_email(settings: Settings, store: Any | None, default_from: Callable[[], str]
