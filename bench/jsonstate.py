@@ -387,7 +387,8 @@ class JsonStateStore:
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
                = None, limit_cents: int | None = None,
                two_person_above_cents: int | None = None) -> Approval:
-        """The same rules as ``Store.decide``: compare-and-set on pending, partial approval,
+        """The same rules as ``Store.decide`` (but the desk's two-person rule, which the
+        benches, one person deciding, never reach): compare-and-set on pending, partial approval,
         the kept lines re-priced against what other refunds hold, the approver's limit."""
         with self._lock:
             return self._decide(approval_id, approve, by, note, keep, requote, limit_cents)

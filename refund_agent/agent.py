@@ -440,7 +440,7 @@ class Agent(Loop):
     def take(self, escalation_id: int, by: str) -> Escalation:
         """A lead picks up an escalation (compare-and-set, audited); AlreadyDecided if
         someone took it first."""
-        return self.store.take_escalation(escalation_id, intake.checked_handoff(by, None)[0])
+        return self.store.take_escalation(escalation_id, intake.checked_name(by, "taking it"))
 
     def start_sample(self, key: str) -> Run:
         sample = self.shop.sample(key)

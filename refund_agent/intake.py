@@ -93,12 +93,19 @@ def checked_decision(by: str | None, note: str | None, approve: bool) -> tuple[s
     return by, note
 
 
+def checked_name(by: str | None, doing: str) -> str:
+    """The name of whoever is ``doing`` something on the desk, stripped; DecisionRefused if
+    there is none."""
+    by = one_line(by or "", "name")
+    if not by:
+        raise DecisionRefused(f"Say who is {doing}: a name is required.")
+    return by
+
+
 def checked_handoff(by: str | None, note: str | None) -> tuple[str, str | None]:
     """Who sends a refund to a lead, and their note; DecisionRefused for no name or an
     oversized note."""
-    by, note = one_line(by or "", "approver's name"), (note or "").strip() or None
-    if not by:
-        raise DecisionRefused("Say who is sending it: an approver's name is required.")
+    by, note = checked_name(by, "sending it"), (note or "").strip() or None
     if problem := note_problem(note or "", "note"):
         raise DecisionRefused(problem)
     return by, note

@@ -310,3 +310,13 @@ def test_the_terminals_first_sign_off_says_a_second_person_completes_it(tmp_path
     second = run_cli(out, "approve", "--as", "Lee Park", REFUND_AGENT_DATA=str(data))
     assert second.returncode == 0, second.stderr
     assert "Approved $48.00" in second.stdout
+
+
+def test_taking_or_sending_without_a_name_is_refused_in_words():
+    from refund_agent import intake
+    from refund_agent.errors import DecisionRefused
+    with pytest.raises(DecisionRefused, match="Say who is taking it"):
+        intake.checked_name("  ", "taking it")
+    with pytest.raises(DecisionRefused, match="Say who is sending it"):
+        intake.checked_handoff("", "over my limit")
+    assert intake.checked_handoff(" Ana Ruiz ", " ") == ("Ana Ruiz", None)
