@@ -2,9 +2,11 @@
 
 What moves: every table, row for row, ids and values unchanged, so the audit chain and its
 anchor verify there as they did here; and the payment and email stand-ins' JSONL logs
-(``refunds.log``, ``outbox.log``), whose records become the ``ledger`` table's "refunds" and
-"outbox" rows exactly as the stand-ins write them on a shared store (keyed by idempotency key,
-the record as JSON; a torn last line left by a crash is skipped, as reconcile skips it). Leases
+(``refunds.log``, ``outbox.log``, and SMTP's sent marks ``outbox-sent.log`` when there are any),
+whose records become the ``ledger`` table's "refunds", "outbox" and "outbox-sent" rows exactly
+as the adapters write them on a shared store (keyed by idempotency key, the record as JSON; a
+torn last line left by a crash is skipped, as reconcile skips it). Without the sent marks, every
+email sent over SMTP before the move would read as "recorded but never marked sent" there. Leases
 are cleared, since no process on the new database holds them, but keep their fencing epoch,
 which must only grow.
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from .errors import MigrationRefused, StoreError
 from .models import RunStatus
-from .reconcile import LOGS, Entry, read_records, reconcile
+from .reconcile import LOGS, Entry, read_log, read_records, reconcile
 from .store import TABLES, BulkLoad, Store, is_postgres_url
 
 Progress = Callable[[str], None]
@@ -42,6 +44,9 @@ Progress = Callable[[str], None]
 # Copied from the source's tables; the ledger table is filled from the JSONL logs instead.
 COPIED = tuple(table for table in TABLES if table != "ledger")
 _LEASE = ("lease_pid", "lease_token", "lease_at", "lease_host")
+# SMTP's marks of the messages the server took (outside/smtp.py): not checked by reconcile,
+# which compares the outbox with the calls, but copied so the mail stays marked sent.
+SENT_MARKS = ("outbox-sent", "outbox-sent.log")
 # How refusals name what a non-empty target holds, in the order they are looked for.
 _HOLDS = {"runs": ("run", "runs"), "audit": ("audit entry", "audit entries"),
           "accounts": ("account", "accounts"), "ledger": ("ledger record", "ledger records")}
@@ -55,7 +60,8 @@ class MigrationReport:
         source: the SQLite file.
         target: the PostgreSQL URL without its password.
         rows: rows copied per table (every table but ``ledger``).
-        ledger: records written to the ledger table per log ("refunds", "outbox").
+        ledger: records written to the ledger table per log ("refunds", "outbox", and
+            "outbox-sent" when SMTP marked mail sent).
         torn: lines of the logs skipped as torn (a write cut short by a crash, never
             acknowledged).
         leases_cleared: runs whose (abandoned) lease was cleared; their fencing epoch was kept.
@@ -130,8 +136,10 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                     ledger[log] = load.copy("ledger", ("log", "key", "record"),
                                             ((log, e.key, json.dumps(e.record))
                                              for e in records))
+                names = {**{log: name for log, (name, *_rest) in LOGS.items()},
+                         SENT_MARKS[0]: SENT_MARKS[1]}
                 say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
-                    + ", ".join(f"{ledger[log]:,} from {LOGS[log][0]}" for log in LOGS) + ")")
+                    + ", ".join(f"{n:,} from {names[log]}" for log, n in ledger.items()) + ")")
                 load.reset_sequences()
                 load.analyze()
                 _check_counts(load, rows, ledger)
@@ -192,19 +200,39 @@ def _check_source(source: Store, output_dir: Path) -> int:
 
 
 def _read_logs(source: Store, output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
-    """The records of refunds.log and outbox.log, as reconcile reads them; and how many lines
-    were skipped as torn."""
+    """The records of refunds.log and outbox.log, as reconcile reads them, and SMTP's sent marks
+    when there are any; and how many lines were skipped as torn."""
     logs, torn = {}, 0
     for log, (name, _shape, _what) in LOGS.items():
         entries, problem = read_records(source, output_dir, log)
         if problem:  # reconcile just passed on the same files, under the store's lock
             raise MigrationRefused(f"{problem} Nothing was copied.")
         logs[log] = entries
-        path = output_dir / name
-        if path.exists():
-            *lines, tail = path.read_bytes().split(b"\n")
-            torn += len(lines) + (1 if tail else 0) - len(entries)
+        torn += _torn_lines(output_dir / name, len(entries))
+    log, name = SENT_MARKS
+    path = output_dir / name
+    if path.exists():
+        entries, problem = read_log(path, _sent_mark_shape, "a sent mark")
+        if problem:
+            raise MigrationRefused(f"{problem} Nothing was copied.")
+        logs[log] = entries
+        torn += _torn_lines(path, len(entries))
     return logs, torn
+
+
+def _sent_mark_shape(record: dict[str, Any]) -> str | None:
+    """What is wrong with a line of outbox-sent.log, or None (outside/smtp.py writes them)."""
+    if not isinstance(record.get("idempotency_key"), str):
+        return "has no idempotency_key"
+    return None
+
+
+def _torn_lines(path: Path, kept: int) -> int:
+    """How many lines of the log at ``path`` were not kept as records."""
+    if not path.exists():
+        return 0
+    *lines, tail = path.read_bytes().split(b"\n")
+    return len(lines) + (1 if tail else 0) - kept
 
 
 def _check_empty(load: BulkLoad, where: str) -> None:

@@ -10,6 +10,7 @@ nothing written.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -371,3 +372,46 @@ def test_generated_histories_migrate_row_for_row(history, accounts, new_db):
             target.close()
         finally:
             server.close()
+
+
+def test_mail_sent_over_smtp_stays_marked_sent_after_the_move(tmp_path, new_db):
+    """SMTP's sent marks (outbox-sent.log) move with the outbox: on PostgreSQL every email the
+    server took before the move still reads as sent, and none is sent again."""
+    aiosmtpd = pytest.importorskip("aiosmtpd.controller")
+    taken: list[bytes] = []
+
+    class Mailbox:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's)
+            taken.append(envelope.original_content)
+            return "250 OK"
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = aiosmtpd.Controller(Mailbox(), hostname="127.0.0.1", port=port)
+    server.start()
+    try:
+        env = {"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
+               "SMTP_SECURITY": "none"}
+        out = tmp_path / "output"
+        assert run_cli(out, "sample", "damaged", **env).returncode == 0
+        assert run_cli(out, "approve", "--as", "Dana Kim", **env).returncode == 0
+        sent = len(taken)
+        assert sent >= 1 and (out / "outbox-sent.log").exists()
+        url = new_db()
+        moved = run_cli(out, "migrate", "--to", url, **env)
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert f"{sent} from outbox-sent.log" in moved.stdout
+        target = Store(url)
+        marks = [r for _, r in target.ledger_rows("outbox-sent")]
+        assert len(marks) == sent == len(target.ledger_rows("outbox"))
+        verify = run_cli(tmp_path / "host-b" / "output", "audit", "--verify",
+                         REFUND_AGENT_DATABASE_URL=url, **env)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert "never marked sent" not in verify.stdout
+        resumed = run_cli(tmp_path / "host-b" / "output", "resume",
+                          REFUND_AGENT_DATABASE_URL=url, **env)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert len(taken) == sent   # nothing sent twice on the new database
+    finally:
+        server.stop()
