@@ -1,8 +1,8 @@
 """Escalations, hand-offs and first sign-offs: what the desk keeps for a lead (schema 9).
 
 An escalation is raised by the agent (the ``escalate`` tool: a threat, a manager asked for, a
-policy exception it cannot grant) or by an approver sending a refund above their limit to a
-lead. It stays open until a lead takes it; who took it, and when, is kept and audited. A first
+policy exception it cannot grant), by an approver sending a refund above their limit to a
+lead, or by the payment provider reporting that a refund failed after all. It stays open until a lead takes it; who took it, and when, is kept and audited. A first
 sign-off is the first of the two approvals a refund above the shop's two-person amount needs
 (see approving.py).
 
@@ -16,9 +16,13 @@ from pydantic import BaseModel
 # The kinds an escalation has: the agent's (the escalate tool's enum) and the desk's own.
 AGENT_KINDS = ("threat", "manager", "policy_exception")
 HANDOFF = "over_limit"
+# Raised by the payment provider's report that a refund it accepted failed or was cancelled
+# (outside/webhooks.py): the customer was told the money went back, and it did not.
+PROVIDER_FAILED = "refund_failed"
 KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
                "policy_exception": "Exception the policy cannot grant",
-               HANDOFF: "Over an approver's limit"}
+               HANDOFF: "Over an approver's limit",
+               PROVIDER_FAILED: "Refund failed at the payment provider"}
 
 
 class Escalation(BaseModel):

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from ..escalations import PROVIDER_FAILED
 from ..models import Approval, RunStatus
 from .core import Lease, StoreCore
 
@@ -21,9 +22,12 @@ class ProviderEvents(StoreCore):
 
         In one transaction: the event's row, an audit line (``provider_failed`` when the
         refund failed or was cancelled, else ``provider_update``), and, when ``needs_person``,
-        the ticket marked for a person (an error step on its timeline and, unless a process
-        is working on it right now, the run failed with ``note``, which the desk lists under
-        "Failed or stopped").
+        the ticket put in front of a person: an open escalation (kind ``refund_failed``,
+        which the desk lists under *Needs a person* until a lead takes it), an error step on
+        its timeline, and the run failed with ``note``. A process may be working on the run
+        right now (a refund can fail within seconds, while the run still emails the customer);
+        its run is left to finish, since it would overwrite the status, and the escalation
+        keeps the ticket in front of a person all the same.
         """
         approval = None
         with self._tx() as db:
@@ -42,6 +46,11 @@ class ProviderEvents(StoreCore):
                         order_id=approval.order_id if approval else None,
                         amount=approval.amount if approval else None, note=note)
             if needs_person and run_id:
+                db.execute("INSERT INTO escalations(key, run_id, approval_id, kind, reason,"
+                           " raised_by, raised_at) VALUES (?,?,?,?,?,?,?)"
+                           " ON CONFLICT (key) DO NOTHING",
+                           (f"provider:{event_id}", run_id, approval_id, PROVIDER_FAILED, note,
+                            provider, time.time()))
                 self._step(db, run_id, "error", {"message": note})
                 db.execute("UPDATE runs SET status = ?, error = ?, updated_at = ?"
                            " WHERE id = ? AND lease_token IS NULL",

@@ -253,7 +253,8 @@ def render_escalations(worker: Worker) -> None:
     show_notice("escalations")
     if not open_ and not taken:
         st.caption("No escalations. The agent raises one when a customer threatens, asks for "
-                   "a manager or for an exception; an approver over their limit sends one.")
+                   "a manager or for an exception; an approver over their limit sends one; a "
+                   "refund the payment provider fails later raises one too.")
     for escalation in open_:
         render_escalation(worker, escalation)
     if taken:

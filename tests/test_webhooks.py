@@ -1,0 +1,80 @@
+"""A refund the provider reports failed reaches a person, whatever the run is doing.
+
+Stripe can fail a refund seconds after accepting it, while the process that made it is still
+emailing the customer (the run is leased). That process then finishes the run as done, so the
+report cannot rest on the run's status: it opens an escalation, which keeps the ticket under
+*Needs a person* until a lead takes it. Driven through ``webhooks.handle`` with deliveries
+signed as Stripe documents (https://docs.stripe.com/webhooks#verify-manually), on a real run
+of the agent against the offline model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+
+import pytest
+
+pytest.importorskip("stripe")
+
+from refund_agent import RunStatus  # noqa: E402
+from refund_agent.desk_status import needs_person  # noqa: E402
+from refund_agent.escalations import PROVIDER_FAILED  # noqa: E402
+from refund_agent.outside.stripe import CALL_ID  # noqa: E402
+from refund_agent.outside.webhooks import handle  # noqa: E402
+
+SECRET = "whsec_test_leased"
+
+
+def delivery(approval_id: str, event_id: str = "evt_leased") -> tuple[bytes, str]:
+    """A ``refund.failed`` event for the approval's refund, and its Stripe-Signature."""
+    refund = {"id": "re_1Failed", "object": "refund", "amount": 4800, "currency": "usd",
+              "status": "failed", "failure_reason": "expired_or_canceled_card",
+              "metadata": {CALL_ID: approval_id, "order_id": "A1043"}}
+    payload = json.dumps({"id": event_id, "object": "event", "type": "refund.failed",
+                          "created": int(time.time()), "livemode": False,
+                          "data": {"object": refund}}).encode()
+    at = int(time.time())
+    mac = hmac.new(SECRET.encode(), f"{at}.".encode() + payload, hashlib.sha256).hexdigest()
+    return payload, f"t={at},v1={mac}"
+
+
+def paid_run(agent):
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.WAITING
+    approval = agent.store.approvals("pending")[0]
+    agent.decide(approval.id, True, "Dana Kim")
+    return run.id, approval.id
+
+
+def test_a_failure_reported_while_the_run_is_leased_still_reaches_a_person(agent):
+    run_id, approval_id = paid_run(agent)
+    lease = agent.store.acquire(run_id, "a-process-still-emailing")
+    assert handle(agent.store, SECRET, *delivery(approval_id)) == (200, "Recorded.")
+    # The working process keeps its run: the status is not changed under its lease ...
+    agent.store.check_lease(lease)
+    assert agent.store.run(run_id).status == RunStatus.WORKING
+    agent.store.release(lease, RunStatus.DONE)
+    # ... and once it finished as done, the ticket is in front of a person all the same.
+    (raised,) = agent.store.escalations(open_only=True, run_id=run_id)
+    assert raised.kind == PROVIDER_FAILED and raised.approval_id == approval_id
+    assert raised.raised_by == "stripe" and "re_1Failed" in raised.reason
+    (_id, status, open_count, _at), = [r for r in agent.store.desk_index() if r[0] == run_id]
+    assert needs_person(status, open_count)
+    taken = agent.store.take_escalation(raised.id, "Lee Park")
+    assert taken.taken_by == "Lee Park"
+    assert [e.event for e in agent.store.audit()][-2:] == ["provider_failed", "taken"]
+    assert agent.store.verify_audit() is None
+
+
+def test_a_redelivered_failure_raises_one_escalation(agent):
+    run_id, approval_id = paid_run(agent)
+    assert agent.advance(run_id).status == RunStatus.DONE
+    payload, signature = delivery(approval_id, "evt_twice")
+    assert handle(agent.store, SECRET, payload, signature) == (200, "Recorded.")
+    assert handle(agent.store, SECRET, payload, signature) == (200, "Already recorded.")
+    assert len(agent.store.escalations(run_id=run_id)) == 1
+    run = agent.store.run(run_id)   # not leased: the run itself says so too
+    assert run.status == RunStatus.FAILED and "re_1Failed" in run.error
