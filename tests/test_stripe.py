@@ -326,6 +326,101 @@ def test_an_uncertain_refund_is_audited_and_resume_settles_it_once(tmp_path, cli
     assert reconcile(agent.store, agent.settings.output_dir) is None
 
 
+# -- answers that leave the outcome open (recorded, in Stripe's documented shapes) ---------------
+
+# https://docs.stripe.com/api/errors (the error object) and https://docs.stripe.com/error-low-level
+# (a 5xx leaves the result indeterminate; a 409 means another request with this key is in flight).
+SERVER_ERROR = (500, {"error": {"type": "api_error", "message": "An unknown error occurred",
+                                "request_log_url": "https://dashboard.stripe.com/logs/req_1"}})
+KEY_IN_USE = (409, {"error": {
+    "type": "invalid_request_error", "code": "idempotency_key_in_use",
+    "doc_url": "https://stripe.com/docs/error-codes/idempotency-key-in-use",
+    "message": "There is currently another in-progress request using this Idempotency Key "
+               "(that probably means you submitted twice, and the other request is still going "
+               "through): run_o-call_1. Please try again later."}})
+# The key was used before with other parameters (https://docs.stripe.com/api/idempotent_requests).
+KEY_REUSED = (400, {"error": {
+    "type": "idempotency_error",
+    "message": "Keys for idempotent requests can only be used with the same parameters they "
+               "were first used with. Try using a key other than 'run_o-call_1' if you meant "
+               "to execute a different request."}})
+RATE_LIMITED = (429, {"error": {"type": "invalid_request_error", "code": "rate_limit",
+                                "message": "Too many requests hit the API too quickly."}})
+
+
+class _Answering(_Dropping):
+    """A proxy to localstripe that answers POST /v1/refunds with a recorded Stripe error, after
+    forwarding the request (``forward``: Stripe acted) or instead of it."""
+
+    answer: tuple[int, dict] = SERVER_ERROR
+    forward = True
+
+    def do_POST(self) -> None:  # noqa: N802
+        if not self.path.startswith("/v1/refunds"):
+            self._relay("POST")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.forward:
+            urllib.request.urlopen(urllib.request.Request(
+                self.upstream + self.path, data=body, method="POST",
+                headers={k: v for k, v in self.headers.items()
+                         if k.lower() in ("authorization", "content-type")})).read()
+        status, error = self.answer
+        payload = json.dumps(error).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def answering(server):
+    _Answering.upstream, _Answering.mode = server, "pass"
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{proxy.server_port}"
+    proxy.shutdown()
+    proxy.server_close()
+
+
+@pytest.mark.parametrize("answer", [SERVER_ERROR, KEY_IN_USE, KEY_REUSED],
+                         ids=["500", "409-key-in-use", "400-idempotency-error"])
+def test_an_error_that_leaves_it_open_is_read_back_never_reported_as_nothing_refunded(
+        tmp_path, server, client, answering, answer):
+    """A 500 (indeterminate), a 409 (another request with this key in flight) or an idempotency
+    error (the key was used with other parameters) is not "nothing was refunded": made behind
+    the error, the refund is found and recorded once; not made, the
+    refund is uncertain, and the retry makes exactly one."""
+    _Answering.answer = answer
+    ref = charge(client)
+    _Answering.forward = True     # Stripe made it, then answered with the error
+    record, _ = adapter(tmp_path / "made", answering, {ORDER: ref}).refund(
+        "run_o-call_1", quote(), "x")
+    assert [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
+
+    ref = charge(client)
+    _Answering.forward = False    # it did not (yet)
+    payments = adapter(tmp_path / "open", answering, {ORDER: ref})
+    with pytest.raises(PaymentUncertain, match=f"HTTP {answer[0]}.*may or may not have been made"):
+        payments.refund("run_o-call_2", quote(), "x")
+    assert payments.refunds() == [] and refunds_of(client, ref) == []
+    record, _ = adapter(tmp_path / "open", server, {ORDER: ref}).refund(
+        "run_o-call_2", quote(), "x")
+    assert [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
+
+
+def test_a_rate_limited_refund_request_is_refused_with_nothing_made(tmp_path, client, answering):
+    """A 429 comes from the rate limiter, before Stripe's idempotency layer: the request did not
+    run, so "nothing was refunded" is true, and said."""
+    _Answering.answer, _Answering.forward = RATE_LIMITED, False
+    ref = charge(client)
+    payments = adapter(tmp_path, answering, {ORDER: ref})
+    with pytest.raises(PaymentRefused, match="rate limiting.*Nothing was refunded"):
+        payments.refund("run_r-call_1", quote(), "x")
+    assert payments.refunds() == [] and refunds_of(client, ref) == []
+
+
 # -- errors in plain words, nothing recorded as paid ---------------------------------------------
 
 def test_errors_in_plain_words_and_nothing_recorded(tmp_path, server, client):

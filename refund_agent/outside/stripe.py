@@ -11,7 +11,9 @@ creating one, the adapter lists the refunds of that payment and reuses one whose
 carries this call id. Two guards, then: the key for a retry within the day, the look-up for any
 retry at all (localstripe ignores keys, which is where the tests prove the look-up).
 
-An answer that never came back (a timeout after the request left) is *uncertain*, not failed:
+An answer that never came back (a timeout after the request left), or one that leaves the result
+open (a 5xx, or a 409 for another request with this key: see :func:`may_have_acted`), is
+*uncertain*, not failed:
 the adapter reads the payment's refunds back at once, and if the refund is not there it raises
 :class:`PaymentUncertain`, which the run records as its failure; ``resume`` reads back again
 before it creates anything. Nothing is retried blindly (the library's own retries are off), and
@@ -70,11 +72,28 @@ def amount_left(paid_cents: int, refunds: Iterable[Any]) -> int:
                             if r.get("status") in LIVE_STATES)
 
 
+def may_have_acted(exc: stripe.StripeError) -> bool:
+    """Whether Stripe may have made the refund although the request ended in ``exc``.
+
+    Stripe's advanced error handling (https://docs.stripe.com/error-low-level) sorts failures
+    three ways. A content error (4xx) means the request was refused, so nothing happened. A
+    network error means the answer was lost, whatever happened. A server error (5xx) leaves the
+    result indeterminate. Two answers say another request with this key exists: a 409 (one
+    with the same key is still in flight) and an ``idempotency_error`` (the key was used with
+    other parameters). For every case but the first, the refund may exist: it is read back,
+    never reported as "nothing was refunded".
+    """
+    if isinstance(exc, (stripe.APIConnectionError, stripe.IdempotencyError)):
+        return True
+    status = getattr(exc, "http_status", None)
+    return isinstance(exc, stripe.APIError) and (status is None or status == 409 or status >= 500)
+
+
 def plain_stripe_error(exc: stripe.StripeError, ref: str, order_id: str) -> str:
     """A Stripe error in plain words, for the team (Stripe's error codes:
     https://docs.stripe.com/error-codes)."""
     code = getattr(exc, "code", None) or ""
-    message = getattr(exc, "user_message", None) or str(exc) or type(exc).__name__
+    message = (getattr(exc, "user_message", None) or str(exc) or type(exc).__name__).rstrip(".")
     if isinstance(exc, stripe.AuthenticationError):
         return ("Stripe refused the API key (STRIPE_API_KEY): it is wrong, revoked, or for "
                 "another account. Nothing was refunded; set a working key and resume.")
@@ -172,7 +191,9 @@ class StripePayments:
         try:
             made = self.client.v1.refunds.create(params=params,   # type: ignore[arg-type]
                                                  options={"idempotency_key": key})
-        except stripe.APIConnectionError as exc:
+        except (stripe.APIConnectionError, stripe.APIError, stripe.IdempotencyError) as exc:
+            if not may_have_acted(exc):
+                raise PaymentRefused(plain_stripe_error(exc, ref, quote.order_id)) from None
             return self._settle(ref, quote.order_id, key, exc), False
         except stripe.StripeError as exc:
             raise PaymentRefused(plain_stripe_error(exc, ref, quote.order_id)) from None
@@ -180,15 +201,23 @@ class StripePayments:
         return self._record(ref, made.to_dict()), False
 
     def _settle(self, ref: str, order_id: str, key: str, exc: Exception) -> dict[str, Any]:
-        """The request left but no answer came: read the refund back, never send it again."""
+        """The request left and its outcome is unknown (no answer, or one that leaves it open):
+        read the refund back, never send it again."""
         try:
             earlier = matching(self.list_refunds(ref), key)
         except stripe.StripeError:
             earlier = None
         if earlier is not None:
             return self._record(ref, earlier)
+        if isinstance(exc, stripe.APIConnectionError):
+            said = f"Stripe did not answer the refund request for order {order_id} ({exc})"
+        else:
+            status = getattr(exc, "http_status", None) or "an error"
+            said = (f"Stripe's answer to the refund request for order {order_id} (HTTP {status}: "
+                    f"{getattr(exc, 'user_message', None) or exc}) leaves open whether it was "
+                    "made")
         raise PaymentUncertain(
-            f"Stripe did not answer the refund request for order {order_id} ({exc}), and "
+            f"{said}, and "
             f"reading back the refunds of {ref} did not find it (yet). It may or may not have "
             "been made: nothing is recorded as paid. `refund-agent resume` reads it back again "
             "and creates it only if it is still not there.")
