@@ -28,12 +28,13 @@ from refund_agent.outside.webhooks import handle  # noqa: E402
 SECRET = "whsec_test_leased"
 
 
-def delivery(approval_id: str, event_id: str = "evt_leased") -> tuple[bytes, str]:
-    """A ``refund.failed`` event for the approval's refund, and its Stripe-Signature."""
+def delivery(approval_id: str, event_id: str = "evt_leased", kind: str = "refund.failed",
+             status: str = "failed") -> tuple[bytes, str]:
+    """An event of ``kind`` for the approval's refund, now ``status``, and its signature."""
     refund = {"id": "re_1Failed", "object": "refund", "amount": 4800, "currency": "usd",
-              "status": "failed", "failure_reason": "expired_or_canceled_card",
+              "status": status, "failure_reason": "expired_or_canceled_card",
               "metadata": {CALL_ID: approval_id, "order_id": "A1043"}}
-    payload = json.dumps({"id": event_id, "object": "event", "type": "refund.failed",
+    payload = json.dumps({"id": event_id, "object": "event", "type": kind,
                           "created": int(time.time()), "livemode": False,
                           "data": {"object": refund}}).encode()
     at = int(time.time())
@@ -78,3 +79,27 @@ def test_a_redelivered_failure_raises_one_escalation(agent):
     assert len(agent.store.escalations(run_id=run_id)) == 1
     run = agent.store.run(run_id)   # not leased: the run itself says so too
     assert run.status == RunStatus.FAILED and "re_1Failed" in run.error
+
+
+@pytest.mark.parametrize(("kind", "status"), [("charge.refund.updated", "failed"),
+                                              ("refund.updated", "canceled")])
+def test_older_api_versions_and_cancellations_reach_a_person_too(agent, kind, status):
+    """An endpoint on an API version before 2024-10-28 gets ``charge.refund.updated`` for a card
+    refund instead of ``refund.failed``; a cancelled refund comes as ``refund.updated``."""
+    run_id, approval_id = paid_run(agent)
+    assert agent.advance(run_id).status == RunStatus.DONE
+    assert handle(agent.store, SECRET, *delivery(approval_id, kind=kind, status=status)) == \
+        (200, "Recorded.")
+    (raised,) = agent.store.escalations(open_only=True, run_id=run_id)
+    assert raised.kind == PROVIDER_FAILED and status in raised.reason
+    assert [e.event for e in agent.store.audit()][-1] == "provider_failed"
+
+
+def test_a_refund_that_succeeded_is_an_audit_line_only(agent):
+    run_id, approval_id = paid_run(agent)
+    assert agent.advance(run_id).status == RunStatus.DONE
+    assert handle(agent.store, SECRET, *delivery(approval_id, kind="refund.updated",
+                                                 status="succeeded")) == (200, "Recorded.")
+    assert agent.store.escalations(run_id=run_id) == []
+    assert agent.store.run(run_id).status == RunStatus.DONE
+    assert [e.event for e in agent.store.audit()][-1] == "provider_update"

@@ -1,7 +1,8 @@
 """What Stripe reports after the fact: ``refund-agent webhooks --port N``.
 
 A refund Stripe accepted can still fail later (the card was closed, say) or be cancelled; Stripe
-then sends ``refund.failed`` or ``refund.updated`` to the webhook endpoint the team configured.
+then sends ``refund.failed`` or ``refund.updated`` (``charge.refund.updated`` on older API
+versions) to the webhook endpoint the team configured.
 This small server checks each delivery's ``Stripe-Signature`` (an HMAC-SHA256 of
 ``"{t}.{payload}"`` under the endpoint's signing secret, with a timestamp tolerance: see
 https://docs.stripe.com/webhooks#verify-events) with the stripe library's
@@ -20,7 +21,10 @@ import stripe
 
 from .stripe import CALL_ID, FAILED_STATES
 
-REFUND_EVENTS = ("refund.updated", "refund.failed")
+# Each carries a refund object. Endpoints on API versions before 2024-10-28.acacia get refund.*
+# events only for refunds without a charge, and charge.refund.updated for card refunds
+# (https://docs.stripe.com/changelog/acacia/2024-10-28/refund-webhook-update), so all three count.
+REFUND_EVENTS = ("refund.updated", "refund.failed", "charge.refund.updated")
 MAX_BODY = 1024 * 1024   # Stripe's events are a few kilobytes
 
 
