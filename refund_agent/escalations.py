@@ -2,9 +2,9 @@
 
 An escalation is raised by the agent (the ``escalate`` tool: a threat, a manager asked for, a
 policy exception it cannot grant), by an approver sending a refund above their limit to a
-lead, or by the payment provider reporting that a refund failed after all. It stays open until a lead takes it; who took it, and when, is kept and audited. A first
-sign-off is the first of the two approvals a refund above the shop's two-person amount needs
-(see approving.py).
+lead, or by the payment provider reporting that a refund failed after all. It stays open until
+a lead takes it; who took it, and when, is kept and audited. A first sign-off is the first of
+the two approvals a refund above the shop's two-person amount needs (see approving.py).
 
 The store keeps them (schema 9): its methods for these tables are in ``store/desk.py``.
 """

@@ -514,7 +514,7 @@ def test_a_refund_stripe_fails_later_reaches_the_desk_and_the_audit(tmp_path, se
                              str(port)], env=cli_env(agent.settings.output_dir,
                                                      **stripe_env(server, agent.settings.data_dir),
                                                      STRIPE_WEBHOOK_SECRET=SECRET),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(port, proc, "refund-agent webhooks")
         payload = refund_event(made)
@@ -532,11 +532,15 @@ def test_a_refund_stripe_fails_later_reaches_the_desk_and_the_audit(tmp_path, se
         assert post(payload, signed(payload, "whsec_wrong"))[0] == 400
         assert post(payload, signed(payload, at=int(time.time()) - 3600))[0] == 400  # replayed
         assert agent.store.run(run_id).status == RunStatus.DONE   # nothing recorded
-        assert post(payload, signed(payload)) == (200, "Recorded.")
-        assert post(payload, signed(payload)) == (200, "Already recorded.")   # redelivered
+        what = f"refund.failed for refund {made['id']} (failed)."
+        assert post(payload, signed(payload)) == (200, f"Recorded {what}")
+        assert post(payload, signed(payload)) == (200, f"Already recorded {what}")  # again
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    logged = proc.stderr.read()   # one line per delivery it refused or recorded
+    assert f"200 Recorded {what}" in logged and logged.count(" 400 ") == 2, logged
+    assert "Traceback" not in logged
     run = agent.store.run(run_id)
     assert run.status == RunStatus.FAILED and made["id"] in run.error
     assert "A person needs to take this ticket over" in run.error

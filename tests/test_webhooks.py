@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import threading
 import time
 
 import pytest
@@ -53,7 +54,8 @@ def paid_run(agent):
 def test_a_failure_reported_while_the_run_is_leased_still_reaches_a_person(agent):
     run_id, approval_id = paid_run(agent)
     lease = agent.store.acquire(run_id, "a-process-still-emailing")
-    assert handle(agent.store, SECRET, *delivery(approval_id)) == (200, "Recorded.")
+    assert handle(agent.store, SECRET, *delivery(approval_id)) == \
+        (200, "Recorded refund.failed for refund re_1Failed (failed).")
     # The working process keeps its run: the status is not changed under its lease ...
     agent.store.check_lease(lease)
     assert agent.store.run(run_id).status == RunStatus.WORKING
@@ -74,8 +76,9 @@ def test_a_redelivered_failure_raises_one_escalation(agent):
     run_id, approval_id = paid_run(agent)
     assert agent.advance(run_id).status == RunStatus.DONE
     payload, signature = delivery(approval_id, "evt_twice")
-    assert handle(agent.store, SECRET, payload, signature) == (200, "Recorded.")
-    assert handle(agent.store, SECRET, payload, signature) == (200, "Already recorded.")
+    what = "refund.failed for refund re_1Failed (failed)."
+    assert handle(agent.store, SECRET, payload, signature) == (200, f"Recorded {what}")
+    assert handle(agent.store, SECRET, payload, signature) == (200, f"Already recorded {what}")
     assert len(agent.store.escalations(run_id=run_id)) == 1
     run = agent.store.run(run_id)   # not leased: the run itself says so too
     assert run.status == RunStatus.FAILED and "re_1Failed" in run.error
@@ -89,7 +92,7 @@ def test_older_api_versions_and_cancellations_reach_a_person_too(agent, kind, st
     run_id, approval_id = paid_run(agent)
     assert agent.advance(run_id).status == RunStatus.DONE
     assert handle(agent.store, SECRET, *delivery(approval_id, kind=kind, status=status)) == \
-        (200, "Recorded.")
+        (200, f"Recorded {kind} for refund re_1Failed ({status}).")
     (raised,) = agent.store.escalations(open_only=True, run_id=run_id)
     assert raised.kind == PROVIDER_FAILED and status in raised.reason
     assert [e.event for e in agent.store.audit()][-1] == "provider_failed"
@@ -99,7 +102,52 @@ def test_a_refund_that_succeeded_is_an_audit_line_only(agent):
     run_id, approval_id = paid_run(agent)
     assert agent.advance(run_id).status == RunStatus.DONE
     assert handle(agent.store, SECRET, *delivery(approval_id, kind="refund.updated",
-                                                 status="succeeded")) == (200, "Recorded.")
+                                                 status="succeeded"))[0] == 200
     assert agent.store.escalations(run_id=run_id) == []
     assert agent.store.run(run_id).status == RunStatus.DONE
     assert [e.event for e in agent.store.audit()][-1] == "provider_update"
+
+
+def test_a_store_that_cannot_take_the_event_answers_503_so_stripe_sends_it_again(
+        agent, monkeypatch, capfd):
+    """Through the real server: a store error is a 503 with one line (Stripe redelivers for up
+    to three days), never a traceback; once the store is back the redelivery is recorded."""
+    import urllib.error
+    import urllib.request
+
+    from refund_agent.errors import StoreError
+    from refund_agent.outside.webhooks import serve
+
+    run_id, approval_id = paid_run(agent)
+    payload, signature = delivery(approval_id, "evt_store_down")
+    server = serve(agent.store, SECRET, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def post() -> tuple[int, str]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.server_port}/", data=payload, method="POST",
+            headers={"Stripe-Signature": signature, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status, json.loads(answer.read())["message"]
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())["message"]
+
+    try:
+        real = agent.store.record_provider_event
+
+        def down(*args, **kwargs):
+            raise StoreError("The store is locked by another process.")
+
+        monkeypatch.setattr(agent.store, "record_provider_event", down)
+        status, text = post()
+        assert status == 503 and "Stripe will send it again" in text
+        assert agent.store.escalations(run_id=run_id) == []
+        monkeypatch.setattr(agent.store, "record_provider_event", real)
+        assert post()[0] == 200
+        assert len(agent.store.escalations(run_id=run_id)) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    logged = capfd.readouterr().err
+    assert " 503 Not recorded" in logged and "Traceback" not in logged

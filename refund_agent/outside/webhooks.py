@@ -14,11 +14,14 @@ verify is refused (400) and changes nothing; a redelivered event is recorded onc
 from __future__ import annotations
 
 import json
+import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import stripe
 
+from ..errors import RefundAgentError
 from .stripe import CALL_ID, FAILED_STATES
 
 # Each carries a refund object. Endpoints on API versions before 2024-10-28.acacia get refund.*
@@ -65,7 +68,8 @@ def handle(store: Any, secret: str, payload: bytes, signature: str | None
     new = store.record_provider_event(
         event["id"], "stripe", kind, refund.get("id") or "", status, approval_id, note,
         refund, needs_person=failed)
-    return 200, ("Recorded." if new else "Already recorded.")
+    what = f"{kind} for refund {refund.get('id')} ({status})"
+    return 200, (f"Recorded {what}." if new else f"Already recorded {what}.")
 
 
 def serve(store: Any, secret: str, host: str, port: int) -> ThreadingHTTPServer:
@@ -78,7 +82,17 @@ def serve(store: Any, secret: str, host: str, port: int) -> ThreadingHTTPServer:
                 self._answer(400, "Send one Stripe event as the body.")
                 return
             payload = self.rfile.read(length)
-            self._answer(*handle(store, secret, payload, self.headers.get("Stripe-Signature")))
+            try:
+                status, text = handle(store, secret, payload,
+                                      self.headers.get("Stripe-Signature"))
+            except RefundAgentError as exc:
+                # The store could not take it (unreachable, locked): a 5xx makes Stripe
+                # deliver the event again later, for up to three days.
+                status, text = 503, f"Not recorded, Stripe will send it again: {exc}"
+            if status != 200 or text.startswith("Recorded"):
+                print(f"{time.strftime('%H:%M:%S')} {status} {text}", file=sys.stderr,
+                      flush=True)
+            self._answer(status, text)
 
         def _answer(self, status: int, text: str) -> None:
             body = json.dumps({"message": text}).encode()
