@@ -33,6 +33,7 @@ from typing import Any
 from refund_agent.callrecords import call_key, order_id_in
 from refund_agent.errors import StoreError
 from refund_agent.store import GENESIS_HASH, Store, audit_hash
+from refund_agent.store.desk_rows import refresh_stale_desk
 
 SEP = "\x1e"
 REJECT_EVERY = 10  # every 10th seeded ticket was rejected
@@ -233,6 +234,7 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
         _flush(db, run_sql, batch_runs, batch_steps, batch_calls, batch_appr, batch_lines,
                batch_audit)
         db.execute("UPDATE audit_anchor SET entries = ?, head = ? WHERE id = 1", (entries, prev))
+        refresh_stale_desk(db)   # as every write transaction does before it commits
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -339,6 +341,7 @@ def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
         flush(cur)
         cur.execute("UPDATE audit_anchor SET entries = %s, head = %s WHERE id = 1",
                     (entries, prev))
+        refresh_stale_desk(store._db())   # noqa: SLF001 - the same connection, ? placeholders
     conn.execute("VACUUM ANALYZE")
 
 

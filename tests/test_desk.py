@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import DATA
+from helpers.desk import desk_drift
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from refund_agent.desk_status import ApprovalFacts, DeskStatus, desk_status, nee
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
 from refund_agent.model import open_model
 from refund_agent.models import RunStatus
+from refund_agent.store import Store
 from refund_agent.web import views
 
 TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
@@ -67,9 +69,8 @@ def test_needs_a_person_and_every_status_has_its_own_badge_and_filter():
     assert len(badges) == len(DeskStatus)     # no two statuses read alike
     filtered = {s for f in views.DESK_FILTERS for s in f.statuses}
     assert filtered == set(DeskStatus)
-    index = [("r1", DeskStatus.PAID, 0, 1.0), ("r2", DeskStatus.EXPIRED, 0, 2.0),
-             ("r3", DeskStatus.REJECTED, 1, 3.0)]
-    counts = views.desk_counts(index)
+    groups = [(DeskStatus.PAID, 0, 1), (DeskStatus.EXPIRED, 0, 1), (DeskStatus.REJECTED, 1, 1)]
+    counts = views.desk_counts(groups)
     assert counts["needs"] == 2 and counts["paid"] == 1 and counts["escalated"] == 1
     assert counts["all"] == 3 and counts["rejected"] == 1
 
@@ -249,10 +250,102 @@ def test_no_sequence_of_decisions_pays_twice_or_bypasses_the_second_person(
             assert limit is None or final.amount_cents <= limit
             agent.advance(run.id)
             agent.advance(run.id)
+        assert desk_drift(agent.store) == []
         assert len(agent.payments.refunds()) == (1 if final.status == "approved" else 0)
         assert [e.event for e in agent.store.audit()].count("approved") <= 1
         assert agent.store.verify_audit() is None
         agent.store.close()
+
+
+# -- the desk status each row keeps, and the inbox's filters in SQL ----------------------------
+
+# One generated ticket: the run's status, its approvals oldest first (status, amount,
+# proposed, declined lines), its escalations (taken or not).
+APPROVAL = st.tuples(st.sampled_from(["pending", "approved", "rejected", "asked", "expired"]),
+                     st.sampled_from([4800, 9600]), st.sampled_from([4800, 9600]),
+                     st.integers(0, 2))
+TICKET = st.tuples(st.sampled_from(list(RunStatus)), st.lists(APPROVAL, max_size=3),
+                   st.lists(st.booleans(), max_size=2))
+CHANGE = st.tuples(st.integers(0, 7), st.sampled_from(["run", "decide", "take", "escalate"]),
+                   st.sampled_from(list(RunStatus)))
+
+
+def _insert(store: Store, n: int, ticket) -> None:
+    """Ticket ``n`` written row by row, past the agent, as any writer of the tables would."""
+    run_status, approvals, escalations = ticket
+    run = f"run_{n}"
+    store.execute("INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
+                  " status, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                  (run, 1000.0 + n, "custom", f"c{n}@example.com", "", "s", "e", run_status,
+                   1000.0 + n))
+    for i, (status, amount, proposed, declined) in enumerate(approvals):
+        approval = f"{run}-a{i}"
+        store.execute("INSERT INTO approvals(id, run_id, response_id, call_id, order_id,"
+                      " amount_cents, proposed_cents, summary, customer, status, requested_at,"
+                      " requested_pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                      (approval, run, "resp", f"call{i}", "A1043", amount, proposed, "s",
+                       "c", status, 2000.0 + i, 1))
+        for line in range(declined):
+            store.execute("INSERT INTO approval_lines(approval_id, order_id, seq, line, name,"
+                          " reason, amount_cents, allowed_cents, fee_cents, held, decision)"
+                          " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                          (approval, "A1043", line, f"SKU-{line}", "x", "damaged", 100, 100, 0,
+                           0, "declined"))
+    for i, taken in enumerate(escalations):
+        store.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at,"
+                      " taken_by) VALUES (?,?,?,?,?,?,?)",
+                      (f"{run}-e{i}", run, "manager", "r", "agent", 3000.0 + i,
+                       "Lee" if taken else None))
+
+
+def _change(store: Store, i: int, change, tickets: int) -> None:
+    n, what, status = change
+    run = f"run_{n % tickets}"
+    if what == "run":
+        store.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run))
+    elif what == "decide":
+        store.execute("UPDATE approvals SET status = 'rejected' WHERE run_id = ?"
+                      " AND status = 'pending'", (run,))
+    elif what == "take":
+        store.execute("UPDATE escalations SET taken_by = 'Ana' WHERE run_id = ?", (run,))
+    else:
+        store.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by,"
+                      " raised_at) VALUES (?,?,?,?,?,?)",
+                      (f"{run}-x{i}", run, "threat", "r", "agent", 4000.0))
+
+
+@hsettings(max_examples=EXAMPLES, deadline=None)
+@given(tickets=st.lists(TICKET, min_size=1, max_size=8), changes=st.lists(CHANGE, max_size=6))
+def test_the_kept_desk_status_and_every_filter_agree_with_desk_status(tickets, changes):
+    """Rows written past the agent and changed afterwards: every run keeps the status
+    desk_status.py gives it, and each filter's count and page in SQL select exactly what the
+    filter selects in Python."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "s.sqlite3")
+        for n, ticket in enumerate(tickets):
+            _insert(store, n, ticket)
+        for i, change in enumerate(changes):
+            _change(store, i, change, len(tickets))
+        assert desk_drift(store) == []
+        index = store.desk_index()
+        counts = views.desk_counts(store.desk_groups())
+        for f in views.DESK_FILTERS:
+            want = [run for run, status, esc, _at in index if f.shows(status, esc)]
+            assert counts[f.key] == len(want), f.key
+            assert store.desk_page("", *f.selection(), 0, 50) == want, f.key
+            assert store.desk_page("", *f.selection(), 1, 2) == want[1:3], f.key
+        store.close()
+
+
+def test_the_page_reads_names_for_its_own_senders_only(agent: Agent):
+    """The inbox and a ticket read the customer names of what they show, any spelling."""
+    agent.start("Maya.Chen@Example.com", "Order A1043: cracked.", sender_name="Maya Chen")
+    other = agent.start("maya.chen@example.com", "Order A1043: still cracked.")
+    agent.start("leo.martins@example.com", "Order A1058: split.")
+    assert agent.store.customer_names(["MAYA.CHEN@example.com"]) == \
+        {"maya.chen@example.com": "Maya Chen"}
+    assert agent.store.customer_names([]) == {}
+    assert agent.store.run_customers([other.id]) == {other.id: "Maya Chen"}
 
 
 # -- the audit outside the page ------------------------------------------------------------------

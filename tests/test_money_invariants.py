@@ -42,6 +42,7 @@ import openai
 import pytest
 from helpers.cli import DATA
 from helpers.crash import record
+from helpers.desk import desk_drift
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     Bundle,
@@ -580,6 +581,12 @@ class MoneyMachine(RuleBasedStateMachine):
     # -- the invariants --------------------------------------------------------------------
 
     @precondition(lambda self: hasattr(self, "agent"))
+    @invariant()
+    def desk_rows_are_fresh(self) -> None:
+        """The desk status each run keeps (schema 12) is what desk_status.py says now, after
+        every history, rolled-back crash and race included."""
+        assert desk_drift(self.agent.store) == []
+
     @invariant()
     def money_holds(self) -> None:
         try:

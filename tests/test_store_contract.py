@@ -428,3 +428,33 @@ def test_another_thread_and_another_handle_see_the_same_store(store, backend):
     again = Store(target)
     assert again.run(run_id).id == run_id and again.schema_version() == SCHEMA_VERSION
     again.close()
+
+
+# -- the desk status each run keeps (schema 12) -------------------------------------------------
+
+def test_each_run_keeps_its_desk_status_through_its_life(store):
+    """Waiting, paid in part, escalated, taken: after every write the kept status is
+    what desk_status.py computes, and the inbox counts and pages by it."""
+    from helpers.desk import desk_drift
+
+    from refund_agent.desk_status import DeskStatus
+
+    def kept() -> tuple[DeskStatus, int]:
+        (row,) = [(s, e) for rid, s, e, _at in store.desk_index() if rid == run_id]
+        return row
+
+    free_a1043(store)
+    run_id, lease, approval = queue(store)
+    store.release(lease, RunStatus.WAITING)
+    assert kept() == (DeskStatus.WAITING, 0)
+    store.decide(approval.id, True, "Dana Kim", None, keep=["POUR-GLS-01"])
+    store.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.DONE, run_id))
+    assert kept() == (DeskStatus.PARTLY_PAID, 0)
+    store.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at)"
+                  " VALUES (?,?,?,?,?,?)", (f"k-{run_id}", run_id, "manager", "r", "agent", 1.0))
+    assert kept() == (DeskStatus.PARTLY_PAID, 1)
+    (escalation,) = store.escalations(open_only=True, run_id=run_id)
+    store.take_escalation(escalation.id, "Lee Park")
+    assert kept() == (DeskStatus.PARTLY_PAID, 0)
+    assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 0, 500)
+    assert desk_drift(store) == []

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import LeaseLost, StoreError
 from .audit import GENESIS_HASH, audit_hash
+from .desk_rows import refresh_stale_desk
 from .schema import SCHEMA_VERSION, shipped_version
 
 try:  # the postgres extra: pip install 'refund-agent[postgres]'
@@ -208,6 +209,7 @@ class StoreCore:
         try:
             self._begin(db, durable)
             yield db
+            refresh_stale_desk(db)   # the runs this transaction changed (store/desk_rows.py)
             self._commit(db)
         except DB_ERRORS as exc:
             self._rollback(db)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from ..approving import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..escalations import HANDOFF, Escalation
 from .core import StoreCore
+from .desk_rows import DESK_COLUMNS, desk_of
 
 
 class DeskRecords(StoreCore):
@@ -150,59 +152,78 @@ class DeskRecords(StoreCore):
 
 # -- the inbox by what happened ------------------------------------------------------------
 
-_LATEST = ("(SELECT {col} FROM approvals a WHERE a.run_id = runs.id"
-           " ORDER BY a.requested_at DESC, a.id DESC LIMIT 1)")
-_DESK_COLUMNS = (
-    f"{_LATEST.format(col='status')} AS latest_status,"
-    f" {_LATEST.format(col='amount_cents')} AS latest_amount,"
-    f" {_LATEST.format(col='proposed_cents')} AS latest_proposed,"
-    " (SELECT COUNT(*) FROM approval_lines l WHERE l.approval_id ="
-    f" {_LATEST.format(col='id')} AND l.decision = 'declined') AS latest_declined,"
-    " (SELECT COUNT(*) FROM escalations e WHERE e.run_id = runs.id AND e.taken_by IS NULL)"
-    " AS open_escalations")
-
-
-def _desk_of(row: dict[str, Any]) -> tuple[Any, int]:
-    """(DeskStatus, open escalations) from a row with the _DESK_COLUMNS."""
-    from ..desk_status import ApprovalFacts, desk_status
-    latest = None if row["latest_status"] is None else ApprovalFacts(
-        row["latest_status"], row["latest_amount"], row["latest_proposed"],
-        row["latest_declined"] or 0)
-    return desk_status(row["status"], latest), int(row["open_escalations"] or 0)
-
-
 class DeskInbox(StoreCore):
-    """The inbox read by desk status, beside ``Runs.inbox``."""
+    """The inbox read by desk status, beside ``Runs.inbox``: from the status each run's row
+    keeps (schema 12, store/desk_rows.py), so counting and paging never read approvals."""
 
     def desk_index(self, search: str = "") -> list[tuple[str, Any, int, float]]:
         """Every run matching ``search``, newest first, as (id, DeskStatus, open escalations,
-        created_at): small enough to filter and count in Python on every draw."""
+        created_at). Reads every matching row: for reports and tests; the page uses
+        :meth:`desk_groups` and :meth:`desk_page`."""
+        from ..desk_status import DeskStatus
         where, args = self._inbox_filter(search, ())
-        rows = self._read(f"SELECT runs.id, runs.status, runs.created_at, {_DESK_COLUMNS}"
-                          f" FROM runs {where} ORDER BY created_at DESC, id", args)
-        out = []
-        for r in rows:
-            row = dict(r)
-            status, open_ = _desk_of(row)
-            out.append((row["id"], status, open_, row["created_at"]))
-        return out
+        return [(r[0], DeskStatus(r[1]), int(r[2]), r[3]) for r in self._read(
+            "SELECT id, desk_status, desk_escalations, created_at FROM runs"
+            f" {where} ORDER BY created_at DESC, id", args)]
 
-    def customer_names(self) -> dict[str, str]:
+    def desk_groups(self, search: str = "") -> list[tuple[Any, int, int]]:
+        """How many runs matching ``search`` have each (DeskStatus, open escalations > 0):
+        a dozen rows at most, however many tickets there are."""
+        from ..desk_status import DeskStatus
+        where, args = self._inbox_filter(search, ())
+        return [(DeskStatus(r[0]), int(r[1]), int(r[2])) for r in self._read(
+            "SELECT desk_status, CASE WHEN desk_escalations > 0 THEN 1 ELSE 0 END, COUNT(*)"
+            f" FROM runs {where} GROUP BY 1, 2", args)]
+
+    def desk_page(self, search: str, statuses: Collection[Any] | None, or_escalated: bool,
+                  offset: int, limit: int) -> list[str]:
+        """The ids of one page of runs matching ``search`` whose desk status is one of
+        ``statuses`` (None: any) or, with ``or_escalated``, that have an open escalation;
+        newest first."""
+        where, args = self._inbox_filter(search, ())
+        if statuses is not None or or_escalated:
+            marks = ",".join("?" * len(statuses or ()))
+            either = [f"desk_status IN ({marks})"] if statuses else []
+            either += ["desk_escalations > 0"] if or_escalated else []
+            clause = "(" + " OR ".join(either or ["1 = 0"]) + ")"
+            where = f"{where} AND {clause}" if where else f"WHERE {clause}"
+            args = args + tuple(str(s) for s in statuses or ())
+        return [r[0] for r in self._read(
+            f"SELECT id FROM runs {where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            args + (limit, offset))]
+
+    def customer_names(self, senders: Collection[str] | None = None) -> dict[str, str]:
         """Address (case-folded) -> the name the customer last gave on any ticket, so one
-        customer reads the same in every row, whichever ticket had no name."""
+        customer reads the same in every row, whichever ticket had no name. ``senders``: only
+        these addresses (what one page shows), read through an index."""
+        where, args = "", ()
+        if senders is not None:
+            # Both spellings of lower case: SQLite's lower() folds ASCII letters only.
+            keys = sorted({s.lower() for s in senders} | {_ascii_lower(s) for s in senders})
+            if not keys:
+                return {}
+            where, args = f" WHERE lower(sender) IN ({','.join('?' * len(keys))})", tuple(keys)
         names: dict[str, str] = {}
-        for sender, name in self._read("SELECT sender, sender_name FROM runs"
-                                       " ORDER BY created_at"):
+        for sender, name in self._read("SELECT sender, sender_name FROM runs" + where +
+                                       " ORDER BY created_at", args):
             if name and name.strip() and name != sender:
                 names[sender.casefold()] = name.strip()
         return names
 
-    def run_customers(self) -> dict[str, str]:
-        """Run id -> the customer as the desk shows them (see :meth:`customer_names`)."""
+    def run_customers(self, run_ids: Collection[str] | None = None) -> dict[str, str]:
+        """Run id -> the customer as the desk shows them (see :meth:`customer_names`), for
+        every run or only ``run_ids``."""
         from ..desk_status import customer_name
-        names = self.customer_names()
-        return {r[0]: customer_name(names.get(r[1].casefold()), r[1])
-                for r in self._read("SELECT id, sender FROM runs")}
+        if run_ids is None:
+            rows = self._read("SELECT id, sender FROM runs")
+        elif not run_ids:
+            return {}
+        else:
+            ids = sorted(set(run_ids))
+            rows = self._read(f"SELECT id, sender FROM runs WHERE id IN"
+                              f" ({','.join('?' * len(ids))})", tuple(ids))
+        names = self.customer_names(None if run_ids is None else [r[1] for r in rows])
+        return {r[0]: customer_name(names.get(r[1].casefold()), r[1]) for r in rows}
 
     def inbox_rows(self, ids: list[str]) -> list[Any]:
         """The inbox entries of these runs, in the order given."""
@@ -216,11 +237,11 @@ class DeskInbox(StoreCore):
             "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
             " (SELECT c.order_id FROM calls c WHERE c.run_id = runs.id"
             "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up,"
-            f" {_DESK_COLUMNS} FROM runs WHERE id IN ({marks})", tuple(ids))
+            f" {DESK_COLUMNS} FROM runs WHERE id IN ({marks})", tuple(ids))
         found = {}
         for r in rows:
             data = dict(r)
-            status, open_ = _desk_of(data)
+            status, open_ = desk_of(data)
             order, looked, amount = data.pop("inbox_order"), data.pop("looked_up"), \
                 data["latest_amount"]
             for key in ("latest_status", "latest_amount", "latest_proposed", "latest_declined",
@@ -231,3 +252,10 @@ class DeskInbox(StoreCore):
                                          amount_cents=amount, desk=str(status),
                                          escalations=open_)
         return [found[i] for i in ids if i in found]
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    return text.translate(_ASCII_LOWER)

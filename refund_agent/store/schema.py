@@ -19,6 +19,7 @@ from typing import Any
 
 from ..callrecords import order_id_in
 from .audit import GENESIS_HASH
+from .desk_rows import refresh_stale_desk
 
 # What each schema version added, oldest first. Every bump adds a line here and, when existing
 # tables change, a numbered Step in each engine's list.
@@ -56,6 +57,11 @@ SCHEMA_HISTORY: dict[int, str] = {
     10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
         "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
         "once and reconcile knows which failed refunds the desk was told of (a new table).",
+    12: "The desk's status kept on each run (desk_status, desk_escalations), so the inbox "
+        "counts and pages by what happened without reading every run's approvals on every "
+        "draw. Triggers mark a run's row stale (desk_dirty) when its status, an approval, a "
+        "line's decision or an escalation changes; each write transaction recomputes the stale "
+        "rows with desk_status.py before it commits (see store/desk.py).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -73,7 +79,7 @@ class Step:
 
     version: int
     sql: tuple[str, ...]
-    data: Callable[[Any], None] | None = None
+    data: Callable[[Any], object] | None = None
     adds: tuple[tuple[str, str], ...] = ()
 
     def statements(self, columns: Callable[[str], Collection[str]]) -> tuple[str, ...]:
@@ -158,6 +164,13 @@ SQLITE_STEPS: tuple[Step, ...] = (
              "ALTER TABLE approval_lines ADD COLUMN units INTEGER",
              "ALTER TABLE approval_lines ADD COLUMN quantity INTEGER"),
          adds=(("approval_lines", "units"), ("approval_lines", "quantity"))),
+    # Every run starts stale; the step's data computes them all in the upgrade's transaction.
+    Step(12, ("ALTER TABLE runs ADD COLUMN desk_status TEXT",
+              "ALTER TABLE runs ADD COLUMN desk_escalations INTEGER NOT NULL DEFAULT 0",
+              "ALTER TABLE runs ADD COLUMN desk_dirty INTEGER NOT NULL DEFAULT 1"),
+         data=refresh_stale_desk, adds=(("runs", "desk_status"),
+                                                 ("runs", "desk_escalations"),
+                                                 ("runs", "desk_dirty"))),
 )
 
 SQLITE_SCHEMA = """
@@ -172,7 +185,9 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_epoch INTEGER NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL,
     transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
-    transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT
+    transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT,
+    desk_status TEXT, desk_escalations INTEGER NOT NULL DEFAULT 0,
+    desk_dirty INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
@@ -301,6 +316,31 @@ CREATE TABLE IF NOT EXISTS signoffs (
 CREATE TABLE IF NOT EXISTS store_moved (
     id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL, at REAL NOT NULL
 );
+-- The desk's status kept on each run (schema 12): what changes it marks the run's row stale,
+-- and every write transaction recomputes the stale rows before it commits (store/desk.py),
+-- so the rule stays in one place, desk_status.py, and the inbox reads one column.
+CREATE INDEX IF NOT EXISTS runs_by_desk ON runs(desk_status, created_at);
+CREATE INDEX IF NOT EXISTS runs_desk_stale ON runs(id) WHERE desk_dirty = 1;
+CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender));
+CREATE TRIGGER IF NOT EXISTS desk_on_run AFTER UPDATE OF status ON runs
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.id; END;
+CREATE TRIGGER IF NOT EXISTS desk_on_new_approval AFTER INSERT ON approvals
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
+CREATE TRIGGER IF NOT EXISTS desk_on_approval
+AFTER UPDATE OF status, amount_cents, proposed_cents, requested_at ON approvals
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
+CREATE TRIGGER IF NOT EXISTS desk_on_gone_approval AFTER DELETE ON approvals
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = OLD.run_id; END;
+CREATE TRIGGER IF NOT EXISTS desk_on_new_line AFTER INSERT ON approval_lines
+BEGIN UPDATE runs SET desk_dirty = 1
+      WHERE id = (SELECT run_id FROM approvals WHERE id = NEW.approval_id); END;
+CREATE TRIGGER IF NOT EXISTS desk_on_line AFTER UPDATE OF decision ON approval_lines
+BEGIN UPDATE runs SET desk_dirty = 1
+      WHERE id = (SELECT run_id FROM approvals WHERE id = NEW.approval_id); END;
+CREATE TRIGGER IF NOT EXISTS desk_on_new_escalation AFTER INSERT ON escalations
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
+CREATE TRIGGER IF NOT EXISTS desk_on_escalation AFTER UPDATE OF taken_by ON escalations
+BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + GENESIS_HASH + """')
     FROM audit;
@@ -317,6 +357,11 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     Step(8, ("DROP INDEX IF EXISTS lines_held_once",
              "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS units BIGINT",
              "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS quantity BIGINT")),
+    Step(12, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_status TEXT",
+              "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_escalations BIGINT NOT NULL"
+              " DEFAULT 0",
+              "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_dirty BIGINT NOT NULL DEFAULT 1"),
+         data=refresh_stale_desk),
 )
 
 # The store's version, where SQLite has PRAGMA user_version (absent: an empty database).
@@ -338,7 +383,9 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     lease_epoch BIGINT NOT NULL DEFAULT 0,
     updated_at DOUBLE PRECISION NOT NULL,
     transcript_items BIGINT NOT NULL DEFAULT 0, transcript_bytes BIGINT NOT NULL DEFAULT 0,
-    transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT)""",
+    transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT,
+    desk_status TEXT, desk_escalations BIGINT NOT NULL DEFAULT 0,
+    desk_dirty BIGINT NOT NULL DEFAULT 1)""",
     "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at)",
     """CREATE TABLE IF NOT EXISTS steps (
@@ -413,6 +460,37 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS store_moved (
     id BIGINT PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL)""",
+    # The desk's status kept on each run (schema 12; what each piece is for is said in
+    # SQLite's schema). One trigger function serves every table: a run's own status change
+    # marks its row before it is written, the others mark the run they belong to.
+    "CREATE INDEX IF NOT EXISTS runs_by_desk ON runs(desk_status, created_at)",
+    "CREATE INDEX IF NOT EXISTS runs_desk_stale ON runs(id) WHERE desk_dirty = 1",
+    "CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender))",
+    """CREATE OR REPLACE FUNCTION refund_agent_desk_stale() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_TABLE_NAME = 'runs' THEN
+            NEW.desk_dirty := 1;
+            RETURN NEW;
+        ELSIF TG_TABLE_NAME = 'approval_lines' THEN
+            UPDATE runs SET desk_dirty = 1
+             WHERE id = (SELECT run_id FROM approvals WHERE id = NEW.approval_id);
+        ELSIF TG_OP = 'DELETE' THEN
+            UPDATE runs SET desk_dirty = 1 WHERE id = OLD.run_id;
+        ELSE
+            UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id;
+        END IF;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE TRIGGER desk_on_run BEFORE UPDATE OF status ON runs
+    FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
+    """CREATE OR REPLACE TRIGGER desk_on_approval
+    AFTER INSERT OR DELETE OR UPDATE OF status, amount_cents, proposed_cents, requested_at
+    ON approvals FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
+    """CREATE OR REPLACE TRIGGER desk_on_line AFTER INSERT OR UPDATE OF decision
+    ON approval_lines FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
+    """CREATE OR REPLACE TRIGGER desk_on_escalation AFTER INSERT OR UPDATE OF taken_by
+    ON escalations FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
     f"""INSERT INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '{GENESIS_HASH}')
     FROM audit ON CONFLICT DO NOTHING""",

@@ -36,7 +36,7 @@ def render_audit(worker: Worker) -> None:
     # The full width of the page, with room for names and notes; longer notes show whole on
     # hover, and the CSV has every field.
     text = st.column_config.Column
-    customers = store.run_customers()
+    customers = store.run_customers([e.run_id for e in entries if e.run_id])
     # Widths in pixels sized to what the columns hold: "12-01 23:42:31" and "sign_in_failed"
     # are never cut; the note takes what is left.
     st.dataframe(views.audit_frame(entries, customers), hide_index=True,

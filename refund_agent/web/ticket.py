@@ -75,7 +75,7 @@ def render_ticket(worker: Worker) -> None:
     line, buttons = st.columns([3, 2], vertical_alignment="center")
     escalated = f" {views.ESCALATED.badge}" if open_escalations else ""
     line.markdown(f"{status.badge}{escalated} · "
-                  f"{md(store.run_customers().get(run.id, run.sender))} · `{run.id}`")
+                  f"{md(store.run_customers([run.id]).get(run.id, run.sender))} · `{run.id}`")
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button("Stop", key="stop", icon=":material/stop:", on_click=on_stop,
                   args=(worker, run.id), disabled=not active)

@@ -211,6 +211,16 @@ class DeskFilter:
             return escalations > 0
         return not self.statuses or status in self.statuses
 
+    def selection(self) -> tuple[tuple[DeskStatus, ...] | None, bool]:
+        """What :meth:`shows` selects, as Store.desk_page takes it: (statuses, or any with an
+        open escalation); None: every status. tests/test_desk.py checks the two agree."""
+        from ..desk_status import NEEDS_PERSON
+        if self.needs:
+            return tuple(sorted(NEEDS_PERSON)), True
+        if self.escalated:
+            return (), True
+        return (self.statuses or None), False
+
 
 DESK_FILTERS = (
     DeskFilter("needs", "Needs a person", needs=True),
@@ -228,10 +238,11 @@ DESK_FILTERS = (
 )
 
 
-def desk_counts(index: Iterable[tuple[str, DeskStatus, int, float]]) -> dict[str, int]:
-    """How many tickets each of DESK_FILTERS holds, from Store.desk_index's rows."""
-    rows = list(index)
-    return {f.key: sum(1 for _, status, esc, _at in rows if f.shows(status, esc))
+def desk_counts(groups: Iterable[tuple[DeskStatus, int, int]]) -> dict[str, int]:
+    """How many tickets each of DESK_FILTERS holds, from Store.desk_groups's rows (status, open
+    escalations, how many)."""
+    rows = list(groups)
+    return {f.key: sum(n for status, esc, n in rows if f.shows(status, esc))
             for f in DESK_FILTERS}
 
 

@@ -1,0 +1,50 @@
+"""The desk's status kept on each run (schema 12), recomputed where it goes stale.
+
+The inbox counts and pages tickets by what happened to them (desk_status.py). Working that out
+reads each run's latest approval, its declined lines and its open escalations: cheap for one
+run, seconds for 100,000 on every draw of the page. So each run's row keeps its desk status
+and its open escalations (``desk_status``, ``desk_escalations``). Triggers in the schema mark a
+row stale (``desk_dirty``) whenever its inputs change: the run's status, one of its approvals
+or their lines' decisions, an escalation raised or taken. Every write transaction recomputes
+the stale rows, with the same pure function the page used before, just before it commits, so
+no reader ever sees a stale row and the rule lives in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LATEST = ("(SELECT {col} FROM approvals a WHERE a.run_id = runs.id"
+           " ORDER BY a.requested_at DESC, a.id DESC LIMIT 1)")
+# The facts desk_status() turns on, read per run (only for the rows a query selects).
+DESK_COLUMNS = (
+    f"{_LATEST.format(col='status')} AS latest_status,"
+    f" {_LATEST.format(col='amount_cents')} AS latest_amount,"
+    f" {_LATEST.format(col='proposed_cents')} AS latest_proposed,"
+    " (SELECT COUNT(*) FROM approval_lines l WHERE l.approval_id ="
+    f" {_LATEST.format(col='id')} AND l.decision = 'declined') AS latest_declined,"
+    " (SELECT COUNT(*) FROM escalations e WHERE e.run_id = runs.id AND e.taken_by IS NULL)"
+    " AS open_escalations")
+
+
+def desk_of(row: dict[str, Any]) -> tuple[Any, int]:
+    """(DeskStatus, open escalations) from a row with the DESK_COLUMNS and the run's status."""
+    from ..desk_status import ApprovalFacts, desk_status
+    latest = None if row["latest_status"] is None else ApprovalFacts(
+        row["latest_status"], row["latest_amount"], row["latest_proposed"],
+        row["latest_declined"] or 0)
+    return desk_status(row["status"], latest), int(row["open_escalations"] or 0)
+
+
+def refresh_stale_desk(db: Any) -> int:
+    """Recompute the desk status of every stale run, inside the caller's transaction; returns
+    how many. Usually none or one: the runs this transaction changed."""
+    rows = db.execute(f"SELECT runs.id, runs.status, {DESK_COLUMNS} FROM runs"
+                      " WHERE desk_dirty = 1").fetchall()
+    if not rows:
+        return 0
+    for row in rows:
+        status, open_ = desk_of(dict(row))
+        db.execute("UPDATE runs SET desk_status = ?, desk_escalations = ?, desk_dirty = 0"
+                   " WHERE id = ?", (str(status), open_, row["id"]))
+    return len(rows)
