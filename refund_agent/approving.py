@@ -152,3 +152,11 @@ def own_ticket_problem(by: str, raised_by: str | None) -> str | None:
 def handoff_needed(amount_cents: int, limit_cents: int | None, before_cents: int = 0) -> bool:
     """Whether the approver with ``limit_cents`` must hand this refund to a lead."""
     return limit_cents is not None and amount_cents + before_cents > limit_cents
+
+
+def take_problem(limit_cents: int | None) -> str | None:
+    """Why the account with ``limit_cents`` may not take an escalation, or None: only a lead
+    (an account without a limit; anyone in the single-user demo) takes them."""
+    if limit_cents is None:
+        return None
+    return "Only a lead (an account without a limit) takes escalations."
