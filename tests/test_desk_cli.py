@@ -126,6 +126,9 @@ def test_take_names_one_of_several_and_a_decision_closes_a_hand_off(out):
     for approval in (maya, priya):
         assert as_(out, "Ana Ruiz", "handoff", "--id", approval.id).returncode == 0
 
+    theirs = as_(out, "Lee Park", "handoff", "--id", maya.id)   # Ana's is open already
+    assert theirs.returncode == 1 and "already waiting for a lead" in theirs.stderr
+
     several = as_(out, "Lee Park", "take")
     assert several.returncode == 1
     assert "2 escalations are open; name one with --id:" in several.stderr
@@ -179,3 +182,24 @@ def test_four_eyes_after_a_hand_off_from_the_terminal(out, tmp_path: Path):
     assert len(refunds(out)) == 1
     assert [event for event, _ in events(out)] == [
         "requested", "handed_off", "taken", "signed_off", "refused", "approved", "issued"]
+
+
+def test_in_the_demo_anyone_takes_the_agents_escalation_and_is_pointed_at_the_ticket(tmp_path):
+    out = tmp_path / "demo"
+    out.mkdir()
+    demo = Store(out / "refund-agent.sqlite3")
+    # As the agent's escalate tool stores one (store/desk.py), without a model run.
+    demo.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at)"
+                 " VALUES ('call_esc', 'run_0123456789ab', 'threat', 'Chargeback threatened.',"
+                 " 'agent', 0)")
+    demo.close()
+    queue = run_cli(out, "queue").stdout
+    assert "0 waiting for approval.\n\n1 escalation is open" in queue
+    assert "Threat (chargeback, review, legal)  run run_0123456789ab  raised by agent" in queue
+    taken = run_cli(out, "take", "--run", "run_0123456789ab", "--as", "Dana Kim")
+    assert taken.returncode == 0, taken.stderr
+    assert "Single-user demo mode (no accounts): signing as 'Dana Kim'" in taken.stdout
+    assert ("Took escalation 1 (Threat (chargeback, review, legal)) on run run_0123456789ab as "
+            "Dana Kim: Chargeback threatened. `refund-agent show run_0123456789ab` shows the "
+            "ticket.") in taken.stdout
+    assert events(out) == [("taken", "Dana Kim")]

@@ -214,7 +214,7 @@ CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
 -- The ledger: one row per order line of a proposed refund, with how many of the line's units
 -- it refunds (units, of quantity; NULL on rows from before schema 8: all the line's units). A
 -- row that is pending or approved is held; several refunds may hold one line, never more
--- units than it has (the code checks under the order's lock; on SQLite a trigger as well).
+-- units than it has (the code checks under the order's lock; a trigger as well, on both engines).
 CREATE TABLE IF NOT EXISTS approval_lines (
     approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
