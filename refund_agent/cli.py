@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
-from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Accounts, SignInFailed
+from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Account, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
 from .approving import handoff_needed, needs_two, take_problem
 from .config import load_settings
@@ -559,11 +559,12 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     if what == "queue":
         pending = agent.store.approvals("pending")
         handed_off = agent.store.handed_off()
+        reader = _reader(agent, args.by)
         for a in pending:
             print(f"{_describe(a)}  {a.summary}")
             for line in a.lines:
                 print(f"    {_line(line.model_dump())}  {line.name}")
-            for flag in _queue_flags(agent, a, handed_off):
+            for flag in _queue_flags(agent, a, handed_off, reader):
                 print(f"    ** {flag}")
         print(f"{len(pending)} waiting for approval.")
         open_ = agent.store.escalations(open_only=True)
@@ -610,10 +611,28 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _queue_flags(agent: Agent, a: Approval, handed_off: set[str]) -> list[str]:
-    """What the page's card says beside a waiting refund: sent to a lead, a first sign-off
-    recorded, or two people needed (shop.json "desk")."""
-    flags = ["Sent to a lead"] if a.id in handed_off else []
+def _reader(agent: Agent, name: str | None) -> Account | None:
+    """The account ``queue --as NAME`` reads the queue for (no password: it only lists)."""
+    accounts = Accounts(agent.store)
+    if name is None or not accounts.exist():   # the demo has no limits: nothing needs a lead
+        return None
+    account = accounts.get(name)
+    if account is None:
+        raise NotFound(f"No account named {name!r}: `refund-agent users list` shows them.")
+    return account
+
+
+def _queue_flags(agent: Agent, a: Approval, handed_off: set[str],
+                 reader: Account | None = None) -> list[str]:
+    """What the page's card says beside a waiting refund: sent to a lead (or, read for an
+    approver, needs a lead: above their limit), a first sign-off recorded, or two people
+    needed (shop.json "desk")."""
+    flags = []
+    if a.id in handed_off:
+        flags.append("Sent to a lead")
+    elif reader is not None and handoff_needed(a.amount_cents, reader.limit_cents):
+        flags.append(f"Needs a lead: above {reader.name}'s limit of ${reader.limit:,.2f}; "
+                     f"`refund-agent handoff --id {a.id}` sends it to one")
     first = agent.store.signoff(a.id)
     if first is not None:
         flags.append(f"Signed off by {first.by} at {_time(first.at)} for "
@@ -698,7 +717,10 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_argument("--host", default="127.0.0.1",
                        help="the address to listen on (default 127.0.0.1; put a TLS proxy in "
                             "front for Stripe to reach it)")
-    sub.add_parser("queue", help="list refunds waiting for approval, and open escalations")
+    queue = sub.add_parser("queue", help="list refunds waiting for approval, and open "
+                           "escalations")
+    queue.add_argument("--as", dest="by", metavar="NAME",
+                       help="mark the refunds above this account's limit (needs a lead)")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
     show = sub.add_parser("show", help="show one run's timeline")

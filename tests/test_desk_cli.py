@@ -69,6 +69,13 @@ def test_an_approver_over_the_limit_hands_off_and_a_lead_takes_and_approves_one_
     assert (f"a lead must decide this refund. `refund-agent handoff --id {approval.id} --as "
             '"Ana Ruiz"` sends it to a lead.') in refused.stderr
 
+    needs = f"Needs a lead: above Ana Ruiz's limit of $40.00; `refund-agent handoff --id " \
+        f"{approval.id}` sends it to one"
+    assert needs in run_cli(out, "queue", "--as", "ana ruiz").stdout   # any spelling
+    assert "Needs a lead" not in run_cli(out, "queue", "--as", "Lee Park").stdout
+    unknown = run_cli(out, "queue", "--as", "Nobody Here")
+    assert unknown.returncode == 1 and "No account named 'Nobody Here'" in unknown.stderr
+
     # An unknown account (or a wrong password) sends nothing.
     stranger = as_(out, "Nobody Here", "handoff")
     assert stranger.returncode == 1 and "Wrong name or password." in stranger.stderr
