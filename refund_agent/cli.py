@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Account, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
-from .approving import handoff_needed, needs_two, take_problem
+from .approving import handoff_needed, handoff_problem, needs_two, take_problem
 from .config import load_settings
 from .customer import converse
 from .errors import (
@@ -411,8 +411,10 @@ def _handoff(agent: Agent, args: argparse.Namespace) -> int:
     """``refund-agent handoff``: send a waiting refund to a lead, as the page's *Send to a
     lead* does (Agent.hand_off: an escalation of kind over limit, audited; the refund keeps
     waiting, its lines held, until someone decides it)."""
-    by, _limit = _signer(agent, args.by)   # before anything is looked at or changed
+    by, limit_cents = _signer(agent, args.by)   # before anything is looked at or changed
     approval = _waiting(agent, args.id)
+    if problem := handoff_problem(by, approval.amount_cents, limit_cents):
+        raise DecisionRefused(problem)
     try:
         sent = agent.hand_off(approval.id, by, args.note)
     except DecisionRefused:
@@ -676,8 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--note", required=True, help="why; the customer hears it")
         if name == "ask":
             p.add_argument("question", help="the question, as the customer should read it")
-    handoff = sub.add_parser("handoff", help="send the waiting refund to a lead (above your "
-                             "approval limit); it keeps waiting until a lead decides it")
+    handoff = sub.add_parser("handoff", help="send the waiting refund, above your approval "
+                             "limit, to a lead; it keeps waiting until a lead decides it")
     handoff.add_argument("--as", dest="by", metavar="NAME",
                          help="the account that sends it (signed as approve is)")
     handoff.add_argument("--id", help="the approval id (needed when more than one is waiting)")
@@ -686,9 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "to take it wins)")
     take.add_argument("--as", dest="by", metavar="NAME",
                       help="the lead's account (signed as approve is)")
-    take.add_argument("--id", type=int, help="the escalation's number, as `queue` lists it "
-                      "(needed when more than one is open)")
-    take.add_argument("--run", help="take the open escalation on this run")
+    which = take.add_mutually_exclusive_group()
+    which.add_argument("--id", type=int, help="the escalation's number, as `queue` lists it "
+                       "(needed when more than one is open)")
+    which.add_argument("--run", help="take the open escalation on this run")
     sub.add_parser("expire", help="expire refunds nobody decided within "
                                   "REFUND_AGENT_APPROVAL_DAYS (default 7) and tell those "
                                   "customers; for cron")

@@ -19,14 +19,16 @@ from helpers.cli import run_forked as run_cli
 from refund_agent.store import Store
 
 ANA, LEE, KAI = "ana-password", "lee-password", "kai-password"
-PASSWORDS = {"Ana Ruiz": ANA, "Lee Park": LEE, "Kai Moss": KAI}
+PASSWORDS = {"Ana Ruiz": ANA, "Lee Park": LEE, "Kai Moss": KAI, "Sam Cho": "sam-password"}
 
 
 @pytest.fixture(scope="module")
 def accounts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with three accounts: Ana Ruiz (approver up to $40), two leads."""
+    """A store with four accounts: Ana Ruiz and Sam Cho (approvers up to $30 and $20), two
+    leads."""
     out = tmp_path_factory.mktemp("accounts")
-    for name, role, limit in (("Ana Ruiz", "approver", ["--limit", "40"]),
+    for name, role, limit in (("Ana Ruiz", "approver", ["--limit", "30"]),
+                              ("Sam Cho", "approver", ["--limit", "20"]),
                               ("Lee Park", "lead", []), ("Kai Moss", "lead", [])):
         added = run_cli(out, "users", "add", name, "--role", role, *limit,
                         REFUND_AGENT_NEW_PASSWORD=PASSWORDS[name])
@@ -69,7 +71,7 @@ def test_an_approver_over_the_limit_hands_off_and_a_lead_takes_and_approves_one_
     assert (f"a lead must decide this refund. `refund-agent handoff --id {approval.id} --as "
             '"Ana Ruiz"` sends it to a lead.') in refused.stderr
 
-    needs = f"Needs a lead: above Ana Ruiz's limit of $40.00; `refund-agent handoff --id " \
+    needs = f"Needs a lead: above Ana Ruiz's limit of $30.00; `refund-agent handoff --id " \
         f"{approval.id}` sends it to one"
     assert needs in run_cli(out, "queue", "--as", "ana ruiz").stdout   # any spelling
     assert "Needs a lead" not in run_cli(out, "queue", "--as", "Lee Park").stdout
@@ -133,8 +135,13 @@ def test_take_names_one_of_several_and_a_decision_closes_a_hand_off(out):
     for approval in (maya, priya):
         assert as_(out, "Ana Ruiz", "handoff", "--id", approval.id).returncode == 0
 
-    theirs = as_(out, "Lee Park", "handoff", "--id", maya.id)   # Ana's is open already
-    assert theirs.returncode == 1 and "already waiting for a lead" in theirs.stderr
+    again = run_cli(out, "handoff", "--id", maya.id, "--as", "Ana Ruiz", "--note", "Twice",
+                    REFUND_AGENT_PASSWORD=ANA)
+    assert again.returncode == 0 and "You already sent this refund to a lead" in again.stdout
+    lead = as_(out, "Lee Park", "handoff", "--id", maya.id)   # a lead has no limit
+    assert lead.returncode == 1 and "Lee Park has no approval limit" in lead.stderr
+    other = as_(out, "Sam Cho", "handoff", "--id", maya.id)   # Ana's is open already
+    assert other.returncode == 1 and "already waiting for a lead" in other.stderr
 
     several = as_(out, "Lee Park", "take")
     assert several.returncode == 1
@@ -153,6 +160,7 @@ def test_take_names_one_of_several_and_a_decision_closes_a_hand_off(out):
     missing = as_(out, "Lee Park", "take", "--id", "99")
     assert missing.returncode == 1 and "No escalation 99." in missing.stderr
     assert run_cli(out, "take", "--id", "one", "--as", "Lee Park").returncode == 2
+    assert run_cli(out, "take", "--id", "1", "--run", priya.run_id).returncode == 2
     # A hand-off of a decided refund is someone else's decision first (exit 3).
     decided = as_(out, "Ana Ruiz", "handoff", "--id", maya.id)
     assert decided.returncode == 3 and "already approved by Kai Moss" in decided.stderr
@@ -210,3 +218,12 @@ def test_in_the_demo_anyone_takes_the_agents_escalation_and_is_pointed_at_the_ti
             "Dana Kim: Chargeback threatened. `refund-agent show run_0123456789ab` shows the "
             "ticket.") in taken.stdout
     assert events(out) == [("taken", "Dana Kim")]
+
+
+def test_a_hand_off_is_for_a_refund_above_the_senders_limit():
+    from refund_agent.approving import handoff_problem
+    assert handoff_problem("Ana Ruiz", 4800, 3000) is None
+    assert handoff_problem("Ana Ruiz", 2500, 3000) == (
+        "$25.00 is within Ana Ruiz's approval limit of $30.00: approve, reject or ask the "
+        "customer; a hand-off is for refunds above it.")
+    assert "has no approval limit" in handoff_problem("Lee Park", 10**6, None)
