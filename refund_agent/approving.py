@@ -152,3 +152,24 @@ def own_ticket_problem(by: str, raised_by: str | None) -> str | None:
 def handoff_needed(amount_cents: int, limit_cents: int | None, before_cents: int = 0) -> bool:
     """Whether the approver with ``limit_cents`` must hand this refund to a lead."""
     return limit_cents is not None and amount_cents + before_cents > limit_cents
+
+
+def handoff_problem(by: str, amount_cents: int, limit_cents: int | None) -> str | None:
+    """Why ``by`` may not send this refund to a lead, or None: a hand-off is for a refund above
+    the sender's limit (the audit says so), as the page offers *Send to a lead* only then."""
+    if handoff_needed(amount_cents, limit_cents):
+        return None
+    if limit_cents is None:
+        return (f"{by} has no approval limit, so nothing needs a lead: approve, reject or ask "
+                "the customer.")
+    return (f"{_dollars(amount_cents)} is within {by}'s approval limit of "
+            f"{_dollars(limit_cents)}: approve, reject or ask the customer; a hand-off is for "
+            "refunds above it.")
+
+
+def take_problem(limit_cents: int | None) -> str | None:
+    """Why the account with ``limit_cents`` may not take an escalation, or None: only a lead
+    (an account without a limit; anyone in the single-user demo) takes them."""
+    if limit_cents is None:
+        return None
+    return "Only a lead (an account without a limit) takes escalations."

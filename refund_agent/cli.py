@@ -4,6 +4,8 @@
     refund-agent approve --as "Dana Kim" approve the waiting refund and finish the run
     refund-agent reject --note "Why"     reject it; the agent explains the note to the customer
     refund-agent resume                  continue the last stopped, failed or crashed run
+    refund-agent handoff --as "Ana Ruiz" send the waiting refund to a lead (over your limit)
+    refund-agent take --as "Lee Park"    a lead picks up the open escalation
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
-from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Accounts, SignInFailed
+from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Account, Accounts, SignInFailed
 from .agent import Agent, LiveEvent
+from .approving import handoff_needed, handoff_problem, needs_two, take_problem
 from .config import load_settings
 from .customer import converse
 from .errors import (
@@ -33,6 +36,7 @@ from .errors import (
     RunBusy,
     RunNotReady,
 )
+from .escalations import HANDOFF, Escalation
 from .migrate import migrate
 from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
 from .outside import stripe_missing
@@ -55,6 +59,8 @@ examples:
   refund-agent reply "That's not enough"    write back as the customer (--run RUN when several
                                             runs are done or waiting on the customer)
   refund-agent resume                       continue the last stopped, failed or crashed run
+  refund-agent handoff --as "Ana Ruiz" --note "Over my limit"   send it to a lead instead
+  refund-agent take --id 3 --as "Lee Park"   a lead picks up escalation 3 (first one wins)
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
   refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
@@ -65,12 +71,15 @@ examples:
 With no accounts the desk is a single-user demo: decisions are signed with --as as typed. Once
 an account exists, approve, reject and ask ask for the --as account's password (scripts set
 REFUND_AGENT_PASSWORD), and an approver may approve only up to their limit; a lead has none.
+Above it, `handoff` sends the refund to a lead (it keeps waiting); `queue` lists the refunds
+and the open escalations, and a lead picks one up with `take` (handoff and take are signed
+the same way).
 
 Exit codes: 0 done (also when you repeat your own decision); 1 an error (the message says
-what); 2 a usage mistake; 3 someone else decided that refund first (the message says who, what
-and when); 4 nothing was waiting to be decided; 130 stopped with Ctrl+C. Output is only a
-report: when it cannot be written (a pipe closed early, `| head`; a full disk), the command
-goes quiet and still finishes its work.
+what); 2 a usage mistake; 3 someone else decided that refund first, or took that escalation
+first (the message says who, what and when); 4 nothing was waiting to be decided (or taken);
+130 stopped with Ctrl+C. Output is only a report: when it cannot be written (a pipe closed
+early, `| head`; a full disk), the command goes quiet and still finishes its work.
 
 Replies are accepted only once a run has finished or asked the customer a question (not while
 it works or waits for approval). Ctrl+C stops
@@ -310,6 +319,12 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
         if not _repeated(exc, "approved" if approve else "rejected"):
             raise
         return _already_yours(agent, exc)
+    except DecisionRefused as exc:
+        # Above the approver's limit the way on is a lead, as the page's Send to a lead.
+        if approve and handoff_needed(approval.amount_cents, limit_cents):
+            raise DecisionRefused(f"{exc} `refund-agent handoff --id {approval.id} --as "
+                                  f"{_quoted(by)}` sends it to a lead.") from None
+        raise
     if decided.status == "pending":   # the first of two approvals (shop.json "desk")
         print(f"Signed off ${decided.amount:.2f} for {decided.order_id} ({decided.customer}) as "
               f"{by}: refunds of this size need a second person; another account approves "
@@ -387,6 +402,89 @@ def _ask(agent: Agent, args: argparse.Namespace, printer: Printer) -> Run | None
     return _drive(agent, asked.run_id, printer)
 
 
+def _quoted(name: str) -> str:
+    """A name as it is typed after --as in a shell."""
+    return f'"{name}"' if " " in name else name
+
+
+def _handoff(agent: Agent, args: argparse.Namespace) -> int:
+    """``refund-agent handoff``: send a waiting refund to a lead, as the page's *Send to a
+    lead* does (Agent.hand_off: an escalation of kind over limit, audited; the refund keeps
+    waiting, its lines held, until someone decides it)."""
+    by, limit_cents = _signer(agent, args.by)   # before anything is looked at or changed
+    approval = _waiting(agent, args.id)
+    if problem := handoff_problem(by, approval.amount_cents, limit_cents):
+        raise DecisionRefused(problem)
+    try:
+        sent = agent.hand_off(approval.id, by, args.note)
+    except DecisionRefused:
+        mine = _open_handoff(agent, approval.id)
+        if mine is None or mine.raised_by != by:
+            raise
+        # The same person sending it again (a retried script): their hand-off stands.
+        print(f"You already sent this refund to a lead at {_time(mine.raised_at)} (escalation "
+              f"{mine.id}); nothing more to do.")
+        return 0
+    print(f"Sent ${approval.amount:,.2f} for {approval.order_id} ({approval.customer}) to a "
+          f"lead as {by} (escalation {sent.id}). It keeps waiting, its lines held, until a "
+          f"lead decides it: `refund-agent take --id {sent.id}` picks it up, `refund-agent "
+          f"approve --id {approval.id}` or `reject` decides it.")
+    return 0
+
+
+def _open_handoff(agent: Agent, approval_id: str) -> Escalation | None:
+    run_id = agent.store.approval(approval_id).run_id
+    return next((e for e in agent.store.escalations(open_only=True, run_id=run_id)
+                 if e.kind == HANDOFF and e.approval_id == approval_id), None)
+
+
+def _take(agent: Agent, args: argparse.Namespace) -> int:
+    """``refund-agent take``: a lead picks up an escalation, as the page's *Take it* does
+    (Agent.take: a compare-and-set, audited; the first one wins)."""
+    by, limit_cents = _signer(agent, args.by)
+    if problem := take_problem(limit_cents):
+        raise DecisionRefused(problem)
+    escalation_id = args.id if args.id is not None else _open_escalation(agent, args.run).id
+    try:
+        taken = agent.take(escalation_id, by)
+    except AlreadyDecided as exc:
+        when = f" at {_time(exc.decided_at)}" if exc.decided_at else ""
+        if exc.decided_by == by:   # a second try of the same lead: theirs stands
+            print(f"You already took escalation {escalation_id}{when}; nothing more to do.")
+            return 0
+        # Said of the escalation: the store's words are about a refund, which it may not be.
+        print(f"error: Escalation {escalation_id} was already taken by {exc.decided_by}{when}.",
+              file=sys.stderr)
+        return EXIT_CODES[AlreadyDecided]
+    then = f"`refund-agent show {taken.run_id}` shows the ticket."
+    if taken.approval_id and agent.store.approval(taken.approval_id).status == "pending":
+        then = (f"Its refund waits: `refund-agent approve --id {taken.approval_id} --as "
+                f"{_quoted(by)}` or `reject` decides it.")
+    reason = taken.reason if taken.reason.endswith((".", "!", "?")) else f"{taken.reason}."
+    print(f"Took escalation {taken.id} ({taken.label}) on run {taken.run_id} as {by}: "
+          f"{reason} {then}")
+    return 0
+
+
+def _open_escalation(agent: Agent, run_id: str | None) -> Escalation:
+    """The escalation ``take`` is about when none is named: the only open one (of the run, if
+    named); several open is refused with the list, as a decision without an id is."""
+    open_ = agent.store.escalations(open_only=True, run_id=run_id)
+    if not open_:
+        where = f" on run {run_id}" if run_id else ""
+        raise NothingToDecide(f"No escalation is open{where}.")
+    if len(open_) > 1:
+        listing = "\n".join(f"  {_escalation_line(e)}" for e in open_[:20])
+        raise DecisionRefused(f"{len(open_)} escalations are open; name one with --id:\n"
+                              f"{listing}")
+    return open_[0]
+
+
+def _escalation_line(e: Escalation) -> str:
+    return (f"{e.id:<4} {e.label}  run {e.run_id}  raised by {e.raised_by} at "
+            f"{_time(e.raised_at)}: {e.reason}")
+
+
 def _expire(agent: Agent, printer: Printer) -> int:
     """Expire what waited too long and finish those runs (for cron; exit 0 with nothing due)."""
     expired = agent.expire()
@@ -462,11 +560,21 @@ def _time(ts: float | None) -> str:
 def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     if what == "queue":
         pending = agent.store.approvals("pending")
+        handed_off = agent.store.handed_off()
+        reader = _reader(agent, args.by)
         for a in pending:
             print(f"{_describe(a)}  {a.summary}")
             for line in a.lines:
                 print(f"    {_line(line.model_dump())}  {line.name}")
+            for flag in _queue_flags(agent, a, handed_off, reader):
+                print(f"    ** {flag}")
         print(f"{len(pending)} waiting for approval.")
+        open_ = agent.store.escalations(open_only=True)
+        if open_:
+            print(f"\n{plural(len(open_), 'escalation is', 'escalations are')} open; a lead "
+                  "picks one up with `refund-agent take --id N --as NAME`:")
+            for e in open_:
+                print(f"  {_escalation_line(e)}")
     elif what == "runs":
         for r in agent.store.runs(limit=args.limit):
             print(f"{r.id}  {r.status.value:8}  {_time(r.created_at)}  {r.sender:28}  "
@@ -505,6 +613,37 @@ def _list(agent: Agent, what: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _reader(agent: Agent, name: str | None) -> Account | None:
+    """The account ``queue --as NAME`` reads the queue for (no password: it only lists)."""
+    accounts = Accounts(agent.store)
+    if name is None or not accounts.exist():   # the demo has no limits: nothing needs a lead
+        return None
+    account = accounts.get(name)
+    if account is None:
+        raise NotFound(f"No account named {name!r}: `refund-agent users list` shows them.")
+    return account
+
+
+def _queue_flags(agent: Agent, a: Approval, handed_off: set[str],
+                 reader: Account | None = None) -> list[str]:
+    """What the page's card says beside a waiting refund: sent to a lead (or, read for an
+    approver, needs a lead: above their limit), a first sign-off recorded, or two people
+    needed (shop.json "desk")."""
+    flags = []
+    if a.id in handed_off:
+        flags.append("Sent to a lead")
+    elif reader is not None and handoff_needed(a.amount_cents, reader.limit_cents):
+        flags.append(f"Needs a lead: above {reader.name}'s limit of ${reader.limit:,.2f}; "
+                     f"`refund-agent handoff --id {a.id}` sends it to one")
+    first = agent.store.signoff(a.id)
+    if first is not None:
+        flags.append(f"Signed off by {first.by} at {_time(first.at)} for "
+                     f"${first.amount_cents / 100:,.2f}; needs a second person")
+    elif needs_two(a.amount_cents, agent.shop.info.desk.two_person_above_cents):
+        flags.append("Needs two people: the first approval is a sign-off")
+    return flags
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="refund-agent", description="A refund agent that waits for a person's approval "
@@ -539,6 +678,20 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--note", required=True, help="why; the customer hears it")
         if name == "ask":
             p.add_argument("question", help="the question, as the customer should read it")
+    handoff = sub.add_parser("handoff", help="send the waiting refund, above your approval "
+                             "limit, to a lead; it keeps waiting until a lead decides it")
+    handoff.add_argument("--as", dest="by", metavar="NAME",
+                         help="the account that sends it (signed as approve is)")
+    handoff.add_argument("--id", help="the approval id (needed when more than one is waiting)")
+    handoff.add_argument("--note", help="a note for the lead")
+    take = sub.add_parser("take", help="pick up an open escalation (leads only; the first one "
+                          "to take it wins)")
+    take.add_argument("--as", dest="by", metavar="NAME",
+                      help="the lead's account (signed as approve is)")
+    which = take.add_mutually_exclusive_group()
+    which.add_argument("--id", type=int, help="the escalation's number, as `queue` lists it "
+                       "(needed when more than one is open)")
+    which.add_argument("--run", help="take the open escalation on this run")
     sub.add_parser("expire", help="expire refunds nobody decided within "
                                   "REFUND_AGENT_APPROVAL_DAYS (default 7) and tell those "
                                   "customers; for cron")
@@ -567,7 +720,10 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_argument("--host", default="127.0.0.1",
                        help="the address to listen on (default 127.0.0.1; put a TLS proxy in "
                             "front for Stripe to reach it)")
-    sub.add_parser("queue", help="list refunds waiting for approval")
+    queue = sub.add_parser("queue", help="list refunds waiting for approval, and open "
+                           "escalations")
+    queue.add_argument("--as", dest="by", metavar="NAME",
+                       help="mark the refunds above this account's limit (needs a lead)")
     runs = sub.add_parser("runs", help="list runs, newest first")
     runs.add_argument("--limit", type=int, default=20)
     show = sub.add_parser("show", help="show one run's timeline")
@@ -773,6 +929,10 @@ def run_command(argv: list[str] | None = None) -> int:
         return _list(agent, command, args)
     if command == "users":
         return _users(agent, args)
+    if command == "handoff":
+        return _handoff(agent, args)
+    if command == "take":
+        return _take(agent, args)
     if command == "webhooks":
         return _webhooks(agent, args.host, args.port)
     print(f"Model: {agent.settings.model_label}\n")

@@ -2,13 +2,15 @@
 
 ``tests/schemas/`` holds each version's schema as that version created it, taken from
 ``refund_agent/store.py`` in git history (and, for PostgreSQL, as its ``dialects.pg_schema``
-rewrote it): SQLite 1 to 7, PostgreSQL 5 (its first) to 7, and "7a", the schema 7 that main
-shipped for half an hour before schema 6 was merged (sign-in throttle, but calls without keys).
+rewrote it): SQLite 1 to 7 and 10, PostgreSQL 5 (its first) to 7 and 10 (the last before the
+database's units guard on PostgreSQL, schema 11), and "7a", the schema 7 that main shipped for
+half an hour before schema 6 was merged (sign-in throttle, but calls without keys).
 Each test fills one with the rows that version wrote (runs, timeline, calls, a paid and approved
 refund with its audit chain, replies, accounts, transcript, ledger, as far as the version had
 them), opens it with today's ``Store``, and checks that every row reads back through the typed
 API, the audit chain still verifies, and the store takes new work (a refund proposed, approved
-and audited; an account; a ledger record).
+and audited; an account; a ledger record), and that the database itself refuses a raw write
+holding more units of a line than it has (schema 11's guard, on both engines).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 from refund_agent.tools import IssueRefund, ShopTools
 
 SCHEMAS = Path(__file__).with_name("schemas")
-SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7"]
-POSTGRES_VERSIONS = ["5", "6", "7a", "7"]
+SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10"]
+POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10"]
 T0 = 1_764_000_000.0
 DONE, NEW = "run_0123456789ab", "run_ba9876543210"
 LEO = "leo.martins@example.com"
@@ -255,7 +257,21 @@ def check_takes_new_work(store: Store) -> None:
     assert store.verify_audit() is None
 
 
-# -- SQLite: 1 to 7, and 7a -------------------------------------------------------------------
+def check_refuses_over_hold(store: Store) -> None:
+    """Past the code, a raw row holding more units than the line has is refused (schema 11);
+    one within the quantity is not."""
+    line = ("INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
+            " amount_cents, allowed_cents, fee_cents, held, units, quantity)"
+            " VALUES (?, 'RT20602', 0, 'GT-DW-350', 'Tumbler', 'damaged', 1450, 1450, 0, 1, ?, 4)")
+    store.execute(line, ("raw_three", 3))
+    with pytest.raises(StoreError, match="beyond the line quantity"):
+        store.execute(line, ("raw_two", 2))
+    with pytest.raises(StoreError, match="beyond the line quantity"):
+        store.execute("UPDATE approval_lines SET units = 5 WHERE approval_id = 'raw_three'")
+    store.execute("DELETE FROM approval_lines WHERE approval_id = 'raw_three'")
+
+
+# -- SQLite: 1 to 7, 7a and 10 -------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", SQLITE_VERSIONS)
 def test_an_sqlite_store_of_every_shipped_schema_upgrades_in_place(tmp_path, version):
@@ -264,6 +280,7 @@ def test_an_sqlite_store_of_every_shipped_schema_upgrades_in_place(tmp_path, ver
     store = Store(path)
     check_upgraded(store, version, rows)
     check_takes_new_work(store)
+    check_refuses_over_hold(store)
     store.close()
     reopened = Store(path)   # opening it again changes nothing
     assert reopened.schema_version() == SCHEMA_VERSION and reopened.verify_audit() is None
@@ -293,7 +310,7 @@ def dump(path: Path) -> list[str]:
     return lines
 
 
-# -- PostgreSQL: 5 (its first) to 7, and 7a ---------------------------------------------------
+# -- PostgreSQL: 5 (its first) to 7, 7a and 10 ---------------------------------------------------
 
 @pytest.mark.parametrize("version", POSTGRES_VERSIONS)
 def test_a_postgresql_store_of_every_shipped_schema_upgrades_in_place(pg_cluster, version):
@@ -302,6 +319,7 @@ def test_a_postgresql_store_of_every_shipped_schema_upgrades_in_place(pg_cluster
     store = Store(url)
     check_upgraded(store, version, rows)
     check_takes_new_work(store)
+    check_refuses_over_hold(store)
     store.close()
     reopened = Store(url)
     assert reopened.schema_version() == SCHEMA_VERSION and reopened.verify_audit() is None

@@ -160,6 +160,7 @@ def test_a_schema_7_store_reads_a_refunded_line_as_all_its_units(tmp_path: Path,
     # Turn it back into schema 7: no units columns, the unique index, no trigger.
     db.executescript(
         "DROP TRIGGER units_held_within_quantity; DROP INDEX lines_held;"
+        "DROP TRIGGER units_held_within_quantity_on_update;"
         "ALTER TABLE approval_lines DROP COLUMN units;"
         "ALTER TABLE approval_lines DROP COLUMN quantity;"
         "CREATE UNIQUE INDEX lines_held_once ON approval_lines(order_id, line) WHERE held = 1;"

@@ -57,6 +57,11 @@ SCHEMA_HISTORY: dict[int, str] = {
     10: "provider_events: what an outside system reported later (Stripe's refund.updated and "
         "refund.failed webhooks), one row per event id, so a redelivered event is recorded "
         "once and reconcile knows which failed refunds the desk was told of (a new table).",
+    11: "The database's own guard on units on both engines: PostgreSQL gets the trigger SQLite "
+        "has had since 8 (a plpgsql function, units_held_within_quantity, that refuses holding "
+        "more units of a line than its quantity, under the order's advisory lock), and on "
+        "both an UPDATE that makes a row hold more than it did is checked as an INSERT is "
+        "(triggers only; no table changes).",
     12: "The desk's status kept on each run (desk_status, desk_escalations), so the inbox "
         "counts and pages by what happened without reading every run's approvals on every "
         "draw. Triggers mark a run's row stale (desk_dirty) when its status, an approval, a "
@@ -224,7 +229,7 @@ CREATE INDEX IF NOT EXISTS approvals_by_order ON approvals(order_id);
 -- The ledger: one row per order line of a proposed refund, with how many of the line's units
 -- it refunds (units, of quantity; NULL on rows from before schema 8: all the line's units). A
 -- row that is pending or approved is held; several refunds may hold one line, never more
--- units than it has (the code checks under the order's lock; on SQLite a trigger as well).
+-- units than it has (the code checks under the order's lock; a trigger as well, on both engines).
 CREATE TABLE IF NOT EXISTS approval_lines (
     approval_id TEXT NOT NULL, order_id TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL,
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents INTEGER NOT NULL,
@@ -244,6 +249,25 @@ BEGIN
        OR COALESCE((SELECT SUM(units) FROM approval_lines WHERE order_id = NEW.order_id
                AND line = NEW.line AND held = 1), 0) + COALESCE(NEW.units, 0)
           > COALESCE(NEW.quantity, 1);
+END;
+-- The same for an UPDATE that makes a row hold more than it did (held again, more units, a
+-- smaller quantity, another line), counting every other held row of the line (schema 11).
+-- The code only lowers units and releases rows, which this lets through unchecked.
+CREATE TRIGGER IF NOT EXISTS units_held_within_quantity_on_update
+BEFORE UPDATE OF held, units, quantity, order_id, line ON approval_lines
+WHEN NEW.held = 1 AND (OLD.held <> 1 OR NEW.order_id IS NOT OLD.order_id
+    OR NEW.line IS NOT OLD.line OR COALESCE(NEW.quantity, 1) < COALESCE(OLD.quantity, 1)
+    OR (NEW.units IS NULL AND OLD.units IS NOT NULL) OR NEW.units > OLD.units)
+BEGIN
+    SELECT RAISE(ABORT, 'units held beyond the line quantity in approval_lines')
+    WHERE (SELECT COUNT(*) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1
+               AND NOT (approval_id = OLD.approval_id AND line = OLD.line)
+               AND (units IS NULL OR NEW.units IS NULL)) > 0
+       OR COALESCE((SELECT SUM(units) FROM approval_lines WHERE order_id = NEW.order_id
+               AND line = NEW.line AND held = 1
+               AND NOT (approval_id = OLD.approval_id AND line = OLD.line)), 0)
+          + COALESCE(NEW.units, 0) > COALESCE(NEW.quantity, 1);
 END;
 -- The run's transcript: each request's new input items, then its response's output items exactly
 -- as they arrived (reasoning with its encrypted_content), in order. Replayed as one input list it
@@ -348,6 +372,54 @@ INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
 
 # -- PostgreSQL ------------------------------------------------------------------------------
 
+# The database's own last guard on units, as SQLite's two triggers (what it refuses is said
+# there): a row held may not bring its line's held units past the line's quantity, whatever
+# wrote it. The function takes the order's advisory lock (postgres.py, _LOCK_ORDER), which the
+# code already holds when it proposes a refund, so two writers that bypass the code cannot both
+# pass the check at once. No ``?`` or ``%`` in here: the store's SQL goes through pyformat.
+POSTGRES_UNITS_GUARD: tuple[str, ...] = (
+    """CREATE OR REPLACE FUNCTION units_held_within_quantity() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    self_id TEXT;
+    self_line TEXT;
+BEGIN
+    IF NEW.held <> 1 THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        -- A row that holds no more than it did passes: the code lowers units when an
+        -- approver approves fewer, and that must never be refused.
+        IF OLD.held = 1 AND NEW.order_id = OLD.order_id AND NEW.line = OLD.line
+           AND COALESCE(NEW.quantity, 1) >= COALESCE(OLD.quantity, 1)
+           AND NOT (OLD.units IS NOT NULL AND (NEW.units IS NULL OR NEW.units > OLD.units))
+        THEN
+            RETURN NEW;
+        END IF;
+        self_id := OLD.approval_id;
+        self_line := OLD.line;
+    END IF;
+    PERFORM pg_advisory_xact_lock(15002, hashtext(NEW.order_id));
+    IF EXISTS (SELECT 1 FROM approval_lines l WHERE l.order_id = NEW.order_id
+               AND l.line = NEW.line AND l.held = 1
+               AND (l.approval_id, l.line) IS DISTINCT FROM (self_id, self_line)
+               AND (l.units IS NULL OR NEW.units IS NULL))
+       OR COALESCE((SELECT SUM(l.units) FROM approval_lines l WHERE l.order_id = NEW.order_id
+               AND l.line = NEW.line AND l.held = 1
+               AND (l.approval_id, l.line) IS DISTINCT FROM (self_id, self_line)), 0)
+          + COALESCE(NEW.units, 0) > COALESCE(NEW.quantity, 1) THEN
+        RAISE EXCEPTION 'units held beyond the line quantity in approval_lines'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$""",
+    "DROP TRIGGER IF EXISTS units_held_within_quantity ON approval_lines",
+    """CREATE TRIGGER units_held_within_quantity
+    BEFORE INSERT OR UPDATE OF held, units, quantity, order_id, line ON approval_lines
+    FOR EACH ROW EXECUTE FUNCTION units_held_within_quantity()""",
+)
+
 # The first PostgreSQL schema was 5: its steps start at 6. Its tables change their key in place.
 POSTGRES_STEPS: tuple[Step, ...] = (
     Step(6, ("ALTER TABLE calls DROP CONSTRAINT calls_pkey",
@@ -357,6 +429,8 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     Step(8, ("DROP INDEX IF EXISTS lines_held_once",
              "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS units BIGINT",
              "ALTER TABLE approval_lines ADD COLUMN IF NOT EXISTS quantity BIGINT")),
+    # The units guard (the schema makes it too, for a new store; both are idempotent).
+    Step(11, POSTGRES_UNITS_GUARD),
     Step(12, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_status TEXT",
               "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_escalations BIGINT NOT NULL"
               " DEFAULT 0",
@@ -415,8 +489,10 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     name TEXT NOT NULL, reason TEXT NOT NULL, amount_cents BIGINT NOT NULL,
     allowed_cents BIGINT NOT NULL, fee_cents BIGINT NOT NULL, held BIGINT NOT NULL,
     decision TEXT, units BIGINT, quantity BIGINT, PRIMARY KEY (approval_id, line))""",
-    # No trigger here: the code checks units under the order's advisory lock (approvals.py).
     "CREATE INDEX IF NOT EXISTS lines_held ON approval_lines(order_id, line) WHERE held = 1",
+    # The code checks units under the order's advisory lock (approvals.py); this is the
+    # database's own last guard, as SQLite's triggers (schema 11).
+    *POSTGRES_UNITS_GUARD,
     """CREATE TABLE IF NOT EXISTS transcript (
     run_id TEXT NOT NULL, seq BIGINT NOT NULL, response_id TEXT NOT NULL,
     origin TEXT NOT NULL CHECK (origin IN ('input', 'output')), item TEXT NOT NULL,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from ..accounts import Accounts
-from ..approving import handoff_needed, needs_two
+from ..approving import handoff_needed, needs_two, take_problem
 from ..errors import AlreadyDecided, NotFound, RefundAgentError
 from ..escalations import Escalation
 from ..models import Approval
@@ -229,9 +229,8 @@ def on_take(worker: Worker, escalation_id: int) -> None:
     if who is None:
         return
     by, limit_cents = who
-    if limit_cents is not None:
-        notify("escalations", "error", "Only a lead (an account without a limit) takes "
-                                       "escalations.")
+    if problem := take_problem(limit_cents):   # the terminal's `take` asks the same
+        notify("escalations", "error", problem)
         return
     try:
         taken = worker.take(escalation_id, by)
