@@ -119,7 +119,7 @@ def test_an_approver_over_the_limit_hands_off_and_a_lead_takes_and_approves_one_
     assert len(refunds(out)) == 1
     assert events(out) == [
         ("requested", "agent"), ("refused", "Ana Ruiz"), ("sign_in_failed", "nobody here"),
-        ("handed_off", "Ana Ruiz"), ("taken", "Lee Park"),
+        ("handed_off", "Ana Ruiz"), ("taken", "Lee Park"), ("ignored", "Kai Moss"),
         ("approved", "Lee Park"), ("issued", "payments")]
     assert run_cli(out, "audit", "--verify").returncode == 0
     assert "escalation" not in run_cli(out, "queue").stdout

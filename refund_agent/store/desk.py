@@ -56,7 +56,8 @@ class DeskRecords(StoreCore):
             "SELECT run_id, COUNT(*) FROM escalations WHERE taken_by IS NULL GROUP BY run_id")}
 
     def take_escalation(self, escalation_id: int, by: str) -> Escalation:
-        """A lead picks an escalation up: compare-and-set on it being open, audited.
+        """A lead picks an escalation up: compare-and-set on it being open, audited (a late
+        attempt by someone else too, as ``ignored``, as a late decision is).
 
         Raises:
             NotFound: no such escalation.
@@ -71,6 +72,11 @@ class DeskRecords(StoreCore):
             if found.taken_by is not None:
                 late = AlreadyDecided(str(escalation_id), "taken", found.taken_by,
                                       found.taken_at, tried_by=by)
+                if found.taken_by.casefold() != by.casefold():   # a late click, as decisions
+                    self._audit(db, "ignored", by, run_id=found.run_id,
+                                approval_id=found.approval_id,
+                                note=f"tried to take escalation {escalation_id}; already taken "
+                                     f"by {found.taken_by}")
             else:
                 late = None
                 db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE id = ?"
