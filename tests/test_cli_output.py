@@ -122,6 +122,8 @@ COMMANDS = {
     "expire": ["expire"],
     "work": ["work", "--idle-exit", "1"],
     "queue": ["queue"],
+    "handoff": ["handoff", "--as", "Dana Kim", "--note", "Over my limit"],
+    "take": ["take", "--as", "Dana Kim"],
     "runs": ["runs"],
     "show": ["show", "FIRST_RUN"],
     "audit": ["audit"],
