@@ -161,6 +161,7 @@ class ScaleCase:
             self.waiting.append(run.id)
         self.approve: list[dict] = []
         self.queue: list[float] = []
+        self.desk: list[float] = []
         self.cli: list[float] = []
 
     def measure_queue(self) -> None:
@@ -168,6 +169,20 @@ class ScaleCase:
         pending = self.agent.store.approvals("pending")
         self.queue.append(time.perf_counter() - t0)
         assert len(pending) == len(self.waiting), (len(pending), len(self.waiting))
+
+    def measure_desk(self) -> None:
+        """What the inbox reads on each draw of the page (web/inbox.py): every filter's count,
+        then one page of the lead's *needs a person* view and one of *all*, their rows and
+        their customers' names."""
+        from refund_agent.web import views
+        store = self.agent.store
+        t0 = time.perf_counter()
+        counts = views.desk_counts(store.desk_groups(""))
+        for shown in views.DESK_FILTERS[:2]:   # "needs" and "all"
+            rows = store.inbox_rows(store.desk_page("", *shown.selection(), 0, 50))
+            store.customer_names([row.run.sender for row in rows])
+        self.desk.append(time.perf_counter() - t0)
+        assert counts["all"] >= self.n, counts
 
     def measure_approve(self) -> None:
         run_id = self.waiting.pop(0)
@@ -203,6 +218,7 @@ class ScaleCase:
                 "approve_resume_ms": ms(median([a["wall"] for a in approve])),
                 "approve_resume_outside_model_ms": ms(median([a["outside"] for a in approve])),
                 "list_queue_ms": ms(median(self.queue[warmup:])),
+                "desk_draw_ms": ms(median(self.desk[warmup:])) if self.desk else None,
                 "file_rewrites_per_approve": approve[-1]["saves"] if self.design == "json" else 0,
                 "samples": len(approve),
                 "cli_approve_ms": ms(median(self.cli)) if self.cli else None}
@@ -237,6 +253,7 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
     for i in range(reps + warmup):
         for case in cases[i % len(cases):] + cases[:i % len(cases)]:
             case.measure_queue()
+            case.measure_desk()
             case.measure_approve()
     for i in range(cli_reps):
         for case in cases[i % len(cases):] + cases[:i % len(cases)]:
@@ -284,6 +301,9 @@ def bench_scale(root: Path, data: Path, pool: OrderPool, sizes: list[int], json_
                     / lo["approve_resume_outside_model_ms"], 2),
                 "list_queue": round(hi["list_queue_ms"] / lo["list_queue_ms"], 2),
             }
+            if lo.get("desk_draw_ms") and hi.get("desk_draw_ms"):
+                out[f"{design}_ratio"]["desk_draw"] = round(
+                    hi["desk_draw_ms"] / lo["desk_draw_ms"], 2)
             if lo.get("cli_approve_ms") and hi.get("cli_approve_ms"):
                 out[f"{design}_ratio"]["cli_approve"] = round(
                     hi["cli_approve_ms"] / lo["cli_approve_ms"], 2)
@@ -550,6 +570,9 @@ def table(results: dict, markdown: bool = False) -> str:
                     else "JSON file (guide; bench only)")
             rows.append(("scale", f"{name}, {c['runs']:,} runs: approve+resume / list queue",
                          f"{c['approve_resume_ms']:.1f} / {c['list_queue_ms']:.2f} ms", ""))
+            if c.get("desk_draw_ms"):
+                rows.append(("scale", f"{name}, {c['runs']:,} runs: the inbox's reads per draw "
+                             "(counts, two pages)", f"{c['desk_draw_ms']:.1f} ms", ""))
             if c.get("cli_approve_ms"):
                 rows.append(("scale", f"{name}, {c['runs']:,} runs: `refund-agent approve` "
                              "(new process)", f"{c['cli_approve_ms']:.0f} ms", ""))
@@ -562,6 +585,9 @@ def table(results: dict, markdown: bool = False) -> str:
                              f"{r['approve_resume']:.2f}x / "
                              f"{r['approve_resume_outside_model']:.2f}x / {r['list_queue']:.2f}x",
                              "<= 1.5x" if design == "sqlite" else ""))
+                if r.get("desk_draw"):
+                    rows.append(("scale", f"{name} {r['to']:,} vs {r['from']:,} runs: the "
+                                 "inbox's reads per draw", f"{r['desk_draw']:.2f}x", ""))
                 if r.get("cli_approve"):
                     rows.append(("scale", f"{name} {r['to']:,} vs {r['from']:,} runs: "
                                  "`refund-agent approve` (new process)",

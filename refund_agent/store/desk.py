@@ -174,46 +174,60 @@ class DeskInbox(StoreCore):
 
     def desk_groups(self, search: str = "") -> list[tuple[Any, int, int]]:
         """How many runs matching ``search`` have each (DeskStatus, open escalations > 0):
-        a dozen rows at most, however many tickets there are."""
+        a dozen rows at most, however many tickets there are (counted from an index)."""
         from ..desk_status import DeskStatus
         where, args = self._inbox_filter(search, ())
-        return [(DeskStatus(r[0]), int(r[1]), int(r[2])) for r in self._read(
-            "SELECT desk_status, CASE WHEN desk_escalations > 0 THEN 1 ELSE 0 END, COUNT(*)"
-            f" FROM runs {where} GROUP BY 1, 2", args)]
+        counts: dict[tuple[Any, int], int] = {}
+        for status, escalations, n in self._read(
+                "SELECT desk_status, desk_escalations, COUNT(*) FROM runs"
+                f" {where} GROUP BY desk_status, desk_escalations", args):
+            group = (DeskStatus(status), int(escalations > 0))
+            counts[group] = counts.get(group, 0) + int(n)
+        return [(status, escalated, n) for (status, escalated), n in counts.items()]
 
     def desk_page(self, search: str, statuses: Collection[Any] | None, or_escalated: bool,
                   offset: int, limit: int) -> list[str]:
         """The ids of one page of runs matching ``search`` whose desk status is one of
         ``statuses`` (None: any) or, with ``or_escalated``, that have an open escalation;
-        newest first."""
+        newest first. Each part reads its own index (a UNION, not an OR the planner would
+        answer by scanning every run)."""
         where, args = self._inbox_filter(search, ())
-        if statuses is not None or or_escalated:
-            marks = ",".join("?" * len(statuses or ()))
-            either = [f"desk_status IN ({marks})"] if statuses else []
-            either += ["desk_escalations > 0"] if or_escalated else []
-            clause = "(" + " OR ".join(either or ["1 = 0"]) + ")"
-            where = f"{where} AND {clause}" if where else f"WHERE {clause}"
-            args = args + tuple(str(s) for s in statuses or ())
+        also = f"{where} AND" if where else "WHERE"
+        parts: list[tuple[str, tuple]] = []
+        if statuses:
+            marks = ",".join("?" * len(statuses))
+            parts.append((f"SELECT id, created_at FROM runs {also} desk_status IN ({marks})",
+                          args + tuple(str(s) for s in statuses)))
+        if or_escalated:
+            parts.append((f"SELECT id, created_at FROM runs {also} desk_escalations > 0", args))
+        if statuses is None and not or_escalated:
+            parts.append((f"SELECT id, created_at FROM runs {where}", args))
+        if not parts:
+            return []
+        union = " UNION ".join(sql for sql, _ in parts)
         return [r[0] for r in self._read(
-            f"SELECT id FROM runs {where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-            args + (limit, offset))]
+            f"SELECT id FROM ({union}) AS page ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            tuple(a for _, part in parts for a in part) + (limit, offset))]
 
     def customer_names(self, senders: Collection[str] | None = None) -> dict[str, str]:
         """Address (case-folded) -> the name the customer last gave on any ticket, so one
         customer reads the same in every row, whichever ticket had no name. ``senders``: only
-        these addresses (what one page shows), read through an index."""
-        where, args = "", ()
-        if senders is not None:
-            # Both spellings of lower case: SQLite's lower() folds ASCII letters only.
-            keys = sorted({s.lower() for s in senders} | {_ascii_lower(s) for s in senders})
-            if not keys:
-                return {}
-            where, args = f" WHERE lower(sender) IN ({','.join('?' * len(keys))})", tuple(keys)
+        these addresses (what one page shows), each its latest name through an index."""
         names: dict[str, str] = {}
-        for sender, name in self._read("SELECT sender, sender_name FROM runs" + where +
-                                       " ORDER BY created_at", args):
-            if name and name.strip() and name != sender:
-                names[sender.casefold()] = name.strip()
+        if senders is None:
+            for sender, name in self._read("SELECT sender, sender_name FROM runs"
+                                           " ORDER BY created_at"):
+                if name and name.strip() and name != sender:
+                    names[sender.casefold()] = name.strip()
+            return names
+        for sender in {s.casefold(): s for s in senders}.values():
+            # Both spellings of lower case: SQLite's lower() folds ASCII letters only.
+            rows = self._read(
+                "SELECT sender_name FROM runs WHERE lower(sender) IN (?, ?)"
+                " AND TRIM(sender_name) <> '' AND sender_name <> sender"
+                " ORDER BY created_at DESC LIMIT 1", (sender.lower(), _ascii_lower(sender)))
+            if rows:
+                names[sender.casefold()] = rows[0][0].strip()
         return names
 
     def run_customers(self, run_ids: Collection[str] | None = None) -> dict[str, str]:

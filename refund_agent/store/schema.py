@@ -343,9 +343,13 @@ CREATE TABLE IF NOT EXISTS store_moved (
 -- The desk's status kept on each run (schema 12): what changes it marks the run's row stale,
 -- and every write transaction recomputes the stale rows before it commits (store/desk.py),
 -- so the rule stays in one place, desk_status.py, and the inbox reads one column.
+-- The indexes: a page of one status, newest first; every filter's count from the index
+-- alone; a page of escalated tickets; the stale rows; a customer's latest name.
 CREATE INDEX IF NOT EXISTS runs_by_desk ON runs(desk_status, created_at);
+CREATE INDEX IF NOT EXISTS runs_desk_counts ON runs(desk_status, desk_escalations);
+CREATE INDEX IF NOT EXISTS runs_escalated ON runs(created_at) WHERE desk_escalations > 0;
 CREATE INDEX IF NOT EXISTS runs_desk_stale ON runs(id) WHERE desk_dirty = 1;
-CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender));
+CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender), created_at);
 CREATE TRIGGER IF NOT EXISTS desk_on_run AFTER UPDATE OF status ON runs
 BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.id; END;
 CREATE TRIGGER IF NOT EXISTS desk_on_new_approval AFTER INSERT ON approvals
@@ -540,8 +544,10 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     # SQLite's schema). One trigger function serves every table: a run's own status change
     # marks its row before it is written, the others mark the run they belong to.
     "CREATE INDEX IF NOT EXISTS runs_by_desk ON runs(desk_status, created_at)",
+    "CREATE INDEX IF NOT EXISTS runs_desk_counts ON runs(desk_status, desk_escalations)",
+    "CREATE INDEX IF NOT EXISTS runs_escalated ON runs(created_at) WHERE desk_escalations > 0",
     "CREATE INDEX IF NOT EXISTS runs_desk_stale ON runs(id) WHERE desk_dirty = 1",
-    "CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender))",
+    "CREATE INDEX IF NOT EXISTS runs_by_sender ON runs(lower(sender), created_at)",
     """CREATE OR REPLACE FUNCTION refund_agent_desk_stale() RETURNS trigger
     LANGUAGE plpgsql AS $$
     BEGIN
