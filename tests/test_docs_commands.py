@@ -210,3 +210,26 @@ def test_the_shared_stand_in_listens_where_other_hosts_can_reach_it(tmp_path):
         if outside is None:
             pytest.skip("this machine has no address but loopback")
         assert httpx.get(f"http://{outside}:{port}/v1/responses/nope").status_code == 404
+
+
+PATH_SPAN = re.compile(
+    r"`((?:tests|bench|refund_agent|notebooks|data|docs|scripts)/[\w./*-]*?)(?:::(\w+))?`")
+TEST_SPAN = re.compile(r"`(?:::)?(test_\w+)`")
+
+
+def test_every_file_and_test_the_docs_name_exists():
+    """`tests/test_x.py::test_y`, `refund_agent/store/schema.py`, a bare `test_y`: all there."""
+    defined = {name for path in (ROOT / "tests").rglob("*.py")
+               for name in re.findall(r"def (test_\w+)", path.read_text())}
+    wrong = []
+    for doc in DOCS:
+        text = (ROOT / doc).read_text()
+        for match in PATH_SPAN.finditer(text):
+            path, name = match.group(1).rstrip("/"), match.group(2)
+            if not (any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
+                wrong.append(f"{doc}: no file {path}")
+            if name and name not in defined:
+                wrong.append(f"{doc}: no test {name} (in {path})")
+        wrong += [f"{doc}: no test {name}" for name in TEST_SPAN.findall(text)
+                  if name not in defined]
+    assert not wrong, "\n".join(wrong)
