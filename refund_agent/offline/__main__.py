@@ -25,6 +25,18 @@ from .server import FAULTS_ENV, KNOWN_FAULTS, OfflineServer
 DEFAULT_STATE = Path(tempfile.gettempdir()) / "refund_agent_offline" / "responses.sqlite3"
 
 
+def _port(raw: str) -> int:
+    """A TCP port, 0 (a free one) to 65535, or a usage error naming what is allowed."""
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port from 0 (a free one) to 65535, got {raw!r}")
+    return port
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parses the command line."""
     parser = argparse.ArgumentParser(
@@ -33,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "unless --host says otherwise).",
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+        "--port", type=_port, default=0, help="port to listen on (default: 0, a free port)"
     )
     # Loopback by default: the stand-in has no keys or accounts. A shared one for several hosts
     # (REFUND_AGENT_OFFLINE_URL) must listen where they can reach it, on a trusted network.
@@ -94,15 +106,21 @@ def main(argv: list[str] | None = None) -> int:
             args.state, latency=args.latency, faults=faults, port=args.port, dialect=dialect,
             host=args.host,
         ).start()
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        # A host that does not resolve, an address not on this machine, a port in use, a state
+        # file that cannot be made: one line that says which, never a traceback.
+        print(f"error: cannot serve on {args.host}:{args.port} with state {args.state}: "
+              f"{exc.strerror or exc}.", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with server:
-        where = f"{server.base_url}, listening on {args.host}" if args.host not in (
-            "127.0.0.1", "localhost") else server.base_url
+        # The URL stays the word after " at ", followed by a space: scripts read it from there.
+        listening = "" if args.host in ("127.0.0.1", "localhost") else f"listening on {args.host}, "
         print(
-            f"Offline Responses API at {where} ({server.dialect} dialect, state: "
-            f"{args.state}); Ctrl+C to stop.",
+            f"Offline Responses API at {server.base_url} ({server.dialect} dialect, {listening}"
+            f"state: {args.state}); Ctrl+C to stop.",
             flush=True,
         )
         stop.wait()
