@@ -3,6 +3,7 @@
 Usage::
 
     python -m refund_agent.offline --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
+    python -m refund_agent.offline --host 0.0.0.0 --port 8787   # one stand-in for several hosts
 
 Prints the base URL to pass as ``base_url`` to ``openai.OpenAI``; Ctrl+C (or
 SIGTERM) stops it cleanly.
@@ -24,14 +25,34 @@ from .server import FAULTS_ENV, KNOWN_FAULTS, OfflineServer
 DEFAULT_STATE = Path(tempfile.gettempdir()) / "refund_agent_offline" / "responses.sqlite3"
 
 
+def _port(raw: str) -> int:
+    """A TCP port, 0 (a free one) to 65535, or a usage error naming what is allowed."""
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port from 0 (a free one) to 65535, got {raw!r}")
+    return port
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parses the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m refund_agent.offline",
-        description="Serve a local stand-in for the xAI/OpenAI Responses API on 127.0.0.1.",
+        description="Serve a local stand-in for the xAI/OpenAI Responses API (on 127.0.0.1 "
+        "unless --host says otherwise).",
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+        "--port", type=_port, default=0, help="port to listen on (default: 0, a free port)"
+    )
+    # Loopback by default: the stand-in has no keys or accounts. A shared one for several hosts
+    # (REFUND_AGENT_OFFLINE_URL) must listen where they can reach it, on a trusted network.
+    parser.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 lets other hosts reach it, "
+        "for REFUND_AGENT_OFFLINE_URL on a trusted network)",
     )
     parser.add_argument(
         "--state",
@@ -82,15 +103,24 @@ def main(argv: list[str] | None = None) -> int:
         dialect = (args.dialect or os.environ.get("REFUND_AGENT_OFFLINE_DIALECT", "").strip()
                    or os.environ.get("REFUND_AGENT_PROVIDER", "").strip().lower() or None)
         server = OfflineServer(
-            args.state, latency=args.latency, faults=faults, port=args.port, dialect=dialect
+            args.state, latency=args.latency, faults=faults, port=args.port, dialect=dialect,
+            host=args.host,
         ).start()
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        # A host that does not resolve, an address not on this machine, a port in use, a state
+        # file that cannot be made: one line that says which, never a traceback.
+        print(f"error: cannot serve on {args.host}:{args.port} with state {args.state}: "
+              f"{exc.strerror or exc}.", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with server:
+        # The URL stays the word after " at ", followed by a space: scripts read it from there.
+        listening = "" if args.host in ("127.0.0.1", "localhost") else f"listening on {args.host}, "
         print(
-            f"Offline Responses API at {server.base_url} ({server.dialect} dialect, state: "
-            f"{args.state}); Ctrl+C to stop.",
+            f"Offline Responses API at {server.base_url} ({server.dialect} dialect, {listening}"
+            f"state: {args.state}); Ctrl+C to stop.",
             flush=True,
         )
         stop.wait()

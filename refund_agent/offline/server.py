@@ -316,7 +316,10 @@ class OfflineServer:
             brain that also takes a ``tool_choice`` keyword is given the
             request's. Its tool calls are sent as they are: the default brain
             calls only declared tools, and a test brain may deliberately not.
-        port: Port to bind on 127.0.0.1; 0 picks a free one.
+        port: Port to bind; 0 picks a free one.
+        host: Address to bind: 127.0.0.1 (loopback, the default), or an address of this
+            machine (``0.0.0.0``: every IPv4 interface) for one stand-in that several hosts
+            reach (REFUND_AGENT_OFFLINE_URL; docs/MANY-MACHINES.md).
         dialect: ``"xai"`` or ``"openai"``; None reads ``REFUND_AGENT_OFFLINE_DIALECT``
             (default xai).
         gone_as: how a continuation of a gone stored response is refused (``GONE_FORMS``).
@@ -338,6 +341,7 @@ class OfflineServer:
         dialect: str | None = None,
         gone_as: str = "404",
         zero_retention: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         self.dialect = (dialect or os.environ.get(DIALECT_ENV, "").strip().lower()
                         or events.XAI)
@@ -352,6 +356,7 @@ class OfflineServer:
         self.clock = clock
         self.clock_offset = 0.0
         self.port = port
+        self.host = host
         self.requests: list[dict[str, Any]] = []
         self._brain = brain
         self._lock = threading.Lock()
@@ -367,17 +372,22 @@ class OfflineServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``, the SDK's ``base_url`` (after :meth:`start`)."""
+        """``http://HOST:PORT/v1``, the SDK's ``base_url`` (after :meth:`start`).
+
+        Bound to every interface, it names loopback: that always reaches it from this machine,
+        while the address other hosts use depends on the network.
+        """
         if self._httpd is None:
             raise RuntimeError("OfflineServer is not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"http://{host}:{self._httpd.server_address[1]}/v1"
 
     def start(self) -> OfflineServer:
-        """Opens the store, binds 127.0.0.1 and serves in a daemon thread."""
+        """Opens the store, binds ``host`` (127.0.0.1 by default) and serves in a daemon thread."""
         if self._httpd is not None:
             return self
         self._store = ResponseStore(self.state_path, self.now)
-        self._httpd = _HTTPServer(("127.0.0.1", self.port), _Handler, self)
+        self._httpd = _HTTPServer((self.host, self.port), _Handler, self)
         # A short poll interval keeps close() (which waits for the loop to notice) fast.
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, args=(0.05,), name="offline-responses", daemon=True
