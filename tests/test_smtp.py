@@ -8,22 +8,20 @@ to the server and marking it sent, one duplicate at most, said plainly (never a 
 
 from __future__ import annotations
 
-import email
-import email.policy
 import shutil
-import socket
 import ssl
 import subprocess
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli
+from helpers.outside_servers import SMTP_PASSWORD as PASSWORD
+from helpers.outside_servers import SMTP_USER as USER
+from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
-
-from aiosmtpd.controller import Controller  # noqa: E402
-from aiosmtpd.smtp import AuthResult, LoginPassword  # noqa: E402
 
 from refund_agent.errors import RunNotReady  # noqa: E402
 from refund_agent.ledger import IdempotentLog  # noqa: E402
@@ -31,41 +29,7 @@ from refund_agent.outside.config import OutsideSettings  # noqa: E402
 from refund_agent.outside.smtp import EmailNotSent, SmtpOutbox, message_id  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
 
-USER, PASSWORD = "desk", "s3cret pass"
 FROM = "help@juniperpine.example"
-
-
-class Mailbox:
-    """aiosmtpd's handler: keeps each accepted message, with who logged in to send it."""
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.Message] = []
-        self.logins: list[str | None] = []
-
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
-        # policy.default unfolds headers as a mail client does (a long Message-ID is folded
-        # before its "<", which RFC 5322 allows).
-        self.messages.append(email.message_from_bytes(envelope.original_content,
-                                                      policy=email.policy.default))
-        auth = session.auth_data if session.authenticated else None
-        self.logins.append(auth.login.decode() if isinstance(auth, LoginPassword) else None)
-        return "250 Message accepted for delivery"
-
-    def clear(self) -> None:
-        self.messages.clear()
-        self.logins.clear()
-
-
-def authenticate(server, session, envelope, mechanism, auth_data) -> AuthResult:
-    ok = isinstance(auth_data, LoginPassword) and \
-        (auth_data.login, auth_data.password) == (USER.encode(), PASSWORD.encode())
-    return AuthResult(success=ok, handled=False, auth_data=auth_data)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +49,7 @@ def certificate(tmp_path_factory) -> Path | None:
 def servers(certificate):
     """aiosmtpd three ways on loopback: plain (login allowed without TLS, as some relays do),
     STARTTLS, and TLS from the first byte. Yields {security: (port, mailbox)}."""
-    running, found = [], {}
+    found = {}
     tls = None
     if certificate is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -96,16 +60,10 @@ def servers(certificate):
         # aiosmtpd does not count TLS from the first byte as TLS when it decides whether to
         # offer AUTH (it knows only STARTTLS), so it is told to offer it: the line is TLS.
         kinds["tls"] = {"ssl_context": tls, "auth_require_tls": False}
-    for security, extra in kinds.items():
-        box, port = Mailbox(), free_port()
-        controller = Controller(box, hostname="127.0.0.1", port=port, authenticator=authenticate,
-                                auth_required=True, **extra)
-        controller.start()
-        running.append(controller)
-        found[security] = (port, box)
-    yield found
-    for controller in running:
-        controller.stop()
+    with ExitStack() as running:
+        for security, extra in kinds.items():
+            found[security] = running.enter_context(smtp_server(**extra))
+        yield found
 
 
 def smtp_settings(port: int, security: str = "none", password: str = PASSWORD,
