@@ -35,6 +35,8 @@ engines.
 
 from __future__ import annotations
 
+import email
+import email.policy
 import os
 import subprocess
 import sys
@@ -240,7 +242,7 @@ def at_smtp(delivered: list[Any], outcome: Any, before: set[str], point: str) ->
         "smtp_emails_not_delivered": sum(1 for mid in want if ids[mid] == 0),
         "smtp_messages_for_no_call": sum(n for mid, n in ids.items() if mid not in want),
         "smtp_duplicates_outside_the_window":
-            duplicates - (1 if point == "after_smtp_send" and duplicates == 1 else 0),
+            max(0, duplicates - (1 if point == "after_smtp_send" else 0)),
         "smtp_message_id_not_the_calls": sum(1 for key, e in made.items()
                                              if e["message_id"] != message_id(key, FROM)),
         "smtp_to_someone_else": sum(
@@ -351,6 +353,49 @@ def test_crash_then_resume_with_stripe_and_smtp(scenario: str, index: int, point
     record("crash_matrix", scenario=f"{scenario} (Stripe + SMTP)", command=command,
            point=point, killed=True, kills=kills, backend=backend.name, **metrics)
     assert_held(metrics, f"Stripe + SMTP: {scenario} / {command} / {point}")
+
+
+def test_the_server_checks_catch_what_they_claim_to(outside_baselines: Baselines,
+                                                   servers: Servers, tmp_path: Path):
+    """at_stripe and at_smtp are only worth something if they fail on a broken outcome: a
+    refund twice or nobody's at localstripe, a message lost, twice, foreign or misaddressed."""
+    if outside_baselines.backend.postgres:
+        pytest.skip("the checks read the servers, not the store: once, on SQLite, is enough")
+    base = outside_baselines.get("approve")
+    before = email_keys_before(outside_baselines, "approve", 1)
+    output = outside_baselines.copy(base.before[1], tmp_path / "output")
+    mark = len(servers.mailbox.messages)
+    expect_ok(outside_baselines.cli(output, "approve", "--as", APPROVER), "approve")
+    outcome = outside_baselines.read(output)
+    delivered = servers.mailbox.messages[mark:]
+    assert delivered and not any(at_smtp(delivered, outcome, before, "after_email").values())
+    assert not any(at_stripe(servers, output, outcome).values())
+
+    assert at_smtp([], outcome, before, "after_email")["smtp_emails_not_delivered"] == \
+        len(delivered)
+    twice = [*delivered, delivered[0]]
+    assert at_smtp(twice, outcome, before, "after_email")[
+        "smtp_duplicates_outside_the_window"] == 1
+    assert at_smtp(twice, outcome, before, "after_smtp_send")[
+        "smtp_duplicates_outside_the_window"] == 0          # the documented window
+    assert at_smtp([*twice, delivered[0]], outcome, before, "after_smtp_send")[
+        "smtp_duplicates_outside_the_window"] == 1          # ...holds one duplicate, not two
+    stranger = email.message_from_bytes(delivered[0].as_bytes(), policy=email.policy.default)
+    stranger.replace_header("To", "someone.else@example.com")
+    assert at_smtp([stranger], outcome, before, "after_email")["smtp_to_someone_else"] == 1
+    stranger.replace_header("Message-ID", "<other-call.refund-agent@juniperpine.example>")
+    assert at_smtp([*delivered, stranger], outcome, before, "after_email")[
+        "smtp_messages_for_no_call"] == 1
+
+    (approval,) = [a for a in outcome.approvals if a["status"] == "approved"]
+    ref = servers.refs[output.resolve()]["A1043"]
+    servers.client.v1.refunds.create(params={"charge": ref, "amount": 100,
+                                             "metadata": {CALL_ID: approval["id"]}})
+    broken = at_stripe(servers, output, outcome)
+    assert broken["stripe_refunds_not_once"] == 1 and broken["stripe_amount_mismatch"] == 1
+    assert broken["stripe_refund_not_the_ledgers"] == 1
+    servers.client.v1.refunds.create(params={"charge": ref, "amount": 100})
+    assert at_stripe(servers, output, outcome)["stripe_refunds_without_approval"] == 1
 
 
 # -- a resume a day later ------------------------------------------------------------------------
