@@ -139,6 +139,34 @@ def test_header_injection_is_refused_before_anything_is_recorded(tmp_path, serve
     assert box.messages == [] and outbox.messages() == []
 
 
+def test_a_message_recorded_for_smtp_is_not_taken_as_sent_by_the_stand_in(tmp_path, servers):
+    """A process killed between the record and the send, resumed where REFUND_AGENT_EMAIL is
+    not set (another host, a cron job without the settings): the stand-in must not take the
+    SMTP record for a sent email, or the email is lost without a word. It refuses in one line,
+    nothing changes, and a resume with SMTP sends it once; a message SMTP did mark sent is
+    reused by the stand-in as by SMTP itself."""
+    from helpers.outside_servers import free_port
+
+    from refund_agent.errors import ConfigError
+    from refund_agent.outside.email import StandInOutbox
+    port, box = servers["none"]
+    box.clear()
+    nobody = SmtpOutbox(tmp_path, None, smtp_settings(free_port()), FROM)   # nothing listens
+    with pytest.raises(EmailNotSent):
+        nobody.send("run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    with pytest.raises(ConfigError, match="REFUND_AGENT_EMAIL=smtp") as caught:
+        StandInOutbox(tmp_path).send("run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    assert "\n" not in str(caught.value) and message_id("run_6-call_f", FROM) in str(caught.value)
+    assert len(nobody.unsent()) == 1 and len(nobody.messages()) == 1
+    SmtpOutbox(tmp_path, None, smtp_settings(port), FROM).send(
+        "run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    assert [m["Message-ID"] for m in box.messages] == [message_id("run_6-call_f", FROM)]
+    record, reused = StandInOutbox(tmp_path).send("run_6-call_f", "maya.chen@example.com",
+                                                  "Re: x", "Hi")
+    assert reused and record["message_id"] == message_id("run_6-call_f", FROM)
+    assert len(box.messages) == 1
+
+
 # -- the crash matrix, over SMTP ----------------------------------------------------------------
 
 def smtp_env(port: int) -> dict[str, str]:
