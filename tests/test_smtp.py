@@ -167,6 +167,27 @@ def test_a_message_recorded_for_smtp_is_not_taken_as_sent_by_the_stand_in(tmp_pa
     assert len(box.messages) == 1
 
 
+def test_mail_the_stand_in_recorded_before_smtp_was_switched_on_is_not_unsent(tmp_path, servers):
+    """A desk that ran on the stand-in and then switched SMTP on: the stand-in's old records
+    (outbox.log, Message-IDs msg_...) were never SMTP's to send, so `audit --verify` does not
+    report them as "recorded but never marked sent" (which would fail it for good, telling
+    the team to resume runs that are long done); SMTP's own unsent records still are."""
+    from helpers.outside_servers import free_port
+
+    from refund_agent.outside.email import StandInOutbox
+    from refund_agent.reconcile import email_notes
+    port, box = servers["none"]
+    box.clear()
+    StandInOutbox(tmp_path).send("run_7-call_g", "maya.chen@example.com", "Re: x", "Hi")
+    smtp = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    assert smtp.unsent() == [] and email_notes(smtp) == ([], [])
+    with pytest.raises(EmailNotSent):
+        SmtpOutbox(tmp_path, None, smtp_settings(free_port()), FROM).send(
+            "run_7-call_h", "maya.chen@example.com", "Re: y", "Hi")
+    assert [r["idempotency_key"] for r in smtp.unsent()] == ["run_7-call_h"]
+    assert box.messages == []
+
+
 # -- the crash matrix, over SMTP ----------------------------------------------------------------
 
 def smtp_env(port: int) -> dict[str, str]:
