@@ -135,6 +135,7 @@ def _note_the_backend(request):
 # net for every change to the store or the agent, and most of the suite's time. Each with why.
 SLOW_MODULES = {
     "test_crash_matrix",        # about 130 kill-and-resume cases, five processes each
+    "test_crash_matrix_outside",  # the crash matrix again, on localstripe and aiosmtpd
     "test_soak",                # random kills and paused owners, on both engines
     "test_races",               # 140 rounds of racing processes
     "test_money_invariants",    # 500 generated money histories

@@ -8,22 +8,20 @@ to the server and marking it sent, one duplicate at most, said plainly (never a 
 
 from __future__ import annotations
 
-import email
-import email.policy
 import shutil
-import socket
 import ssl
 import subprocess
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli
+from helpers.outside_servers import SMTP_PASSWORD as PASSWORD
+from helpers.outside_servers import SMTP_USER as USER
+from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
-
-from aiosmtpd.controller import Controller  # noqa: E402
-from aiosmtpd.smtp import AuthResult, LoginPassword  # noqa: E402
 
 from refund_agent.errors import RunNotReady  # noqa: E402
 from refund_agent.ledger import IdempotentLog  # noqa: E402
@@ -31,41 +29,7 @@ from refund_agent.outside.config import OutsideSettings  # noqa: E402
 from refund_agent.outside.smtp import EmailNotSent, SmtpOutbox, message_id  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
 
-USER, PASSWORD = "desk", "s3cret pass"
 FROM = "help@juniperpine.example"
-
-
-class Mailbox:
-    """aiosmtpd's handler: keeps each accepted message, with who logged in to send it."""
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.Message] = []
-        self.logins: list[str | None] = []
-
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
-        # policy.default unfolds headers as a mail client does (a long Message-ID is folded
-        # before its "<", which RFC 5322 allows).
-        self.messages.append(email.message_from_bytes(envelope.original_content,
-                                                      policy=email.policy.default))
-        auth = session.auth_data if session.authenticated else None
-        self.logins.append(auth.login.decode() if isinstance(auth, LoginPassword) else None)
-        return "250 Message accepted for delivery"
-
-    def clear(self) -> None:
-        self.messages.clear()
-        self.logins.clear()
-
-
-def authenticate(server, session, envelope, mechanism, auth_data) -> AuthResult:
-    ok = isinstance(auth_data, LoginPassword) and \
-        (auth_data.login, auth_data.password) == (USER.encode(), PASSWORD.encode())
-    return AuthResult(success=ok, handled=False, auth_data=auth_data)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +49,7 @@ def certificate(tmp_path_factory) -> Path | None:
 def servers(certificate):
     """aiosmtpd three ways on loopback: plain (login allowed without TLS, as some relays do),
     STARTTLS, and TLS from the first byte. Yields {security: (port, mailbox)}."""
-    running, found = [], {}
+    found = {}
     tls = None
     if certificate is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -96,16 +60,10 @@ def servers(certificate):
         # aiosmtpd does not count TLS from the first byte as TLS when it decides whether to
         # offer AUTH (it knows only STARTTLS), so it is told to offer it: the line is TLS.
         kinds["tls"] = {"ssl_context": tls, "auth_require_tls": False}
-    for security, extra in kinds.items():
-        box, port = Mailbox(), free_port()
-        controller = Controller(box, hostname="127.0.0.1", port=port, authenticator=authenticate,
-                                auth_required=True, **extra)
-        controller.start()
-        running.append(controller)
-        found[security] = (port, box)
-    yield found
-    for controller in running:
-        controller.stop()
+    with ExitStack() as running:
+        for security, extra in kinds.items():
+            found[security] = running.enter_context(smtp_server(**extra))
+        yield found
 
 
 def smtp_settings(port: int, security: str = "none", password: str = PASSWORD,
@@ -179,6 +137,55 @@ def test_header_injection_is_refused_before_anything_is_recorded(tmp_path, serve
     with pytest.raises(RunNotReady):
         outbox.send("run_5-call_e", to, subject, "Hi")
     assert box.messages == [] and outbox.messages() == []
+
+
+def test_a_message_recorded_for_smtp_is_not_taken_as_sent_by_the_stand_in(tmp_path, servers):
+    """A process killed between the record and the send, resumed where REFUND_AGENT_EMAIL is
+    not set (another host, a cron job without the settings): the stand-in must not take the
+    SMTP record for a sent email, or the email is lost without a word. It refuses in one line,
+    nothing changes, and a resume with SMTP sends it once; a message SMTP did mark sent is
+    reused by the stand-in as by SMTP itself."""
+    from helpers.outside_servers import free_port
+
+    from refund_agent.errors import ConfigError
+    from refund_agent.outside.email import StandInOutbox
+    port, box = servers["none"]
+    box.clear()
+    nobody = SmtpOutbox(tmp_path, None, smtp_settings(free_port()), FROM)   # nothing listens
+    with pytest.raises(EmailNotSent):
+        nobody.send("run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    with pytest.raises(ConfigError, match="REFUND_AGENT_EMAIL=smtp") as caught:
+        StandInOutbox(tmp_path).send("run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    assert "\n" not in str(caught.value) and message_id("run_6-call_f", FROM) in str(caught.value)
+    assert len(nobody.unsent()) == 1 and len(nobody.messages()) == 1
+    SmtpOutbox(tmp_path, None, smtp_settings(port), FROM).send(
+        "run_6-call_f", "maya.chen@example.com", "Re: x", "Hi")
+    assert [m["Message-ID"] for m in box.messages] == [message_id("run_6-call_f", FROM)]
+    record, reused = StandInOutbox(tmp_path).send("run_6-call_f", "maya.chen@example.com",
+                                                  "Re: x", "Hi")
+    assert reused and record["message_id"] == message_id("run_6-call_f", FROM)
+    assert len(box.messages) == 1
+
+
+def test_mail_the_stand_in_recorded_before_smtp_was_switched_on_is_not_unsent(tmp_path, servers):
+    """A desk that ran on the stand-in and then switched SMTP on: the stand-in's old records
+    (outbox.log, Message-IDs msg_...) were never SMTP's to send, so `audit --verify` does not
+    report them as "recorded but never marked sent" (which would fail it for good, telling
+    the team to resume runs that are long done); SMTP's own unsent records still are."""
+    from helpers.outside_servers import free_port
+
+    from refund_agent.outside.email import StandInOutbox
+    from refund_agent.reconcile import email_notes
+    port, box = servers["none"]
+    box.clear()
+    StandInOutbox(tmp_path).send("run_7-call_g", "maya.chen@example.com", "Re: x", "Hi")
+    smtp = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    assert smtp.unsent() == [] and email_notes(smtp) == ([], [])
+    with pytest.raises(EmailNotSent):
+        SmtpOutbox(tmp_path, None, smtp_settings(free_port()), FROM).send(
+            "run_7-call_h", "maya.chen@example.com", "Re: y", "Hi")
+    assert [r["idempotency_key"] for r in smtp.unsent()] == ["run_7-call_h"]
+    assert box.messages == []
 
 
 # -- the crash matrix, over SMTP ----------------------------------------------------------------

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +24,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers.cli import DATA, run_cli
+from helpers.cli import run_cli
+from helpers.outside_servers import STRIPE_KEY as KEY
+from helpers.outside_servers import (
+    charge,
+    free_port,
+    localstripe,
+    refunds_of,
+    stripe_client,
+    wait_for,
+)
+from helpers.outside_servers import shop_paid_with as paid_shop
 
 pytest.importorskip("stripe")
 pytest.importorskip("localstripe")
@@ -47,78 +55,25 @@ from refund_agent.outside.webhooks import handle  # noqa: E402
 from refund_agent.policy import Quote, QuotedLine  # noqa: E402
 from refund_agent.reconcile import provider_problems, reconcile  # noqa: E402
 
-KEY = "sk_test_refund_agent"
 SECRET = "whsec_test_refund_agent"
 ORDER = "A1043"          # the damaged-item sample's order: $80.95 paid
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited: {proc.stdout.read() if proc.stdout else ''}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"{what} did not start listening on {port}")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> str:
     """localstripe on a free loopback port, for the module: its base URL."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "localstripe", "--port", str(port),
-                             "--from-scratch"], cwd=tmp_path_factory.mktemp("localstripe"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(port, proc, "localstripe")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with localstripe(tmp_path_factory.mktemp("localstripe")) as url:
+        yield url
 
 
 @pytest.fixture
 def client(server: str) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server}, max_network_retries=0)
-
-
-def charge(client: stripe.StripeClient, cents: int = 8095, intent: bool = False) -> str:
-    """A paid card payment at localstripe: a charge id, or a PaymentIntent id."""
-    card = client.v1.payment_methods.create(params={"type": "card", "card": {
-        "number": "4242424242424242", "exp_month": 12, "exp_year": 2030, "cvc": "123"}})
-    if intent:
-        pi = client.v1.payment_intents.create(params={"amount": cents, "currency": "usd",
-                                                      "payment_method": card.id})
-        return client.v1.payment_intents.confirm(pi.id).id
-    return client.v1.charges.create(params={"amount": cents, "currency": "usd",
-                                            "source": card.id}).id
-
-
-def refunds_of(client: stripe.StripeClient, ref: str) -> list[dict]:
-    field = "payment_intent" if ref.startswith("pi_") else "charge"
-    return [r.to_dict() for r in client.v1.refunds.list(
-        params={field: ref, "limit": 100}).auto_paging_iter()]
+    return stripe_client(server)
 
 
 def shop_paid_with(tmp_path: Path, ref: str | None, order: str = ORDER) -> Path:
     """A copy of the sample shop whose ``order`` was paid with Stripe payment ``ref``."""
-    data = tmp_path / "data"
-    shutil.copytree(DATA, data)
-    orders = json.loads((data / "orders.json").read_text())
-    for o in orders["orders"]:
-        if o["order_id"] == order and ref:
-            o["payment_ref"] = ref
-    (data / "orders.json").write_text(json.dumps(orders))
-    return data
+    return paid_shop(tmp_path, {order: ref} if ref else {})
 
 
 def outside(server: str, key: str = KEY) -> OutsideSettings:

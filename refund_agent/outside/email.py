@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import ConfigError
 from ..ledger import IdempotentLog, StoreLog
 from ..text import one_line
 from .payments import ledger_for
@@ -55,6 +56,20 @@ def check_headers(to: str, subject: str) -> None:
     one_line(subject, "subject")
 
 
+def recorded_for_smtp(record: dict[str, Any]) -> bool:
+    """Whether an outbox record was made by the SMTP outbox (its Message-ID is a real header,
+    ``<...>``; the stand-in's are ``msg_...``)."""
+    return str(record.get("message_id", "")).startswith("<")
+
+
+def unsent_for_the_stand_in(key: str, record: dict[str, Any]) -> str:
+    """Why the stand-in refuses an SMTP record that was never marked sent, in one line."""
+    return (f"The email for call {key} to {record['request']['to']} was recorded for SMTP "
+            f"(Message-ID {record['message_id']}) and never marked sent, but this process uses "
+            "the stand-in email service, which cannot send it: set REFUND_AGENT_EMAIL=smtp "
+            "and the SMTP settings, then resume. Nothing was sent or marked.")
+
+
 class StandInOutbox:
     """Sends each email once per idempotency key (the run and the ``send_customer_message``
     call id, see callrecords.py)."""
@@ -62,11 +77,20 @@ class StandInOutbox:
     def __init__(self, output_dir: Path, store: Any | None = None) -> None:
         # ``store``: a shared store (PostgreSQL) keeps the records where every host sees them.
         self.log = ledger_for(output_dir, store, "outbox")
+        self._output_dir, self._store = Path(output_dir), store
 
     def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
         check_headers(to, subject)
         request = {"to": to, "subject": subject, "body": body}
-        return self.log.once(key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})
+        record, reused = self.log.once(
+            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})
+        if reused and recorded_for_smtp(record) and self._sent_marks().find(key) is None:
+            raise ConfigError(unsent_for_the_stand_in(key, record))
+        return record, reused
+
+    def _sent_marks(self) -> IdempotentLog | StoreLog:
+        # Made only when an SMTP record turns up, so a stand-in-only folder gets no new log.
+        return ledger_for(self._output_dir, self._store, "outbox-sent")
 
     def messages(self) -> list[dict[str, Any]]:
         return self.log.records()

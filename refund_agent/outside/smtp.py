@@ -28,7 +28,7 @@ from typing import Any
 from ..crash import crash_point
 from ..errors import RefundAgentError
 from .config import OutsideSettings
-from .email import check_headers
+from .email import check_headers, recorded_for_smtp
 from .payments import ledger_for
 
 # What a Message-ID's left part may hold (RFC 5322 dot-atom text); anything else becomes "-".
@@ -108,9 +108,14 @@ class SmtpOutbox:
         return self.log.records()
 
     def unsent(self) -> list[dict[str, Any]]:
-        """Messages recorded but not marked sent: a crash (or a refusal) between the two."""
+        """Messages recorded but not marked sent: a crash (or a refusal) between the two.
+
+        Only this outbox's own records: the stand-in's (from before SMTP was switched on) were
+        never meant for a server, and are not waiting to be sent.
+        """
         marked = {r.get("idempotency_key") for r in self.sent.records()}
-        return [r for r in self.log.records() if r.get("idempotency_key") not in marked]
+        return [r for r in self.log.records()
+                if recorded_for_smtp(r) and r.get("idempotency_key") not in marked]
 
     def resent(self) -> list[dict[str, Any]]:
         """Sent marks of messages sent again after such a gap (perhaps delivered twice)."""

@@ -37,11 +37,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def _preload() -> None:
     """What a command imports, once: the CLI pulls in the agent, the SDK, the store and the
-    offline model; psycopg (PostgreSQL stores) only where installed."""
+    offline model; psycopg (PostgreSQL stores) and the Stripe adapter (the stripe library, a
+    second of imports of its own) only where installed."""
     import refund_agent.cli  # noqa: F401
     import refund_agent.offline  # noqa: F401
+    import refund_agent.outside.smtp  # noqa: F401
     try:
         import psycopg  # noqa: F401
+    except ImportError:
+        pass
+    try:
+        import refund_agent.outside.stripe  # noqa: F401
     except ImportError:
         pass
 
