@@ -39,7 +39,7 @@ from .errors import (
 from .escalations import HANDOFF, Escalation
 from .migrate import migrate
 from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
-from .outside import stripe_missing
+from .outside import RESENT_EMAIL, stripe_missing
 from .reconcile import email_notes, log_names, provider_problems, reconcile
 from .store import Store
 from .text import plural, printable, sender_line, size_text, transcript_text
@@ -174,7 +174,9 @@ STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
     StepKind.REFUND: lambda _p, d: (f"  $$ Refund {d['refund_id']} for ${d['amount']:.2f}"
                                     + (" (already made; reused, not repeated)"
                                        if d["reused"] else "")),
-    StepKind.MESSAGE: lambda _p, d: f"  Email to {d['to']}:\n" + _quote(d["body"], "  > "),
+    StepKind.MESSAGE: lambda _p, d: (f"  Email to {d['to']}"
+                                     + (f" {RESENT_EMAIL}" if d.get("resent") else "")
+                                     + ":\n" + _quote(d["body"], "  > ")),
     StepKind.REPLY: lambda _p, d: (("Customer replied (written by the model):"
                                     if d["simulated"] else "Customer replied:")
                                    + "\n" + _quote(d["text"], "  | ")),
@@ -865,9 +867,9 @@ def _migrate(to: str | None) -> int:
     else:
         use = (f"export REFUND_AGENT_DATABASE_URL='{report.target}'   (with the password, if "
                "it has one; on every host)")
-    print(f"\nNext:\n  {use}\n  keep {settings.output_dir} as it is, as a backup (nothing in "
-          "it was changed)\n  refund-agent audit --verify   (checks the copy again, on "
-          "PostgreSQL)")
+    print(f"\nNext:\n  {use}\n  keep {settings.output_dir} as a read-only backup (its store is "
+          "marked as moved: it still reads, and refuses every write)\n  refund-agent audit "
+          "--verify   (checks the copy again, on PostgreSQL)")
     state = settings.output_dir / "offline-model.sqlite3"
     if settings.offline and not settings.offline_url and state.exists():
         print(f"\nThe offline model's stored responses, and the key its reasoning is sealed "
@@ -897,7 +899,8 @@ def _webhooks(agent: Agent, host: str, port: int) -> int:
         print(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.")
         return 2
     print(f"Listening for Stripe webhooks on http://{host}:{server.server_port}/ "
-          "(refund.updated, refund.failed); Ctrl+C to stop.", flush=True)
+          "(refund.updated, refund.failed, charge.refund.updated); Ctrl+C to stop.",
+          flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -25,8 +25,8 @@ CRASH_POINTS: dict[str, str] = {
 }
 
 # Points inside the real outside systems' adapters (refund_agent/outside/): they fire only with
-# Stripe or SMTP configured, so their crash matrix is tests/test_stripe.py and test_smtp.py,
-# not the stand-ins' (tests/test_crash_matrix.py covers CRASH_POINTS).
+# Stripe or SMTP configured, so the stand-ins' matrix (tests/test_crash_matrix.py) covers
+# CRASH_POINTS and tests/test_crash_matrix_outside.py, against localstripe and aiosmtpd, both.
 OUTSIDE_CRASH_POINTS: dict[str, str] = {
     "after_provider_refund": "Stripe made the refund; neither the refunds log nor the run "
                              "recorded it",

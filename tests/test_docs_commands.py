@@ -45,8 +45,11 @@ def _code(doc: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     shell, spans = [], []
     for block in FENCE.finditer(text):
         first = text.count("\n", 0, block.start(2)) + 1
-        if block.group(1) in ("bash", "sh", "shell", "console"):
-            shell += [(first + i, line) for i, line in enumerate(block.group(2).splitlines())]
+        lines = list(enumerate(block.group(2).splitlines()))
+        if block.group(1) == "console":   # "$ " starts a command; the rest is its output
+            shell += [(first + i, line[2:]) for i, line in lines if line.startswith("$ ")]
+        elif block.group(1) in ("bash", "sh", "shell"):
+            shell += [(first + i, line) for i, line in lines]
     prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     for number, line in enumerate(prose.splitlines(), 1):
         spans += [(number, m.group(1)) for m in SPAN.finditer(line)]

@@ -25,9 +25,11 @@ pytest.importorskip("aiosmtpd")
 
 from refund_agent.errors import RunNotReady  # noqa: E402
 from refund_agent.ledger import IdempotentLog  # noqa: E402
+from refund_agent.outside import RESENT_EMAIL  # noqa: E402
 from refund_agent.outside.config import OutsideSettings  # noqa: E402
 from refund_agent.outside.smtp import EmailNotSent, SmtpOutbox, message_id  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
+from refund_agent.web import views  # noqa: E402
 
 FROM = "help@juniperpine.example"
 
@@ -222,11 +224,16 @@ def test_a_crash_around_the_send_loses_no_email_and_is_never_silent(tmp_path, se
         assert len(twice) == 1 and ids[twice[0]] == 2   # at most one duplicate...
         verified = run_cli(out, "audit", "--verify", **env)
         assert verified.returncode == 0 and "may have it twice" in verified.stdout  # ...said
-        steps = [s.data for run in Store(out / "refund-agent.sqlite3").runs()
-                 for s in Store(out / "refund-agent.sqlite3").steps(run.id)
-                 if s.kind == "message"]
-        assert any(s.get("resent") for s in steps)
+        store = Store(out / "refund-agent.sqlite3")
+        steps = [s for run in store.runs() for s in store.steps(run.id)]
+        assert any(s.data.get("resent") for s in steps if s.kind == "message")
+        assert RESENT_EMAIL in resumed.stdout          # the terminal says so as it happens
+        titles = [b.title for b in views.timeline(steps) if b.kind == "message"]
+        assert sum(RESENT_EMAIL in t for t in titles) == 1   # and the ticket's timeline
     else:
+        # Killed before the hand-over, the resend cannot know the server never got it, so it
+        # says so too (conservatively); killed after the mark, nothing is sent again.
+        assert (RESENT_EMAIL in resumed.stdout) == (point == "email_recorded")
         assert twice == []
         assert run_cli(out, "audit", "--verify", **env).returncode == 0
 

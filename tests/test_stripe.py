@@ -378,6 +378,21 @@ def test_a_rate_limited_refund_request_is_refused_with_nothing_made(tmp_path, cl
 
 # -- errors in plain words, nothing recorded as paid ---------------------------------------------
 
+def test_a_refund_the_stand_in_recorded_is_not_taken_as_made_at_stripe(tmp_path, server,
+                                                                       client):
+    """Recorded by the stand-in (no money moved), then resumed with Stripe switched on: the
+    record is not reused as if Stripe had refunded; one line says so and nothing is sent."""
+    from refund_agent.errors import ConfigError
+    from refund_agent.outside.payments import StandInPayments
+
+    ref = charge(client)
+    StandInPayments(tmp_path).refund("run_s-call_1", quote(), "x")
+    with pytest.raises(ConfigError, match="recorded by the stand-in payments") as caught:
+        adapter(tmp_path, server, {ORDER: ref}).refund("run_s-call_1", quote(), "x")
+    assert "\n" not in str(caught.value)
+    assert refunds_of(client, ref) == []
+
+
 def test_errors_in_plain_words_and_nothing_recorded(tmp_path, server, client):
     ref = charge(client, cents=500)
     cases = [({}, KEY, "has no payment_ref in the shop's data"),

@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .config import SMTP, STAND_IN, STRIPE, OutsideSettings
-from .email import Outbox, StandInOutbox, check_headers, with_signature
+from .email import RESENT_EMAIL, Outbox, StandInOutbox, check_headers, with_signature
 from .payments import Payments, StandInPayments, ledger_for, refund_request
 
 if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
-    "SMTP", "STAND_IN", "STRIPE", "Outbox", "OutsideSettings", "Payments", "StandInOutbox",
+    "RESENT_EMAIL", "SMTP", "STAND_IN", "STRIPE", "Outbox", "OutsideSettings", "Payments",
+    "StandInOutbox",
     "StandInPayments", "check_headers", "ledger_for", "open_email", "open_payments",
     "refund_request", "with_signature",
 ]

@@ -17,6 +17,10 @@ from ..ledger import IdempotentLog, StoreLog
 from ..text import one_line
 from .payments import ledger_for
 
+# How a message sent again after a crash between its send and its mark is shown, on the
+# timeline and in the terminal (outside/smtp.py: at most one duplicate, the same Message-ID).
+RESENT_EMAIL = "(sent again after a crash: the customer may have it twice, same Message-ID)"
+
 
 def with_signature(message: str, signature: str) -> str:
     """The message with the shop's signature on its own lines, exactly once.

@@ -33,7 +33,7 @@ from typing import Any
 import stripe
 
 from ..crash import crash_point
-from ..errors import PaymentRefused, PaymentUncertain
+from ..errors import ConfigError, PaymentRefused, PaymentUncertain
 from ..policy import Quote
 from .config import OutsideSettings
 from .payments import ledger_for, refund_request
@@ -147,7 +147,17 @@ class StripePayments:
             PaymentRefused: no payment for the order, no such payment at Stripe, more than is
                 left, a bad key: nothing refunded, nothing recorded.
             PaymentUncertain: the answer never came back and the refund is not (yet) there.
+            ConfigError: the stand-in recorded this refund before Stripe was switched on.
         """
+        earlier = self.log.find(key)
+        if earlier is not None and earlier.get("provider") != "stripe":
+            # The stand-in recorded this refund before Stripe was switched on: no money moved,
+            # and reusing its record would tell the customer a refund was made that never was.
+            raise ConfigError(
+                f"The refund for approval {key} was recorded by the stand-in payments (no money "
+                "moved) before REFUND_AGENT_PAYMENTS=stripe was set, so nothing was refunded at "
+                "Stripe. Finish it with the setting it started under, or refund it at Stripe by "
+                "hand; nothing was sent to Stripe.")
         found: list[bool] = []
 
         def make() -> dict[str, Any]:

@@ -31,6 +31,7 @@ from ..models import (
     Step,
     StepKind,
 )
+from ..outside import RESENT_EMAIL
 from ..policy import Quote
 from ..text import sender_line, size_text, transcript_text
 
@@ -496,8 +497,9 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.APPROVAL: _approval_block,
     StepKind.DECISION: _decision_block,
     StepKind.REFUND: _refund_block,
-    StepKind.MESSAGE: lambda t, d, base: t.add(Block("message", f"Email to {d['to']}",
-                                                     d["body"], **base)),
+    StepKind.MESSAGE: lambda t, d, base: t.add(Block(
+        "message", f"Email to {d['to']}" + (f" {RESENT_EMAIL}" if d.get("resent") else ""),
+        d["body"], **base)),
     StepKind.NOTE: lambda t, d, base: t.add(Block("note", "Note for the team", d["text"],
                                                   **base)),
     StepKind.TEXT: lambda t, d, base: t.add(Block("text", "Agent", d["text"], **base)),
