@@ -43,11 +43,8 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +68,11 @@ from helpers.outside_servers import (
     SMTP_USER,
     STRIPE_KEY,
     Mailbox,
+    StripeProxy,
     charge,
     localstripe,
     order_totals,
+    proxy,
     refunds_of,
     shop_paid_with,
     smtp_server,
@@ -446,42 +445,16 @@ def test_killed_after_the_refund_request_and_resumed_a_day_later(outside_baselin
     assert_held(metrics, "resumed a day later")
 
 
-class _Holding(BaseHTTPRequestHandler):
-    """A proxy to localstripe that passes every request on, and for POST /v1/refunds keeps the
-    answer: Stripe made the refund, and the client waits for an answer that does not come."""
+class _Holding(StripeProxy):
+    """Keeps the answer to POST /v1/refunds: Stripe made the refund, and the client waits for
+    an answer that does not come."""
 
-    upstream = ""
     release = threading.Event()
 
-    def _relay(self, method: str) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        req = urllib.request.Request(self.upstream + self.path, data=body or None,
-                                     method=method, headers={
-                                         k: v for k, v in self.headers.items()
-                                         if k.lower() in ("authorization", "content-type")})
-        try:
-            with urllib.request.urlopen(req) as answer:
-                status, payload = answer.status, answer.read()
-        except urllib.error.HTTPError as exc:
-            status, payload = exc.code, exc.read()
-        if method == "POST" and self.path.startswith("/v1/refunds"):
-            self.release.wait(60)
-            self.close_connection = True
-            return
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self._relay("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._relay("POST")
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    def on_refund(self, body: bytes) -> None:
+        self.forward("POST", body)
+        self.release.wait(60)
+        self.hang_up()
 
 
 def test_killed_while_waiting_for_stripes_answer(outside_baselines: Baselines,
@@ -490,33 +463,28 @@ def test_killed_while_waiting_for_stripes_answer(outside_baselines: Baselines,
     after Stripe made the refund and before any answer reached it. The resume (days later, as
     far as Stripe's keys go: localstripe ignores them) finds the refund by its call id: one
     refund, audited reused, and the rest as in the crash-free run."""
-    _Holding.upstream = servers.stripe_url
     _Holding.release.clear()
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Holding)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        base = outside_baselines.get("approve")
-        before = email_keys_before(outside_baselines, "approve", 1)
-        output = outside_baselines.copy(base.before[1], tmp_path / "output")
-        backend = outside_baselines.backend
-        env = {**backend.env(output),
-               "STRIPE_API_BASE": f"http://127.0.0.1:{proxy.server_port}"}
-        ref = servers.refs[output.resolve()]["A1043"]
-        mark = len(servers.mailbox.messages)
-        proc = subprocess.Popen([sys.executable, "-m", "refund_agent", "approve", "--as",
-                                 APPROVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=cli_env(output, **env))
-        deadline = time.monotonic() + 60
-        while not refunds_of(servers.client, ref):   # Stripe has it; the answer is held
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=10) == -signal.SIGKILL
-        proc.communicate()
-    finally:
-        _Holding.release.set()
-        proxy.shutdown()
-        proxy.server_close()
+    with proxy(_Holding, servers.stripe_url) as held:
+        try:
+            base = outside_baselines.get("approve")
+            before = email_keys_before(outside_baselines, "approve", 1)
+            output = outside_baselines.copy(base.before[1], tmp_path / "output")
+            backend = outside_baselines.backend
+            env = {**backend.env(output), "STRIPE_API_BASE": held}
+            ref = servers.refs[output.resolve()]["A1043"]
+            mark = len(servers.mailbox.messages)
+            proc = subprocess.Popen([sys.executable, "-m", "refund_agent", "approve", "--as",
+                                     APPROVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=cli_env(output, **env))
+            deadline = time.monotonic() + 60
+            while not refunds_of(servers.client, ref):   # Stripe has it; the answer is held
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(timeout=10) == -signal.SIGKILL
+            proc.communicate()
+        finally:
+            _Holding.release.set()
     finish_chain(output, "approve", 1, backend)
     outcome = read_outcome(output, backend)
     metrics = measure(outcome, base.outcome) | at_stripe(servers, output, outcome)

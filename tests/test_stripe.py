@@ -17,19 +17,19 @@ import hmac
 import json
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli
 from helpers.outside_servers import STRIPE_KEY as KEY
 from helpers.outside_servers import (
+    StripeProxy,
     charge,
     free_port,
     localstripe,
+    proxy,
     refunds_of,
     stripe_client,
     wait_for,
@@ -185,55 +185,26 @@ def test_two_approvers_at_once_make_one_refund(tmp_path, server, client):
 
 # -- an answer that never came back --------------------------------------------------------------
 
-class _Dropping(BaseHTTPRequestHandler):
-    """A proxy to localstripe that, for POST /v1/refunds, hangs up without answering: after
-    forwarding the request (Stripe acted, the answer was lost) or before (it never arrived)."""
+class _Dropping(StripeProxy):
+    """For POST /v1/refunds, hangs up without answering: after forwarding the request (Stripe
+    acted, the answer was lost) or before (it never arrived); ``pass`` answers as usual."""
 
-    upstream = ""
     mode = "after"   # "after", "before" or "pass"
 
-    def _relay(self, method: str) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        drop = method == "POST" and self.path.startswith("/v1/refunds") and self.mode != "pass"
-        if drop and self.mode == "before":
-            self.close_connection = True
+    def on_refund(self, body: bytes) -> None:
+        if self.mode == "pass":
+            super().on_refund(body)
             return
-        req = urllib.request.Request(self.upstream + self.path, data=body or None,
-                                     method=method, headers={
-                                         k: v for k, v in self.headers.items()
-                                         if k.lower() in ("authorization", "content-type")})
-        try:
-            with urllib.request.urlopen(req) as answer:
-                status, payload = answer.status, answer.read()
-        except urllib.error.HTTPError as exc:
-            status, payload = exc.code, exc.read()
-        if drop:
-            self.close_connection = True
-            return
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._relay("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._relay("POST")
-
-    def log_message(self, *args) -> None:
-        pass
+        if self.mode == "after":
+            self.forward("POST", body)
+        self.hang_up()
 
 
 @pytest.fixture
 def dropping(server):
-    _Dropping.upstream, _Dropping.mode = server, "after"
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Dropping)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{proxy.server_port}"
-    proxy.shutdown()
-    proxy.server_close()
+    _Dropping.mode = "after"
+    with proxy(_Dropping, server) as url:
+        yield url
 
 
 def test_a_lost_answer_is_settled_by_reading_back(tmp_path, client, dropping):
@@ -303,40 +274,24 @@ RATE_LIMITED = (429, {"error": {"type": "invalid_request_error", "code": "rate_l
                                 "message": "Too many requests hit the API too quickly."}})
 
 
-class _Answering(_Dropping):
-    """A proxy to localstripe that answers POST /v1/refunds with a recorded Stripe error, after
-    forwarding the request (``forward``: Stripe acted) or instead of it."""
+class _Answering(StripeProxy):
+    """Answers POST /v1/refunds with a recorded Stripe error, after forwarding the request
+    (``forward``: Stripe acted) or instead of it."""
 
-    answer: tuple[int, dict] = SERVER_ERROR
-    forward = True
+    error: tuple[int, dict] = SERVER_ERROR
+    forward_first = True
 
-    def do_POST(self) -> None:  # noqa: N802
-        if not self.path.startswith("/v1/refunds"):
-            self._relay("POST")
-            return
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.forward:
-            urllib.request.urlopen(urllib.request.Request(
-                self.upstream + self.path, data=body, method="POST",
-                headers={k: v for k, v in self.headers.items()
-                         if k.lower() in ("authorization", "content-type")})).read()
-        status, error = self.answer
-        payload = json.dumps(error).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+    def on_refund(self, body: bytes) -> None:
+        if self.forward_first:
+            self.forward("POST", body)
+        status, error = self.error
+        self.answer(status, json.dumps(error).encode())
 
 
 @pytest.fixture
 def answering(server):
-    _Answering.upstream, _Answering.mode = server, "pass"
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{proxy.server_port}"
-    proxy.shutdown()
-    proxy.server_close()
+    with proxy(_Answering, server) as url:
+        yield url
 
 
 @pytest.mark.parametrize("answer", [SERVER_ERROR, KEY_IN_USE, KEY_REUSED],
@@ -347,15 +302,15 @@ def test_an_error_that_leaves_it_open_is_read_back_never_reported_as_nothing_ref
     error (the key was used with other parameters) is not "nothing was refunded": made behind
     the error, the refund is found and recorded once; not made, the
     refund is uncertain, and the retry makes exactly one."""
-    _Answering.answer = answer
+    _Answering.error = answer
     ref = charge(client)
-    _Answering.forward = True     # Stripe made it, then answered with the error
+    _Answering.forward_first = True     # Stripe made it, then answered with the error
     record, _ = adapter(tmp_path / "made", answering, {ORDER: ref}).refund(
         "run_o-call_1", quote(), "x")
     assert [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
 
     ref = charge(client)
-    _Answering.forward = False    # it did not (yet)
+    _Answering.forward_first = False    # it did not (yet)
     payments = adapter(tmp_path / "open", answering, {ORDER: ref})
     with pytest.raises(PaymentUncertain, match=f"HTTP {answer[0]}.*may or may not have been made"):
         payments.refund("run_o-call_2", quote(), "x")
@@ -368,7 +323,7 @@ def test_an_error_that_leaves_it_open_is_read_back_never_reported_as_nothing_ref
 def test_a_rate_limited_refund_request_is_refused_with_nothing_made(tmp_path, client, answering):
     """A 429 comes from the rate limiter, before Stripe's idempotency layer: the request did not
     run, so "nothing was refunded" is true, and said."""
-    _Answering.answer, _Answering.forward = RATE_LIMITED, False
+    _Answering.error, _Answering.forward_first = RATE_LIMITED, False
     ref = charge(client)
     payments = adapter(tmp_path, answering, {ORDER: ref})
     with pytest.raises(PaymentRefused, match="rate limiting.*Nothing was refunded"):

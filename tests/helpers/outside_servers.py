@@ -6,7 +6,8 @@
 
 tests/test_stripe.py, tests/test_smtp.py and tests/test_crash_matrix_outside.py start them from
 here, one of each per module; the helpers below make a paid charge there, list its refunds, and
-write a copy of the sample shop whose orders name their Stripe payments.
+write a copy of the sample shop whose orders name their Stripe payments. :class:`StripeProxy`
+stands between the adapter and localstripe to lose, hold or replace the answer to a refund.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +162,68 @@ def smtp_server(**extra: Any) -> Iterator[tuple[int, Mailbox]]:
         yield port, box
     finally:
         controller.stop()
+
+
+# -- a proxy in front of localstripe -------------------------------------------------------------
+
+class StripeProxy(BaseHTTPRequestHandler):
+    """Passes every request on to localstripe (``upstream``) and its answer back; a subclass
+    says what happens to a refund request (``on_refund``): lost, held, or answered with a
+    recorded error."""
+
+    upstream = ""
+
+    def forward(self, method: str, body: bytes) -> tuple[int, bytes]:
+        """The request sent on to localstripe: its (status, body)."""
+        request = urllib.request.Request(
+            self.upstream + self.path, data=body or None, method=method,
+            headers={k: v for k, v in self.headers.items()
+                     if k.lower() in ("authorization", "content-type")})
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def answer(self, status: int, payload: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def hang_up(self) -> None:
+        """No answer at all: the client sees the connection close."""
+        self.close_connection = True
+
+    def on_refund(self, body: bytes) -> None:
+        self.answer(*self.forward("POST", body))
+
+    def _relay(self, method: str) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if method == "POST" and self.path.startswith("/v1/refunds"):
+            self.on_refund(body)
+        else:
+            self.answer(*self.forward(method, body))
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._relay("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._relay("POST")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def proxy(handler: type[StripeProxy], upstream: str) -> Iterator[str]:
+    """``handler`` in front of localstripe at ``upstream`` until the block ends: its base URL."""
+    handler.upstream = upstream
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
