@@ -393,7 +393,7 @@ def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Age
 
 
 def test_the_terminals_first_sign_off_says_a_second_person_completes_it(tmp_path: Path):
-    from helpers.cli import run_cli
+    from helpers.cli import run_forked as run_cli  # a new process, forked warm
     data = _data(tmp_path, two_person_above=10)
     out = tmp_path / "output"
     assert run_cli(out, "sample", REFUND_AGENT_DATA=str(data)).returncode == 0
