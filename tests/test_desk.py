@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import DATA
 from helpers.desk import desk_drift
+from helpers.examples import examples
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -205,7 +206,8 @@ ACCOUNTS = {"Ana": None, "Lee": None, "Cy": 4000, "Opener": None}   # name -> li
 DECISION = st.tuples(st.sampled_from(sorted(ACCOUNTS)),
                      st.sampled_from(["approve", "approve", "reject", "hand_off"]),
                      st.sampled_from([None, ["POUR-GLS-01"], ["MUG-STN-2"]]))
-EXAMPLES = 150 if os.environ.get("REFUND_AGENT_DESK_FULL") == "1" else 40
+# 150 with REFUND_AGENT_DESK_FULL=1; 40 in the suite (CI); 15 in ./dev test --fast.
+EXAMPLES = 150 if os.environ.get("REFUND_AGENT_DESK_FULL") == "1" else examples(40, fast=15)
 
 
 @pytest.fixture(scope="module")
