@@ -14,7 +14,7 @@ import time
 
 import pytest
 from helpers import page
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 from helpers.page import (
     APP,
     TIMEOUT,

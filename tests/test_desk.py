@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import DATA
 from helpers.desk import desk_drift
+from helpers.examples import examples
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -205,7 +206,8 @@ ACCOUNTS = {"Ana": None, "Lee": None, "Cy": 4000, "Opener": None}   # name -> li
 DECISION = st.tuples(st.sampled_from(sorted(ACCOUNTS)),
                      st.sampled_from(["approve", "approve", "reject", "hand_off"]),
                      st.sampled_from([None, ["POUR-GLS-01"], ["MUG-STN-2"]]))
-EXAMPLES = 150 if os.environ.get("REFUND_AGENT_DESK_FULL") == "1" else 40
+# 150 with REFUND_AGENT_DESK_FULL=1; 40 in the suite (CI); 15 in ./dev test --fast.
+EXAMPLES = 150 if os.environ.get("REFUND_AGENT_DESK_FULL") == "1" else examples(40, fast=15)
 
 
 @pytest.fixture(scope="module")
@@ -393,7 +395,7 @@ def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Age
 
 
 def test_the_terminals_first_sign_off_says_a_second_person_completes_it(tmp_path: Path):
-    from helpers.cli import run_cli
+    from helpers.cli import run_forked as run_cli  # a new process, forked warm
     data = _data(tmp_path, two_person_above=10)
     out = tmp_path / "output"
     assert run_cli(out, "sample", REFUND_AGENT_DATA=str(data)).returncode == 0

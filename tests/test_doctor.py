@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import Settings
 from refund_agent.doctor import diagnose, report

@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent.accounts import SIGN_IN_FAILURES, Accounts, SignInFailed
 from refund_agent.errors import DecisionRefused, RunNotReady

@@ -14,6 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from helpers.examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,8 @@ def _matches(ticket: dict, run_id: str, search: str) -> bool:
     return all(any(word.lower() in f.lower() for f in fields) for word in search.split())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60, fast=20), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(tickets=st.lists(TICKET, min_size=0, max_size=25), search=st.one_of(st.just(""), TEXT),
        statuses=st.lists(st.sampled_from(list(RunStatus)), unique=True, max_size=2),
        page=st.integers(1, 7))

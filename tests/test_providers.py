@@ -354,7 +354,7 @@ def test_the_page_shows_the_reason_and_an_openai_cost_as_an_estimate(desk):
 
 
 def test_the_terminal_shows_the_reason(tmp_path):
-    from helpers.cli import run_cli
+    from helpers.cli import run_forked as run_cli  # a new process, forked warm
 
     done = run_cli(tmp_path / "out", "sample", "past-window",
                    REFUND_AGENT_OFFLINE_FAULTS="credits")

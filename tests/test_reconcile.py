@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import Agent
 from refund_agent.errors import AlreadyDecided

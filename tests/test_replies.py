@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import RunNotReady, RunStatus, converse
 from refund_agent.customer import MAX_SIMULATED_REPLIES

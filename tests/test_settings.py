@@ -7,7 +7,7 @@ never), and REFUND_AGENT_LEASE_SECONDS=0 made the heartbeat renew the lease in a
 from __future__ import annotations
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import Settings
 from refund_agent.config import RANGES, load_settings

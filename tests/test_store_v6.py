@@ -23,7 +23,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_cli
+from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_forked
 from helpers.scripted import ScriptedBrain
 
 from refund_agent import Agent, RunStatus
@@ -319,7 +319,7 @@ def _read_only_runner(output: Path):
             for path in (output, *output.iterdir()):
                 path.chmod(path.stat().st_mode & ~0o222)
             try:
-                return run_cli(output, *args)
+                return run_forked(output, *args)
             finally:
                 for path in (output, *output.iterdir()):
                     path.chmod(path.stat().st_mode | 0o200)
@@ -343,7 +343,7 @@ def _read_only_runner(output: Path):
 
 def test_a_read_only_store_can_be_listed_and_verified(tmp_path):
     output = tmp_path / "output"
-    assert run_cli(output, "sample", "damaged").returncode == 0
+    assert run_forked(output, "sample", "damaged").returncode == 0
     run = _read_only_runner(output)
     before = {p.name: p.read_bytes() for p in output.iterdir()}
     queue = run("queue")
@@ -359,7 +359,7 @@ def test_a_read_only_store_can_be_listed_and_verified(tmp_path):
 
 def test_audit_verify_runs_the_integrity_check_and_names_a_damaged_page(tmp_path):
     output = tmp_path / "output"
-    assert run_cli(output, "sample", "damaged").returncode == 0
+    assert run_forked(output, "sample", "damaged").returncode == 0
     path = output / "refund-agent.sqlite3"
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -371,7 +371,7 @@ def test_audit_verify_runs_the_integrity_check_and_names_a_damaged_page(tmp_path
     data = bytearray(path.read_bytes())
     data[(root - 1) * size + 8: root * size] = b"\xff" * (size - 8)
     path.write_bytes(bytes(data))
-    verify = run_cli(output, "audit", "--verify")
+    verify = run_forked(output, "audit", "--verify")
     assert verify.returncode == 1, verify.stdout
     assert "intact" not in verify.stdout
     assert "is damaged" in verify.stdout + verify.stderr
