@@ -5,6 +5,7 @@ What they are for is in ``refund_agent/escalations.py`` and ``approving.py``."""
 from __future__ import annotations
 
 import json
+import string
 import time
 from collections.abc import Collection
 from typing import Any
@@ -274,7 +275,7 @@ class DeskInbox(StoreCore):
         return [found[i] for i in ids if i in found]
 
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
 def _ascii_lower(text: str) -> str:
