@@ -646,6 +646,13 @@ def _queue_flags(agent: Agent, a: Approval, handed_off: set[str],
     return flags
 
 
+def _how_many(text: str) -> int:
+    """A --limit: a whole number from 1 (argparse turns the error into a usage mistake)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="refund-agent", description="A refund agent that waits for a person's approval "
@@ -727,11 +734,11 @@ def build_parser() -> argparse.ArgumentParser:
     queue.add_argument("--as", dest="by", metavar="NAME",
                        help="mark the refunds above this account's limit (needs a lead)")
     runs = sub.add_parser("runs", help="list runs, newest first")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=_how_many, default=20, help="how many (default 20)")
     show = sub.add_parser("show", help="show one run's timeline")
     show.add_argument("run")
     audit = sub.add_parser("audit", help="show the audit log")
-    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--limit", type=_how_many, default=50, help="how many (default 50)")
     audit.add_argument("--verify", action="store_true",
                        help="check the hash chain and reconcile the payment and email logs")
     users = sub.add_parser("users", help="the accounts that may decide refunds")

@@ -134,6 +134,9 @@ def test_user_mistakes_get_messages_not_tracebacks(tmp_path):
         result = run_cli(out, *args)
         assert result.returncode == 1, (args, result.stdout, result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr
+    for args in (("runs", "--limit", "-1"), ("audit", "--limit", "0")):   # usage mistakes
+        result = run_cli(out, *args)
+        assert result.returncode == 2 and "must be a whole number from 1" in result.stderr
 
 
 def test_help_explains_replies_and_the_angry_customer(tmp_path):
