@@ -99,14 +99,14 @@ MUTANTS = [
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
-         '        return self.log.once(key, request, lambda: {"message_id": "msg_" + '
-         'uuid.uuid4().hex[:16]})\n',
+         '        record, reused = self.log.once(\n'
+         '            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})\n',
          '        record = {"idempotency_key": key, "request": request,  # MUTANT\n'
          '                  "message_id": "msg_" + uuid.uuid4().hex[:16]}\n'
          '        self.log.path.parent.mkdir(parents=True, exist_ok=True)\n'
          '        with open(self.log.path, "a", encoding="utf-8") as fh:\n'
          '            fh.write(json.dumps(record) + "\\n")\n'
-         '        return record, False\n'),
+         '        reused = False\n'),
     ), claim="one email, although its process died after sending"),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
         ("store/approvals.py",

@@ -107,8 +107,8 @@ def test_the_summary_has_a_column_per_backend(rendered: str):
     assert stale[1] == "4 paused processes in the soak (0 stopped by the fence)"
     assert stale[2] == "4 paused processes in the soak (2 stopped by the fence)"
     assert _row(summary, "Money invariants")[1:] == [
-        "500 histories, 4,000 steps, 5 invariants after every step",
-        "100 histories, 800 steps, 5 invariants after every step", "0"]
+        "500 histories, 4,000 steps, 6 invariants after every step",
+        "100 histories, 800 steps, 6 invariants after every step", "0"]
 
 
 def test_a_suite_that_ran_on_one_backend_shows_a_dash_for_the_other(rendered: str):
