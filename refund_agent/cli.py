@@ -891,8 +891,8 @@ def _webhooks(agent: Agent, host: str, port: int) -> int:
     """``refund-agent webhooks``: Stripe's later word on refunds, into the store."""
     try:   # only this command needs it, and stripe is an optional extra
         from .outside.webhooks import serve
-    except ImportError as exc:
-        raise stripe_missing("refund-agent webhooks", exc) from None
+    except ImportError:
+        raise stripe_missing("refund-agent webhooks") from None
 
     secret = agent.settings.outside.stripe_webhook_secret
     if not secret:

@@ -47,17 +47,16 @@ def open_payments(settings: Settings, store: Any | None,
     if outside.payments == STRIPE:
         try:
             from .stripe import StripePayments
-        except ImportError as exc:   # the optional dependency is missing
-            raise stripe_missing("REFUND_AGENT_PAYMENTS=stripe", exc) from None
+        except ImportError:   # the optional dependency is missing
+            raise stripe_missing("REFUND_AGENT_PAYMENTS=stripe") from None
         return StripePayments(Path(settings.output_dir), store, outside, payment_ref,
                               settings.crash_at)
     return StandInPayments(Path(settings.output_dir), store)
 
 
-def stripe_missing(what: str, exc: ImportError) -> ConfigError:
+def stripe_missing(what: str) -> ConfigError:
     """The one-line error when ``what`` needs the optional stripe library and it is absent."""
-    return ConfigError(f"{what} needs the stripe library: pip install 'refund-agent[stripe]' "
-                       f"({exc}).")
+    return ConfigError(f"{what} needs the stripe library: pip install 'refund-agent[stripe]'.")
 
 
 def open_email(settings: Settings, store: Any | None, default_from: Callable[[], str]

@@ -30,7 +30,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import stripe
+try:   # the stripe extra; open_payments and `refund-agent webhooks` turn this into one line
+    import stripe
+except ImportError as exc:
+    raise ImportError(f"refund_agent.outside.stripe needs the stripe library ({exc}): "
+                      "pip install 'refund-agent[stripe]'") from None
 
 from ..crash import crash_point
 from ..errors import ConfigError, PaymentRefused, PaymentUncertain

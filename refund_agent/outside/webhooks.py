@@ -19,10 +19,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import stripe
-
 from ..errors import RefundAgentError
-from .stripe import CALL_ID, FAILED_STATES
+from .stripe import CALL_ID, FAILED_STATES, stripe  # stripe.py guards the optional import
 
 # Each carries a refund object. Endpoints on API versions before 2024-10-28.acacia get refund.*
 # events only for refunds without a charge, and charge.refund.updated for card refunds
