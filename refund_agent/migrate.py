@@ -136,8 +136,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                     ledger[log] = load.copy("ledger", ("log", "key", "record"),
                                             ((log, e.key, json.dumps(e.record))
                                              for e in records))
-                names = {**{log: name for log, (name, *_rest) in LOGS.items()},
-                         SENT_MARKS[0]: SENT_MARKS[1]}
+                names = {log: spec[0] for log, spec in LOGS.items()} | dict([SENT_MARKS])
                 say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
                     + ", ".join(f"{n:,} from {names[log]}" for log, n in ledger.items()) + ")")
                 load.reset_sequences()

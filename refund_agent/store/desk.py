@@ -14,7 +14,16 @@ from ..approving import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..escalations import HANDOFF, Escalation
 from .core import StoreCore
-from .desk_rows import DESK_COLUMNS, desk_of
+
+
+def raise_escalation(db: Any, key: str, run_id: str, kind: str, reason: str, by: str,
+                     approval_id: str | None = None) -> bool:
+    """Open an escalation once per ``key`` (inside the caller's transaction); False when one
+    with that key exists already."""
+    return bool(db.execute(
+        "INSERT INTO escalations(key, run_id, approval_id, kind, reason, raised_by, raised_at)"
+        " VALUES (?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING",
+        (key, run_id, approval_id, kind, reason, by, time.time())).rowcount)
 
 
 class DeskRecords(StoreCore):
@@ -28,11 +37,7 @@ class DeskRecords(StoreCore):
         for kind, data in steps:
             if kind != "escalation":
                 continue
-            inserted = db.execute(
-                "INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at)"
-                " VALUES (?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING",
-                (data["key"], run_id, data["kind"], data["reason"], "agent", time.time()))
-            if inserted.rowcount:
+            if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"], "agent"):
                 self._audit(db, "escalated", "agent", run_id=run_id,
                             note=f"{data['kind']}: {data['reason']}")
 
@@ -112,10 +117,7 @@ class DeskRecords(StoreCore):
                     reason = (f"{by} sent ${approval.amount:,.2f} on order {approval.order_id} to "
                               "a lead: it is above their approval limit."
                               + (f" Their note: {note}" if note else ""))
-                    db.execute("INSERT INTO escalations(key, run_id, approval_id, kind, reason,"
-                               " raised_by, raised_at) VALUES (?,?,?,?,?,?,?)",
-                               (key, approval.run_id, approval_id, HANDOFF, reason, by,
-                                time.time()))
+                    raise_escalation(db, key, approval.run_id, HANDOFF, reason, by, approval_id)
                     self._audit(db, "handed_off", by, run_id=approval.run_id,
                                 approval_id=approval_id, order_id=approval.order_id,
                                 amount=approval.amount, note=reason)
@@ -252,26 +254,24 @@ class DeskInbox(StoreCore):
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
+        # The latest proposal's order and amount; the desk status is the one the row keeps.
+        latest = ("(SELECT {col} FROM approvals a WHERE a.run_id = runs.id"
+                  " ORDER BY a.requested_at DESC, a.id DESC LIMIT 1)")
         rows = self._read(
-            "SELECT runs.*,"
-            " (SELECT order_id FROM approvals a WHERE a.run_id = runs.id"
-            "  ORDER BY a.requested_at DESC LIMIT 1) AS inbox_order,"
+            f"SELECT runs.*, {latest.format(col='order_id')} AS inbox_order,"
+            f" {latest.format(col='amount_cents')} AS inbox_amount,"
             " (SELECT c.order_id FROM calls c WHERE c.run_id = runs.id"
-            "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up,"
-            f" {DESK_COLUMNS} FROM runs WHERE id IN ({marks})", tuple(ids))
+            "  AND c.name = 'lookup_order' AND c.order_id IS NOT NULL LIMIT 1) AS looked_up"
+            f" FROM runs WHERE id IN ({marks})", tuple(ids))
         found = {}
         for r in rows:
             data = dict(r)
-            status, open_ = desk_of(data)
-            order, looked, amount = data.pop("inbox_order"), data.pop("looked_up"), \
-                data["latest_amount"]
-            for key in ("latest_status", "latest_amount", "latest_proposed", "latest_declined",
-                        "open_escalations"):
-                data.pop(key)
+            order, looked = data.pop("inbox_order"), data.pop("looked_up")
             found[data["id"]] = InboxRow(run=Run.model_validate(data),
                                          order_id=order or (str(looked) if looked else None),
-                                         amount_cents=amount, desk=str(status),
-                                         escalations=open_)
+                                         amount_cents=data.pop("inbox_amount"),
+                                         desk=str(data["desk_status"]),
+                                         escalations=int(data["desk_escalations"]))
         return [found[i] for i in ids if i in found]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..escalations import PROVIDER_FAILED
 from ..models import Approval, RunStatus
 from .core import Lease, StoreCore
+from .desk import raise_escalation
 
 
 class ProviderEvents(StoreCore):
@@ -46,11 +47,8 @@ class ProviderEvents(StoreCore):
                         order_id=approval.order_id if approval else None,
                         amount=approval.amount if approval else None, note=note)
             if needs_person and run_id:
-                db.execute("INSERT INTO escalations(key, run_id, approval_id, kind, reason,"
-                           " raised_by, raised_at) VALUES (?,?,?,?,?,?,?)"
-                           " ON CONFLICT (key) DO NOTHING",
-                           (f"provider:{event_id}", run_id, approval_id, PROVIDER_FAILED, note,
-                            provider, time.time()))
+                raise_escalation(db, f"provider:{event_id}", run_id, PROVIDER_FAILED, note,
+                                 provider, approval_id)
                 self._step(db, run_id, "error", {"message": note})
                 db.execute("UPDATE runs SET status = ?, error = ?, updated_at = ?"
                            " WHERE id = ? AND lease_token IS NULL",
