@@ -229,9 +229,9 @@ class Accounts:
 
         Throttled per name, never per client: everyone behind one proxy, NAT or host is one
         client, so counting by client would let a stranger's wrong passwords lock the real
-        person out. Instead each wrong password for a name (counted by its key, so every
-        spelling and look-alike of it shares the count; unknown names too, so the answer does
-        not tell which names exist) makes that name wait longer (sign_in_delay) before its
+        person out. Instead each wrong password for a name (counted by its key, which every
+        spelling that signs in as it shares; unknown names too, so the answer does not tell
+        which names exist) makes that name wait longer (sign_in_delay) before its
         password is checked again, from any client; tries during the wait are refused unchecked
         and uncounted. The right password after the wait always works and clears the count, and
         a name's failures never slow any other name. Every failure is audited with its

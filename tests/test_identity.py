@@ -214,6 +214,9 @@ def test_one_person_with_a_twin_account_cannot_be_both_people(tmp_path):
     dana = accounts.sign_in("Dana Kim", "dana-password")
     other = accounts.sign_in(twin, "twin-password")
     assert (dana.name, other.name) == ("Dana Kim", twin)
+    assert (accounts.get("Dana Kim").name, accounts.get(twin).name) == ("Dana Kim", twin)
+    with pytest.raises(SignInFailed):
+        accounts.sign_in(twin, "dana-password")         # each with its own password only
     run = agent.advance(agent.start(
         "maya.chen@example.com", "Order A1043: the coffee maker arrived shattered, and "
         "honestly I also don't want the mugs anymore.").id)       # $66.50, above $50
