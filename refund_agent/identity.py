@@ -74,6 +74,12 @@ def _visible(text: str) -> str:
     return "".join(c for c in text if not default_ignorable(c))
 
 
+def shown(name: str) -> str:
+    """``name`` quoted for a message, its invisible characters written out (``\\u034f``), so
+    the message shows how two names that look the same differ."""
+    return "'" + "".join(f"\\u{ord(c):04x}" if default_ignorable(c) else c for c in name) + "'"
+
+
 @cache
 def confusable_pairs() -> tuple[tuple[str, str], ...]:
     """Unicode's confusables table as (character, what it looks like) pairs, both directions.
@@ -196,9 +202,9 @@ def looks_like(name: str, others: Iterable[str]) -> str | None:
 def taken_problem(name: str, existing: str) -> str:
     """Why ``name`` cannot be added beside the account ``existing``, which it passes for."""
     if canonical_name(name) == canonical_name(existing):
-        return f"An account named {existing!r} already exists."
-    return (f"An account named {existing!r} already exists, and {name!r} looks like it (names "
-            "are compared ignoring case, accents, invisible characters and look-alike "
+        return f"An account named {shown(existing)} already exists."
+    return (f"An account named {shown(existing)} already exists, and {shown(name)} looks like "
+            "it (names are compared ignoring case, accents, invisible characters and look-alike "
             "letters); choose a name that cannot pass for another.")
 
 
@@ -213,7 +219,7 @@ def name_problem(name: str) -> str | None:
     actor = looks_like(name, sorted(RESERVED_ACTORS))
     if actor is not None or name_key(name).endswith(name_key("(login)")):
         like = f" (it looks like {actor!r})" if actor and actor != canonical_name(name) else ""
-        return (f"{name!r} is a name the desk itself signs the audit log with{like}; choose a "
+        return (f"{shown(name)} is a name the desk itself signs the audit log with{like}; choose a "
                 "person's name.")
     return None
 

@@ -141,6 +141,7 @@ def test_a_look_alike_of_an_account_name_is_refused_naming_whom_it_looks_like(tm
     for message in (str(refused.value), str(again.value)):
         assert "'Dana Kim' already exists" in message and "looks like it" in message
         assert "\n" not in message
+        assert "\\u034f" in message if "\u034f" in twin else "\\u" not in message  # shown
     assert [a.name for a in accounts.all()] == ["Dana Kim"]
     assert same_person(twin, "Dana Kim") and name_key(twin) == name_key("Dana Kim")
 
