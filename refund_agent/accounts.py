@@ -4,8 +4,8 @@ With no accounts the desk runs in single-user demo mode: a decision is signed wi
 name is typed. Once one account exists, every decision is signed by an account whose password
 was given for it (the page's sign-in, or the terminal's prompt), and an approver may approve
 only up to their limit; a lead has none. Rejections are open to every account. Names are
-unique, and signed in with, in canonical form (identity.py); the page shows nothing to a
-visitor who has not signed in (web/page.py).
+unique by their skeleton, and signed in with in canonical form (identity.py: no name may pass
+for another); the page shows nothing to a visitor who has not signed in (web/page.py).
 
 Passwords are never stored: only a salted scrypt hash (standard library) with its parameters,
 so they can be raised later without breaking the accounts made before.
@@ -19,10 +19,11 @@ import hashlib
 import hmac
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import DecisionRefused, NotFound, RefundAgentError
-from .identity import canonical_name, name_key, name_problem
+from .identity import canonical_name, looks_like, name_key, name_problem, taken_problem
 from .shop import MAX_DOLLARS
 from .store import Store
 from .text import one_line
@@ -33,10 +34,14 @@ MIN_PASSWORD = 8
 # scrypt's cost: 16 MiB of memory and about 50 ms per check, slow enough to make guessing a
 # stolen hash expensive and fast enough for a sign-in.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
-# Failed sign-ins one client may have for a name in SIGN_IN_WINDOW seconds before its further
-# tries are refused for the rest of the window, without checking the password (a page is a
-# guessing machine). Counted in the store, so every process and restart shares the count.
-SIGN_IN_FAILURES, SIGN_IN_WINDOW = 5, 300.0
+# The sign-in throttle, per account name (by its skeleton), whoever tries it from wherever:
+# SIGN_IN_FREE wrong passwords cost nothing; each further one makes the name wait twice as
+# long after it (SIGN_IN_BASE seconds, then 2x, 4x...), at most SIGN_IN_CAP, before its
+# password is checked again. A page is a guessing machine: this lets one guess through per
+# SIGN_IN_CAP, and never locks anyone out (the right password after the wait always works).
+# Failures older than SIGN_IN_WINDOW are forgotten. Counted in the store, so every process,
+# host and restart shares it.
+SIGN_IN_FREE, SIGN_IN_BASE, SIGN_IN_CAP, SIGN_IN_WINDOW = 3, 2.0, 300.0, 3600.0
 # Host names the page answers to unless REFUND_AGENT_ALLOWED_HOSTS adds more.
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -81,6 +86,27 @@ def check_password(password: str, encoded: str) -> bool:
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(got, expected)
+
+
+def sign_in_delay(failures: int) -> float:
+    """Seconds a name waits after its latest wrong password, with ``failures`` in the window:
+    none for the first SIGN_IN_FREE, then doubling from SIGN_IN_BASE up to SIGN_IN_CAP."""
+    if failures < SIGN_IN_FREE:
+        return 0.0
+    return min(SIGN_IN_CAP, SIGN_IN_BASE * 2.0 ** min(failures - SIGN_IN_FREE, 32))
+
+
+def sign_in_wait(failures: int, since_latest: float) -> float:
+    """Seconds left before the name's password is checked again (0: now)."""
+    return max(0.0, sign_in_delay(failures) - since_latest)
+
+
+def _seconds(wait: float) -> str:
+    """``8 s``, ``4 min 10 s``, ``1 h``: a wait, rounded up (never "0 s" while one is left)."""
+    minutes, seconds = divmod(max(1, math.ceil(wait - 1e-9)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return " ".join(f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"),
+                                                   (seconds, "s")) if n)
 
 
 # A check against this hash when the name is unknown, so an unknown name takes as long to
@@ -131,8 +157,11 @@ def _account(row: dict) -> Account:
 class Accounts:
     """The accounts kept in one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] | None = None) -> None:
+        """``clock``: seconds since 1970 for the sign-in throttle; by default the database's
+        own clock, which every process and host on the store shares (tests pass their own)."""
         self.store = store
+        self.clock = clock
 
     def exist(self) -> bool:
         """False means single-user demo mode."""
@@ -142,9 +171,13 @@ class Accounts:
         return [_account(row) for row in self.store.account_rows()]
 
     def _rows(self, name: str) -> list[dict]:
-        """The account rows whose name is ``name`` in canonical form (at most one)."""
-        key = name_key(name)
-        return [row for row in self.store.account_rows() if name_key(row["name"]) == key]
+        """The account rows ``name`` signs in as: the one with this exact name in canonical
+        form, else those with its key (one, unless a store made before names were compared by
+        skeleton holds two that now share one; each still signs in under its own spelling,
+        and they count as one person wherever that matters, see identity.same_person)."""
+        key, canonical = name_key(name), canonical_name(name)
+        rows = [row for row in self.store.account_rows() if name_key(row["name"]) == key]
+        return [row for row in rows if canonical_name(row["name"]) == canonical] or rows
 
     def get(self, name: str) -> Account | None:
         """The account named ``name`` under any spelling of it (case, width, spacing)."""
@@ -161,6 +194,11 @@ class Accounts:
         name = " ".join(one_line(name, "account name").split())
         if problem := name_problem(name):
             raise DecisionRefused(problem)
+        # Again in the store, under its write lock; here so the terminal says it before it
+        # asks for a password.
+        existing = looks_like(name, [row["name"] for row in self.store.account_rows()])
+        if existing is not None:
+            raise DecisionRefused(taken_problem(name, existing))
         if role not in ROLES:
             raise DecisionRefused(f"The role must be one of {', '.join(ROLES)}, not {role!r}.")
         if role == "lead" and limit is not None:
@@ -189,33 +227,45 @@ class Accounts:
     def sign_in(self, name: str, password: str, client: str = "terminal") -> Account:
         """The account, if ``password`` is its password; SignInFailed otherwise.
 
-        After SIGN_IN_FAILURES wrong tries for a name from one ``client`` (the page's remote
-        address, or the terminal) within SIGN_IN_WINDOW seconds, that client is refused that
-        name for the rest of the window without checking anything, so the page cannot be used
-        to guess passwords. The count is kept in the store, by the name's canonical form: every
-        spelling, tab, process and restart shares it. Another client is not locked out, so a
-        stranger's guesses never keep the person with the right password out. Unknown names
-        count too, so the refusal does not tell which names exist; every failure is audited.
+        Throttled per name, never per client: everyone behind one proxy, NAT or host is one
+        client, so counting by client would let a stranger's wrong passwords lock the real
+        person out. Instead each wrong password for a name (counted by its key, which every
+        spelling that signs in as it shares; unknown names too, so the answer does not tell
+        which names exist) makes that name wait longer (sign_in_delay) before its
+        password is checked again, from any client; tries during the wait are refused unchecked
+        and uncounted. The right password after the wait always works and clears the count, and
+        a name's failures never slow any other name. Every failure is audited with its
+        ``client``, and each one that makes the name wait says in the audit whose name and for
+        how long (``sign_in_slowed``).
         """
         name = " ".join((name or "").split())
         key = name_key(name)
-        count, age = self.store.sign_in_failures(key, client, SIGN_IN_WINDOW)
-        if count >= SIGN_IN_FAILURES:
-            wait = SIGN_IN_WINDOW - age
-            raise SignInFailed(f"Too many wrong passwords for this name; try again in "
-                               f"{max(1, round(wait / 60))} min.")
+        now = self.clock() if self.clock is not None else None
+        failures, since = self.store.sign_in_failures(key, SIGN_IN_WINDOW, now=now)
+        if (wait := sign_in_wait(failures, since)) > 0:
+            raise SignInFailed(f"Too many wrong passwords for this name: its password is "
+                               f"checked again in {_seconds(wait)}.")
         rows = self._rows(name) if name else []
         if not rows:
             check_password(password or "", _DUMMY)
-        if not rows or not check_password(password or "", rows[0]["password"]):
+        account = next((row for row in rows if check_password(password or "", row["password"])),
+                       None)
+        if account is None:
+            failures += 1
+            delay = sign_in_delay(failures)
+            who = rows[0]["name"] if rows else canonical_name(name)
+            slowed = (f"sign-ins as {who} wait {_seconds(delay)} after {failures} wrong "
+                      f"passwords within {_seconds(SIGN_IN_WINDOW)} (the latest from {client})"
+                      if delay else None)
             # The audit names the name as tried (NFKC, case-folded): a look-alike spelling
             # shows as one there, while the throttle counts it with the name it imitates.
             self.store.sign_in_failed(key, client, SIGN_IN_WINDOW, canonical_name(name),
                                       f"{'wrong password' if rows else 'no such account'}"
-                                      f" from {client}")
-            raise SignInFailed("Wrong name or password.")
-        self.store.sign_in_succeeded(key, client)
-        return _account(rows[0])
+                                      f" from {client}", slowed=slowed, now=now)
+            wait = f" Sign-ins as this name now wait {_seconds(delay)}." if delay else ""
+            raise SignInFailed(f"Wrong name or password.{wait}")
+        self.store.sign_in_succeeded(key)
+        return _account(account)
 
     def current(self, name: str) -> Account:
         """A signed-in account as it is now (its role or limit may have changed since)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .identity import name_key
+from .identity import same_person
 from .models import ApprovalLine
 from .policy import Quote
 from .shop import Order
@@ -130,7 +130,7 @@ def four_eyes(by: str, amount_cents: int, keep: Sequence[str], above_cents: int 
     """
     if first is None:
         return (SIGN_OFF, None) if needs_two(amount_cents, above_cents) else (PAY, None)
-    if name_key(first.by) == name_key(by):
+    if same_person(first.by, by):
         return "refuse", (f"{by} already signed this refund off; refunds above "
                           f"{_dollars(above_cents or 0)} need a second, different person to "
                           "approve them.")
@@ -143,7 +143,7 @@ def four_eyes(by: str, amount_cents: int, keep: Sequence[str], above_cents: int 
 
 def own_ticket_problem(by: str, raised_by: str | None) -> str | None:
     """Why ``by`` may not approve a refund on a ticket they opened themselves, or None."""
-    if raised_by and name_key(raised_by) == name_key(by):
+    if raised_by and same_person(raised_by, by):
         return (f"{by} opened this ticket; someone else must approve its refund (send it to a "
                 "lead, or ask a colleague).")
     return None

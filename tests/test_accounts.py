@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
@@ -280,25 +279,26 @@ def test_account_changes_are_audited_with_who_made_them(tmp_path):
     assert store.verify_audit() is None
 
 
-def test_sign_in_guessing_is_refused_after_five_wrong_tries(tmp_path):
+def test_sign_in_guessing_waits_longer_after_each_wrong_try(tmp_path):
     from refund_agent import accounts as module
+    clock = [1_000_000.0]
     store = store_of(tmp_path / "out")
-    accounts = Accounts(store)
+    accounts = Accounts(store, clock=lambda: clock[0])
     accounts.add("Lee Park", "lead", LEE)
-    for _ in range(module.SIGN_IN_FAILURES):
+    for _ in range(module.SIGN_IN_FREE):
         with pytest.raises(SignInFailed, match="Wrong name or password"):
             accounts.sign_in("Lee Park", "guess")
     # Now even the right password is refused, without being checked, for a while.
     with pytest.raises(SignInFailed, match="Too many wrong passwords"):
         accounts.sign_in("lee  park".title(), LEE)
     # Other names are not held up, and an unknown name is throttled the same way.
-    for _ in range(module.SIGN_IN_FAILURES):
+    for _ in range(module.SIGN_IN_FREE):
         with pytest.raises(SignInFailed, match="Wrong name or password"):
             accounts.sign_in("Nobody", "guess")
     with pytest.raises(SignInFailed, match="Too many"):
         accounts.sign_in("Nobody", "guess")
-    # The window passes (the failures are made older than it, in the store that keeps them):
-    # the right password works again and clears the count.
-    with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE sign_in_failures SET at = at - ?", (module.SIGN_IN_WINDOW + 1,))
+    # The wait passes: the right password works again and clears the count.
+    clock[0] += module.sign_in_delay(module.SIGN_IN_FREE)
     assert accounts.sign_in("Lee Park", LEE).name == "Lee Park"
+    with pytest.raises(SignInFailed, match="Wrong name or password.$"):
+        accounts.sign_in("Lee Park", "guess")     # a fresh count: no wait after one

@@ -228,7 +228,7 @@ def check_upgraded(store: Store, version: str, rows: dict[str, list[dict]]) -> N
     if has(version, 5):
         assert store.ledger_find("refunds", "call_refund")["refund_id"] == "re_1"
     if has(version, 7):
-        assert store.sign_in_failures("lee park", "page", 10**10)[0] == 1
+        assert store.sign_in_failures("lee park", 10**10)[0] == 1
     assert new.status == RunStatus.WORKING
 
 

@@ -11,6 +11,7 @@ is held to the same answers in well under a minute.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -363,15 +364,19 @@ def test_accounts_are_unique_by_canonical_name_and_audited(store):
 
 
 def test_failed_sign_ins_are_counted_by_the_database_clock_and_forgotten(store):
-    key, client = f"lee {uuid.uuid4().hex[:6]}", "page"
-    assert store.sign_in_failures(key, client, 300.0) == (0, 0.0)
-    store.sign_in_failed(key, client, 300.0, key, "wrong password")
-    store.sign_in_failed(key, client, 300.0, key, "wrong password")
-    count, age = store.sign_in_failures(key, client, 300.0)
-    assert count == 2 and 0 <= age < 60
-    assert store.sign_in_failures(key, "other", 300.0) == (0, 0.0)
-    store.sign_in_succeeded(key, client)
-    assert store.sign_in_failures(key, client, 300.0) == (0, 0.0)
+    key = f"lee {uuid.uuid4().hex[:6]}"
+    assert store.sign_in_failures(key, 300.0) == (0, 0.0)
+    store.sign_in_failed(key, "page 10.0.0.66", 300.0, key, "wrong password")
+    store.sign_in_failed(key, "terminal", 300.0, key, "wrong password", slowed="waits 2 s")
+    count, since = store.sign_in_failures(key, 300.0)    # by name, from every client
+    assert count == 2 and 0 <= since < 60
+    assert store.sign_in_failures("someone else", 300.0) == (0, 0.0)
+    # A caller's own clock (tests): an hour on, the window has passed.
+    assert store.sign_in_failures(key, 300.0, now=time.time() + 3600) == (0, 0.0)
+    assert [(e.event, e.note) for e in store.audit() if e.actor == key][-2:] == [
+        ("sign_in_failed", "wrong password"), ("sign_in_slowed", "waits 2 s")]
+    store.sign_in_succeeded(key)
+    assert store.sign_in_failures(key, 300.0) == (0, 0.0)
 
 
 # -- the ledger --------------------------------------------------------------------------------

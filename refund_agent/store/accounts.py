@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ..errors import DecisionRefused, NotFound
-from ..identity import name_key
+from ..identity import same_person, taken_problem
 from .core import StoreCore
 
 
@@ -21,17 +21,14 @@ class Accounts(StoreCore):
         Who may sign decisions is part of the record: the change is audited, by ``by``.
         """
         with self._tx() as db:
-            # Names are unique by their canonical key (case, width, look-alike letters), which
-            # SQL cannot compute: the check reads every name under the write lock (SQLite's
-            # BEGIN IMMEDIATE; on PostgreSQL an advisory lock that no order id can take).
+            # Names are unique by their skeletons (case, width, accents, invisible characters,
+            # look-alike letters), which SQL cannot compute: the check reads every name under
+            # the write lock (SQLite's BEGIN IMMEDIATE; on PostgreSQL an advisory lock that no
+            # order id can take).
             self.lock_order(db, "accounts (names)")
-            key = name_key(name)
             for (existing,) in db.execute("SELECT name FROM accounts").fetchall():
-                if name_key(existing) == key:
-                    raise DecisionRefused(
-                        f"An account named {existing!r} already exists ({name!r} is the same "
-                        "name: names are compared ignoring case, spacing and look-alike "
-                        "letters).")
+                if same_person(name, existing):
+                    raise DecisionRefused(taken_problem(name, existing))
             added = db.execute("INSERT INTO accounts(name, role, limit_cents, password,"
                                " created_at) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
                                (name, role, limit_cents, password, time.time())).rowcount
@@ -56,33 +53,42 @@ class Accounts(StoreCore):
         return bool(self._read("SELECT 1 FROM accounts LIMIT 1"))
 
     # -- the sign-in throttle, shared by every process on this store (see accounts.py) ------
+    # One row per wrong password, keyed by the name's key (name_key) with the client it came
+    # from; the throttle counts a name's rows whatever their client. ``now``: seconds since
+    # 1970 from the caller's clock (tests); None, the database's.
 
-    def sign_in_failures(self, key: str, client: str, window: float) -> tuple[int, float]:
-        """(failed sign-ins of ``key`` from ``client`` in the last ``window`` seconds, seconds
-        since the oldest of them), by the database's clock."""
-        count, oldest, now = self._read(
-            f"SELECT COUNT(*), MIN(at), {self.now} FROM sign_in_failures"
-            f" WHERE name_key = ? AND client = ? AND at > {self.now} - ?",
-            (key, client, window))[0]
-        return count, (now - oldest) if count else 0.0
+    def _clock(self, now: float | None) -> tuple[str, tuple]:
+        return ("?", (now,)) if now is not None else (self.now, ())
 
-    def sign_in_failed(self, key: str, client: str, window: float, actor: str, note: str
-                       ) -> None:
-        """Count one failed sign-in under ``key`` and audit it as by ``actor`` (the name as
-        tried, in canonical form; never the password).
+    def sign_in_failures(self, key: str, window: float, now: float | None = None
+                         ) -> tuple[int, float]:
+        """(failed sign-ins of ``key`` in the last ``window`` seconds, from any client;
+        seconds since the latest of them)."""
+        clock, at = self._clock(now)
+        count, latest, current = self._read(
+            f"SELECT COUNT(*), MAX(at), {clock} FROM sign_in_failures"
+            f" WHERE name_key = ? AND at > {clock} - ?", (*at, key, *at, window))[0]
+        return count, (current - latest) if count else 0.0
+
+    def sign_in_failed(self, key: str, client: str, window: float, actor: str, note: str,
+                       slowed: str | None = None, now: float | None = None) -> None:
+        """Count one failed sign-in under ``key`` from ``client`` and audit it as by
+        ``actor`` (the name as tried, in canonical form; never the password); ``slowed``, if
+        given, is audited beside it (``sign_in_slowed``: whose sign-ins wait, and how long).
 
         Entries older than the window are dropped here, so the table holds one window's worth.
         """
+        clock, at = self._clock(now)
         with self._tx() as db:
-            db.execute(f"DELETE FROM sign_in_failures WHERE at <= {self.now} - ?", (window,))
+            db.execute(f"DELETE FROM sign_in_failures WHERE at <= {clock} - ?", (*at, window))
             db.execute("INSERT INTO sign_in_failures(name_key, client, at)"
-                       f" VALUES (?, ?, {self.now})", (key, client))
+                       f" VALUES (?, ?, {clock})", (key, client, *at))
             self._audit(db, "sign_in_failed", actor, note=note)
+            if slowed:
+                self._audit(db, "sign_in_slowed", actor, note=slowed)
 
-    def sign_in_succeeded(self, key: str, client: str) -> None:
-        """Forget ``client``'s failures for ``key`` (a write only when there are some)."""
-        if self._read("SELECT 1 FROM sign_in_failures WHERE name_key = ? AND client = ?"
-                      " LIMIT 1", (key, client)):
+    def sign_in_succeeded(self, key: str) -> None:
+        """Forget ``key``'s failures, from every client (a write only when there are some)."""
+        if self._read("SELECT 1 FROM sign_in_failures WHERE name_key = ? LIMIT 1", (key,)):
             with self._tx(durable=False) as db:
-                db.execute("DELETE FROM sign_in_failures WHERE name_key = ? AND client = ?",
-                           (key, client))
+                db.execute("DELETE FROM sign_in_failures WHERE name_key = ?", (key,))

@@ -104,8 +104,8 @@ def sign_out() -> None:
 
 
 def client() -> str:
-    """Who is trying to sign in, for the throttle: the browser's address as the server sees it
-    (every tab of one browser alike, so a new tab does not reset the count)."""
+    """Who is trying to sign in, for the audit: the browser's address as the server sees it.
+    The throttle counts by name, not by this (everyone behind one proxy shares an address)."""
     try:
         address = st.context.ip_address
     except Exception:  # noqa: BLE001 - no request (AppTest): one client for the session
