@@ -19,7 +19,8 @@ text>", "error": "<message>"}`` (the default), or OpenAI's nested ``{"error": {.
 (``dialect="openai"`` or ``REFUND_AGENT_OFFLINE_DIALECT=openai``). The xAI dialect also
 answers with UUID response ids and ``call-<8 hex>-<n>`` call ids, returns the encrypted
 reasoning of grok-4.7 unasked, refuses ``instructions`` with ``previous_response_id``, and
-refuses a reasoning effort the model does not take (the model table in providers.py).
+refuses a reasoning effort the model does not take (the model table in providers.py); the
+OpenAI dialect refuses ``include`` of the encrypted reasoning on a model without reasoning.
 ``POST /_offline/clock`` moves the server's clock forward (tests age stored
 responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
 Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
@@ -657,17 +658,23 @@ class OfflineServer:
             raise gone from None
 
     def _check_model(self, body: dict[str, Any]) -> None:
-        """Refuses a reasoning effort the model does not take, as the provider would.
+        """Refuses a reasoning effort the model does not take, and (OpenAI) the encrypted
+        reasoning of a model without reasoning, as the provider would.
 
         The model table is providers.MODELS; a model it does not know is served as it is.
         """
-        effort = (body.get("reasoning") or {}).get("effort")
-        if effort is None:
-            return
         from ..providers import model_info  # lazily: the server imports only the stdlib
 
         info = model_info(body["model"])
-        if info is None or effort in info.efforts:
+        asked = events.INCLUDE_ENCRYPTED_REASONING in (body.get("include") or [])
+        if asked and info is not None and not info.reasoning and self.dialect == events.OPENAI:
+            # OpenAI's words and shape for include on gpt-4o, gpt-4o-mini, gpt-4.1
+            # (pydantic/pydantic-ai#2865, microsoft/agent-framework#7483); xAI documents
+            # nothing for its models, so the xAI dialect keeps serving it.
+            raise ApiError(400, "Encrypted content is not supported with this model.",
+                           param="include")
+        effort = (body.get("reasoning") or {}).get("effort")
+        if effort is None or info is None or effort in info.efforts:
             return
         if self.dialect == events.XAI:
             if not info.efforts:
