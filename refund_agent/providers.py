@@ -238,11 +238,27 @@ class ProviderError:
     retry: bool
     advice: str
 
-    def plain(self) -> str:
-        """One paragraph for the page, the terminal and the run's failure."""
+    @property
+    def permanent(self) -> bool:
+        """Whether asking again the same way can only meet the same answer: a refusal (4xx)
+        other than a timeout, a conflict or a rate limit. A 5xx, a cut connection or a
+        stream's error event (no status) may go away."""
+        return refused_for_good(self.status)
+
+    def said(self) -> str:
+        """What went wrong, in the provider's words, without the advice."""
         where = f" ({self.status})" if self.status else ""
         said = f": {self.message}" if self.message else ""
-        return f"{_HEADLINES[self.kind]}{where}{said}. {self.advice}".replace("..", ".")
+        return f"{_HEADLINES[self.kind]}{where}{said}".rstrip(".")
+
+    def plain(self) -> str:
+        """One paragraph for the page, the terminal and the run's failure."""
+        return f"{self.said()}. {self.advice}".replace("..", ".")
+
+
+def refused_for_good(status: int | None) -> bool:
+    """A status no retry changes: a 4xx but 408 (timeout), 409 (conflict), 429 (rate limit)."""
+    return status is not None and 400 <= status < 500 and status not in (408, 409, 429)
 
 
 _HEADLINES = {
@@ -271,6 +287,8 @@ _PARAM = re.compile(r"reasoning|effort|argument not supported|unsupported parame
                     r"not supported|unknown parameter|invalid value|parameter", re.I)
 GONE_CODES = frozenset({"previous_response_not_found"})
 RESUME = "Resume retries from the last stored response."
+REFUSED = ("Not retried: the same request meets the same refusal, so resuming helps only once "
+           "what it names is changed.")
 
 
 def body_fields(body: Any) -> tuple[str | None, str]:
@@ -375,6 +393,9 @@ def read_error(status: int | None, body: Any, *, settings_hint: str = XAI,
         return error("bad_parameter", False, advice)
     if status is not None and status >= 500:
         return error("server", True, f"Retried with backoff. {RESUME}")
+    if refused_for_good(status):
+        # Asking again the same way (what resume does) meets the same refusal.
+        return error("other", False, REFUSED)
     return error("other", False, RESUME)
 
 

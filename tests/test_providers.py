@@ -11,6 +11,9 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from refund_agent import Agent, RunStatus, Settings
 from refund_agent.model import ModelAccess, ProviderClient
@@ -152,6 +155,27 @@ def test_every_error_shape_is_read_into_plain_words(status, body, kind, words):
     assert error.kind == kind
     assert words in error.plain()
     assert "Error code" not in error.plain()
+
+
+BODY_WORDS = ["", "Failed to deserialize the JSON body", "model", "reasoning", "credits",
+              "rate limit", "api key", "store", "encrypted content", "not supported",
+              "<html><title>Oops</title></html>", "previous_response_not_found"]
+
+
+@hyp_settings(max_examples=300, deadline=None)
+@given(status=st.one_of(st.none(), st.integers(400, 599)),
+       words=st.lists(st.sampled_from(BODY_WORDS), max_size=3),
+       flat=st.booleans())
+def test_resume_is_promised_only_where_asking_again_can_help(status, words, flat):
+    """A refusal no retry cures (a 4xx but 408, 409, 429) is never told "resume retries",
+    since resume sends the same request again (#33 item 10); anything else may be."""
+    message = " ".join(words)
+    body = {"code": "x", "error": message} if flat else {"error": {"message": message}}
+    error = read_error(status, body)
+    permanent = status is not None and status < 500 and status not in (408, 409, 429)
+    assert error.permanent == permanent
+    if permanent:
+        assert "Resume retries" not in error.plain() and not error.retry
 
 
 def test_the_id_anywhere_in_the_body_means_the_stored_response_is_gone():

@@ -77,8 +77,11 @@ log = logging.getLogger(__name__)
 
 FAULTS_ENV = "REFUND_AGENT_OFFLINE_FAULTS"
 DIALECT_ENV = "REFUND_AGENT_OFFLINE_DIALECT"
-# "credits": a 429 saying the team is out of credits (not worth retrying).
-KNOWN_FAULTS = frozenset({"429", "500", "503", "cut", "credits"})
+# "credits": a 429 saying the team is out of credits (not worth retrying). "422": a request
+# refused for good (xAI: "a field in the POST request body has an invalid format"), as a
+# transcript the provider cannot read is refused however often it is sent. "ok": no fault, to
+# place a later one (the transcript resent after a 404, not the request that got the 404).
+KNOWN_FAULTS = frozenset({"422", "429", "500", "503", "cut", "credits", "ok"})
 # How a continuation of a gone stored response is refused: a 404 naming the id (both
 # dialects), a bare 404 that names nothing (only a retrieve tells), or xAI's 400
 # previous_response_not_found (its WebSocket-mode documentation).
@@ -308,7 +311,8 @@ class OfflineServer:
         state_path: SQLite file holding stored responses (parents created).
         latency: Seconds a reply takes; streamed replies spread it over deltas,
             background ones spend it queued.
-        faults: Initial fault queue (``"429"``, ``"500"``, ``"503"``, ``"cut"``);
+        faults: Initial fault queue (``"422"``, ``"429"``, ``"500"``, ``"503"``, ``"cut"``,
+            ``"credits"``, ``"ok"``);
             ``None`` reads the comma-separated ``REFUND_AGENT_OFFLINE_FAULTS``.
         clock: Time source for ``created_at`` and the 30-day expiry (moved
             forward by :meth:`advance_clock`).
@@ -1032,7 +1036,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         app = self.server.app
         fault = app.record(body) if isinstance(body, dict) else None
-        if fault in ("429", "500", "503", "credits"):
+        if fault in ("422", "429", "500", "503", "credits"):
             raise fault_error(fault, app.dialect)
         if isinstance(body, dict) and body.get("background"):
             if fault == "cut":
