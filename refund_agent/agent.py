@@ -27,7 +27,7 @@ from .config import Settings, load_settings
 from .crash import crash_point
 from .errors import LeaseLost, RunNotReady
 from .escalations import Escalation
-from .failures import refused_transcript, response_gone, still_gone
+from .failures import refused_after_payment, refused_transcript, response_gone, still_gone
 from .intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
 from .model import ModelAccess, open_model, provider_error
 from .models import Approval, ApprovalStatus, Call, Reply, Run, RunStatus, StepKind
@@ -95,6 +95,10 @@ class Loop:
     def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
         """The failure message of a run that cannot continue (the refund desk also emails)."""
         return why
+
+    def money_moved(self, run_id: str) -> bool:
+        """Whether the run paid anything, so a failure no retry cures goes to a person."""
+        return False
 
     def _crash_at(self, name: str) -> None:
         crash_point(name, self._crash)
@@ -186,6 +190,11 @@ class Loop:
         if error.kind == "bad_reasoning":
             return _Ending(RunStatus.FAILED, self.hand_over(run_id, lease,
                                                             refused_transcript(error)))
+        if error.permanent and self.money_moved(run_id):
+            # Resume would send the same request and meet the same refusal: the customer,
+            # whose money moved, would never be told. A person takes the ticket instead.
+            return _Ending(RunStatus.FAILED, self.hand_over(run_id, lease,
+                                                            refused_after_payment(error)))
         if error.kind == "response_gone":
             return _Ending(RunStatus.FAILED, still_gone(previous, error))
         return _Ending(RunStatus.FAILED, error.plain())
@@ -428,6 +437,9 @@ class Agent(Loop):
 
     def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
         return hand_over(self.store, self.shop, self.outbox, run_id, lease, why)
+
+    def money_moved(self, run_id: str) -> bool:
+        return any(step.kind == StepKind.REFUND for step in self.store.steps(run_id))
 
     def two_person_above_cents(self) -> int | None:
         return self.shop.info.desk.two_person_above_cents   # shop.json "desk"

@@ -14,6 +14,8 @@ from typing import Any
 
 from .approving import unit_problem
 from .errors import PaymentUncertain
+from .escalations import CANNOT_CONTINUE
+from .failures import HANDED_OVER
 from .models import Approval, ApprovalStatus, Call, Run, StepKind
 from .outside import Outbox, Payments, with_signature
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
@@ -219,12 +221,13 @@ def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
 
 def hand_over(store: Store, shop: Shop, outbox: Outbox, run_id: str, lease: Lease,
               why: str) -> str:
-    """A run that cannot continue: tell the customer a person will follow up, and leave
-    the team a note (the run's failure) saying so.
+    """A run that cannot continue: put it in front of a lead (an escalation), tell the
+    customer a person will follow up, and leave the team a note (the run's failure) saying so.
 
-    The email goes through the outbox under a key of the run's own, so however often the
-    run is resumed and fails again, the customer gets it once; only ever to the sender.
-    A refund paid before the failure is named in it, since the model never got to say so.
+    The escalation is keyed by the run and the email goes through the outbox under a key of
+    the run's own, so however often the run is resumed and fails again, there is one of each;
+    the email only ever to the sender. A refund paid before the failure is named in it, since
+    the model never got to say so.
     """
     run = store.run(run_id)
     paid = [s.data for s in store.steps(run_id) if s.kind == StepKind.REFUND]
@@ -238,11 +241,12 @@ def hand_over(store: Store, shop: Shop, outbox: Outbox, run_id: str, lease: Leas
         f"{greeting}\n\nThank you for your patience.{refund} We could not finish handling "
         "your request automatically, so a member of our team will look at it and follow "
         "up with you personally.", shop.info.signature)
-    store.check_lease(lease)   # a process that lost the run sends nothing
+    # Fenced: a process that lost the run raises nothing and sends nothing.
+    store.escalate_run(lease, CANNOT_CONTINUE, why)
     _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}", body)
     told = "was already told" if reused else "was told"
-    return (f"{why} A person needs to take this ticket over: the customer ({run.sender}) "
-            f"{told} by email that a person will follow up.")
+    return (f"{why} {HANDED_OVER}: the customer ({run.sender}) {told} by email that a person "
+            "will follow up.")
 
 
 # An email written in the same response as a refund proposal, before anyone decided it.

@@ -37,6 +37,7 @@ from .errors import (
     RunNotReady,
 )
 from .escalations import HANDOFF, Escalation
+from .failures import handed_over
 from .migrate import migrate
 from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
 from .outside import RESENT_EMAIL, stripe_missing
@@ -218,7 +219,9 @@ def _summary(run: Run, out: TextIO) -> None:
     status = {
         RunStatus.WAITING: "waiting for approval: `refund-agent approve --as NAME` or `reject`",
         RunStatus.STOPPED: "stopped: `refund-agent resume` continues it",
-        RunStatus.FAILED: f"failed: {run.error} (`refund-agent resume` retries)",
+        # A ticket handed to a person is not one a resume gets past (failures.handed_over).
+        RunStatus.FAILED: f"failed: {run.error}" + (
+            "" if handed_over(run.error) else " (`refund-agent resume` retries)"),
         RunStatus.DONE: "done",
         RunStatus.ASKED: "waiting on the customer's answer: `refund-agent reply` continues it",
         RunStatus.WORKING: "working",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,6 +71,25 @@ def _setting(name: str, default: float) -> float:
         raw = os.environ.get(name, "").strip()
         raise ConfigError(f"{name} must be {allowed.describe()}, got {raw!r}.")
     return value
+
+
+def key_problem(key: str, name: str) -> str | None:
+    """Why ``key`` cannot be an API key, naming the first wrong character and where it is;
+    None when every character is a visible ASCII one (what the providers' keys are made of).
+
+    A key goes in an HTTP header, which only carries ASCII: a key pasted with curly quotes or
+    an invisible space ended every request in a UnicodeEncodeError. The key itself is never
+    put in the message (secrets are never logged), only the one character that is wrong.
+    """
+    for position, char in enumerate(key, start=1):
+        if not "!" <= char <= "~":
+            code = f"U+{ord(char):04X}"
+            what = unicodedata.name(char, "")
+            hint = " (pasted with quotes?)" if "QUOTATION MARK" in what else ""
+            return (f"{name} has a character no API key has, at position {position}: "
+                    f"{code} {what}".rstrip() + f"{hint}. Paste the key again as plain text, "
+                    "without quotes or spaces.")
+    return None
 
 
 @dataclass(frozen=True)
@@ -144,6 +164,9 @@ class Settings:
         if not (isinstance(self.max_retries, int) and self.max_retries >= 0):
             raise ConfigError(f"Settings.max_retries must be a whole number, 0 or more, got "
                               f"{self.max_retries!r}.")
+        profile = PROFILES.get(self.provider, PROFILES[XAI])
+        if problem := key_problem(self.api_key, profile.key_env):
+            raise ConfigError(problem)
 
     @property
     def offline(self) -> bool:

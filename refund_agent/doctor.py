@@ -1,10 +1,12 @@
 """``refund-agent doctor``: does the configured provider work, and if not, what to change.
 
-With a key it sends one tiny streamed request, the way the agent sends its own (the model, the
-effort the model table allows, ``store`` as the zero-retention setting says), then reads the
-stored response back; each failure is read into plain words by providers.read_error, and where
-one setting is at fault the request is tried once more without it, so the other checks still
-say something. Without a key it says what the offline stand-in is and how to switch.
+With a key it sends one tiny streamed request built by the agent's own builder
+(turns.build_request, with the same model, tools, effort, ``include`` and ``store`` decisions),
+so what works here works for a ticket's first request; then it reads the stored response back.
+Each failure is read into plain words by providers.read_error, and where one setting is at
+fault the request is tried once more without it, so the other checks still say something. A
+host that cannot be reached at all is named, with why. Without a key it says what the offline
+stand-in is and how to switch.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 
 import openai
 
+from . import turns
 from .config import Settings
 from .model import ProviderClient, provider_error
-from .providers import PROFILES, ProviderError, effort_for, model_info
+from .providers import PROFILES, ProviderError, effort_for, model_info, needs_include
+from .tools import tool_schemas
 
 PROMPT = "Reply with the single word OK."
 
@@ -73,10 +77,13 @@ def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Ch
                                       max_retries=0, timeout=min(settings.timeout, 120.0))
     model = settings.model
     effort = effort_for(model, settings.reasoning_effort)
-    store = not settings.zero_retention
-    params: dict = {"model": model, "input": PROMPT, "store": store, "stream": True}
-    if effort:
-        params["reasoning"] = {"effort": effort}
+    keep_nothing = settings.zero_retention
+    # The parameters of a ticket's first request, from the same builder and decisions as
+    # Agent._turn (tests/test_doctor.py compares the two bodies).
+    params = turns.build_request(
+        model=model, run_id="refund-agent-doctor", items=[turns.user_message(PROMPT)],
+        tools=tool_schemas(), previous_response_id=None, zero_retention=keep_nothing,
+        include=needs_include(model, store=not keep_nothing), effort=effort)
     checks: dict[str, Check] = {}
     info = model_info(model)
     if info is None:
@@ -88,18 +95,29 @@ def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Ch
                                  f"{settings.reasoning_effort!r} (it takes: {takes}), so none "
                                  "is sent")
     response_id = None
-    for _attempt in range(3):
+    for _attempt in range(4):   # each setting at fault is dropped once, then the rest tried
         try:
             response_id = _stream_once(client, params)
             break
         except openai.APIError as exc:
             error = provider_error(exc, settings.provider)
-            if error.kind == "bad_parameter" and "reasoning" in params:
+            if error.kind == "unreachable":
+                # Nothing was sent: say which host and why, not that a stream broke.
+                checks["network"] = Check("network", False, f"{error.message}; check the "
+                                          "network, a proxy, or REFUND_AGENT_BASE_URL")
+                break
+            if (error.kind == "bad_parameter" and "include" in params
+                    and "encrypted" in error.message.lower()):
+                checks["model"] = _fail("model", error)   # a model without reasoning
+                params.pop("include")         # try the rest without it
+            elif error.kind == "bad_parameter" and "reasoning" in params:
                 checks["effort"] = _fail("effort", error)
                 params.pop("reasoning")       # try the rest without it
             elif error.kind == "zero_retention" and params["store"]:
                 checks["storage"] = _fail("storage", error)
-                params["store"] = False
+                params["store"] = False       # as the agent sends it with zero retention
+                if needs_include(model, store=False):
+                    params["include"] = turns.INCLUDE
             else:
                 checks.update(_fatal(error))
                 break
@@ -114,6 +132,8 @@ def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Ch
         if "storage" not in checks:
             checks["storage"] = _storage(client, response_id, params["store"])
     order = ["key", "model", "effort", "storage", "streaming"]
+    if "network" in checks:   # listed only when the host could not be reached
+        order.insert(0, "network")
     return [checks.get(name, Check(name, None, "not checked")) for name in order]
 
 
@@ -125,7 +145,7 @@ def _fatal(error: ProviderError) -> dict[str, Check]:
     """A failure that stops the checks, put against the setting it is about."""
     where = {"bad_key": "key", "no_permission": "key", "out_of_credits": "key",
              "no_model": "model", "bad_parameter": "model", "zero_retention": "storage",
-             "connection": "streaming"}.get(error.kind, "key")
+             "connection": "streaming", "unreachable": "network"}.get(error.kind, "key")
     return {where: _fail(where, error)}
 
 

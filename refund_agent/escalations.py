@@ -19,10 +19,15 @@ HANDOFF = "over_limit"
 # Raised by the payment provider's report that a refund it accepted failed or was cancelled
 # (outside/webhooks.py): the customer was told the money went back, and it did not.
 PROVIDER_FAILED = "refund_failed"
+# Raised when a run cannot go on and a person must finish it (calls.hand_over): the model
+# refused the run's transcript, the transcript is gone, or, after the refund was paid, the
+# provider refused a request no retry gets past. The customer was told a person follows up.
+CANNOT_CONTINUE = "cannot_continue"
 KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
                "policy_exception": "Exception the policy cannot grant",
                HANDOFF: "Over an approver's limit",
-               PROVIDER_FAILED: "Refund failed at the payment provider"}
+               PROVIDER_FAILED: "Refund failed at the payment provider",
+               CANNOT_CONTINUE: "The run cannot continue; a person must finish it"}
 
 
 class Escalation(BaseModel):

@@ -7,6 +7,27 @@ import openai
 from .model import provider_error
 from .providers import ProviderError
 
+# How a run's failure says that a person has the ticket now (calls.hand_over writes it): the
+# terminal does not then tell anyone that resuming retries (cli._summary).
+HANDED_OVER = "A person needs to take this ticket over"
+
+
+def handed_over(error: str | None) -> bool:
+    """Whether a run's failure says the ticket went to a person."""
+    return bool(error) and HANDED_OVER in error
+
+
+def refused_after_payment(error: ProviderError) -> str:
+    """The provider refused a request for good after the run's refund was paid.
+
+    Resuming sends the same request and meets the same refusal (issue 33 item 10: xAI's 422 on
+    a transcript sent after the stored response expired), so the run is not left for a resume
+    that cannot help, and the customer, whose money moved, is not left untold.
+    """
+    return (f"{error.said()}. The refund was already paid, and sending the request again meets "
+            "the same refusal, so the run stopped here rather than leave the customer "
+            "without an answer.")
+
 
 def response_gone(client: openai.OpenAI, provider: str, exc: openai.APIStatusError,
                   missing: str) -> bool:
@@ -40,6 +61,7 @@ def refused_transcript(error: ProviderError) -> str:
 
 def still_gone(previous: str | None, error: ProviderError) -> str:
     """The stored response is gone and the request sent from the transcript failed too."""
+    then = ("resume retries." if error.retry else "sending it again meets the same refusal, so "
+            "resuming helps only once what it names is changed.")
     return (f"The stored response {previous} is gone, and the request sent from the run's "
-            f"transcript instead was refused too ({error.message or error.code}); resume "
-            "retries.")
+            f"transcript instead was refused too ({error.message or error.code}); {then}")

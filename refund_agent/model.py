@@ -6,6 +6,7 @@ base URL and key differ. That is what lets every test exercise the real SDK with
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -63,10 +64,42 @@ class ProviderClient(openai.OpenAI):
         return super()._should_retry(response)
 
 
+def unreachable(exc: BaseException) -> str | None:
+    """``"HOST (why)"`` when a request never reached the provider (its name did not resolve,
+    the connection was refused or timed out); None when it did and broke later, or for any
+    other error. Read from the exceptions the SDK's client chained, innermost last."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    if not any(isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) for e in chain):
+        return None
+    why = "could not connect"
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            why = "name not resolved"
+        elif isinstance(e, ConnectionRefusedError):
+            why = "connection refused"
+        elif isinstance(e, httpx2.ConnectTimeout | TimeoutError):
+            why = "timed out connecting"
+        elif isinstance(e, OSError) and e.strerror and why == "could not connect":
+            why = e.strerror.lower()
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None)
+    host = "the provider"
+    if url is not None and url.host:
+        host = url.host + (f":{url.port}" if url.port else "")
+    return f"{host} ({why})"
+
+
 def provider_error(exc: openai.APIError, provider: str,
                    response_id: str | None = None) -> ProviderError:
     """What an SDK error means, read from the body the provider actually sent."""
     if isinstance(exc, openai.APIConnectionError):
+        if where := unreachable(exc):
+            return ProviderError(None, None, f"could not reach {where}", "unreachable", True,
+                                 f"Check the network (or REFUND_AGENT_BASE_URL). {RESUME}")
         return ProviderError(None, None, "", "connection", True, f"Retried. {RESUME}")
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)

@@ -19,6 +19,19 @@ Sources (read 2026-12-01):
   high; it returns ``reasoning.encrypted_content`` on every response, and an explicit include
   stops xAI keeping the thinking trace for rehydration). grok-4, grok-4.20-* and
   grok-4-1-fast-* refuse the parameter ("Model does not support parameter reasoningEffort").
+  grok-4.3: none, low, medium, high, default low (docs.x.ai/developers/model-capabilities/text/
+  reasoning, "Effort levels"); grok-4.5: low, medium, high, default high, reasoning cannot be
+  turned off (xAI's grok-4.5 page, as quoted in anomalyco/opencode#39448 and
+  Zoo-Code-Org/Zoo-Code#866). Both return the encrypted reasoning only when ``include`` asks for
+  it: xAI documents the unasked return for grok-4.7 alone.
+- Encrypted reasoning at OpenAI: only reasoning models (the gpt-5 family, o-series) have it.
+  Asking a model without reasoning for it is refused before anything runs, 400
+  ``{"error": {"message": "Encrypted content is not supported with this model.", "type":
+  "invalid_request_error", "param": "include", "code": null}}`` (gpt-4o and gpt-4o-mini in
+  pydantic/pydantic-ai#2865, gpt-4.1 in microsoft/agent-framework#7483).
+- xAI's statuses (docs.x.ai/developers/debugging): 422 is "a field in the POST request body
+  has an invalid format"; like every 4xx but 408, 409 and 429, asking again the same way
+  meets the same answer.
 - OpenAI prices: openai.com/api/pricing (USD per million tokens), as published in 2026; OpenAI
   does not report a request's cost, so the project's figure is an estimate from this table.
 """
@@ -83,6 +96,8 @@ class Model:
         efforts: the ``reasoning.effort`` values it takes; empty: it refuses the parameter.
         encrypted_by_default: it returns the encrypted reasoning without being asked (so
             ``include`` is needed only with ``store: false``).
+        reasoning: it reasons, so it has encrypted reasoning to ask for; OpenAI refuses
+            ``include: ["reasoning.encrypted_content"]`` on a model without (see Sources).
         price: USD per million tokens (input, cached input, output), for providers that do not
             report cost; None where the response reports it.
     """
@@ -92,11 +107,14 @@ class Model:
     efforts: tuple[str, ...]
     encrypted_by_default: bool = False
     price: tuple[float, float, float] | None = None
+    reasoning: bool = True
 
 
 # Most specific patterns first: the first match wins.
 MODELS: tuple[Model, ...] = (
     Model("grok-4.7", XAI, ("low", "medium", "high", "xhigh"), encrypted_by_default=True),
+    Model("grok-4.5", XAI, ("low", "medium", "high")),
+    Model("grok-4.3", XAI, ("none", "low", "medium", "high")),
     Model("grok-4.20-*", XAI, ()),
     Model("grok-4-1-fast-*", XAI, ()),
     Model("grok-4", XAI, ()),
@@ -107,10 +125,11 @@ MODELS: tuple[Model, ...] = (
     Model("gpt-5.2", OPENAI, ("none", "low", "medium", "high", "xhigh"),
           price=(1.75, 0.175, 14.0)),
     Model("gpt-5", OPENAI, ("minimal", "low", "medium", "high"), price=(1.25, 0.125, 10.0)),
-    Model("gpt-4.1-mini", OPENAI, (), price=(0.4, 0.1, 1.6)),
-    Model("gpt-4.1", OPENAI, (), price=(2.0, 0.5, 8.0)),
-    Model("gpt-4o-mini", OPENAI, (), price=(0.15, 0.075, 0.6)),
-    Model("gpt-4o", OPENAI, (), price=(2.5, 1.25, 10.0)),
+    # No reasoning: no effort, and no encrypted reasoning to ask for.
+    Model("gpt-4.1-mini", OPENAI, (), price=(0.4, 0.1, 1.6), reasoning=False),
+    Model("gpt-4.1", OPENAI, (), price=(2.0, 0.5, 8.0), reasoning=False),
+    Model("gpt-4o-mini", OPENAI, (), price=(0.15, 0.075, 0.6), reasoning=False),
+    Model("gpt-4o", OPENAI, (), price=(2.5, 1.25, 10.0), reasoning=False),
 )
 # Every effort any known model takes (the settings refuse anything else).
 ALL_EFFORTS = frozenset(e for m in MODELS for e in m.efforts)
@@ -170,10 +189,14 @@ def needs_include(model: str, *, store: bool) -> bool:
     Needed when nothing is stored (the run keeps the reasoning itself), and for models that do
     not return it unasked. xAI's grok-4.7 returns it anyway, and an explicit include there stops
     xAI keeping the thinking trace for rehydration, so it is left out with ``store: true``.
+    Never for a model without reasoning: it has none to return, and OpenAI refuses the request.
+    A model the table does not know is asked (a refusal reads as a refused parameter).
     """
+    info = model_info(model)
+    if info is not None and not info.reasoning:
+        return False
     if not store:
         return True
-    info = model_info(model)
     return not (info and info.encrypted_by_default)
 
 
@@ -202,7 +225,8 @@ class ProviderError:
         message: the provider's own words (tags stripped, shortened).
         kind: what it means here: ``rate_limit``, ``out_of_credits``, ``bad_key``,
             ``no_permission``, ``no_model``, ``bad_parameter``, ``zero_retention``,
-            ``response_gone``, ``bad_reasoning``, ``server``, ``connection``, ``other``.
+            ``response_gone``, ``bad_reasoning``, ``server``, ``connection`` (it broke after
+            it was made), ``unreachable`` (never made: no name, refused), ``other``.
         retry: whether asking again can help (only rate limits, 5xx and cut connections).
         advice: what to change, in plain words.
     """
@@ -214,11 +238,27 @@ class ProviderError:
     retry: bool
     advice: str
 
-    def plain(self) -> str:
-        """One paragraph for the page, the terminal and the run's failure."""
+    @property
+    def permanent(self) -> bool:
+        """Whether asking again the same way can only meet the same answer: a refusal (4xx)
+        other than a timeout, a conflict or a rate limit. A 5xx, a cut connection or a
+        stream's error event (no status) may go away."""
+        return refused_for_good(self.status)
+
+    def said(self) -> str:
+        """What went wrong, in the provider's words, without the advice."""
         where = f" ({self.status})" if self.status else ""
         said = f": {self.message}" if self.message else ""
-        return f"{_HEADLINES[self.kind]}{where}{said}. {self.advice}".replace("..", ".")
+        return f"{_HEADLINES[self.kind]}{where}{said}".rstrip(".")
+
+    def plain(self) -> str:
+        """One paragraph for the page, the terminal and the run's failure."""
+        return f"{self.said()}. {self.advice}".replace("..", ".")
+
+
+def refused_for_good(status: int | None) -> bool:
+    """A status no retry changes: a 4xx but 408 (timeout), 409 (conflict), 429 (rate limit)."""
+    return status is not None and 400 <= status < 500 and status not in (408, 409, 429)
 
 
 _HEADLINES = {
@@ -233,6 +273,7 @@ _HEADLINES = {
     "bad_reasoning": "The provider refused the run's encrypted reasoning",
     "server": "The provider had an internal error",
     "connection": "The connection to the provider broke before the answer came",
+    "unreachable": "The provider could not be reached",
     "other": "The model request failed",
 }
 
@@ -246,6 +287,8 @@ _PARAM = re.compile(r"reasoning|effort|argument not supported|unsupported parame
                     r"not supported|unknown parameter|invalid value|parameter", re.I)
 GONE_CODES = frozenset({"previous_response_not_found"})
 RESUME = "Resume retries from the last stored response."
+REFUSED = ("Not retried: the same request meets the same refusal, so resuming helps only once "
+           "what it names is changed.")
 
 
 def body_fields(body: Any) -> tuple[str | None, str]:
@@ -304,6 +347,14 @@ def read_error(status: int | None, body: Any, *, settings_hint: str = XAI,
     if code in GONE_CODES or (response_id and response_id in raw and status in (400, 404)):
         return error("response_gone", False,
                      "The run continues from its own transcript.")
+    if status == 400 and re.search(r"encrypted[ _]content", message, re.I) and re.search(
+            r"not supported|unsupported", message, re.I):
+        # The model has no encrypted reasoning to give (OpenAI's answer to include on gpt-4o):
+        # a parameter this model refuses, not a transcript someone changed.
+        return error("bad_parameter", False,
+                     "The model does not reason, so it has no encrypted reasoning to return; "
+                     "refund-agent asks for it only where providers.MODELS says a model "
+                     "reasons, so add the model there with reasoning=False, or choose another.")
     if code == "invalid_encrypted_content" or (  # OpenAI's code; xAI documents none for it
             status == 400 and re.search(r"encrypted[ _]content", message, re.I)):
         return error("bad_reasoning", False,
@@ -342,6 +393,9 @@ def read_error(status: int | None, body: Any, *, settings_hint: str = XAI,
         return error("bad_parameter", False, advice)
     if status is not None and status >= 500:
         return error("server", True, f"Retried with backoff. {RESUME}")
+    if refused_for_good(status):
+        # Asking again the same way (what resume does) meets the same refusal.
+        return error("other", False, REFUSED)
     return error("other", False, RESUME)
 
 

@@ -176,9 +176,8 @@ def test_stop_mid_stream_then_resume_runs_nothing_twice(settings):
             if event.kind == "reasoning":
                 cancel.set()
 
-        started = time.monotonic()
         stopped = agent.advance(run.id, on_event, cancel)
-        assert stopped.status == RunStatus.STOPPED and time.monotonic() - started < 5
+        assert stopped.status == RunStatus.STOPPED   # within the first response (no budget)
         assert stopped.last_response_id is None  # the cut-off response was never recorded
         server.latency = 0.0
         done = agent.advance(run.id)

@@ -87,3 +87,56 @@ def test_an_unknown_model_is_tried_without_an_effort(stand_in):
     checks = _by_name(diagnose(keyed.with_(model="brand-new-model")))
     assert checks["effort"].ok is None and "does not know" in checks["effort"].detail
     assert checks["model"].ok and "reasoning" not in server.requests[-1]
+
+
+# -- the agent's own request, and a host that cannot be reached (issue 33 items 9 and 11) ---------
+
+def test_the_doctor_sends_the_agents_own_parameter_set(stand_in, dialect):
+    """What the doctor tries is what the agent sends (the same builder, not a copy): a doctor
+    that left out ``include`` said ok for gpt-4o while every first request was refused."""
+    from refund_agent import Agent
+
+    keyed, server = stand_in()
+    assert all(c.ok for c in diagnose(keyed)), diagnose(keyed)
+    doctor = server.requests[-1]
+    agent = Agent(keyed)
+    agent.advance(agent.start_sample("damaged").id)
+    first = next(b for b in server.requests if b.get("tools"))
+    assert set(doctor) == set(first)
+    for name in ("model", "store", "stream", "parallel_tool_calls", "tools", "reasoning",
+                 "include"):
+        assert doctor.get(name) == first.get(name), name
+
+
+def test_gpt_4o_is_ok_and_asked_for_no_encrypted_reasoning(stand_in):
+    keyed, server = stand_in()
+    if keyed.provider != "openai":
+        pytest.skip("an OpenAI model")
+    checks = _by_name(diagnose(keyed.with_(model="gpt-4o")))
+    assert all(c.ok for c in checks.values()), checks
+    assert "include" not in server.requests[-1]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("where, said", [
+    ("refused", "could not reach 127.0.0.1:{port} (connection refused)"),
+    # .invalid never resolves (RFC 6761), so no network is needed to see it fail.
+    ("unresolved", "could not reach api.refund-agent-test.invalid (name not resolved)"),
+])
+def test_no_network_names_the_host_it_could_not_reach(settings, where, said):
+    port = _closed_port()
+    base = {"refused": f"http://127.0.0.1:{port}/v1",
+            "unresolved": "https://api.refund-agent-test.invalid/v1"}[where]
+    keyed = settings.with_(api_key="test-key", base_url=base)
+    lines, ok = report(keyed)
+    text = "\n".join(lines)
+    assert not ok and said.format(port=port) in text, text
+    assert "connection broke" not in text and "Resume" not in text
+    assert "FAIL streaming" not in text

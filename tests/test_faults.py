@@ -174,6 +174,78 @@ def test_the_terminal_reports_a_model_failure_and_resume_finishes(tmp_path: Path
     assert [e["event"] for e in out.audit] == ["requested", "approved", "issued"]
 
 
+# -- a refusal no retry cures, after the money moved (issue 33 item 10) ------------------------
+
+def _paid_then_refused(tmp_path: Path, expired: bool) -> tuple[Agent, ModelAccess, str]:
+    """Maya's refund approved; every request after the payment is refused with a 422. With
+    ``expired``, as xAI refuses a transcript it cannot read: the stored response is gone (a
+    404), and the transcript sent instead is refused."""
+    settings = _settings(tmp_path / "output")
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.WAITING, run.error
+    (approval,) = agent.store.approvals("pending")
+    agent.decide(approval.id, True, "Dana Kim")
+    if expired:
+        model.server.advance_clock(days=31)
+    # The advance and two resumes (a 422 is never retried); "ok" lets the 404 through.
+    model.server.inject(*(["ok", "422"] if expired else ["422"]) * 3)
+    return agent, model, run.id
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["stored", "expired"])
+def test_a_permanent_refusal_after_the_refund_hands_the_ticket_to_a_person(
+        tmp_path: Path, expired: bool):
+    agent, model, run_id = _paid_then_refused(tmp_path, expired)
+    failed = agent.advance(run_id)
+    assert len(agent.payments.refunds()) == 1            # the money moved first
+    assert failed.status == RunStatus.FAILED
+    assert "resume retries" not in failed.error.lower(), failed.error
+    assert "person needs to take this ticket over" in failed.error
+    # The customer is told their refund was issued and that a person will follow up, once.
+    [sent] = agent.outbox.messages()
+    assert sent["request"]["to"] == failed.sender
+    assert "refund of $" in sent["request"]["body"] and "follow up" in sent["request"]["body"]
+    # A lead has the ticket: an open escalation.
+    [escalation] = agent.store.escalations(open_only=True, run_id=run_id)
+    assert "422" in escalation.reason
+    for _ in range(2):                                   # `refund-agent resume`, twice
+        again = agent.advance(run_id)
+        assert again.status == RunStatus.FAILED and "resume retries" not in again.error.lower()
+    assert len(agent.outbox.messages()) == 1             # not emailed twice
+    assert len(agent.store.escalations(run_id=run_id)) == 1
+    assert len(agent.payments.refunds()) == 1
+    tries = 2 if expired else 1                          # the 404, then the transcript
+    assert len(model.server.requests) == 3 + 3 * tries   # three turns, then each advance's
+    model.server.close()
+
+
+def test_a_permanent_refusal_before_any_money_moved_is_not_handed_over(tmp_path: Path):
+    """Nothing was paid, so nothing is owed to the customer yet: the run fails for the team to
+    fix, and its text does not promise that resuming alone will get past the refusal."""
+    settings = _settings(tmp_path / "output")
+    model = open_model(settings)
+    agent = Agent(settings, model=model)
+    model.server.inject("422")
+    failed = agent.advance(agent.start_sample("damaged").id)
+    assert failed.status == RunStatus.FAILED and "(422)" in failed.error
+    assert "resume retries" not in failed.error.lower(), failed.error
+    assert agent.outbox.messages() == [] and agent.store.escalations() == []
+    model.server.close()
+
+
+def test_the_terminal_does_not_say_resume_retries_for_a_ticket_handed_over(tmp_path: Path):
+    output = tmp_path / "output"
+    assert run_cli(output, "sample", "damaged").returncode == 0
+    refused = run_cli(output, "approve", "--as", "Dana", REFUND_AGENT_OFFLINE_FAULTS="422")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "person needs to take this ticket over" in refused.stdout
+    assert "resume` retries" not in refused.stdout and "Resume retries" not in refused.stdout
+    out = read_outcome(output)
+    assert len(out.refunds) == 1 and len(out.emails) == 1
+
+
 def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path):
     """The angry customer's reply is a model request too; when it fails, the run must say so and
     resume must carry on the conversation, not crash out of the front end."""

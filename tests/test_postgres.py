@@ -152,10 +152,11 @@ def test_a_dead_hosts_run_is_claimed_by_another_host_after_its_lease_expires(tmp
 def test_the_change_counter_moves_on_notify_from_another_connection(pg_url):
     watcher, writer = Store(pg_url), Store(pg_url)
     before = watcher.change_counter()
-    started = time.monotonic()
     writer.create_run(sender="x@example.com", sender_name="X", subject="s", email="hi")
+    # Without a notification the counter never moves and the wait ends at its timeout with the
+    # same value; no wall-clock budget on top (a busy machine is not a lost notification).
     after = watcher.wait_for_change(before, timeout=5)
-    assert after != before and time.monotonic() - started < 1.0
+    assert after != before
     assert watcher.pushes_changes
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from refund_agent import Agent, RunStatus, Settings
 from refund_agent.model import ModelAccess, ProviderClient
@@ -141,12 +144,38 @@ XAI_FLAT = {"code": "Client specified an invalid argument",
     (503, "upstream connect error or disconnect/reset before headers", "server", "upstream"),
     (400, {"code": "previous_response_not_found", "error": "Previous response not found."},
      "response_gone", "transcript"),
+    # OpenAI's answer to include on a model without reasoning (pydantic/pydantic-ai#2865): a
+    # refused parameter, not a transcript someone changed (#33 item 9).
+    (400, {"error": {"message": "Encrypted content is not supported with this model.",
+                     "type": "invalid_request_error", "param": "include", "code": None}},
+     "bad_parameter", "does not reason"),
 ])
 def test_every_error_shape_is_read_into_plain_words(status, body, kind, words):
     error = read_error(status, body)
     assert error.kind == kind
     assert words in error.plain()
     assert "Error code" not in error.plain()
+
+
+BODY_WORDS = ["", "Failed to deserialize the JSON body", "model", "reasoning", "credits",
+              "rate limit", "api key", "store", "encrypted content", "not supported",
+              "<html><title>Oops</title></html>", "previous_response_not_found"]
+
+
+@hyp_settings(max_examples=300, deadline=None)
+@given(status=st.one_of(st.none(), st.integers(400, 599)),
+       words=st.lists(st.sampled_from(BODY_WORDS), max_size=3),
+       flat=st.booleans())
+def test_resume_is_promised_only_where_asking_again_can_help(status, words, flat):
+    """A refusal no retry cures (a 4xx but 408, 409, 429) is never told "resume retries",
+    since resume sends the same request again (#33 item 10); anything else may be."""
+    message = " ".join(words)
+    body = {"code": "x", "error": message} if flat else {"error": {"message": message}}
+    error = read_error(status, body)
+    permanent = status is not None and status < 500 and status not in (408, 409, 429)
+    assert error.permanent == permanent
+    if permanent:
+        assert "Resume retries" not in error.plain() and not error.retry
 
 
 def test_the_id_anywhere_in_the_body_means_the_stored_response_is_gone():
@@ -207,7 +236,22 @@ def test_an_unknown_model_is_said_once(caplog):
     assert len(told) == 1 and "no reasoning effort" in told[0].getMessage()
 
 
-@pytest.mark.parametrize("model, effort", [("grok-4", None), ("grok-4.7", "xhigh")])
+@pytest.mark.parametrize("model, wanted, sent", [
+    # docs.x.ai/developers/model-capabilities/text/reasoning: grok-4.3 takes none, low,
+    # medium, high (default low); grok-4.5 low, medium, high (default high, no none).
+    ("grok-4.3", "low", "low"), ("grok-4.3", "high", "high"), ("grok-4.3", "xhigh", None),
+    ("grok-4.5", "low", "low"), ("grok-4.5", "medium", "medium"), ("grok-4.5", "xhigh", None),
+])
+def test_xais_current_models_get_the_effort_asked_for(model, wanted, sent, caplog):
+    with caplog.at_level(logging.WARNING, logger="refund_agent"):
+        assert effort_for(model, wanted) == sent
+    assert not any("does not know" in r.getMessage() for r in caplog.records)
+    assert low_effort(model) == "low"
+    assert needs_include(model, store=True)   # only grok-4.7 returns it unasked (xAI's guide)
+
+
+@pytest.mark.parametrize("model, effort", [("grok-4", None), ("grok-4.7", "xhigh"),
+                                           ("grok-4.5", "medium")])
 def test_runs_on_each_model_send_what_it_takes(desk, model, effort):
     agent, server = desk("xai", model=model, effort=effort or "low")
     if effort:
@@ -222,6 +266,43 @@ def test_include_only_where_needed():
     assert not needs_include("grok-4.7", store=True)     # returned unasked at xAI
     assert needs_include("grok-4.7", store=False)        # zero retention keeps it itself
     assert needs_include("grok-4", store=True) and needs_include("gpt-5-mini", store=True)
+
+
+NO_REASONING = ["gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini"]
+
+
+@pytest.mark.parametrize("model", NO_REASONING)
+def test_a_model_without_reasoning_is_never_asked_for_encrypted_reasoning(model):
+    """OpenAI refuses include on these with a 400 (#33 item 9), stored or not."""
+    assert not needs_include(model, store=True) and not needs_include(model, store=False)
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4.1-mini"])
+def test_the_openai_stand_in_refuses_include_on_a_model_without_reasoning(desk, model):
+    _agent, server = desk("openai", model=model)
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=model, input="hi", include=["reasoning.encrypted_content"])
+    assert refused.value.status_code == 400
+    assert refused.value.response.json() == {"error": {
+        "message": "Encrypted content is not supported with this model.",
+        "type": "invalid_request_error", "param": "include", "code": None}}
+    client.responses.create(model="gpt-5-mini", input="hi",    # a reasoning model takes it
+                            include=["reasoning.encrypted_content"])
+
+
+@pytest.mark.parametrize("zero_retention", [False, True])
+def test_an_agent_on_gpt_4o_completes_a_ticket(desk, zero_retention):
+    agent, server = desk("openai", model="gpt-4o")
+    agent.settings = agent.settings.with_(zero_retention=zero_retention)
+    run = _waiting(agent)
+    _approve(agent, run.id)
+    done = agent.advance(run.id)
+    assert done.status == RunStatus.DONE, done.error
+    assert all("include" not in body for body in server.requests)
+    assert agent.store.escalations(run_id=run.id) == []
+    [sent] = agent.outbox.messages()                 # the model's own email, not a hand-over
+    assert "follow up with you personally" not in sent["request"]["body"]
 
 
 def test_the_simulated_customer_asks_for_a_low_effort_where_one_is_taken():

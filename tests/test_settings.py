@@ -83,3 +83,35 @@ def test_the_page_shows_the_message(tmp_path, monkeypatch):
     at = open_page()
     assert shows(at, "REFUND_AGENT_APPROVAL_DAYS must be a number of days from", "error")
     assert not at.exception
+
+
+# -- a key with a character no key has (issue 33 item 8) ------------------------------------------
+
+# A key pasted with curly quotes round it, or with an invisible space from a chat window in it.
+PASTED = {"“xai-k3y-not-real”": (1, "U+201C LEFT DOUBLE QUOTATION MARK"),
+          "xai-k3y\u200b-not-real": (8, "U+200B ZERO WIDTH SPACE"),
+          "xai-k3y not-real": (8, "U+0020 SPACE")}
+
+
+@pytest.mark.parametrize("key", list(PASTED))
+def test_a_key_with_a_character_no_key_has_is_refused_naming_it_not_the_key(monkeypatch, key):
+    position, named = PASTED[key]
+    monkeypatch.setenv("XAI_API_KEY", key)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    said = str(refused.value)
+    assert "XAI_API_KEY" in said and f"position {position}" in said and named in said
+    assert "k3y" not in said and "not-real" not in said   # the key itself is never shown
+    with pytest.raises(ConfigError, match=f"position {position}"):
+        Settings(api_key=key)                             # settings made in code too
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["sample", "damaged"]])
+def test_the_terminal_names_the_bad_character_in_one_line(tmp_path, command):
+    result = run_cli(tmp_path / "output", *command, XAI_API_KEY="“xai-k3y-not-real”",
+                     REFUND_AGENT_BASE_URL="http://127.0.0.1:9/v1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "UnicodeEncodeError" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: XAI_API_KEY") and "position 1" in line and "U+201C" in line
+    assert "k3y" not in result.stdout + result.stderr

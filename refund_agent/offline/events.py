@@ -89,6 +89,7 @@ GRPC_TEXT = {
     405: "The operation is not implemented or is not supported/enabled in this service",
     409: "The operation was aborted",
     415: "Client specified an invalid argument",
+    422: "Client specified an invalid argument",
     429: "Some resource has been exhausted",
     500: "Internal error",
     503: "The service is currently unavailable",
@@ -375,6 +376,14 @@ def fault_error(fault: str, dialect: str = XAI) -> ApiError:
             kind="insufficient_quota",
             code="insufficient_quota",
             headers=headers,
+        )
+    if fault == "422":
+        # xAI documents the status and its cause only (docs.x.ai/developers/debugging); the
+        # words are the JSON deserializer's, as such 422 bodies read. No retry cures it.
+        return ApiError(
+            422,
+            "Failed to deserialize the JSON body into the target type: input[3]: data did not "
+            "match any variant of untagged enum ModelInput at line 1 column 2048",
         )
     if fault == "429":
         return ApiError(

@@ -19,7 +19,8 @@ text>", "error": "<message>"}`` (the default), or OpenAI's nested ``{"error": {.
 (``dialect="openai"`` or ``REFUND_AGENT_OFFLINE_DIALECT=openai``). The xAI dialect also
 answers with UUID response ids and ``call-<8 hex>-<n>`` call ids, returns the encrypted
 reasoning of grok-4.7 unasked, refuses ``instructions`` with ``previous_response_id``, and
-refuses a reasoning effort the model does not take (the model table in providers.py).
+refuses a reasoning effort the model does not take (the model table in providers.py); the
+OpenAI dialect refuses ``include`` of the encrypted reasoning on a model without reasoning.
 ``POST /_offline/clock`` moves the server's clock forward (tests age stored
 responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
 Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
@@ -76,8 +77,11 @@ log = logging.getLogger(__name__)
 
 FAULTS_ENV = "REFUND_AGENT_OFFLINE_FAULTS"
 DIALECT_ENV = "REFUND_AGENT_OFFLINE_DIALECT"
-# "credits": a 429 saying the team is out of credits (not worth retrying).
-KNOWN_FAULTS = frozenset({"429", "500", "503", "cut", "credits"})
+# "credits": a 429 saying the team is out of credits (not worth retrying). "422": a request
+# refused for good (xAI: "a field in the POST request body has an invalid format"), as a
+# transcript the provider cannot read is refused however often it is sent. "ok": no fault, to
+# place a later one (the transcript resent after a 404, not the request that got the 404).
+KNOWN_FAULTS = frozenset({"422", "429", "500", "503", "cut", "credits", "ok"})
 # How a continuation of a gone stored response is refused: a 404 naming the id (both
 # dialects), a bare 404 that names nothing (only a retrieve tells), or xAI's 400
 # previous_response_not_found (its WebSocket-mode documentation).
@@ -307,7 +311,8 @@ class OfflineServer:
         state_path: SQLite file holding stored responses (parents created).
         latency: Seconds a reply takes; streamed replies spread it over deltas,
             background ones spend it queued.
-        faults: Initial fault queue (``"429"``, ``"500"``, ``"503"``, ``"cut"``);
+        faults: Initial fault queue (``"422"``, ``"429"``, ``"500"``, ``"503"``, ``"cut"``,
+            ``"credits"``, ``"ok"``);
             ``None`` reads the comma-separated ``REFUND_AGENT_OFFLINE_FAULTS``.
         clock: Time source for ``created_at`` and the 30-day expiry (moved
             forward by :meth:`advance_clock`).
@@ -657,17 +662,23 @@ class OfflineServer:
             raise gone from None
 
     def _check_model(self, body: dict[str, Any]) -> None:
-        """Refuses a reasoning effort the model does not take, as the provider would.
+        """Refuses a reasoning effort the model does not take, and (OpenAI) the encrypted
+        reasoning of a model without reasoning, as the provider would.
 
         The model table is providers.MODELS; a model it does not know is served as it is.
         """
-        effort = (body.get("reasoning") or {}).get("effort")
-        if effort is None:
-            return
         from ..providers import model_info  # lazily: the server imports only the stdlib
 
         info = model_info(body["model"])
-        if info is None or effort in info.efforts:
+        asked = events.INCLUDE_ENCRYPTED_REASONING in (body.get("include") or [])
+        if asked and info is not None and not info.reasoning and self.dialect == events.OPENAI:
+            # OpenAI's words and shape for include on gpt-4o, gpt-4o-mini, gpt-4.1
+            # (pydantic/pydantic-ai#2865, microsoft/agent-framework#7483); xAI documents
+            # nothing for its models, so the xAI dialect keeps serving it.
+            raise ApiError(400, "Encrypted content is not supported with this model.",
+                           param="include")
+        effort = (body.get("reasoning") or {}).get("effort")
+        if effort is None or info is None or effort in info.efforts:
             return
         if self.dialect == events.XAI:
             if not info.efforts:
@@ -1025,7 +1036,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         app = self.server.app
         fault = app.record(body) if isinstance(body, dict) else None
-        if fault in ("429", "500", "503", "credits"):
+        if fault in ("422", "429", "500", "503", "credits"):
             raise fault_error(fault, app.dialect)
         if isinstance(body, dict) and body.get("background"):
             if fault == "cut":

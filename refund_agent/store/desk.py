@@ -13,7 +13,7 @@ from typing import Any
 from ..approving import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..escalations import HANDOFF, Escalation
-from .core import StoreCore
+from .core import Lease, StoreCore
 
 
 def raise_escalation(db: Any, key: str, run_id: str, kind: str, reason: str, by: str,
@@ -40,6 +40,19 @@ class DeskRecords(StoreCore):
             if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"], "agent"):
                 self._audit(db, "escalated", "agent", run_id=run_id,
                             note=f"{data['kind']}: {data['reason']}")
+
+    def escalate_run(self, lease: Lease, kind: str, reason: str) -> bool:
+        """Put the run in front of a lead on the agent's behalf: one escalation per run and
+        ``kind`` however often this is called (a run resumed and failing again), written by the
+        run's owner only, audited. False when it was raised before."""
+        with self._tx() as db:
+            self._fence(db, lease)
+            raised = raise_escalation(db, f"{lease.run_id}/{kind}", lease.run_id, kind, reason,
+                                      "agent")
+            if raised:
+                self._audit(db, "escalated", "agent", run_id=lease.run_id,
+                            note=f"{kind}: {reason}")
+        return raised
 
     # -- the desk -------------------------------------------------------------------------
 
