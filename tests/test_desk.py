@@ -118,9 +118,11 @@ def _data(tmp: Path, two_person_above: float | None) -> Path:
     return data
 
 
-def _agent(tmp: Path, two_person_above: float | None = None, model=None) -> Agent:
+def _agent(tmp: Path, two_person_above: float | None = None, model=None,
+           database_url: str = "") -> Agent:
     settings = Settings(api_key="", data_dir=_data(tmp, two_person_above),
-                        output_dir=tmp / "output", max_retries=2, timeout=30.0)
+                        output_dir=tmp / "output", max_retries=2, timeout=30.0,
+                        database_url=database_url)
     return Agent(settings, model=model or open_model(settings))
 
 
@@ -225,11 +227,15 @@ def test_two_people_count_what_the_order_was_paid_not_one_proposal(tmp_path: Pat
         ("approved", "Kai Moss"), ("issued", "payments")]
 
 
-def test_two_approvals_racing_on_one_order_cannot_both_stay_under_the_amount(tmp_path: Path):
+def test_two_approvals_racing_on_one_order_cannot_both_stay_under_the_amount(tmp_path: Path,
+                                                                            backend):
     """Two tickets for one order, each under $50, together above it, approved by one lead at
-    the same instant: the order's total is read inside each decision's transaction, so the
-    second one to commit sees the first and only signs off."""
-    agent = _agent(tmp_path, two_person_above=50)
+    the same instant: the order's total is read inside each decision's transaction, under the
+    order's lock, so the second one to commit sees the first and only signs off."""
+    url = backend.url(tmp_path / "output") if backend.postgres else ""
+    if backend.postgres:
+        backend.prepare(tmp_path / "output")
+    agent = _agent(tmp_path, two_person_above=50, database_url=url)
     for body in (COFFEE_MAKER, MUGS):
         agent.advance(agent.start(MAYA, body).id)
     pending = agent.store.approvals("pending")
