@@ -36,6 +36,8 @@ def limit_problem(by: str, limit_cents: int, order_id: str, this_cents: int,
     """
     if this_cents + before_cents <= limit_cents:
         return None
+    # Each front end names its way to a lead after this (the terminal's `handoff` command, the
+    # page's Send to a lead), and offers it on the same per-order sum: see handoff_problem.
     if before_cents == 0:
         return (f"{_dollars(this_cents)} is above {by}'s approval limit of "
                 f"{_dollars(limit_cents)}; a lead must decide this refund.")
@@ -92,10 +94,13 @@ def unit_problem(proposed: Mapping[str, ApprovalLine], order: Order, kept: Seque
 
 # -- four eyes, hand-offs and one's own tickets ----------------------------------------------
 #
-# A refund above the shop's two-person amount (shop.json "two_person_above") is paid only once
-# two different accounts approved it, the same lines both times: the first approval records a
-# sign-off and leaves the refund pending; the second completes it. The rules are pure so the
-# store can run them inside the decision's transaction, on the sign-off it read there.
+# A refund that takes what an order pays above the shop's two-person amount (shop.json
+# "two_person_above") is paid only once two different accounts approved it, the same lines both
+# times: the first approval records a sign-off and leaves the refund pending; the second
+# completes it. What counts is the order's total, everything approved on it (paid or being
+# paid, any ticket, any person) plus this refund, as approver limits count: otherwise one
+# person pays $80.95 as $48.00 and then $32.95. The rules are pure so the store can run them
+# inside the decision's transaction, on the sign-off and the total it read there.
 
 
 @dataclass(frozen=True)
@@ -112,13 +117,14 @@ class SignOff:
 PAY, SIGN_OFF = "pay", "sign_off"
 
 
-def needs_two(amount_cents: int, above_cents: int | None) -> bool:
-    """Whether paying ``amount_cents`` takes two people (``above_cents`` None: never)."""
-    return above_cents is not None and amount_cents > above_cents
+def needs_two(amount_cents: int, above_cents: int | None, before_cents: int = 0) -> bool:
+    """Whether paying ``amount_cents`` takes two people (``above_cents`` None: never), with
+    ``before_cents`` approved on the order already (by anyone, on any ticket)."""
+    return above_cents is not None and amount_cents + before_cents > above_cents
 
 
 def four_eyes(by: str, amount_cents: int, keep: Sequence[str], above_cents: int | None,
-              first: SignOff | None) -> tuple[str, str | None]:
+              first: SignOff | None, before_cents: int = 0) -> tuple[str, str | None]:
     """What an approval by ``by`` does: (PAY, None), (SIGN_OFF, None) or ("refuse", why).
 
     Args:
@@ -127,13 +133,15 @@ def four_eyes(by: str, amount_cents: int, keep: Sequence[str], above_cents: int 
         keep: the item lines kept.
         above_cents: the shop's two-person amount (None: one person is enough).
         first: the sign-off recorded before, if any.
+        before_cents: what the order had approved before this refund (every ticket, anyone).
     """
     if first is None:
-        return (SIGN_OFF, None) if needs_two(amount_cents, above_cents) else (PAY, None)
+        two = needs_two(amount_cents, above_cents, before_cents)
+        return (SIGN_OFF, None) if two else (PAY, None)
     if same_person(first.by, by):
-        return "refuse", (f"{by} already signed this refund off; refunds above "
-                          f"{_dollars(above_cents or 0)} need a second, different person to "
-                          "approve them.")
+        return "refuse", (f"{by} already signed this refund off; refunds that bring an order "
+                          f"above {_dollars(above_cents or 0)} need a second, different person "
+                          "to approve them.")
     if tuple(sorted(keep)) != first.keep or amount_cents != first.amount_cents:
         return "refuse", (f"{first.by} signed off {_dollars(first.amount_cents)} for "
                           f"{', '.join(first.keep) or 'the shipping'}; approve the same lines to "
@@ -154,17 +162,26 @@ def handoff_needed(amount_cents: int, limit_cents: int | None, before_cents: int
     return limit_cents is not None and amount_cents + before_cents > limit_cents
 
 
-def handoff_problem(by: str, amount_cents: int, limit_cents: int | None) -> str | None:
+def handoff_problem(by: str, amount_cents: int, limit_cents: int | None,
+                    before_cents: int = 0) -> str | None:
     """Why ``by`` may not send this refund to a lead, or None: a hand-off is for a refund above
-    the sender's limit (the audit says so), as the page offers *Send to a lead* only then."""
-    if handoff_needed(amount_cents, limit_cents):
+    the sender's limit (the audit says so), as the page offers *Send to a lead* only then.
+
+    ``before_cents`` is what ``by`` approved on the order before, as the approval's own check
+    (:func:`limit_problem`) counts it: whatever that refuses, a hand-off must accept.
+    """
+    if handoff_needed(amount_cents, limit_cents, before_cents):
         return None
     if limit_cents is None:
         return (f"{by} has no approval limit, so nothing needs a lead: approve, reject or ask "
                 "the customer.")
-    return (f"{_dollars(amount_cents)} is within {by}'s approval limit of "
-            f"{_dollars(limit_cents)}: approve, reject or ask the customer; a hand-off is for "
-            "refunds above it.")
+    within = (f"{_dollars(amount_cents)} is within {by}'s approval limit of "
+              f"{_dollars(limit_cents)}")
+    if before_cents:
+        within = (f"{_dollars(amount_cents)} and the {_dollars(before_cents)} {by} approved "
+                  f"on this order before are within {by}'s approval limit of "
+                  f"{_dollars(limit_cents)}")
+    return f"{within}: approve, reject or ask the customer; a hand-off is for refunds above it."
 
 
 def take_problem(limit_cents: int | None) -> str | None:

@@ -325,21 +325,33 @@ def _decide(agent: Agent, args: argparse.Namespace, approve: bool, printer: Prin
             raise
         return _already_yours(agent, exc)
     except DecisionRefused as exc:
-        # Above the approver's limit the way on is a lead, as the page's Send to a lead.
-        if approve and handoff_needed(approval.amount_cents, limit_cents):
+        # Above the approver's limit (with what they approved on the order before, as the
+        # decision counts it) the way on is a lead, as the page's Send to a lead: `handoff`
+        # accepts exactly these (handoff_problem, on the same sum).
+        if approve and handoff_needed(approval.amount_cents, limit_cents,
+                                      agent.store.approved_on(approval.order_id, by)):
             raise DecisionRefused(f"{exc} `refund-agent handoff --id {approval.id} --as "
                                   f"{_quoted(by)}` sends it to a lead.") from None
         raise
     if decided.status == "pending":   # the first of two approvals (shop.json "desk")
         print(f"Signed off ${decided.amount:.2f} for {decided.order_id} ({decided.customer}) as "
-              f"{by}: refunds of this size need a second person; another account approves "
-              f"it with `refund-agent approve --id {decided.id}`.")
+              f"{by}: {_two_people(agent, decided)}; another account approves it with "
+              f"`refund-agent approve --id {decided.id}`.")
         return None
     print(f"{decided.status.capitalize()} ${decided.amount:.2f} for {decided.order_id} "
           f"({decided.customer}) as {decided.decided_by}: "
           + ", ".join(f"{line.line}{_units(line)} {line.decision}" for line in decided.lines)
           + f". Continuing run {decided.run_id}.")
     return _drive(agent, decided.run_id, printer)
+
+
+def _two_people(agent: Agent, a: Approval) -> str:
+    """Why a refund needs a second person: its size, or what its order was paid before."""
+    before = agent.store.approved_on(a.order_id)
+    if not before:
+        return "refunds of this size need a second person"
+    return (f"with the ${before / 100:,.2f} approved on {a.order_id} before, it brings the "
+            "order above the two-person amount, so it needs a second person")
 
 
 def only_lines(values: list[str] | None) -> tuple[list[str] | None, dict[str, int]]:
@@ -418,7 +430,9 @@ def _handoff(agent: Agent, args: argparse.Namespace) -> int:
     waiting, its lines held, until someone decides it)."""
     by, limit_cents = _signer(agent, args.by)   # before anything is looked at or changed
     approval = _waiting(agent, args.id)
-    if problem := handoff_problem(by, approval.amount_cents, limit_cents):
+    # On the same per-order sum as approve's limit check: what approve refuses, this takes.
+    before = agent.store.approved_on(approval.order_id, by) if limit_cents is not None else 0
+    if problem := handoff_problem(by, approval.amount_cents, limit_cents, before):
         raise DecisionRefused(problem)
     try:
         sent = agent.hand_off(approval.id, by, args.note)
@@ -637,14 +651,19 @@ def _queue_flags(agent: Agent, a: Approval, handed_off: set[str],
     flags = []
     if a.id in handed_off:
         flags.append("Sent to a lead")
-    elif reader is not None and handoff_needed(a.amount_cents, reader.limit_cents):
-        flags.append(f"Needs a lead: above {reader.name}'s limit of ${reader.limit:,.2f}; "
-                     f"`refund-agent handoff --id {a.id}` sends it to one")
+    elif reader is not None and reader.limit_cents is not None and handoff_needed(
+            a.amount_cents, reader.limit_cents,
+            before := agent.store.approved_on(a.order_id, reader.name)):
+        with_before = (f" with the ${before / 100:,.2f} they approved on {a.order_id} before"
+                       if before else "")
+        flags.append(f"Needs a lead: above {reader.name}'s limit of ${reader.limit:,.2f}"
+                     f"{with_before}; `refund-agent handoff --id {a.id}` sends it to one")
     first = agent.store.signoff(a.id)
     if first is not None:
         flags.append(f"Signed off by {first.by} at {_time(first.at)} for "
                      f"${first.amount_cents / 100:,.2f}; needs a second person")
-    elif needs_two(a.amount_cents, agent.shop.info.desk.two_person_above_cents):
+    elif needs_two(a.amount_cents, agent.shop.info.desk.two_person_above_cents,
+                   agent.store.approved_on(a.order_id)):
         flags.append("Needs two people: the first approval is a sign-off")
     return flags
 

@@ -576,6 +576,36 @@ def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(out
     assert store.approval(approval.id).amount == 48.0
 
 
+def test_over_the_limit_with_what_she_approved_before_the_page_offers_a_lead(output, store):
+    """Issue 33.2 on the page: Ana ($50.00 per order) approved the $48.00 coffee maker; the
+    $32.95 for the mugs is within her limit alone, above it with the $48.00. The card and the
+    review offer Send to a lead (which works), never a green Approve that the decision
+    refuses."""
+    from refund_agent.accounts import Accounts
+    from refund_agent.config import load_settings
+    Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=50)
+    agent = Agent(load_settings())
+    maya = "maya.chen@example.com"
+    run = agent.advance(agent.start(maya, "Order A1043: the glass pour-over coffee maker "
+                                          "arrived cracked.").id)
+    agent.decide(store.approvals("pending")[0].id, True, "Ana Ruiz", limit_cents=5000)
+    agent.advance(run.id)
+    agent.advance(agent.start(maya, "Order A1043: the stoneware mugs arrived shattered.").id)
+    (mugs,) = store.approvals("pending")
+    assert mugs.amount_cents == 3295
+    at = open_page()
+    sign_in(at, "Ana Ruiz", "ana-password")
+    rerun_until(at, "$32.95 for order A1043", "markdown")
+    assert at.button(key=f"approve_{mugs.id}").label == "Send to a lead…"
+    review(at, mugs.id)
+    assert shows(at, "Needs a lead: $32.95 would bring what you approved on this order to "
+                     "$80.95 ($48.00 before)", "warning")
+    assert not [b for b in at.button if b.label.startswith("Approve $")]
+    confirm(at, mugs.id)
+    assert shows(at, "Sent to a lead", "toast")
+    assert store.approval(mugs.id).status == "pending" and store.handed_off() == {mugs.id}
+
+
 def test_a_removed_account_cannot_decide(output, store):
     add_accounts(store)
     at = open_page()

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,12 @@ from refund_agent.web import views
 
 TWO_LINE_EMAIL = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't "
                   "want the mugs anymore.")   # proposes $48.00 + $18.50 = $66.50
+MAYA = "maya.chen@example.com"
+BOTH_BROKEN = ("Order A1043: the coffee maker arrived shattered and the mugs arrived "
+               "shattered too.")                 # proposes $48.00 + $26.00 + $6.95 shipping
+MUGS_TOO = "Order A1043: the stoneware mugs arrived shattered too."
+COFFEE_MAKER = "Order A1043: the glass pour-over coffee maker arrived cracked."
+MUGS = "Order A1043: the stoneware mugs arrived shattered."
 ANGRY = ("If you don't refund the whole order I'm filing a chargeback with my bank and leaving "
          "a one-star review everywhere I can. Get me a manager.")
 
@@ -111,9 +118,11 @@ def _data(tmp: Path, two_person_above: float | None) -> Path:
     return data
 
 
-def _agent(tmp: Path, two_person_above: float | None = None, model=None) -> Agent:
+def _agent(tmp: Path, two_person_above: float | None = None, model=None,
+           database_url: str = "") -> Agent:
     settings = Settings(api_key="", data_dir=_data(tmp, two_person_above),
-                        output_dir=tmp / "output", max_retries=2, timeout=30.0)
+                        output_dir=tmp / "output", max_retries=2, timeout=30.0,
+                        database_url=database_url)
     return Agent(settings, model=model or open_model(settings))
 
 
@@ -188,6 +197,65 @@ def test_two_people_above_the_shop_amount_one_refund(tmp_path: Path):
     assert run.status == RunStatus.DONE and len(agent.payments.refunds()) == 1
     events = [e.event for e in agent.store.audit()]
     assert events.count("signed_off") == 1 and events.count("issued") == 1
+
+
+def test_two_people_count_what_the_order_was_paid_not_one_proposal(tmp_path: Path):
+    """Issue 33.1: with two people above $50, one lead approves only the $48.00 line, the
+    customer writes again, and the $32.95 for the rest would bring the order to $80.95: that
+    approval is a first sign-off, and only a second, different person pays it."""
+    agent = _agent(tmp_path, two_person_above=50)
+    agent.advance(agent.start(MAYA, BOTH_BROKEN).id)
+    (whole,) = agent.store.approvals("pending")
+    assert whole.amount_cents == 8095
+    part = agent.decide(whole.id, True, "Lee Park", keep=["POUR-GLS-01"])
+    assert part.status == "approved" and part.amount_cents == 4800   # within $50: one person
+    agent.advance(part.run_id)
+
+    run = agent.advance(agent.start(MAYA, MUGS_TOO).id)
+    (rest,) = agent.store.approvals("pending")
+    assert rest.amount_cents == 3295 and agent.store.approved_on("A1043") == 4800
+    first = agent.decide(rest.id, True, "Lee Park")
+    assert first.status == "pending", "one person paid $80.95 on one order"
+    assert agent.store.signoff(rest.id).by == "Lee Park"
+    with pytest.raises(DecisionRefused, match="second, different person"):
+        agent.decide(rest.id, True, "lee park")
+    assert agent.decide(rest.id, True, "Kai Moss").status == "approved"
+    assert agent.advance(run.id).status == RunStatus.DONE
+    assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800, 3295]
+    assert [(e.event, e.actor) for e in agent.store.audit() if e.approval_id == rest.id] == [
+        ("requested", "agent"), ("signed_off", "Lee Park"), ("refused", "lee park"),
+        ("approved", "Kai Moss"), ("issued", "payments")]
+
+
+def test_two_approvals_racing_on_one_order_cannot_both_stay_under_the_amount(tmp_path: Path,
+                                                                            backend):
+    """Two tickets for one order, each under $50, together above it, approved by one lead at
+    the same instant: the order's total is read inside each decision's transaction, under the
+    order's lock, so the second one to commit sees the first and only signs off."""
+    url = backend.url(tmp_path / "output") if backend.postgres else ""
+    if backend.postgres:
+        backend.prepare(tmp_path / "output")
+    agent = _agent(tmp_path, two_person_above=50, database_url=url)
+    for body in (COFFEE_MAKER, MUGS):
+        agent.advance(agent.start(MAYA, body).id)
+    pending = agent.store.approvals("pending")
+    assert len(pending) == 2 and sum(a.amount_cents for a in pending) > 5000
+    assert all(a.amount_cents <= 5000 for a in pending)
+    barrier = threading.Barrier(2)
+
+    def approve(approval_id: str) -> None:
+        barrier.wait()
+        agent.decide(approval_id, True, "Lee Park")
+
+    threads = [threading.Thread(target=approve, args=(a.id,)) for a in pending]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = sorted(agent.store.approval(a.id).status for a in pending)
+    assert after == ["approved", "pending"], after
+    (signed,) = [a for a in pending if agent.store.approval(a.id).status == "pending"]
+    assert agent.store.signoff(signed.id).by == "Lee Park"
 
 
 def test_nobody_approves_a_ticket_they_typed_in(tmp_path: Path):

@@ -58,6 +58,7 @@ from hypothesis.stateful import (
 import refund_agent.agent as agent_module
 from refund_agent import Agent, Settings
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
+from refund_agent.identity import name_key
 from refund_agent.model import ModelAccess
 from refund_agent.models import RunStatus
 from refund_agent.offline import OfflineServer
@@ -75,6 +76,10 @@ CUSTOMERS = [("Ann Lee", "ann.lee@example.com"), ("Bo Diaz", "bo.diaz@example.co
 NOUNS = ["teapot", "tray", "lamp", "vase", "kettle", "rug", "bowl", "clock"]
 # Approvers with a limit on what each may approve per order, in all (cents); a lead has none.
 LIMITED = ["Ana"]
+# The shop's two-person amount (shop.json desk.two_person_above, cents): above it, what an order
+# pays in all takes a first sign-off and a second, different approver. "the dearest line": the
+# worth of the shop's dearest line, so that one line never needs two people and two often do.
+TWO_PERSON_ABOVE = [None, 3000, 10_000, "the dearest line", "the dearest line"]
 # Where a "process death" can happen during the steps below.
 CRASH_POINTS = ["after_response", "before_tool", "after_tool", "after_approval_queued",
                 "after_decision", "before_refund", "after_refund", "after_email"]
@@ -163,10 +168,12 @@ def shops(draw) -> dict[str, Any]:
     return {"terms": terms, "orders": orders}
 
 
-def _write_shop(folder: Path, shop: dict[str, Any]) -> None:
+def _write_shop(folder: Path, shop: dict[str, Any], two_person_above: int | None) -> None:
     shutil.copytree(DATA, folder)
     info = json.loads((folder / "shop.json").read_text())
     info["policy"] = shop["terms"]
+    info["desk"] = {"two_person_above": None if two_person_above is None
+                    else two_person_above / 100}
     (folder / "shop.json").write_text(json.dumps(info))
     (folder / "orders.json").write_text(json.dumps({"orders": shop["orders"]}))
 
@@ -197,11 +204,17 @@ class MoneyMachine(RuleBasedStateMachine):
         self.steps = 0
 
     @initialize(shop=shops(), limits=st.tuples(*[st.sampled_from([1000, 3000, 8000, 20_000])
-                                                  for _ in LIMITED]))
-    def open_shop(self, shop: dict[str, Any], limits: tuple[int, ...]) -> None:
-        _write_shop(self.tmp / "data", shop)
+                                                  for _ in LIMITED]),
+                two_person_above=st.sampled_from(TWO_PERSON_ABOVE))
+    def open_shop(self, shop: dict[str, Any], limits: tuple[int, ...],
+                  two_person_above: int | str | None) -> None:
         self.shop = json.loads(json.dumps(shop))   # edited by raise_price
         self.limits = dict(zip(LIMITED, limits, strict=True))
+        if two_person_above == "the dearest line":   # one line alone never needs two people,
+            two_person_above = max(round(i["price"] * 100) * i["quantity"]   # two often do
+                                   for o in shop["orders"] for i in o["items"])
+        self.two_person_above = two_person_above
+        _write_shop(self.tmp / "data", shop, two_person_above)
         self.settings = Settings(api_key="", data_dir=self.tmp / "data",
                                  output_dir=self.tmp / "output", max_retries=0, timeout=30.0,
                                  database_url=self.database_url())
@@ -410,13 +423,16 @@ class MoneyMachine(RuleBasedStateMachine):
         """The split attack: a refund of two or more lines is proposed; Ben, whose limit is
         below its total but covers each part, approves one line; the customer writes back for
         the rest on the same ticket, the model proposes it, and Ben approves that too where
-        his limit (what he approved on the order, in all) allows. The old code paid both."""
+        his limit (what he approved on the order, in all) allows. The old code paid both.
+        Lee, a lead without a limit, splits the same way under the two-person amount: each
+        part alone is under it, the order in all is not (issue 33)."""
         self.steps += 1
         candidates = [o for o in self.orders.values() if len(self._open_lines(o)) >= 2]
         if not candidates:
             return
         order = data.draw(st.sampled_from(candidates), label="order split")
         reason = data.draw(st.sampled_from(["damaged", "changed_mind"]), label="reason")
+        who = data.draw(st.sampled_from(["Ben", "Lee"]), label="splitter")
         lines = [{"line": sku, "reason": reason} for sku in self._open_lines(order)[:3]]
         script = [{"order_id": order.order_id, "lines": lines, "amount": None,
                    "summary": "Refund as asked."}]
@@ -430,11 +446,9 @@ class MoneyMachine(RuleBasedStateMachine):
         self.totals["splits tried"] += 1
         first = approval.item_lines[0].amount_cents
         # The first limit Ben gets stays his for the history; chosen so each part fits.
-        limit = self.limits.setdefault("Ben", max(first, approval.amount_cents - first))
-        try:
-            self.agent.decide(approval.id, True, "Ben", keep=[approval.item_lines[0].line],
-                              limit_cents=limit)
-        except DecisionRefused:
+        limit = None if who == "Lee" else self.limits.setdefault(
+            "Ben", max(first, approval.amount_cents - first))
+        if not self._approve_as(approval.id, who, [approval.item_lines[0].line], limit):
             return
         self._advance(run.id, None)
         rest = [{"line": x.line, "reason": x.reason} for x in approval.item_lines[1:]]
@@ -446,12 +460,22 @@ class MoneyMachine(RuleBasedStateMachine):
             return
         self._advance(run.id, None)
         for again in self.agent.store.approvals("pending"):
-            if again.run_id == run.id:
-                try:
-                    self.agent.decide(again.id, True, "Ben", limit_cents=limit)
-                except DecisionRefused:
-                    continue
+            if again.run_id == run.id and self._approve_as(again.id, who, None, limit):
                 self._advance(run.id, None)
+
+    def _approve_as(self, approval_id: str, who: str, keep: list[str] | None,
+                    limit: int | None) -> bool:
+        """``who`` approves; where that is a first sign-off, Sam completes it. Whether the
+        refund was approved (False: refused, and still pending)."""
+        try:
+            decided = self.agent.decide(approval_id, True, who, keep=keep, limit_cents=limit)
+            if decided.status == "pending":
+                self.totals["sign-offs"] += 1
+                decided = self.agent.decide(approval_id, True, "Sam", keep=keep)
+        except DecisionRefused:
+            assert self.agent.store.approval(approval_id).status == "pending"
+            return False
+        return decided.status == "approved"
 
     def _open_lines(self, order: Any) -> list[str]:
         """The order's lines with units no refund holds, made or pending, not final sale."""
@@ -508,8 +532,12 @@ class MoneyMachine(RuleBasedStateMachine):
             if choice == "ask":
                 self.agent.ask(approval.id, "Dana", "Could you send a photo?")
             else:
-                self.agent.decide(approval.id, choice != "reject", "Dana", "Because.",
-                                  keep=keep)
+                decided = self.agent.decide(approval.id, choice != "reject", "Dana",
+                                            "Because.", keep=keep)
+                if decided.status == "pending":   # a first sign-off: above the two-person
+                    self.totals["sign-offs"] += 1  # amount, on the order in all
+                    second = data.draw(st.sampled_from(["Sam", "Dana"]), label="second")
+                    self.agent.decide(approval.id, True, second, "Agreed.", keep=keep)
         except DecisionRefused:
             assert choice == "nothing kept" or self.agent.store.approval(approval.id).status \
                 == "pending"
@@ -555,6 +583,13 @@ class MoneyMachine(RuleBasedStateMachine):
             t.join()
         if outcomes == ["refused", "refused"]:   # the same refusal for both, nothing decided
             assert approve and self.agent.store.approval(approval.id).status == "pending"
+            return
+        if outcomes == ["won", "won"]:   # above the two-person amount: a sign-off, then paid
+            after = self.agent.store.approval(approval.id)
+            first = self.agent.store.signoff(approval.id)
+            assert approve and after.status == "approved" and first is not None, outcomes
+            assert first.by != after.decided_by
+            self._advance(approval.run_id, None)
             return
         assert sorted(outcomes) == ["lost", "won"], outcomes
         ignored = [e for e in self.agent.store.audit()
@@ -714,8 +749,10 @@ class MoneyMachine(RuleBasedStateMachine):
         self._check_decisions(approvals, audit)
 
     def _check_decisions(self, approvals: dict[str, Any], audit: list[Any]) -> None:
-        """No approver's approvals on one order add up past their limit, and no kept line pays
-        more than the amount its proposal showed for it."""
+        """No approver's approvals on one order add up past their limit, no order pays above
+        the two-person amount on one person's word, and no kept line pays more than the
+        amount its proposal showed for it."""
+        self._check_two_people(approvals, audit)
         by_person: Counter[tuple[str, str]] = Counter()
         for a in approvals.values():
             if a.status == "approved" and a.decided_by in self.limits:
@@ -728,6 +765,37 @@ class MoneyMachine(RuleBasedStateMachine):
             for line in a.kept:
                 assert line.amount_cents <= proposed[a.id][line.line], (
                     "kept line paid more than proposed", a.id, line.line)
+
+
+    def _check_two_people(self, approvals: dict[str, Any], audit: list[Any]) -> None:
+        """What one person alone approved on an order (no sign-off by someone else on record)
+        adds up to the two-person amount at most: each approval that took the order above it
+        had two different people, a sign-off and an approval, however the order's refunds
+        were split across lines, tickets and decisions."""
+        if self.two_person_above is None:
+            return
+        signed = {e.approval_id: e.actor for e in audit if e.event == "signed_off"}
+        alone: Counter[str] = Counter()
+        everything: Counter[str] = Counter()
+        for a in approvals.values():
+            if a.status != "approved":
+                continue
+            everything[a.order_id] += a.amount_cents
+            first = self.agent.store.signoff(a.id)
+            assert (first.by if first else None) == signed.get(a.id), ("sign-off off the record",
+                                                                       a.id)
+            if first is None or name_key(first.by) == name_key(a.decided_by):
+                alone[a.order_id] += a.amount_cents
+            else:
+                assert first.amount_cents == a.amount_cents, ("signed off another amount", a.id)
+        for order_id, cents in alone.items():
+            assert cents <= self.two_person_above, (
+                "paid above the two-person amount by one person", order_id, cents)
+        for order_id, cents in everything.items():   # the issue's words, checked as such
+            if cents > self.two_person_above:
+                assert any(a.id in signed and name_key(signed[a.id]) != name_key(a.decided_by)
+                           for a in approvals.values()
+                           if a.order_id == order_id and a.status == "approved"), order_id
 
 
 MoneyMachine.TestCase.settings = settings(

@@ -36,6 +36,7 @@ BOTH_BROKEN = ("Order A1043: the coffee maker arrived shattered and the mugs arr
                "shattered too.")
 COFFEE_MAKER = "Order A1043: the glass pour-over coffee maker arrived cracked."
 MUGS = "Order A1043: the stoneware mugs arrived shattered."
+MUGS_TOO = "Order A1043: the stoneware mugs arrived shattered too."
 SHIPPING_TOO = ("Order A1043: you refunded the coffee maker and the mugs, but not the shipping "
                 "I paid. Please refund the shipping too.")
 OVER = ("Cannot approve: $32.95 would bring what Ana Ruiz has approved on order A1043 to "
@@ -104,6 +105,88 @@ def test_terminal_split_with_only_then_a_new_ticket_needs_a_lead(tmp_path):
     assert paid == [4800, 3295]
     assert _approved_by(store, "Ana Ruiz") == 4800 <= 5000
     assert run_cli(out, "audit", "--verify").returncode == 0
+
+
+def test_over_the_limit_by_what_she_approved_before_the_terminal_offers_the_hand_off(
+        tmp_path, monkeypatch, capsys):
+    """Issue 33.2, in this process: Ana ($50.00 per order) approved the $48.00 line; the
+    $32.95 for the rest is within her limit alone, above it with the $48.00. `approve` must
+    name the command that works, `queue --as` must say she needs a lead, and `handoff` must
+    take it (it said "within your limit; a hand-off is for refunds above it")."""
+    from refund_agent import cli
+    from refund_agent.accounts import Accounts
+
+    out = tmp_path / "out"
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(out))
+    monkeypatch.setenv("REFUND_AGENT_DATA", str(DATA))
+    store = Store(out / "refund-agent.sqlite3")
+    Accounts(store).add("Ana Ruiz", "approver", ANA, limit=50, by="test")
+    Accounts(store).add("Lee Park", "lead", LEE, by="test")
+
+    def command(*args: str, password: str | None = None) -> tuple[int, str, str]:
+        if password is None:
+            monkeypatch.delenv("REFUND_AGENT_PASSWORD", raising=False)
+        else:
+            monkeypatch.setenv("REFUND_AGENT_PASSWORD", password)
+        code = cli.main(list(args))
+        said = capsys.readouterr()
+        return code, said.out, said.err
+
+    assert command("send", BOTH_BROKEN, "--from", MAYA)[0] == 0
+    assert command("approve", "--as", "Ana Ruiz", "--only", "POUR-GLS-01", password=ANA)[0] == 0
+    assert command("send", MUGS_TOO, "--from", MAYA)[0] == 0
+    (rest,) = store.approvals("pending")
+    assert rest.amount_cents == 3295 and store.approved_on("A1043", "Ana Ruiz") == 4800
+
+    code, _, err = command("approve", "--as", "Ana Ruiz", password=ANA)
+    assert code == 1
+    assert (f"error: {OVER} `refund-agent handoff --id {rest.id} --as \"Ana Ruiz\"` sends it "
+            "to a lead.") in err
+    queue = command("queue", "--as", "Ana Ruiz")[1]
+    assert ("Needs a lead: above Ana Ruiz's limit of $50.00 with the $48.00 they approved on "
+            f"A1043 before; `refund-agent handoff --id {rest.id}` sends it to one") in queue
+    code, said, err = command("handoff", "--as", "Ana Ruiz", password=ANA)
+    assert code == 0, err
+    assert "Sent $32.95 for A1043 (maya.chen@example.com) to a lead as Ana Ruiz" in said
+    assert command("approve", "--as", "Lee Park", password=LEE)[0] == 0
+    assert _paid_from(out) == [4800, 3295]
+    assert [e.event for e in store.audit() if e.approval_id == rest.id] == [
+        "requested", "refused", "handed_off", "approved", "issued"]
+    # Within the limit, with what was approved before, a hand-off is still refused (and says
+    # what counted).
+    from refund_agent.approving import handoff_problem
+    assert handoff_problem("Ana Ruiz", 3295, 5000, before_cents=4800) is None
+    assert handoff_problem("Ana Ruiz", 1500, 5000, before_cents=3000) == (
+        "$15.00 and the $30.00 Ana Ruiz approved on this order before are within Ana Ruiz's "
+        "approval limit of $50.00: approve, reject or ask the customer; a hand-off is for "
+        "refunds above it.")
+
+
+def test_the_page_card_says_needs_a_lead_when_what_she_approved_before_counts(agent: Agent,
+                                                                           monkeypatch):
+    """The page's side of 33.2, without a browser: the card's badge and first button count
+    what the signed-in approver approved on the order before, as the decision does."""
+    from types import SimpleNamespace
+
+    from refund_agent.accounts import Accounts
+    from refund_agent.web import desk
+
+    ana = Accounts(agent.store).add("Ana Ruiz", "approver", ANA, limit=50, by="test")
+    run, coffee = _waiting(agent, COFFEE_MAKER)
+    agent.decide(coffee.id, True, "Ana Ruiz", limit_cents=5000)
+    agent.advance(run.id)
+    _, mugs = _waiting(agent, MUGS)
+    assert mugs.amount_cents <= 5000 < mugs.amount_cents + 4800
+    monkeypatch.setattr(desk, "signed_in", lambda accounts: ana)   # Ana's session
+    worker = SimpleNamespace(agent=agent)
+    assert desk.mine_before(worker, mugs) == 4800
+    assert ":red-badge[:material/supervisor_account: Needs a lead]" in desk.card_flags(
+        worker, mugs, now=mugs.requested_at)
+
+
+def _paid_from(out: Path) -> list[int]:
+    return [json.loads(x)["request"]["amount_cents"]
+            for x in (out / "refunds.log").read_text().splitlines()]
 
 
 def test_ask_reply_and_a_new_proposal_count_what_was_approved_before(agent: Agent):

@@ -371,6 +371,40 @@ def test_kept_lines_are_priced_by_the_policy():
     assert kind == "info" and "about $18.50" in text and "estimate" in text
 
 
+def test_over_the_limit_with_what_was_approved_before_the_review_offers_a_lead():
+    """Issue 33.2: Ana ($50.00 per order) approved $48.00 on the order; the $32.95 refund is
+    within her limit alone, above it with the $48.00. The page's buttons must offer the
+    hand-off that works, not a green Approve the decision then refuses."""
+    assert views.limit_notice(32.95, 50.0) is None                 # alone: within the limit
+    over = views.limit_notice(32.95, 50.0, before=48.0)
+    assert over == ("Needs a lead: $32.95 would bring what you approved on this order to "
+                    "$80.95 ($48.00 before), above your approval limit of $50.00 per order. "
+                    "Send it to a lead (you can still reject it, or untick lines to bring it "
+                    "within your limit).")
+    assert views.limit_notice(2.0, 50.0, before=48.0) is None      # up to the limit, inclusive
+
+    stuck = views.review_action("approve", 32.95, 50.0, before=48.0)
+    assert stuck == views.ReviewAction("Send to a lead", hand_off=True, disabled=False)
+    # Even when the policy also objects: the hand-off stays clickable.
+    assert views.review_action("approve", 32.95, 50.0, 48.0, problem="x").hand_off
+    assert views.card_approve_label(32.95, 50.0, before=48.0) == "Send to a lead…"
+    # Within the limit, or with no limit (a lead, the demo): Approve as before.
+    assert views.card_approve_label(32.95, 50.0) == "Approve…"
+    assert views.card_approve_label(32.95, None, before=48.0) == "Approve…"
+    assert views.review_action("approve", 32.95, None, 48.0) == views.ReviewAction(
+        "Approve $32.95", hand_off=False, disabled=False)
+    assert views.review_action("approve", 32.95, 50.0, problem="gone").disabled
+    # Two people for the order's total, before and after the first sign-off.
+    assert views.review_action("approve", 32.95, None, two=True).label == \
+        "Sign off $32.95 (first of two)"
+    assert views.review_action("approve", 32.95, None, two=True, signed_off=True).label == \
+        "Approve $32.95"
+    # The other modes never hand off.
+    assert views.review_action("reject", 32.95, 50.0, 48.0) == views.ReviewAction(
+        "Reject the refund", hand_off=False, disabled=False)
+    assert views.review_action("ask", 32.95, 50.0, 48.0).label == "Send the question"
+
+
 def test_audit_frame_and_csv_are_newest_first():
     entries = [audit_entry(1, "requested", 100, lines=MAYA_LINES),
                audit_entry(2, "approved", 200, "Dana", lines=MAYA_LINES[:1]),

@@ -271,7 +271,8 @@ def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
     card = ana.locator(CARD).filter(has_text="$48.00 for order A1043")
     card.wait_for()
     expect(card.get_by_text("Needs a lead")).to_be_visible()
-    review = open_review(ana, card)
+    # The card's first button says where it leads: a hand-off, not an approval.
+    review = open_review(ana, card, "Send to a lead…")
     expect(review.get_by_text("Needs a lead: $48.00 is above your approval limit of "
                               "$40.00")).to_be_visible()
     # No dead green Approve: the review sends the refund to a lead instead.

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..approving import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..callrecords import call_key
+from ..identity import same_person
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
 from ..models import Approval, RunStatus
 from ..policy import SHIPPING, Held, Quote
@@ -145,9 +146,10 @@ class Approvals(StoreCore):
                two_person_above_cents: int | None = None) -> Approval:
         """Boundary 5: compare-and-set on 'pending', with its audit line, in one transaction.
 
-        Above ``two_person_above_cents`` the first approval only records a sign-off (the
-        approval stays pending; see approving.four_eyes) and a second, different person
-        completes it; nobody approves a refund on a ticket they opened (runs.raised_by).
+        Where what the order had approved (any ticket, anyone) plus the kept lines comes above
+        ``two_person_above_cents``, the first approval only records a sign-off (the approval
+        stays pending; see approving.four_eyes) and a second, different person completes it;
+        nobody approves a refund on a ticket they opened (runs.raised_by).
 
         An approval may keep only some of the proposed lines (``keep``, skus); the others are
         declined and their lines freed. ``requote`` prices the kept lines inside the same
@@ -293,12 +295,16 @@ class Approvals(StoreCore):
         # Before any line changes: a refusal leaves the proposal exactly as it was.
         reason = None if limit_cents is None else limit_problem(
             by, limit_cents, approval.order_id, total,
-            self._approved_by(db, approval.order_id, by))
+            self._approved_on(db, approval.order_id, by))
         raised = db.execute("SELECT account FROM raised_by WHERE run_id = ?",
                             (approval.run_id,)).fetchone()
         reason = reason or own_ticket_problem(by, raised[0] if raised else None)
+        # Two people by what the order pays in all, read under the same lock: two refunds of
+        # one order approved at once cannot both count the total without the other.
+        before = 0 if two_person_above_cents is None else \
+            self._approved_on(db, approval.order_id)
         step, why = four_eyes(by, total, [k for k in kept if k != SHIPPING],
-                              two_person_above_cents, self.signoff(approval.id, db))
+                              two_person_above_cents, self.signoff(approval.id, db), before)
         reason = reason or why
         if reason:
             self._audit(db, "refused", by, **where, amount=total / 100, note=reason)
@@ -343,13 +349,28 @@ class Approvals(StoreCore):
                     "amount": total / 100, "declined": [line.line for line in declined]})
         return None
 
-    def _approved_by(self, db: Any, order_id: str, by: str) -> int:
-        """What ``by`` has approved on this order so far, in cents (locks the order)."""
-        self.lock_order(db, order_id)
-        row = db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM approvals WHERE"
-                         " order_id = ? AND status = 'approved' AND decided_by = ?",
-                         (order_id, by)).fetchone()
-        return int(row[0])
+    def _approved_on(self, db: Any, order_id: str, by: str | None = None,
+                     lock: bool = True) -> int:
+        """What ``by`` (None: anyone) has approved on this order so far, paid or being paid,
+        in cents. ``lock`` (inside a decision's transaction) holds the order until commit."""
+        if lock:
+            self.lock_order(db, order_id)
+        if by is None:
+            return int(db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM approvals"
+                                  " WHERE order_id = ? AND status = 'approved'",
+                                  (order_id,)).fetchone()[0])
+        # By person, not by spelling: a look-alike twin account (identity.same_person) shares
+        # one limit. An order has a handful of approvals, so they are summed here.
+        rows = db.execute("SELECT decided_by, amount_cents FROM approvals WHERE order_id = ?"
+                          " AND status = 'approved'", (order_id,)).fetchall()
+        return sum(int(cents) for name, cents in rows if same_person(name or "", by))
+
+    def approved_on(self, order_id: str, by: str | None = None) -> int:
+        """What ``by`` (None: anyone) has approved on the order so far, in cents: what the
+        approver's card counts against a limit or the two-person amount. A decision reads it
+        again inside its own transaction."""
+        with self._errors():
+            return self._approved_on(self._db(), order_id, by, lock=False)
 
     def _set_decision(self, db: Any, approval: Approval, status: str, by: str,
                       note: str | None, amount_cents: int) -> None:

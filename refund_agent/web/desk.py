@@ -209,19 +209,31 @@ def card_flags(worker: Worker, approval: Approval, now: float | None = None) -> 
     flags = []
     if approval.id in store.handed_off():
         flags.append(":red-badge[:material/supervisor_account: Sent to a lead]")
-    elif account is not None and handoff_needed(approval.amount_cents, account.limit_cents):
+    elif account is not None and handoff_needed(approval.amount_cents, account.limit_cents,
+                                                mine_before(worker, approval)):
         flags.append(":red-badge[:material/supervisor_account: Needs a lead]")
     first = store.signoff(approval.id)
     if first is not None:
         flags.append(f":violet-badge[:material/how_to_reg: Signed off by {md(first.by)}; "
                      "needs a second person]")
-    elif needs_two(approval.amount_cents, rules.two_person_above_cents):
+    elif needs_two(approval.amount_cents, rules.two_person_above_cents,
+                   store.approved_on(approval.order_id)):
         flags.append(":violet-badge[:material/group: Two people]")
     waited = views.reminder(approval.requested_at, rules.remind_after_hours,
                             time.time() if now is None else now)
     if waited:
         flags.append(f":orange-badge[:material/alarm: {md(waited)}]")
     return flags
+
+
+def mine_before(worker: Worker, approval: Approval) -> int:
+    """What the signed-in approver approved on the approval's order before, in cents (0 in
+    the demo, which has no limits): their limit covers it and this refund together."""
+    store = worker.agent.store
+    account = signed_in(Accounts(store)) if Accounts(store).exist() else None
+    if account is None or account.limit_cents is None:
+        return 0
+    return store.approved_on(approval.order_id, account.name)
 
 
 def on_take(worker: Worker, escalation_id: int) -> None:
@@ -282,6 +294,10 @@ def render_card(worker: Worker, approval: Approval) -> None:
     """A compact card: enough to pick it up, the decision itself is made in the review."""
     card = views.approval_card(approval, {}, None)
     flags = card_flags(worker, approval)
+    store = worker.agent.store
+    account = signed_in(Accounts(store)) if Accounts(store).exist() else None
+    approve_label = views.card_approve_label(card.amount, account.limit if account else None,
+                                             mine_before(worker, approval) / 100)
     with st.container(border=True, key=f"card_{card.approval_id}"):
         # The ticket's age, counted from when it came in, as the inbox counts it.
         opened = worker.agent.store.run(approval.run_id).created_at
@@ -290,7 +306,7 @@ def render_card(worker: Worker, approval: Approval) -> None:
                     f":material/person: {md(card.customer)}")
         st.markdown("\n".join(f"- {md(line.summary)}" for line in card.lines))
         with st.container(horizontal=True, gap="small"):
-            st.button("Approve…", key=f"approve_{card.approval_id}", type="primary",
+            st.button(approve_label, key=f"approve_{card.approval_id}", type="primary",
                       icon=":material/check:", on_click=open_review,
                       args=(card.approval_id, "approve"))
             st.button("Ask…", key=f"ask_{card.approval_id}", icon=":material/help:",
@@ -379,11 +395,15 @@ def review(worker: Worker, approval_id: str) -> None:
         st.markdown("\n".join(f"- {md(line.summary)}" for line in card.lines))
     st.markdown("**What the policy allows**  \n"
                 + "\n".join(f"- **{md(label)}:** {md(value)}" for label, value in card.facts))
-    over = views.limit_notice(pays, account.limit if account else None)
+    # What this approver approved on the order before counts against their limit, and what
+    # anyone approved on it counts toward two people, as the decision counts both.
+    limit, before = account.limit if account else None, mine_before(worker, approval) / 100
+    over = views.limit_notice(pays, limit, before)
     if mode == "approve" and over:  # the decision refuses it too (Store.decide); this says so
         st.warning(md(over), icon=":material/supervisor_account:")
     first = agent.store.signoff(approval_id)
-    two = needs_two(round(pays * 100), agent.shop.info.desk.two_person_above_cents)
+    two = needs_two(round(pays * 100), agent.shop.info.desk.two_person_above_cents,
+                    agent.store.approved_on(approval.order_id))
     if first is not None:
         st.info(f"**First sign-off by {md(first.by)}** at {views.clock(first.at)}: "
                 f"{md(money(first.amount_cents / 100))} for {md(', '.join(first.keep))}"
@@ -398,19 +418,14 @@ def review(worker: Worker, approval_id: str) -> None:
                  icon=":material/block:")
     st.text_input(NOTE_LABELS[mode], key=f"note_{approval_id}",
                   placeholder="In a sentence the customer can read")
-    handing = mode == "approve" and over is not None
-    if handing:   # over the limit: no dead Approve, a hand-off to a lead instead
-        confirm = "Send to a lead"
-    elif mode == "approve" and two and first is None:
-        confirm = f"Sign off {money(pays)} (first of two)"
-    else:
-        confirm = {"approve": f"Approve {money(pays)}", "ask": "Send the question",
-                   "reject": "Reject the refund"}[mode]
+    # Over the limit: no dead Approve, a hand-off to a lead instead (views.review_action).
+    action = views.review_action(mode, pays, limit, before, two, first is not None,
+                                 card.problem)
     go, cancel = st.columns(2)
-    if go.button(confirm, key=f"confirm_{approval_id}", type="primary", width="stretch",
-                 icon=":material/supervisor_account:" if handing else ":material/gavel:",
-                 disabled=mode == "approve" and card.problem is not None and not handing):
-        if (hand_off(worker, approval_id) if handing else
+    if go.button(action.label, key=f"confirm_{approval_id}", type="primary", width="stretch",
+                 icon=":material/supervisor_account:" if action.hand_off else
+                 ":material/gavel:", disabled=action.disabled):
+        if (hand_off(worker, approval_id) if action.hand_off else
                 decide(worker, approval_id, mode, items, counted(card))):
             close_review()
             st.rerun()
@@ -465,7 +480,16 @@ def decide(worker: Worker, approval_id: str, mode: str, items: list[str],
         notify("queue", "warning", str(exc))
         return True    # nothing left to review
     except RefundAgentError as exc:  # no note, no line kept, over the limit, ...
-        notify("review", "error", str(exc))
+        way = ""
+        if mode == "approve" and limit_cents is not None:
+            # Over the limit (with what they approved on the order before), the review redraws
+            # with Send to a lead in place of Approve: the refusal names it.
+            store = worker.agent.store
+            refund = store.approval(approval_id)
+            if handoff_needed(refund.amount_cents, limit_cents,
+                              store.approved_on(refund.order_id, by)):
+                way = " Send it to a lead with the button below."
+        notify("review", "error", f"{exc}{way}")
         return False
     if decided.status == "pending":   # the first of two approvals
         notify("queue", "success", f"Signed off {money(decided.amount)} for order "

@@ -766,13 +766,55 @@ def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
             f"Waiting {hours / 24:.0f} days for approval")
 
 
-def limit_notice(amount: float, limit: float | None) -> str | None:
-    """What the card says when approving ``amount`` is above the signed-in approver's limit."""
-    if limit is None or round(amount * 100) <= round(limit * 100):
+def limit_notice(amount: float, limit: float | None, before: float = 0.0) -> str | None:
+    """What the card says when approving ``amount`` is above the signed-in approver's limit,
+    with ``before`` already approved by them on the order (the limit is per order, in all:
+    approving.limit_problem, which the decision runs)."""
+    if limit is None or round(amount * 100) + round(before * 100) <= round(limit * 100):
         return None
-    return (f"Needs a lead: {money(amount)} is above your approval limit of {money(limit)}. "
-            "Send it to a lead (you can still reject it, or untick lines to bring it within "
-            "your limit).")
+    if round(before * 100) == 0:
+        over = f"{money(amount)} is above your approval limit of {money(limit)}"
+    else:
+        over = (f"{money(amount)} would bring what you approved on this order to "
+                f"{money(amount + before)} ({money(before)} before), above your approval "
+                f"limit of {money(limit)} per order")
+    return (f"Needs a lead: {over}. Send it to a lead (you can still reject it, or untick "
+            "lines to bring it within your limit).")
+
+
+@dataclass(frozen=True)
+class ReviewAction:
+    """The review's one confirm button: what it says, and what it does."""
+
+    label: str
+    hand_off: bool    # sends the refund to a lead instead of deciding it
+    disabled: bool
+
+
+def review_action(mode: str, pays: float, limit: float | None, before: float = 0.0,
+                  two: bool = False, signed_off: bool = False,
+                  problem: str | None = None) -> ReviewAction:
+    """The confirm button of the review in ``mode`` (approve, ask, reject).
+
+    Where approving would be refused for the approver's limit (``pays`` plus the ``before``
+    they approved on the order), the button is *Send to a lead*, which works, never an
+    Approve that errors: a refusal must offer the decision that works. ``two``: the order's
+    total takes two people; ``signed_off``: the first of them is on record.
+    """
+    if mode == "approve" and limit_notice(pays, limit, before) is not None:
+        return ReviewAction("Send to a lead", hand_off=True, disabled=False)
+    if mode == "approve" and two and not signed_off:
+        label = f"Sign off {money(pays)} (first of two)"
+    else:
+        label = {"approve": f"Approve {money(pays)}", "ask": "Send the question",
+                 "reject": "Reject the refund"}[mode]
+    return ReviewAction(label, hand_off=False, disabled=mode == "approve" and problem is not None)
+
+
+def card_approve_label(amount: float, limit: float | None, before: float = 0.0) -> str:
+    """The card's first button, which opens the review: *Send to a lead…* where approving is
+    above what the signed-in approver may still approve on the order, else *Approve…*."""
+    return "Send to a lead…" if limit_notice(amount, limit, before) else "Approve…"
 
 
 def audit_frame(entries: Sequence[AuditEntry],
