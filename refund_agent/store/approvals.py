@@ -9,8 +9,8 @@ from typing import Any
 
 from ..approving import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..callrecords import call_key
-from ..identity import same_person
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
+from ..identity import same_person
 from ..models import Approval, RunStatus
 from ..policy import SHIPPING, Held, Quote
 from .audit import audit_lines
