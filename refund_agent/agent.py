@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 import openai
@@ -25,7 +26,7 @@ from . import intake, turns
 from .calls import HELD_BACK, REFUND_TOOLS, CallContext, DeskCall, Outcome, hand_over, requote
 from .config import Settings, load_settings
 from .crash import crash_point
-from .errors import LeaseLost, RunNotReady
+from .errors import DecisionRefused, LeaseLost, RunNotReady
 from .escalations import Escalation
 from .failures import refused_transcript, response_gone, still_gone
 from .intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
@@ -56,6 +57,19 @@ class _Ending:
     step: turns.StepData | None = None
 
 
+def foreign_run(run: Run, agent_name: str, doing: str) -> str | None:
+    """Why the agent ``agent_name`` may not ``doing`` (advance, decide) ``run``, or None.
+
+    A run is its maker's: another agent's tools are not the ones its calls were written for
+    (the refund desk answering a closure "There is no tool called 'close_account'" ends the
+    run with nothing closed), and its proposals are not the ones this agent's people review.
+    """
+    if run.agent == agent_name:
+        return None
+    return (f"Run {run.id} was made by the {run.agent!r} agent: only that agent may {doing} "
+            f"it, not the {agent_name!r} agent here. Nothing was changed.")
+
+
 class Loop:
     """The durable loop for any agent: its tools are declarations, its state is the store.
 
@@ -64,6 +78,13 @@ class Loop:
     environment's; ``model`` is an opened client (tests pass one to inspect the stand-in).
     """
 
+    #: Which agent this is, written on every run it starts: it advances, resumes, claims and
+    #: decides only runs with its own name, so agents may share a store (PostgreSQL). A
+    #: subclass that sets none is named after its class; subclasses inherit their parent's.
+    agent_name: ClassVar[str] = ""
+    #: The SQLite file (in the output folder) this agent's runs are kept in; None: the desk's
+    #: store, ``settings.db_path``. A PostgreSQL database (``database_url``) is always shared.
+    store_file: ClassVar[str | None] = None
     tools: ClassVar[Mapping[str, Tool]] = {}
     #: The output a held-back effect gets (see Tool.done_status).
     held_back: ClassVar[str] = ("Not carried out: it was written beside a proposal that was "
@@ -71,9 +92,17 @@ class Loop:
     default_subject: ClassVar[str] = "Request"
     _requote: Callable[[Approval, list[str], Mapping[str, Held]], Quote | str] | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.agent_name:
+            cls.agent_name = f"{cls.__module__}.{cls.__qualname__}"
+
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
-        self.store = Store(self.settings.store_target, lease_seconds=self.settings.lease_seconds)
+        target = self.settings.store_target
+        if self.store_file and not self.settings.database_url:
+            target = Path(self.settings.output_dir) / self.store_file
+        self.store = Store(target, lease_seconds=self.settings.lease_seconds)
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
@@ -107,7 +136,8 @@ class Loop:
             sender, body, self.default_subject if subject is None else subject, sender_name)
         run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
                                     subject=subject.strip() or self.default_subject,
-                                    email=body, kind=kind, raised_by=raised_by)
+                                    email=body, kind=kind, raised_by=raised_by,
+                                    agent=self.agent_name)
         self._crash_at("after_run_created")
         return run
 
@@ -125,7 +155,9 @@ class Loop:
             LeaseLost: another process took the run over while this one was paused or slow;
                 this one stopped before doing anything more.
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
+            RunNotReady: another agent made the run (foreign_run); nothing was changed.
         """
+        self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
         before = self.store.last_step_id(run_id)
         # A run this process claimed (see claim) is continued under the claim's token.
@@ -343,6 +375,7 @@ class Loop:
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = intake.checked_decision(by, note, approve)
+        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         requote = partial(self._requote, units=dict(units or {})) if self._requote else None
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
@@ -367,6 +400,7 @@ class Loop:
             AlreadyDecided: someone decided first (audited as 'ignored').
         """
         by, question = intake.checked_question(by, question)
+        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
         asked = self.store.ask(approval_id, by, question)
         self._crash_at("after_decision")
         return asked
@@ -374,7 +408,7 @@ class Loop:
     def expire(self) -> list[Approval]:
         """Close (and return) the approvals nobody decided within ``settings.approval_days``;
         their runs carry on at the next advance, telling the customer and the team."""
-        return self.store.expire(self.settings.approval_days * 86400)
+        return self.store.expire(self.settings.approval_days * 86400, agent=self.agent_name)
 
     def add_reply(self, run_id: str, text: str, simulated: bool = False) -> Reply:
         """Save a customer's reply to a finished run; the next advance sends it."""
@@ -387,15 +421,23 @@ class Loop:
     def claim(self) -> str | None:
         """Take one run that needs a worker, from any host (see Store.claim); its id or None.
         The next ``advance`` of that run in this process continues under the claim's lease."""
-        lease = self.store.claim(uuid.uuid4().hex)
+        lease = self.store.claim(uuid.uuid4().hex, self.agent_name)
         if lease is None:
             return None
         self._claimed[lease.run_id] = lease.token
         return lease.run_id
 
     def resumable(self) -> list[Run]:
-        """Runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
-        return self.store.orphaned_runs() + self.store.decided_but_waiting()
+        """This agent's runs a resume should pick up: orphaned mid-turn, or decided while
+        nobody ran them (another agent's are left to it)."""
+        return (self.store.orphaned_runs(self.agent_name)
+                + self.store.decided_but_waiting(self.agent_name))
+
+    def _own(self, run_id: str, doing: str, refused: type[Exception]) -> None:
+        """Raise ``refused`` unless this agent made the run (the maker never changes, so a
+        check before the write's own transaction cannot go stale)."""
+        if problem := foreign_run(self.store.run(run_id), self.agent_name, doing):
+            raise refused(problem)
 
     @property
     def pid(self) -> int:
@@ -405,6 +447,7 @@ class Loop:
 class Agent(Loop):
     """Runs refund conversations against one shop, store and model (arguments: Loop's)."""
 
+    agent_name = "refunds"
     tools = REFUND_TOOLS
     held_back = HELD_BACK
     default_subject = "Refund request"
@@ -434,7 +477,9 @@ class Agent(Loop):
 
     def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
         """Send a pending refund to a lead (an approver over their limit); audited.
-        Raises DecisionRefused (no name; already with a lead) or AlreadyDecided."""
+        Raises DecisionRefused (no name; already with a lead; another agent's run) or
+        AlreadyDecided."""
+        self._own(self.store.approval(approval_id).run_id, "hand off", DecisionRefused)
         return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
 
     def take(self, escalation_id: int, by: str) -> Escalation:

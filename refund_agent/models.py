@@ -79,6 +79,7 @@ class Run(BaseModel):
     transcript_items: int = 0       # items kept in the run's transcript (see Store.transcript)
     transcript_bytes: int = 0       # their size as stored JSON, in bytes
     transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
+    agent: str = "refunds"          # the agent that made it, and alone advances it (schema 13)
 
     @property
     def cost_usd(self) -> float:

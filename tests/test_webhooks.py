@@ -151,3 +151,24 @@ def test_a_store_that_cannot_take_the_event_answers_503_so_stripe_sends_it_again
         server.server_close()
     logged = capfd.readouterr().err
     assert " 503 Not recorded" in logged and "Traceback" not in logged
+
+
+def test_refund_failed_then_refund_updated_for_one_refund_open_one_escalation(agent):
+    """Stripe sends both for one failed refund (two event ids). Before: two escalations, two
+    error steps on the ticket."""
+    run_id, approval_id = paid_run(agent)
+    assert agent.advance(run_id).status == RunStatus.DONE
+    assert handle(agent.store, SECRET, *delivery(approval_id, "evt_failed"))[0] == 200
+    assert handle(agent.store, SECRET, *delivery(approval_id, "evt_updated",
+                                                 kind="refund.updated"))[0] == 200
+    (raised,) = agent.store.escalations(run_id=run_id)
+    assert raised.open and raised.kind == PROVIDER_FAILED and raised.approval_id == approval_id
+    assert [s.kind for s in agent.store.steps(run_id)].count("error") == 1
+    # Both events are on record, each with its audit line.
+    assert [e["type"] for e in agent.store.provider_events()] == ["refund.failed",
+                                                                  "refund.updated"]
+    assert [e.event for e in agent.store.audit()].count("provider_failed") == 2
+    # Once a lead took it, a later failure report is a new escalation.
+    agent.store.take_escalation(raised.id, "Lee Park")
+    handle(agent.store, SECRET, *delivery(approval_id, "evt_later", kind="refund.updated"))
+    assert [e.open for e in agent.store.escalations(run_id=run_id)] == [False, True]
