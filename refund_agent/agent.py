@@ -415,6 +415,7 @@ class Loop:
         text = text.strip()
         if problem := intake.utf8_problem(text) or intake.reply_problem(text):
             raise RunNotReady(problem)
+        self._own(run_id, "continue", RunNotReady)   # its maker sends it on, nobody else
         # Accepted or refused in one transaction: a refused reply is never stored.
         return self.store.add_reply(run_id, text, simulated)
 

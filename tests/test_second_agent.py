@@ -197,6 +197,9 @@ def test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it(
     with pytest.raises(RunNotReady, match="made by the 'closure' agent: only that agent may "
                                           "advance it, not the 'refunds' agent"):
         desk.advance(run_id)
+    with pytest.raises(RunNotReady, match="only that agent may continue it"):
+        desk.add_reply(run_id, "It is AC-1001, please hurry.")
+    assert closer.store.replies(run_id) == []
     for attempt in (lambda: desk.decide(pending.id, True, "Dana Kim"),
                     lambda: desk.decide(pending.id, False, "Dana Kim", note="No."),
                     lambda: desk.ask(pending.id, "Dana Kim", "Which account?"),
