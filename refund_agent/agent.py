@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, ClassVar
 
 import openai
@@ -57,19 +56,6 @@ class _Ending:
     step: turns.StepData | None = None
 
 
-def foreign_run(run: Run, agent_name: str, doing: str) -> str | None:
-    """Why the agent ``agent_name`` may not ``doing`` (advance, decide) ``run``, or None.
-
-    A run is its maker's: another agent's tools are not the ones its calls were written for
-    (the refund desk answering a closure "There is no tool called 'close_account'" ends the
-    run with nothing closed), and its proposals are not the ones this agent's people review.
-    """
-    if run.agent == agent_name:
-        return None
-    return (f"Run {run.id} was made by the {run.agent!r} agent: only that agent may {doing} "
-            f"it, not the {agent_name!r} agent here. Nothing was changed.")
-
-
 class Loop:
     """The durable loop for any agent: its tools are declarations, its state is the store.
 
@@ -78,13 +64,9 @@ class Loop:
     environment's; ``model`` is an opened client (tests pass one to inspect the stand-in).
     """
 
-    #: Which agent this is, written on every run it starts: it advances, resumes, claims and
-    #: decides only runs with its own name, so agents may share a store (PostgreSQL). A
-    #: subclass that sets none is named after its class; subclasses inherit their parent's.
+    #: On its runs; it advances and decides only those (Run.owner_problem). Unset: its class's.
     agent_name: ClassVar[str] = ""
-    #: The SQLite file (in the output folder) this agent's runs are kept in; None: the desk's
-    #: store, ``settings.db_path``. A PostgreSQL database (``database_url``) is always shared.
-    store_file: ClassVar[str | None] = None
+    store_file: ClassVar[str | None] = None   # its own SQLite file in output/ (None: the desk's)
     tools: ClassVar[Mapping[str, Tool]] = {}
     #: The output a held-back effect gets (see Tool.done_status).
     held_back: ClassVar[str] = ("Not carried out: it was written beside a proposal that was "
@@ -94,15 +76,12 @@ class Loop:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.agent_name:
-            cls.agent_name = f"{cls.__module__}.{cls.__qualname__}"
+        cls.agent_name = cls.agent_name or f"{cls.__module__}.{cls.__qualname__}"
 
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
-        target = self.settings.store_target
-        if self.store_file and not self.settings.database_url:
-            target = Path(self.settings.output_dir) / self.store_file
-        self.store = Store(target, lease_seconds=self.settings.lease_seconds)
+        self.store = Store(self.settings.store_for(self.store_file),
+                           lease_seconds=self.settings.lease_seconds)
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
@@ -155,7 +134,7 @@ class Loop:
             LeaseLost: another process took the run over while this one was paused or slow;
                 this one stopped before doing anything more.
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
-            RunNotReady: another agent made the run (foreign_run); nothing was changed.
+            RunNotReady: another agent made the run.
         """
         self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
@@ -415,7 +394,7 @@ class Loop:
         text = text.strip()
         if problem := intake.utf8_problem(text) or intake.reply_problem(text):
             raise RunNotReady(problem)
-        self._own(run_id, "continue", RunNotReady)   # its maker sends it on, nobody else
+        self._own(run_id, "continue", RunNotReady)
         # Accepted or refused in one transaction: a refused reply is never stored.
         return self.store.add_reply(run_id, text, simulated)
 
@@ -429,15 +408,12 @@ class Loop:
         return lease.run_id
 
     def resumable(self) -> list[Run]:
-        """This agent's runs a resume should pick up: orphaned mid-turn, or decided while
-        nobody ran them (another agent's are left to it)."""
-        return (self.store.orphaned_runs(self.agent_name)
-                + self.store.decided_but_waiting(self.agent_name))
+        """Its runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
+        mine = self.agent_name
+        return self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)
 
     def _own(self, run_id: str, doing: str, refused: type[Exception]) -> None:
-        """Raise ``refused`` unless this agent made the run (the maker never changes, so a
-        check before the write's own transaction cannot go stale)."""
-        if problem := foreign_run(self.store.run(run_id), self.agent_name, doing):
+        if problem := self.store.run(run_id).owner_problem(self.agent_name, doing):
             raise refused(problem)
 
     @property
@@ -478,8 +454,7 @@ class Agent(Loop):
 
     def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
         """Send a pending refund to a lead (an approver over their limit); audited.
-        Raises DecisionRefused (no name; already with a lead; another agent's run) or
-        AlreadyDecided."""
+        Raises DecisionRefused (no name; already with a lead) or AlreadyDecided."""
         self._own(self.store.approval(approval_id).run_id, "hand off", DecisionRefused)
         return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
 
