@@ -25,7 +25,7 @@ from . import intake, turns
 from .calls import HELD_BACK, REFUND_TOOLS, CallContext, DeskCall, Outcome, hand_over, requote
 from .config import Settings, load_settings
 from .crash import crash_point
-from .errors import LeaseLost, RunNotReady
+from .errors import DecisionRefused, LeaseLost, RunNotReady
 from .escalations import Escalation
 from .failures import refused_after_payment, refused_transcript, response_gone, still_gone
 from .intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
@@ -64,6 +64,9 @@ class Loop:
     environment's; ``model`` is an opened client (tests pass one to inspect the stand-in).
     """
 
+    #: On its runs; it advances and decides only those (Run.owner_problem). Unset: its class's.
+    agent_name: ClassVar[str] = ""
+    store_file: ClassVar[str | None] = None   # its own SQLite file in output/ (None: the desk's)
     tools: ClassVar[Mapping[str, Tool]] = {}
     #: The output a held-back effect gets (see Tool.done_status).
     held_back: ClassVar[str] = ("Not carried out: it was written beside a proposal that was "
@@ -71,9 +74,14 @@ class Loop:
     default_subject: ClassVar[str] = "Request"
     _requote: Callable[[Approval, list[str], Mapping[str, Held]], Quote | str] | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.agent_name = cls.agent_name or f"{cls.__module__}.{cls.__qualname__}"
+
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
-        self.store = Store(self.settings.store_target, lease_seconds=self.settings.lease_seconds)
+        self.store = Store(self.settings.store_for(self.store_file),
+                           lease_seconds=self.settings.lease_seconds)
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
@@ -111,7 +119,8 @@ class Loop:
             sender, body, self.default_subject if subject is None else subject, sender_name)
         run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
                                     subject=subject.strip() or self.default_subject,
-                                    email=body, kind=kind, raised_by=raised_by)
+                                    email=body, kind=kind, raised_by=raised_by,
+                                    agent=self.agent_name)
         self._crash_at("after_run_created")
         return run
 
@@ -129,7 +138,9 @@ class Loop:
             LeaseLost: another process took the run over while this one was paused or slow;
                 this one stopped before doing anything more.
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
+            RunNotReady: another agent made the run.
         """
+        self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
         before = self.store.last_step_id(run_id)
         # A run this process claimed (see claim) is continued under the claim's token.
@@ -352,6 +363,7 @@ class Loop:
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = intake.checked_decision(by, note, approve)
+        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         requote = partial(self._requote, units=dict(units or {})) if self._requote else None
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
@@ -376,6 +388,7 @@ class Loop:
             AlreadyDecided: someone decided first (audited as 'ignored').
         """
         by, question = intake.checked_question(by, question)
+        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
         asked = self.store.ask(approval_id, by, question)
         self._crash_at("after_decision")
         return asked
@@ -383,28 +396,34 @@ class Loop:
     def expire(self) -> list[Approval]:
         """Close (and return) the approvals nobody decided within ``settings.approval_days``;
         their runs carry on at the next advance, telling the customer and the team."""
-        return self.store.expire(self.settings.approval_days * 86400)
+        return self.store.expire(self.settings.approval_days * 86400, agent=self.agent_name)
 
     def add_reply(self, run_id: str, text: str, simulated: bool = False) -> Reply:
         """Save a customer's reply to a finished run; the next advance sends it."""
         text = text.strip()
         if problem := intake.utf8_problem(text) or intake.reply_problem(text):
             raise RunNotReady(problem)
+        self._own(run_id, "continue", RunNotReady)
         # Accepted or refused in one transaction: a refused reply is never stored.
         return self.store.add_reply(run_id, text, simulated)
 
     def claim(self) -> str | None:
         """Take one run that needs a worker, from any host (see Store.claim); its id or None.
         The next ``advance`` of that run in this process continues under the claim's lease."""
-        lease = self.store.claim(uuid.uuid4().hex)
+        lease = self.store.claim(uuid.uuid4().hex, self.agent_name)
         if lease is None:
             return None
         self._claimed[lease.run_id] = lease.token
         return lease.run_id
 
     def resumable(self) -> list[Run]:
-        """Runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
-        return self.store.orphaned_runs() + self.store.decided_but_waiting()
+        """Its runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
+        mine = self.agent_name
+        return self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)
+
+    def _own(self, run_id: str, doing: str, refused: type[Exception]) -> None:
+        if problem := self.store.run(run_id).owner_problem(self.agent_name, doing):
+            raise refused(problem)
 
     @property
     def pid(self) -> int:
@@ -414,6 +433,7 @@ class Loop:
 class Agent(Loop):
     """Runs refund conversations against one shop, store and model (arguments: Loop's)."""
 
+    agent_name = "refunds"
     tools = REFUND_TOOLS
     held_back = HELD_BACK
     default_subject = "Refund request"
@@ -447,6 +467,7 @@ class Agent(Loop):
     def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
         """Send a pending refund to a lead (an approver over their limit); audited.
         Raises DecisionRefused (no name; already with a lead) or AlreadyDecided."""
+        self._own(self.store.approval(approval_id).run_id, "hand off", DecisionRefused)
         return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
 
     def take(self, escalation_id: int, by: str) -> Escalation:

@@ -196,8 +196,20 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
 
 def escalate(ctx: DeskCall, args: Escalate) -> Outcome:
     """Raise the ticket to a lead: its step is saved with the output, in one transaction,
-    and the store files the escalation from it once per call key (escalations.py)."""
+    and the store files the escalation from it once per call key (escalations.py).
+
+    While one of this kind is open on the ticket, nothing new is raised and the model is told
+    so: an email that talks it into thirty calls still puts one escalation before a lead (the
+    store refuses a second open one all the same; only this run's owner raises these kinds).
+    """
     reason = " ".join(args.reason.split())
+    already = ctx.store.open_escalation(ctx.run.id, args.kind)
+    if already is not None:
+        return Outcome({"status": "already_escalated", "kind": args.kind,
+                        "escalation": already.id,
+                        "next": "This ticket is already with a team lead for this; nothing new "
+                                "was raised. Do not escalate it again. You may tell the customer "
+                                "a lead is looking at it."}, [])
     output = {"status": "escalated", "kind": args.kind,
               "next": "A team lead sees this ticket in the escalation queue. You may tell the "
                       "customer a lead will look at it."}

@@ -539,7 +539,7 @@ def _resume_target(agent: Agent, run_id: str | None) -> Run | None:
     candidates = agent.resumable()
     if candidates:
         return candidates[0]
-    return agent.store.latest_run({RunStatus.STOPPED, RunStatus.FAILED})
+    return agent.store.latest_run({RunStatus.STOPPED, RunStatus.FAILED}, agent.agent_name)
 
 
 # The runs a customer's reply may go to: finished, or waiting on the customer's answer.

@@ -192,6 +192,10 @@ class Settings:
         """What the store opens: the PostgreSQL URL when one is set, else the SQLite file."""
         return self.database_url or self.db_path
 
+    def store_for(self, file: str | None) -> Path | str:
+        """What an agent keeping its own SQLite ``file`` (None: the desk's) opens."""
+        return self.store_target if self.database_url or not file else self.output_dir / file
+
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields changed (handy in tests and the notebook)."""
         return replace(self, **changes)

@@ -79,10 +79,24 @@ class Run(BaseModel):
     transcript_items: int = 0       # items kept in the run's transcript (see Store.transcript)
     transcript_bytes: int = 0       # their size as stored JSON, in bytes
     transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
+    agent: str = "refunds"          # the agent that made it, and alone advances it (schema 13)
 
     @property
     def cost_usd(self) -> float:
         return self.cost_ticks / TICKS_PER_USD
+
+    def owner_problem(self, agent_name: str, doing: str) -> str | None:
+        """Why the agent ``agent_name`` may not ``doing`` (advance, decide) this run, or None.
+
+        A run is its maker's: another agent's tools are not the ones its calls were written for
+        (the refund desk answering a closure "There is no tool called 'close_account'" ends the
+        run with nothing closed), nor are its proposals the ones this agent's people review.
+        A run's maker never changes, so a check before a write's transaction cannot go stale.
+        """
+        if self.agent == agent_name:
+            return None
+        return (f"Run {self.id} was made by the {self.agent!r} agent: only that agent may "
+                f"{doing} it, not the {agent_name!r} agent here. Nothing was changed.")
 
 
 class InboxRow(BaseModel):

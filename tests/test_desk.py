@@ -34,8 +34,10 @@ from refund_agent.approving import (
 )
 from refund_agent.desk_status import ApprovalFacts, DeskStatus, desk_status, needs_person
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
+from refund_agent.escalations import AGENT_KINDS, PROVIDER_FAILED
 from refund_agent.model import open_model
 from refund_agent.models import RunStatus
+from refund_agent.offline.brain import Reply
 from refund_agent.store import Store
 from refund_agent.web import views
 
@@ -148,6 +150,28 @@ def test_an_angry_reply_is_escalated_once_and_only_then_a_lead_is_promised(agent
     assert agent.store.verify_audit() is None
     (row,) = agent.store.inbox_rows([run.id])
     assert row.desk == DeskStatus.PAID and row.escalations == 0
+
+
+def test_thirty_escalate_calls_open_one_escalation_and_the_model_hears_it_is_with_a_lead(
+        scripted):
+    """An email that talks the model into thirty escalate calls (in one response and over
+    three). Before: thirty escalations, thirty audit lines, for one ticket."""
+    call = ("escalate", {"kind": "manager", "reason": "The customer demands a manager."})
+    agent, _brain, _server = scripted(*(Reply("Escalate.", calls=[call] * 10)
+                                        for _ in range(3)))
+    run = agent.advance(agent.start("maya.chen@example.com", ANGRY).id)
+    assert run.status == RunStatus.DONE
+    (escalation,) = agent.store.escalations()
+    assert escalation.open and escalation.kind == "manager"
+    outputs = [s.data["output"] for s in agent.store.steps(run.id)
+               if s.kind == "result" and s.data["name"] == "escalate"]   # in the order run
+    assert [o["status"] for o in outputs] == ["escalated"] + ["already_escalated"] * 29
+    assert {o.get("escalation") for o in outputs[1:]} == {escalation.id}
+    assert "already with a team lead" in outputs[-1]["next"]
+    assert [e.event for e in agent.store.audit()].count("escalated") == 1
+    assert [s.kind for s in agent.store.steps(run.id)].count("escalation") == 1
+    (row,) = agent.store.inbox_rows([run.id])
+    assert row.escalations == 1
 
 
 def test_a_calm_reply_raises_nothing_and_promises_no_lead(agent: Agent):
@@ -361,11 +385,11 @@ def _insert(store: Store, n: int, ticket) -> None:
                           " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                           (approval, "A1043", line, f"SKU-{line}", "x", "damaged", 100, 100, 0,
                            0, "declined"))
-    for i, taken in enumerate(escalations):
+    for i, taken in enumerate(escalations):   # one open per kind (schema 13): two kinds
         store.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at,"
                       " taken_by) VALUES (?,?,?,?,?,?,?)",
-                      (f"{run}-e{i}", run, "manager", "r", "agent", 3000.0 + i,
-                       "Lee" if taken else None))
+                      (f"{run}-e{i}", run, ("manager", "policy_exception")[i], "r", "agent",
+                       3000.0 + i, "Lee" if taken else None))
 
 
 def _change(store: Store, i: int, change, tickets: int) -> None:
@@ -378,9 +402,9 @@ def _change(store: Store, i: int, change, tickets: int) -> None:
                       " AND status = 'pending'", (run,))
     elif what == "take":
         store.execute("UPDATE escalations SET taken_by = 'Ana' WHERE run_id = ?", (run,))
-    else:
+    else:   # a threat already open on the ticket is the one (schema 13)
         store.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by,"
-                      " raised_at) VALUES (?,?,?,?,?,?)",
+                      " raised_at) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                       (f"{run}-x{i}", run, "threat", "r", "agent", 4000.0))
 
 
@@ -483,3 +507,103 @@ def test_taking_or_sending_without_a_name_is_refused_in_words():
     with pytest.raises(DecisionRefused, match="Say who is sending it"):
         intake.checked_handoff("", "over my limit")
     assert intake.checked_handoff(" Ana Ruiz ", " ") == ("Ana Ruiz", None)
+
+
+
+# -- one open escalation per ticket, kind and refund --------------------------------------------
+
+# What raises or closes an escalation: the agent's escalate tool (through a call's output, past
+# the tool's own check), Stripe reporting a refund failed (a new event id each time), a lead
+# taking one. (ticket 0-2, kind or event, ...)
+ESCALATION_OP = st.one_of(
+    st.tuples(st.just("agent"), st.integers(0, 2), st.sampled_from(AGENT_KINDS)),
+    st.tuples(st.just("stripe"), st.integers(0, 2), st.sampled_from(["refund.failed",
+                                                                     "refund.updated"])),
+    st.tuples(st.just("take"), st.integers(0, 2),
+              st.sampled_from([*AGENT_KINDS, PROVIDER_FAILED])))
+
+
+@hsettings(max_examples=EXAMPLES, deadline=None)
+@given(ops=st.lists(ESCALATION_OP, max_size=20))
+def test_at_most_one_open_escalation_per_ticket_kind_and_refund(ops):
+    """The invariant, whatever raises them in whatever order: never two open escalations of a
+    kind on one ticket (and refund); a raise while one is open gets that one and writes no
+    audit line; once a lead took it, the next raise opens a new one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "s.sqlite3")
+        for n in range(3):
+            _insert(store, n, (RunStatus.DONE, [("approved", 4800, 4800, 0)], []))
+        expected: dict[tuple[str, str, str | None], int] = {}   # open ones, by what they are
+        opened = 0
+        for i, (what, n, kind) in enumerate(ops):
+            run, approval = f"run_{n}", f"run_{n}-a0"
+            if what == "take":
+                group = (run, kind, approval if kind == PROVIDER_FAILED else None)
+                found = store.open_escalation(*group)
+                assert (found.id if found else None) == expected.get(group)
+                if found:
+                    store.take_escalation(found.id, "Lee Park")
+                    del expected[group]
+                continue
+            if what == "agent":
+                lease = store.acquire(run, f"token{i}")
+                store.record_response(lease, response_id=f"resp_{i}", steps=[], usage={},
+                                      replies_sent=[], calls=[(f"call_{i}", "escalate", "{}")])
+                store.record_output(lease, f"call_{i}", "{}", [(
+                    "escalation", {"key": f"{run}-call_{i}", "kind": kind, "reason": "r"})])
+                store.release(lease, RunStatus.DONE)
+                group = (run, kind, None)
+            else:
+                store.record_provider_event(f"evt_{i}", "stripe", kind, "re_1", "failed",
+                                            approval, "Failed.", {}, needs_person=True)
+                group = (run, PROVIDER_FAILED, approval)
+            if group not in expected:
+                opened += 1
+            expected.setdefault(group, store.open_escalation(*group).id)
+            open_ = store.escalations(open_only=True)
+            assert sorted(e.id for e in open_) == sorted(expected.values())
+            assert len({(e.run_id, e.kind, e.approval_id) for e in open_}) == len(open_)
+        every = store.escalations(limit=1000)
+        assert len(every) == opened
+        # One audit line per escalation the agent opened, none for the raises it repeated.
+        assert [e.event for e in store.audit()].count("escalated") == \
+            sum(1 for e in every if e.kind != PROVIDER_FAILED)
+        assert desk_drift(store) == []
+        store.close()
+
+
+def test_racing_failure_reports_for_one_refund_open_one_escalation(tmp_path, backend):
+    """Eight connections report one refund failed at once (each its own event id): the
+    database's index on the open ones lets one through, on both engines."""
+    import threading
+
+    output = tmp_path / "output"
+    backend.prepare(output)
+    target = backend.target(output)
+    store = Store(target)
+    _insert(store, 0, (RunStatus.DONE, [("approved", 4800, 4800, 0)], []))
+    stores = [Store(target) for _ in range(8)]
+    start = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def report(i: int) -> None:
+        try:
+            start.wait()
+            stores[i].record_provider_event(f"evt_race_{i}", "stripe", "refund.failed", "re_1",
+                                            "failed", "run_0-a0", "Failed.", {},
+                                            needs_person=True)
+        except BaseException as exc:   # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(store.provider_events()) == 8
+    (raised,) = store.escalations()
+    assert raised.open and raised.kind == PROVIDER_FAILED
+    assert [s.kind for s in store.steps("run_0")].count("error") == 1
+    for s in [store, *stores]:
+        s.close()

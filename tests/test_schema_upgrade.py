@@ -2,15 +2,18 @@
 
 ``tests/schemas/`` holds each version's schema as that version created it, taken from
 ``refund_agent/store.py`` in git history (and, for PostgreSQL, as its ``dialects.pg_schema``
-rewrote it): SQLite 1 to 7 and 10, PostgreSQL 5 (its first) to 7 and 10 (the last before the
-database's units guard on PostgreSQL, schema 11), and "7a", the schema 7 that main shipped for
+rewrote it): SQLite 1 to 7, 10 and 12, PostgreSQL 5 (its first) to 7, 10 (the last before the
+database's units guard on PostgreSQL, schema 11) and 12 (the last before runs named their agent
+and open escalations were unique, 13), and "7a", the schema 7 that main shipped for
 half an hour before schema 6 was merged (sign-in throttle, but calls without keys).
 Each test fills one with the rows that version wrote (runs, timeline, calls, a paid and approved
 refund with its audit chain, replies, accounts, transcript, ledger, as far as the version had
 them), opens it with today's ``Store``, and checks that every row reads back through the typed
 API, the audit chain still verifies, and the store takes new work (a refund proposed, approved
 and audited; an account; a ledger record), and that the database itself refuses a raw write
-holding more units of a line than it has (schema 11's guard, on both engines).
+holding more units of a line than it has (schema 11's guard, on both engines). Schema 13: a
+closure run from before is the closure agent's, every other run the desk's, and open duplicate
+escalations (9 on) are merged into the oldest, leaving one open per ticket, kind and refund.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 from refund_agent.tools import IssueRefund, ShopTools
 
 SCHEMAS = Path(__file__).with_name("schemas")
-SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10"]
-POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10"]
+SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10", "12"]
+POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10", "12"]
 T0 = 1_764_000_000.0
 DONE, NEW = "run_0123456789ab", "run_ba9876543210"
+CLOSURE = "run_c105ed0acc01"   # made by the closure example (its tools' calls say so)
 LEO = "leo.martins@example.com"
 
 
@@ -61,7 +65,9 @@ def old_rows(version: str) -> dict[str, list[dict]]:
         "runs": [{**run, "id": DONE, "status": "done", "last_response_id": "resp_1",
                   "transcript_items": 2, "transcript_bytes": 40, "transcript_complete": 1},
                  {**run, "id": NEW, "status": "working", "last_response_id": None,
-                  "requests": 0, "transcript_complete": 1}],
+                  "requests": 0, "transcript_complete": 1},
+                 {**run, "id": CLOSURE, "status": "done", "last_response_id": "resp_c",
+                  "sender": "ana.ruiz@example.com", "kind": "custom"}],
         "steps": [{"id": 1, "run_id": DONE, "at": T0, "pid": 4242, "kind": "email",
                    "data": json.dumps({"from": "maya.chen@example.com"})},
                   {"id": 2, "run_id": NEW, "at": T0, "pid": 4242, "kind": "email",
@@ -70,7 +76,10 @@ def old_rows(version: str) -> dict[str, list[dict]]:
                    "name": "lookup_order", "arguments": '{"order_id": "A1043"}',
                    "output": '{"found": true}'},
                   {"call_id": "call_bad", "run_id": DONE, "response_id": "resp_1", "seq": 1,
-                   "name": "lookup_order", "arguments": '{"order_id": "A10', "output": "{}"}],
+                   "name": "lookup_order", "arguments": '{"order_id": "A10', "output": "{}"},
+                  {"call_id": "call_acct", "run_id": CLOSURE, "response_id": "resp_c", "seq": 0,
+                   "name": "lookup_account", "arguments": '{"account_id": "AC-1001"}',
+                   "output": '{"status": "open"}'}],
         "replies": [{"id": 1, "run_id": DONE, "at": T0 + 9, "text": "Thank you!",
                      "simulated": 0, "response_id": None}],
         "audit": [],
@@ -135,6 +144,16 @@ def old_rows(version: str) -> dict[str, list[dict]]:
     if has(version, 7):
         rows["sign_in_failures"] = [{"id": 1, "name_key": "lee park", "client": "page",
                                      "at": T0}]
+    if has(version, 9):   # the desk: the agent escalated one ticket three times over
+        escalation = {"run_id": DONE, "approval_id": None, "kind": "manager", "reason": "Boss!",
+                      "raised_by": "agent", "taken_by": None, "taken_at": None}
+        rows["escalations"] = [
+            {**escalation, "id": 1, "key": "e1", "raised_at": T0 + 1},
+            {**escalation, "id": 2, "key": "e2", "raised_at": T0 + 2},
+            {**escalation, "id": 3, "key": "e3", "raised_at": T0 + 3, "kind": "threat"},
+            {**escalation, "id": 4, "key": "e4", "raised_at": T0 + 4},
+            {**escalation, "id": 5, "key": "e5", "raised_at": T0 + 5, "taken_by": "Lee Park",
+             "taken_at": T0 + 6}]
     return rows
 
 
@@ -163,16 +182,27 @@ def sqlite_store(path: Path, version: str, rows: dict[str, list[dict]]) -> Path:
     return path
 
 
+def pg_statements(script: str) -> list[str]:
+    """A schema file's statements: each ends with a semicolon at the end of a line, outside
+    the $$ quotes of a plpgsql body (whose own statements end so too, from schema 11)."""
+    script = "\n".join(line for line in script.splitlines() if not line.startswith("--"))
+    statements, part = [], ""
+    for piece in f"{script}\n".split(";\n"):
+        part = f"{part};\n{piece}" if part else piece
+        if part.count("$$") % 2 == 0:
+            if part.strip():
+                statements.append(part.strip())
+            part = ""
+    return statements
+
+
 def postgres_store(cluster, version: str, rows: dict[str, list[dict]]) -> str:
     import psycopg
 
     url = cluster.create(f"upgrade_{version}_{uuid.uuid4().hex[:8]}")
     with psycopg.connect(url, autocommit=True) as conn:
-        for statement in (SCHEMAS / f"postgresql-{version}.sql").read_text().split(";\n"):
-            body = "\n".join(line for line in statement.splitlines()
-                             if not line.startswith("--")).strip()
-            if body:
-                conn.execute(body)
+        for statement in pg_statements((SCHEMAS / f"postgresql-{version}.sql").read_text()):
+            conn.execute(statement)
         conn.execute("CREATE TABLE refund_agent_schema (id INTEGER PRIMARY KEY CHECK (id = 1),"
                      " version INTEGER NOT NULL)")
         conn.execute("INSERT INTO refund_agent_schema VALUES (1, %s)", (number(version),))
@@ -184,7 +214,7 @@ def postgres_store(cluster, version: str, rows: dict[str, list[dict]]) -> str:
 
         fill(lambda sql, args=(): conn.execute(sql, args), columns, rows, "%s")
         # The ids were given: the sequences move past them, as the engine's own inserts did.
-        for table in ("steps", "replies", "audit", "ledger", "sign_in_failures"):
+        for table in ("steps", "replies", "audit", "ledger", "sign_in_failures", "escalations"):
             if table in rows:
                 conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                              f" (SELECT MAX(id) FROM {table}))")
@@ -230,6 +260,16 @@ def check_upgraded(store: Store, version: str, rows: dict[str, list[dict]]) -> N
     if has(version, 7):
         assert store.sign_in_failures("lee park", 10**10)[0] == 1
     assert new.status == RunStatus.WORKING
+    # Schema 13: each run names its agent; the desk resumes only its own.
+    assert (done.agent, new.agent, store.run(CLOSURE).agent) == ("refunds", "refunds", "closure")
+    assert store.orphaned_runs("refunds") == [new] and store.orphaned_runs("closure") == []
+    if has(version, 9):
+        kept = {e.id: (e.kind, e.taken_by) for e in store.escalations()}
+        assert kept == {1: ("manager", None), 2: ("manager", "merged into escalation 1"),
+                        3: ("threat", None), 4: ("manager", "merged into escalation 1"),
+                        5: ("manager", "Lee Park")}
+        (row,) = store.inbox_rows([DONE])
+        assert row.escalations == 2   # the desk's kept count follows the merge
 
 
 def check_takes_new_work(store: Store) -> None:

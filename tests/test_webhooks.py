@@ -151,3 +151,143 @@ def test_a_store_that_cannot_take_the_event_answers_503_so_stripe_sends_it_again
         server.server_close()
     logged = capfd.readouterr().err
     assert " 503 Not recorded" in logged and "Traceback" not in logged
+
+
+def test_refund_failed_then_refund_updated_for_one_refund_open_one_escalation(agent):
+    """Stripe sends both for one failed refund (two event ids). Before: two escalations, two
+    error steps on the ticket."""
+    run_id, approval_id = paid_run(agent)
+    assert agent.advance(run_id).status == RunStatus.DONE
+    assert handle(agent.store, SECRET, *delivery(approval_id, "evt_failed"))[0] == 200
+    assert handle(agent.store, SECRET, *delivery(approval_id, "evt_updated",
+                                                 kind="refund.updated"))[0] == 200
+    (raised,) = agent.store.escalations(run_id=run_id)
+    assert raised.open and raised.kind == PROVIDER_FAILED and raised.approval_id == approval_id
+    assert [s.kind for s in agent.store.steps(run_id)].count("error") == 1
+    # Both events are on record, each with its audit line.
+    assert [e["type"] for e in agent.store.provider_events()] == ["refund.failed",
+                                                                  "refund.updated"]
+    assert [e.event for e in agent.store.audit()].count("provider_failed") == 2
+    # Once a lead took it, a later failure report is a new escalation.
+    agent.store.take_escalation(raised.id, "Lee Park")
+    handle(agent.store, SECRET, *delivery(approval_id, "evt_later", kind="refund.updated"))
+    assert [e.open for e in agent.store.escalations(run_id=run_id)] == [False, True]
+
+
+# -- the server: malformed requests, slow clients, big bodies (issue 33, item 7) ---------------
+
+# Short for the tests (the command's is 10 s): slow clients are dropped after it.
+TEST_READ_TIMEOUT = 1.0
+
+
+def signed(body: bytes) -> str:
+    at = int(time.time())
+    return f"t={at},v1=" + hmac.new(SECRET.encode(), f"{at}.".encode() + body,
+                                    hashlib.sha256).hexdigest()
+
+
+def event_body(refund: dict | None, kind: str = "refund.failed") -> bytes:
+    data = {} if refund is None else {"object": refund}
+    return json.dumps({"id": "evt_odd", "object": "event", "type": kind,
+                       "created": int(time.time()), "data": data}).encode()
+
+
+def request(body: bytes, length: str | None = None, signature: str | None = None,
+            method: str = "POST") -> bytes:
+    """The bytes of a request as a client sends them (any Content-Length, or none)."""
+    lines = [f"{method} / HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+             f"Stripe-Signature: {signature if signature is not None else signed(body)}"]
+    if length != "none":
+        lines.append(f"Content-Length: {len(body) if length is None else length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def exchange(port: int, data: bytes) -> tuple[int, str]:
+    """Send ``data`` on a new connection; the status and message of the answer."""
+    import http.client
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        return answer.status, json.loads(answer.read())["message"]
+
+
+@pytest.fixture
+def hooks(agent):
+    """The webhook server on a free port, serving from a thread."""
+    from refund_agent.outside.webhooks import serve
+
+    server = serve(agent.store, SECRET, "127.0.0.1", 0, read_timeout=TEST_READ_TIMEOUT)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+REFUND = {"id": "re_odd", "object": "refund", "amount": 4800, "status": "failed",
+          "metadata": {CALL_ID: "run_x-call_y", "order_id": "A1043"}}
+MALFORMED = {
+    "content-length-abc": (request(b'{"id": "evt"}', length="abc"), 400, "Content-Length"),
+    "no-content-length": (request(b"", length="none"), 400, "Content-Length"),
+    "no-data-object": (request(event_body(None)), 400, "no data.object"),
+    "amount-lots": (request(event_body({**REFUND, "amount": "lots"})), 400,
+                    'amount must be a whole number of cents, got "lots"'),
+    "a-million-brackets": (request(b"[" * 1_000_000), 400, "nested too deeply"),
+    "json-not-an-object": (request(b"[1]"), 400, "not a JSON object"),
+    "metadata-not-text": (request(event_body({**REFUND, "metadata": {CALL_ID: [1]}})), 400,
+                          f"metadata.{CALL_ID} must be text"),
+    "not-signed": (request(event_body(REFUND), signature="t=1,v1=00"), 400, "does not verify"),
+    "get": (request(b"", length="none", method="GET"), 405, "Only POST"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_delivery_is_answered_in_one_line_never_a_traceback(hooks, agent, capfd,
+                                                                         case):
+    """Before: `Content-Length: abc`, a signed event without data.object, with amount "lots",
+    a million "[" or a JSON array ended in a traceback and no answer (Stripe retries that for
+    three days). 400: no retry can make them recordable."""
+    data, status, says = MALFORMED[case]
+    answered, message = exchange(hooks.server_port, data)
+    assert (answered, says in message) == (status, True), message
+    assert agent.store.provider_events() == [] and agent.store.escalations() == []
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and f" {status} " in err, err
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read(hooks, capfd):
+    from refund_agent.outside.webhooks import MAX_BODY
+
+    head = request(b"", length=str(MAX_BODY + 1))   # the headers alone: nothing more is read
+    assert exchange(hooks.server_port, head)[0] == 413
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_slow_clients_are_dropped_after_the_read_timeout_while_events_get_through(
+        hooks, agent, capfd):
+    """Clients that send their headers and then nothing (or half their headers) hold no
+    thread and are closed after the read timeout; meanwhile a real event is recorded. Before:
+    each held a thread for ever (no read timeout)."""
+    import socket
+
+    run_id, approval_id = paid_run(agent)
+    slow = []
+    for data in (request(b"x" * 100)[:-100],                     # headers, then no body
+                 b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"):     # half the headers
+        sock = socket.create_connection(("127.0.0.1", hooks.server_port),
+                                        timeout=30 * TEST_READ_TIMEOUT)
+        sock.sendall(data)
+        slow.append(sock)
+    payload, signature = delivery(approval_id, "evt_meanwhile")
+    assert exchange(hooks.server_port, request(payload, signature=signature)) == \
+        (200, "Recorded refund.failed for refund re_1Failed (failed).")
+    for sock in slow:
+        with sock:
+            try:
+                assert sock.recv(1024) == b""   # closed by the server, unanswered
+            except ConnectionResetError:
+                pass
+    assert len(agent.store.escalations(run_id=run_id)) == 1
+    assert "Traceback" not in capfd.readouterr().err

@@ -127,7 +127,8 @@ PROMPT = ("You close customer accounts. Look the account up first, then call clo
 
 
 class ClosureAgent(Loop):
-    """An account-closure desk on the refund desk's loop, store and model.
+    """An account-closure desk on the refund desk's loop and model; its runs are kept in
+    ``closures.sqlite3`` in the output folder (or in the shared PostgreSQL store, by name).
 
     Args:
         settings: configuration; read from the environment when omitted.
@@ -135,6 +136,11 @@ class ClosureAgent(Loop):
         accounts: account id -> record (``owner`` is the address that may close it).
     """
 
+    # Its own name on its runs, and its own SQLite file beside the desk's: the desk's resume and
+    # worker never see its runs, and where a store is shared (PostgreSQL) the name keeps them
+    # apart (agent.foreign_run).
+    agent_name = "closure"
+    store_file = "closures.sqlite3"
     tools = TOOLS
     default_subject = "Close my account"
 

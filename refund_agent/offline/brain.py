@@ -513,9 +513,11 @@ def _escalation(conv: _Conversation) -> Reply | None:
 
 
 def _escalated(conv: _Conversation) -> bool:
-    """Whether a lead was asked to look, since the customer last wrote (the call answered)."""
+    """Whether a lead was asked to look, since the customer last wrote (the call answered;
+    a ticket already with a lead for it counts)."""
     call = conv.last("escalate", anywhere=False)
-    return bool(call and (call.get("output") or {}).get("status") == "escalated")
+    return bool(call and (call.get("output") or {}).get("status") in ("escalated",
+                                                                      "already_escalated"))
 
 
 def _threats(text: str) -> list[str]:

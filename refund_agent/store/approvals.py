@@ -196,8 +196,10 @@ class Approvals(StoreCore):
             raise late
         return self.approval(approval_id)
 
-    def expire(self, older_than: float, by: str = "expiry") -> list[Approval]:
-        """Close every approval pending for more than ``older_than`` seconds as 'expired'.
+    def expire(self, older_than: float, by: str = "expiry",
+               agent: str | None = None) -> list[Approval]:
+        """Close every approval pending for more than ``older_than`` seconds as 'expired'
+        (on ``agent``'s runs only, if named: another agent's proposals are not ours to close).
 
         Each is its own compare-and-set, so a person deciding at the same moment wins or loses
         cleanly. Returns the approvals this call expired.
@@ -205,9 +207,11 @@ class Approvals(StoreCore):
         moved = self.moved_message()
         if moved:   # even with nothing due: a cron job on the old settings must hear of it
             raise StoreError(moved)
+        mine = "" if agent is None else " AND run_id IN (SELECT id FROM runs WHERE agent = ?)"
         # By the database's clock, which wrote requested_at: not this process's own.
         due = [a.id for a in self._approvals(
-            f"WHERE status = 'pending' AND requested_at < {self.now} - ?", (older_than,))]
+            f"WHERE status = 'pending' AND requested_at < {self.now} - ?{mine}",
+            (older_than,) if agent is None else (older_than, agent))]
         expired = []
         for approval_id in due:
             with self._tx() as db:

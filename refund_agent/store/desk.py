@@ -17,13 +17,34 @@ from .core import Lease, StoreCore
 
 
 def raise_escalation(db: Any, key: str, run_id: str, kind: str, reason: str, by: str,
-                     approval_id: str | None = None) -> bool:
-    """Open an escalation once per ``key`` (inside the caller's transaction); False when one
-    with that key exists already."""
-    return bool(db.execute(
-        "INSERT INTO escalations(key, run_id, approval_id, kind, reason, raised_by, raised_at)"
-        " VALUES (?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING",
-        (key, run_id, approval_id, kind, reason, by, time.time())).rowcount)
+                     approval_id: str | None = None) -> tuple[int, bool]:
+    """Open an escalation (inside the caller's transaction): once per ``key``, and at most one
+    open per ticket, kind and refund. Returns (its id, True), or (the one already there, False):
+    the escalation with this key (a call run again), else the open one it would repeat.
+
+    The database enforces both (the key's unique constraint, schema 13's unique index on the
+    open ones), so two raises racing in two processes open one: the loser's insert waits for
+    the winner's commit, does nothing, and then reads the winner's row.
+    """
+    if db.execute(
+            "INSERT INTO escalations(key, run_id, approval_id, kind, reason, raised_by, raised_at)"
+            " VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+            (key, run_id, approval_id, kind, reason, by, time.time())).rowcount:
+        return db.execute("SELECT id FROM escalations WHERE key = ?", (key,)).fetchone()[0], True
+    row = db.execute("SELECT id FROM escalations WHERE key = ?", (key,)).fetchone() or \
+        db.execute("SELECT id FROM escalations WHERE run_id = ? AND kind = ?"
+                   " AND COALESCE(approval_id, '') = ? AND taken_by IS NULL",
+                   (run_id, kind, approval_id or "")).fetchone()
+    return row[0], False
+
+
+def open_escalation(db: Any, run_id: str, kind: str,
+                    approval_id: str | None = None) -> Escalation | None:
+    """The open escalation of this kind on the ticket (and refund), if any."""
+    row = db.execute("SELECT * FROM escalations WHERE run_id = ? AND kind = ?"
+                     " AND COALESCE(approval_id, '') = ? AND taken_by IS NULL",
+                     (run_id, kind, approval_id or "")).fetchone()
+    return None if row is None else Escalation.model_validate(dict(row))
 
 
 class DeskRecords(StoreCore):
@@ -33,11 +54,13 @@ class DeskRecords(StoreCore):
 
     def _raise_escalations(self, db: Any, run_id: str,
                            steps: list[tuple[str, dict[str, Any]]]) -> None:
-        """Store every escalation step of a call's output, once per call key."""
+        """Store every escalation step of a call's output, once per call key and while one of
+        its kind is open on the ticket, once (the audit says only what was opened)."""
         for kind, data in steps:
             if kind != "escalation":
                 continue
-            if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"], "agent"):
+            if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"],
+                                "agent")[1]:
                 self._audit(db, "escalated", "agent", run_id=run_id,
                             note=f"{data['kind']}: {data['reason']}")
 
@@ -68,6 +91,13 @@ class DeskRecords(StoreCore):
         sql = ("SELECT * FROM escalations" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY raised_at, id LIMIT ?")
         return [Escalation.model_validate(dict(r)) for r in self._read(sql, (*args, limit))]
+
+    def open_escalation(self, run_id: str, kind: str,
+                        approval_id: str | None = None) -> Escalation | None:
+        """The open escalation of ``kind`` on the ticket (and refund), if any: raising
+        another one now would return it."""
+        with self._errors():
+            return open_escalation(self._db(), run_id, kind, approval_id)
 
     def open_escalation_runs(self) -> dict[str, int]:
         """Run id -> how many escalations on it are open."""

@@ -46,10 +46,12 @@ class ProviderEvents(StoreCore):
                         run_id=run_id, approval_id=approval.id if approval else None,
                         order_id=approval.order_id if approval else None,
                         amount=approval.amount if approval else None, note=note)
+            # Stripe reports one failed refund twice (refund.failed, then refund.updated with
+            # status failed): one escalation for it, and one error on the ticket's timeline.
             if needs_person and run_id:
-                raise_escalation(db, f"provider:{event_id}", run_id, PROVIDER_FAILED, note,
-                                 provider, approval_id)
-                self._step(db, run_id, "error", {"message": note})
+                if raise_escalation(db, f"provider:{event_id}", run_id, PROVIDER_FAILED, note,
+                                    provider, approval_id)[1]:
+                    self._step(db, run_id, "error", {"message": note})
                 db.execute("UPDATE runs SET status = ?, error = ?, updated_at = ?"
                            " WHERE id = ? AND lease_token IS NULL",
                            (RunStatus.FAILED, note, time.time(), run_id))

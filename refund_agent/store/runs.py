@@ -17,20 +17,22 @@ class Runs(StoreCore):
     """Creating, listing and leasing runs."""
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
-                   kind: str = "custom", raised_by: str | None = None) -> Run:
+                   kind: str = "custom", raised_by: str | None = None,
+                   agent: str = "refunds") -> Run:
         """Boundary 1: the run and the customer's email exist before any model request.
 
-        ``raised_by`` is the desk account that typed the ticket in, if any.
+        ``raised_by`` is the desk account that typed the ticket in, if any; ``agent`` the
+        agent that makes the run (Loop.agent_name), the only one that advances or decides it.
         """
         run_id = "run_" + uuid.uuid4().hex[:12]
         now = time.time()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
-                " status, updated_at, last_pid, transcript_complete)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,1)",
+                " status, updated_at, last_pid, transcript_complete, agent)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,1,?)",
                 (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
-                 self.pid))
+                 self.pid, agent))
             if raised_by:
                 db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
                            (run_id, raised_by))
@@ -99,25 +101,31 @@ class Runs(StoreCore):
             args += [str(s) for s in statuses]
         return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
 
-    def latest_run(self, statuses: set[RunStatus]) -> Run | None:
+    def latest_run(self, statuses: set[RunStatus], agent: str | None = None) -> Run | None:
+        """The run of one of ``statuses`` changed last (``agent``'s runs only, if named)."""
         marks = ",".join("?" * len(statuses))
-        rows = self._read(f"SELECT * FROM runs WHERE status IN ({marks})"
-                          " ORDER BY updated_at DESC LIMIT 1", tuple(statuses))
+        mine, args = _agent_filter(agent)
+        rows = self._read(f"SELECT * FROM runs WHERE status IN ({marks}){mine}"
+                          " ORDER BY updated_at DESC LIMIT 1", (*statuses, *args))
         return Run.model_validate(dict(rows[0])) if rows else None
 
-    def orphaned_runs(self) -> list[Run]:
-        """Runs marked working whose process is gone: a crash cut them off mid-turn."""
-        rows = self._read("SELECT * FROM runs WHERE status = ? ORDER BY updated_at",
-                          (RunStatus.WORKING,))
+    def orphaned_runs(self, agent: str | None = None) -> list[Run]:
+        """Runs marked working whose process is gone: a crash cut them off mid-turn
+        (``agent``'s runs only, if named: a front end resumes only its own agent's)."""
+        mine, args = _agent_filter(agent)
+        rows = self._read(f"SELECT * FROM runs WHERE status = ?{mine} ORDER BY updated_at",
+                          (RunStatus.WORKING, *args))
         db = self._db()
         return [Run.model_validate(dict(r)) for r in rows if not self._lease_live(db, dict(r))]
 
-    def decided_but_waiting(self) -> list[Run]:
-        """Runs still marked waiting although their refund was decided (a crash in between)."""
+    def decided_but_waiting(self, agent: str | None = None) -> list[Run]:
+        """Runs still marked waiting although their refund was decided (a crash in between);
+        ``agent``'s runs only, if named."""
+        mine, args = _agent_filter(agent, "runs.")
         rows = self._read("SELECT DISTINCT runs.* FROM runs JOIN approvals a ON a.run_id = runs.id"
                           " WHERE runs.status = ? AND a.status != 'pending'"
                           " AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = runs.id"
-                          " AND p.status = 'pending')", (RunStatus.WAITING,))
+                          f" AND p.status = 'pending'){mine}", (RunStatus.WAITING, *args))
         return [Run.model_validate(dict(r)) for r in rows]
 
     def leased_runs(self, live: bool = True) -> list[Run]:
@@ -161,8 +169,9 @@ class Runs(StoreCore):
                     run_id))
         return Lease(run_id, token, epoch)
 
-    def claim(self, token: str) -> Lease | None:
-        """Take one run that needs a worker and that nobody live holds, or None.
+    def claim(self, token: str, agent: str | None = None) -> Lease | None:
+        """Take one run that needs a worker and that nobody live holds, or None; with
+        ``agent``, only that agent's runs (a worker never takes another agent's run).
 
         A run needs a worker when it is marked working (new, or cut off mid-turn by a crash
         anywhere) or still waiting although its refund was decided. On PostgreSQL the candidate
@@ -171,15 +180,16 @@ class Runs(StoreCore):
         then guard every later write. Leases that expired by the database's clock are taken,
         so any host recovers the runs of a host that died.
         """
+        mine, args = _agent_filter(agent)
         with self._tx(durable=False) as db:
             rows = db.execute(
                 "SELECT * FROM runs WHERE (status = ? OR (status = ? AND EXISTS (SELECT 1 FROM"
                 " approvals a WHERE a.run_id = runs.id AND a.status != 'pending') AND NOT EXISTS"
                 " (SELECT 1 FROM approvals p WHERE p.run_id = runs.id AND p.status = 'pending')))"
-                f" AND (lease_token IS NULL OR lease_host = ? OR lease_at < {self.now} - ?)"
+                f" AND (lease_token IS NULL OR lease_host = ? OR lease_at < {self.now} - ?){mine}"
                 " ORDER BY updated_at LIMIT 20" + self.lock_row + self.skip_locked,
                 (RunStatus.WORKING, RunStatus.WAITING, self.host,
-                 self.lease_seconds)).fetchall()
+                 self.lease_seconds, *args)).fetchall()
             for row in map(dict, rows):
                 if row["lease_token"] is None or not self._lease_live(db, row):
                     return self._take(db, row, token)
@@ -208,3 +218,8 @@ class Runs(StoreCore):
                        (status, error, time.time(), lease.run_id))
             if step:
                 self._step(db, lease.run_id, *step)
+
+
+def _agent_filter(agent: str | None, table: str = "") -> tuple[str, tuple[str, ...]]:
+    """The clause that keeps one agent's runs (none for None: every agent's)."""
+    return ("", ()) if agent is None else (f" AND {table}agent = ?", (agent,))

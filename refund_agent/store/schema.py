@@ -67,6 +67,13 @@ SCHEMA_HISTORY: dict[int, str] = {
         "draw. Triggers mark a run's row stale (desk_dirty) when its status, an approval, a "
         "line's decision or an escalation changes; each write transaction recomputes the stale "
         "rows with desk_status.py before it commits (see store/desk.py).",
+    13: "Runs name the agent that made them (runs.agent; 'refunds' for the desk, the closure "
+        "example's 'closure'), so a front end resumes, claims and decides only its own agent's "
+        "runs in a store several agents share. Runs from before are the desk's, except those "
+        "whose calls name only the closure example's tools. At most one open escalation per "
+        "ticket, kind and refund (a unique index on the open ones): a second raise, a second "
+        "webhook about one failed refund, is the first one; open duplicates from before are "
+        "closed as merged into the oldest.",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -86,15 +93,22 @@ class Step:
     sql: tuple[str, ...]
     data: Callable[[Any], object] | None = None
     adds: tuple[tuple[str, str], ...] = ()
+    updates: tuple[str, ...] = ()
 
     def statements(self, columns: Callable[[str], Collection[str]]) -> tuple[str, ...]:
-        """The statements to run on a store whose tables have ``columns(table)``."""
-        if not self.adds:
+        """The statements to run on a store whose tables have ``columns(table)``.
+
+        ``updates``: tables whose ``UPDATE`` statements in ``sql`` are left out where the store
+        does not have the table yet (the schema then makes it, empty: nothing to change).
+        """
+        if not self.adds and not self.updates:
             return self.sql
         skip = {table for table, column in self.adds
                 if not columns(table) or column in columns(table)}
+        missing = {table for table in self.updates if not columns(table)}
         return tuple(s for s in self.sql
-                     if not any(s.startswith(f"ALTER TABLE {t} ADD COLUMN") for t in skip))
+                     if not any(s.startswith(f"ALTER TABLE {t} ADD COLUMN") for t in skip)
+                     and not any(s.startswith(f"UPDATE {t} ") for t in missing))
 
 
 def due(steps: Collection[Step], version: int) -> list[Step]:
@@ -142,6 +156,38 @@ def calls_v6(db: Any, old_table: str | None) -> None:
                                          row["output"]))
 
 
+# Schema 13. Open escalations that repeat an older open one (same ticket, kind and refund) are
+# closed as merged into it before the unique index on the open ones is made; the oldest stays
+# open for a lead. The same statement on both engines (no ``?`` or ``%``: PostgreSQL's goes
+# through pyformat inside a DO block).
+_SAME_OPEN = ("(SELECT MIN(o.id) FROM escalations o WHERE o.run_id = escalations.run_id"
+              " AND o.kind = escalations.kind AND o.taken_by IS NULL"
+              " AND COALESCE(o.approval_id, '') = COALESCE(escalations.approval_id, ''))")
+MERGE_OPEN_ESCALATIONS = (
+    f"UPDATE escalations SET taken_by = 'merged into escalation ' || {_SAME_OPEN},"
+    f" taken_at = raised_at WHERE taken_by IS NULL AND id > {_SAME_OPEN}")
+# The desk's own tools and the closure example's, as they were at schema 13: a run from before
+# whose calls name closure tools and no desk tool was made by the closure example.
+_DESK_TOOLS_13 = ("lookup_order", "check_refund_policy", "issue_refund",
+                  "send_customer_message", "escalate")
+_CLOSURE_TOOLS_13 = ("lookup_account", "close_account")
+
+
+def runs_agent_v13(db: Any) -> None:
+    """Step 13's data: the closure example's runs in a store from before say so (every other
+    run was the desk's, the column's default)."""
+    closure = ",".join(f"'{name}'" for name in _CLOSURE_TOOLS_13)
+    desk = ",".join(f"'{name}'" for name in _DESK_TOOLS_13)
+    db.execute(f"UPDATE runs SET agent = 'closure' WHERE agent = 'refunds'"
+               f" AND id IN (SELECT run_id FROM calls WHERE name IN ({closure}))"
+               f" AND id NOT IN (SELECT run_id FROM calls WHERE name IN ({desk}))")
+
+
+def _data_v13(db: Any) -> None:
+    runs_agent_v13(db)
+    refresh_stale_desk(db)   # the runs whose duplicate escalations were closed
+
+
 def _sqlite_calls_v6(db: Any) -> None:
     calls_v6(db, "calls_v5")
     db.execute("DROP TABLE calls_v5")
@@ -176,6 +222,9 @@ SQLITE_STEPS: tuple[Step, ...] = (
          data=refresh_stale_desk, adds=(("runs", "desk_status"),
                                                  ("runs", "desk_escalations"),
                                                  ("runs", "desk_dirty"))),
+    Step(13, ("ALTER TABLE runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'refunds'",
+              MERGE_OPEN_ESCALATIONS),
+         data=_data_v13, adds=(("runs", "agent"),), updates=("escalations",)),
 )
 
 SQLITE_SCHEMA = """
@@ -192,7 +241,7 @@ CREATE TABLE IF NOT EXISTS runs (
     transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
     transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT,
     desk_status TEXT, desk_escalations INTEGER NOT NULL DEFAULT 0,
-    desk_dirty INTEGER NOT NULL DEFAULT 1
+    desk_dirty INTEGER NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds'
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
@@ -327,6 +376,11 @@ CREATE TABLE IF NOT EXISTS escalations (
 );
 CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id);
 CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at);
+-- At most one open escalation per ticket, kind and refund (schema 13): raising one again while
+-- it is open (thirty escalate calls, Stripe's refund.failed then refund.updated about one
+-- refund) finds this one, in the raising transaction, whoever races it (store/desk.py).
+CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
+    ON escalations(run_id, kind, COALESCE(approval_id, '')) WHERE taken_by IS NULL;
 -- The desk account that typed a ticket in (none for emails and samples): it may not approve
 -- that ticket's refund.
 CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL);
@@ -440,6 +494,11 @@ POSTGRES_STEPS: tuple[Step, ...] = (
               " DEFAULT 0",
               "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_dirty BIGINT NOT NULL DEFAULT 1"),
          data=refresh_stale_desk),
+    # The escalations table came with 9; a store from before has none to merge.
+    Step(13, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS agent TEXT NOT NULL DEFAULT 'refunds'",
+              "DO $$ BEGIN IF to_regclass('escalations') IS NOT NULL THEN "
+              f"{MERGE_OPEN_ESCALATIONS}; END IF; END $$"),
+         data=_data_v13),
 )
 
 # The store's version, where SQLite has PRAGMA user_version (absent: an empty database).
@@ -463,7 +522,7 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     transcript_items BIGINT NOT NULL DEFAULT 0, transcript_bytes BIGINT NOT NULL DEFAULT 0,
     transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT,
     desk_status TEXT, desk_escalations BIGINT NOT NULL DEFAULT 0,
-    desk_dirty BIGINT NOT NULL DEFAULT 1)""",
+    desk_dirty BIGINT NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds')""",
     "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at)",
     """CREATE TABLE IF NOT EXISTS steps (
@@ -533,6 +592,8 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     raised_at DOUBLE PRECISION NOT NULL, taken_by TEXT, taken_at DOUBLE PRECISION)""",
     "CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id)",
     "CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at)",
+    """CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
+    ON escalations(run_id, kind, COALESCE(approval_id, '')) WHERE taken_by IS NULL""",
     "CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL)",
     """CREATE TABLE IF NOT EXISTS signoffs (
     approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,

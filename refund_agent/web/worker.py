@@ -118,7 +118,8 @@ class Worker:
         while True:
             try:
                 self.expire()
-                for run in [] if first else self.agent.store.orphaned_runs():
+                for run in [] if first else self.agent.store.orphaned_runs(
+                        self.agent.agent_name):
                     self._launch(run.id)
             except Exception:  # noqa: BLE001 - a sweep that failed is retried next time
                 log.exception("The worker's sweep failed")
