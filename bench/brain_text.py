@@ -29,9 +29,14 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchlib import DATA, email_for  # noqa: E402
 
-from refund_agent.offline import brain  # noqa: E402
-from refund_agent.shop import Shop  # noqa: E402
-from refund_agent.tools import CheckRefundPolicy, LookupOrder, ShopTools, tool_schemas  # noqa: E402
+from offline_model import brain  # noqa: E402
+from refund_agent.desk.shop import Shop  # noqa: E402
+from refund_agent.desk.tools import (  # noqa: E402
+    CheckRefundPolicy,
+    LookupOrder,
+    ShopTools,
+    tool_schemas,
+)
 
 # A pathological text's time may be at most this many times that of ordinary prose of the
 # same size. Linear reading measures 0.3x to 3x here; the quadratic patterns this guards
@@ -65,7 +70,7 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "refund of $": lambda n: "refund of $1" * (n // 12),
     "hash signs": lambda n: "#" * n,
     "role-play": lambda n: "roleplay" * (n // 8),
-    # The reader's own scans (refund_agent/offline/reader.py): HTML, notes, claims, listings.
+    # The reader's own scans (offline_model/reader.py): HTML, notes, claims, listings.
     "html tags": lambda n: "<p>" * (n // 3),
     "unclosed tags": lambda n: "<p" + "<" * n,
     "unclosed comments": lambda n: "<!--" * (n // 4),
@@ -149,7 +154,7 @@ def check(result: dict[str, Any]) -> None:
         raise AssertionError(
             f"The offline brain read {result['kb']} kB of {result['worst']!r} "
             f"{result['worst_ratio']:.0f}x slower than ordinary prose of the same size "
-            f"(bound {result['bound']:g}x): a pattern in refund_agent/offline/brain.py is "
+            f"(bound {result['bound']:g}x): a pattern in offline_model/brain.py is "
             "super-linear.")
 
 

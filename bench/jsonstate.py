@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from refund_agent.callrecords import call_key
+from refund_agent.desk.policy import Held, Quote
 from refund_agent.errors import (
     AlreadyDecided,
     DecisionRefused,
@@ -42,8 +42,16 @@ from refund_agent.errors import (
     RunBusy,
     RunNotReady,
 )
-from refund_agent.models import Approval, Call, Reply, Run, RunStatus, Step, TranscriptEntry
-from refund_agent.policy import Held, Quote
+from refund_agent.models import (
+    Approval,
+    Call,
+    Reply,
+    Run,
+    RunStatus,
+    Step,
+    TranscriptEntry,
+    call_key,
+)
 from refund_agent.store import LEASE_STALE_SECONDS, Lease, pid_alive
 
 _RUN_FIELDS = ("id", "created_at", "kind", "sender", "sender_name", "subject", "email", "status",

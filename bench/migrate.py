@@ -24,8 +24,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop  # noqa: E402
 
-from refund_agent.migrate import migrate  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
+from refund_agent.store.migrate import migrate  # noqa: E402
 
 
 def main() -> int:

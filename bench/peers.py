@@ -161,9 +161,9 @@ class Worker:
                  counter_file: Path | None = None) -> None:
         from benchlib import clone_id
 
+        from refund_agent.desk.shop import Shop
         from refund_agent.outside import StandInOutbox as Outbox
         from refund_agent.outside import StandInPayments as Payments
-        from refund_agent.shop import Shop
 
         self.config, self.out, self.data, self.base_url = config, out, data, base_url
         self.family = config.split("-")[0]
@@ -185,11 +185,12 @@ class Worker:
     # -- the project's tool functions, for the peers ----------------------------------------
 
     def tools(self, sender: str):
-        from refund_agent.tools import ShopTools
+        from refund_agent.desk.tools import ShopTools
         return ShopTools(self.shop, sender, lambda _order: {})
 
     def read_tool(self, name: str, sender: str, arguments: str) -> str:
-        from refund_agent.tools import as_output, parse_args
+        from refund_agent.desk.tools import parse_args
+        from refund_agent.tools import as_output
         args = parse_args(name, arguments)
         if isinstance(args, str):
             return as_output({"error": args})
@@ -197,7 +198,8 @@ class Worker:
 
     def pay(self, sender: str, call_id: str, arguments: str, approved_by: str) -> str:
         """issue_refund once approved: price with the policy, pay through the stand-in."""
-        from refund_agent.tools import as_output, parse_args
+        from refund_agent.desk.tools import parse_args
+        from refund_agent.tools import as_output
         if self.counter_file is not None:
             with open(self.counter_file, "a") as fh:
                 fh.write(f"refund {os.getpid()} {call_id}\n")
@@ -214,8 +216,9 @@ class Worker:
                           "amount": quote.amount, "approved_by": approved_by, "lines": lines})
 
     def email(self, sender: str, subject: str, call_id: str, arguments: str) -> str:
+        from refund_agent.desk.tools import parse_args
         from refund_agent.outside import with_signature
-        from refund_agent.tools import as_output, parse_args
+        from refund_agent.tools import as_output
         args = parse_args("send_customer_message", arguments)
         if isinstance(args, str):
             return as_output({"error": args})
@@ -226,7 +229,7 @@ class Worker:
     def first_input(self, order_id: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         from benchlib import email_for
 
-        from refund_agent.prompts import system_prompt
+        from refund_agent.desk.prompts import system_prompt
         sender, name, subject = "maya.chen@example.com", "Maya Chen", "Coffee maker arrived cracked"
         email = f"From: {name} <{sender}>\nSubject: {subject}\n\n{email_for(order_id)}"
         system = {"type": "message", "role": "system",
@@ -269,7 +272,7 @@ class ProjectWorker(Worker):
         from benchlib import TimedAgent
 
         from refund_agent import Settings
-        from refund_agent.model import ModelAccess
+        from refund_agent.providers.client import ModelAccess
 
         settings = Settings(api_key="bench-offline-model", base_url=self.base_url, model=MODEL,
                             data_dir=self.data, output_dir=self.out, max_retries=0, timeout=60.0)
@@ -413,7 +416,7 @@ class SdkWorker(Worker):
         from openai import AsyncOpenAI
         from openai.types.shared import Reasoning
 
-        from refund_agent.tools import tool_schemas
+        from refund_agent.desk.tools import tool_schemas
 
         set_tracing_disabled(True)  # no network here; the default exporter would try to upload
 
@@ -563,7 +566,7 @@ class LangGraphWorker(Worker):
         from langgraph.graph import END, START, StateGraph
         from langgraph.types import interrupt
 
-        from refund_agent.tools import tool_schemas
+        from refund_agent.desk.tools import tool_schemas
 
         http = httpx2.Client(event_hooks={"request": [lambda r: self.sent.append(len(r.content))]})
         client = openai.OpenAI(base_url=self.base_url, api_key="bench", max_retries=0,
@@ -860,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from benchlib import machine, make_bench_shop
 
-    from refund_agent.offline import start_offline_server
+    from offline_model import start_offline_server
 
     configs = args.configs or CONFIGS
     scenarios = args.scenarios or (6 if args.quick else 40)

@@ -64,7 +64,7 @@ from benchlib import (  # noqa: E402
 
 from refund_agent import RunStatus, converse  # noqa: E402
 from refund_agent.config import PROJECT_ROOT  # noqa: E402
-from refund_agent.model import ModelAccess, open_model  # noqa: E402
+from refund_agent.providers.client import ModelAccess, open_model  # noqa: E402
 
 GROK_REQUESTS, GROK_SECONDS = 5, 2.0  # a Grok-like run: 5 requests of 2 s each
 
@@ -426,7 +426,7 @@ def _zero_retention_bytes(root: Path, chained_rows: list[dict]) -> dict:
 
 
 def bench_bytes(root: Path) -> dict:
-    from refund_agent.offline.events import estimate_tokens
+    from offline_model.events import estimate_tokens
 
     agent, run, bodies, sent = _angry_conversation(root / "bytes", False)
     server = agent.model.server
@@ -481,7 +481,7 @@ def bench_recovery(targets: list[tuple[Path, str]], data: Path, reps: int) -> li
     taken here, on the same clock as the moment the new process was spawned. With several
     output folders (stores of different sizes) the repetitions take turns between them.
     """
-    from refund_agent.offline import start_offline_server
+    from offline_model import start_offline_server
 
     server = start_offline_server(targets[0][0] / "bench-model.sqlite3")
     posts: list[float] = []

@@ -151,7 +151,7 @@ and every approved payment has its refund; every email in `outbox.log` belongs t
 code('''
 import shutil, sqlite3
 from contextlib import closing
-from refund_agent.reconcile import reconcile
+from refund_agent.desk.reconcile import reconcile
 
 def copy_of_desk(name, log=None, edit=None):
     "A copy of this desk's store and logs; `edit` changes the lines of one log."
@@ -231,7 +231,7 @@ transaction. A wrong password is refused, and the store keeps only a salted hash
 """),
 code('''
 from refund_agent import DecisionRefused
-from refund_agent.accounts import Accounts, SignInFailed
+from refund_agent.desk.accounts import Accounts, SignInFailed
 
 accounts = Accounts(agent.store)
 accounts.add("Sam Lee", "approver", "correct horse battery", limit=40)

@@ -38,14 +38,14 @@ md("""
 A refund desk: the model may look orders up freely, but `issue_refund` is **gated**. The loop
 below is all of it: send the input, run the read-only calls and send their outputs back with
 `previous_response_id`, and stop at the first gated call. The stand-in is started the way the
-package starts it (`refund_agent/model.py`); the tools and prompt come from the package so the
+package starts it (`refund_agent/providers/client.py`); the tools and prompt come from the package so the
 model has something real to call.
 """),
 code('''
 import openai
-from refund_agent.offline import start_offline_server
+from offline_model import start_offline_server
 from refund_agent import tool_schemas
-from refund_agent.prompts import system_prompt
+from refund_agent.desk.prompts import system_prompt
 from refund_agent.tools import ShopTools, parse_args
 
 server = start_offline_server(OUTPUT / "plain-model.sqlite3", latency=0)
@@ -410,7 +410,7 @@ creating one; an answer that never came back is settled by reading back, never b
 again.
 
 **xAI versus OpenAI.** Both speak the Responses API, with differences the package keeps in one
-place (`refund_agent/providers.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
+place (`refund_agent/providers/table.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
 xAI refuses `instructions` together with `previous_response_id`, OpenAI accepts it. So the
 system prompt goes as the first input message, and every resume sends only new items. The
 stand-in speaks both dialects:

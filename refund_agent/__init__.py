@@ -1,9 +1,12 @@
 """refund-agent: an AI support agent that asks a person before it refunds, and finishes the
 same run exactly once, across restarts and crashes."""
 
-from .agent import Agent, Cancel, LiveEvent, Loop
 from .config import Settings, load_settings
-from .customer import converse
+from .desk.agent import Agent
+from .desk.customer import converse
+from .desk.policy import PolicyFacts, Quote, policy_facts, quote_refund
+from .desk.shop import Order, PolicyTerms, Shop, canonical_order_id
+from .desk.tools import tool_schemas
 from .errors import (
     AlreadyDecided,
     ConfigError,
@@ -15,6 +18,7 @@ from .errors import (
     RunNotReady,
     StoreError,
 )
+from .loop import Loop
 from .models import (
     Approval,
     ApprovalLine,
@@ -27,10 +31,9 @@ from .models import (
     Step,
     StepKind,
 )
-from .policy import PolicyFacts, Quote, policy_facts, quote_refund
-from .shop import Order, PolicyTerms, Shop, canonical_order_id
 from .store import Store
-from .tools import Tool, ToolKind, tool_schemas, toolset
+from .streaming import Cancel, LiveEvent
+from .tools import Tool, ToolKind, toolset
 from .turns import Finished, NextInput, Waiting
 
 __all__ = [

@@ -16,7 +16,7 @@ from dotenv import load_dotenv
 
 from .errors import ConfigError
 from .outside.config import OutsideSettings, outside_settings
-from .providers import ALL_EFFORTS, OPENAI, PROFILES, XAI
+from .providers.table import ALL_EFFORTS, OPENAI, PROFILES, XAI
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 XAI_BASE_URL = "https://api.x.ai/v1"
@@ -125,7 +125,7 @@ class Settings:
             several hosts share; empty: the SQLite file in ``output_dir``.
         offline_url: the base URL of one offline model server that every host reaches
             (REFUND_AGENT_OFFLINE_URL, e.g. ``http://10.0.0.5:8787/v1`` from
-            ``python -m refund_agent.offline``); empty: each process starts its own.
+            ``python -m offline_model``); empty: each process starts its own.
         outside: which payment provider and email service to use, and how to reach them
             (REFUND_AGENT_PAYMENTS, STRIPE_*, REFUND_AGENT_EMAIL, SMTP_*; see
             refund_agent/outside/config.py and docs/OUTSIDE-SYSTEMS.md).

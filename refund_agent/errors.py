@@ -113,3 +113,28 @@ class PaymentUncertain(RefundAgentError):
     """The refund request reached the provider but its answer never came back (a timeout,
     a dropped connection), and reading it back did not settle it: the refund may or may not
     exist. Nothing is recorded as paid; resume reads it back again before creating anything."""
+
+
+class IdentityError(ValueError):
+    """A name or address that cannot be told apart from another one."""
+
+
+class SignInFailed(RefundAgentError):
+    """A wrong name or password, or an account that no longer exists."""
+
+
+class EmailNotSent(RefundAgentError):
+    """The mail server could not be reached or refused the message; it is recorded in the outbox
+    but not marked sent, and resume sends it."""
+
+
+class NothingToDecide(RefundAgentError):
+    """approve or reject found no refund waiting (exit code 4)."""
+
+
+class Stopped(Exception):
+    """Raised inside a turn when someone pressed Stop."""
+
+
+class NoTranscript(Exception):
+    """The run needs its transcript, but it does not go back to the first request."""

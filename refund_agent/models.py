@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
+
+from .text import parse_bounded
 
 TICKS_PER_USD = 10_000_000_000
 
@@ -233,3 +237,78 @@ class Reply(BaseModel):
     text: str
     simulated: bool
     response_id: str | None   # the response that received it; None until then
+
+
+# An order id longer than this is not one; the inbox shows none rather than a wall of text.
+_MAX_ORDER_ID = 64
+
+
+# Call ids made of these characters go into the key as they are (readable); others are hashed,
+# so a key stays short and safe wherever it is shown or used as a widget key.
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def call_key(run_id: str, call_id: str) -> str:
+    """The key of call ``call_id`` of run ``run_id``: the approval id and idempotency key."""
+    part = call_id if _PLAIN_ID.fullmatch(call_id) else \
+        "h" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"{run_id}-{part}"
+
+
+def order_id_in(arguments: str) -> str | None:
+    """The ``order_id`` a call's arguments name, as the model wrote it, or None (bad JSON, no
+    such field, not a short text or number)."""
+    parsed = parse_bounded(arguments)
+    if not isinstance(parsed, dict):
+        return None
+    value = parsed.get("order_id")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    value = str(value).strip()
+    return value if 0 < len(value) <= _MAX_ORDER_ID else None
+
+
+# The kinds an escalation has: the agent's (the escalate tool's enum) and the desk's own.
+AGENT_KINDS = ("threat", "manager", "policy_exception")
+
+
+HANDOFF = "over_limit"
+
+
+# Raised by the payment provider's report that a refund it accepted failed or was cancelled
+# (outside/webhooks.py): the customer was told the money went back, and it did not.
+PROVIDER_FAILED = "refund_failed"
+
+
+# Raised when a run cannot go on and a person must finish it (calls.hand_over): the model
+# refused the run's transcript, the transcript is gone, or, after the refund was paid, the
+# provider refused a request no retry gets past. The customer was told a person follows up.
+CANNOT_CONTINUE = "cannot_continue"
+
+
+KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
+               "policy_exception": "Exception the policy cannot grant",
+               HANDOFF: "Over an approver's limit",
+               PROVIDER_FAILED: "Refund failed at the payment provider",
+               CANNOT_CONTINUE: "The run cannot continue; a person must finish it"}
+
+
+class Escalation(BaseModel):
+    id: int
+    key: str
+    run_id: str
+    approval_id: str | None
+    kind: str
+    reason: str
+    raised_by: str
+    raised_at: float
+    taken_by: str | None
+    taken_at: float | None
+
+    @property
+    def open(self) -> bool:
+        return self.taken_by is None
+
+    @property
+    def label(self) -> str:
+        return KIND_LABELS.get(self.kind, self.kind)

@@ -16,7 +16,7 @@ import httpx2  # the openai SDK's HTTP client, whose errors reading a raw stream
 import openai
 from openai.types.responses import Response
 
-from .errors import LeaseLost, RefundAgentError
+from .errors import LeaseLost, RefundAgentError, Stopped
 from .models import Step
 from .store import Lease, Store
 
@@ -110,8 +110,6 @@ class Heartbeat:
             raise self.lost
 
 
-class Stopped(Exception):
-    """Raised inside a turn when someone pressed Stop."""
 
 
 def sse_events(stream: Any) -> Iterator[dict[str, Any]]:

@@ -8,7 +8,9 @@ in a terminal has them escaped, so they are visible instead of obeyed.
 
 from __future__ import annotations
 
+import json
 import unicodedata
+from typing import Any
 
 from .errors import RunNotReady
 
@@ -60,3 +62,53 @@ def sender_line(name: str | None, address: str) -> str:
 def plural(n: int, word: str, words: str | None = None) -> str:
     """``1 entry``, ``2 entries``."""
     return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+# Arguments longer than this, or nested deeper, are kept as text and never parsed for display
+# or for the fields below: no call of this project's tools comes near either bound.
+MAX_PARSED_CHARS = 256 * 1024
+
+
+MAX_DEPTH = 32
+
+
+def nesting_depth(text: str, stop: int = MAX_DEPTH) -> int:
+    """How deeply JSON ``text`` nests arrays and objects (strings skipped), counting no
+    further than ``stop + 1``; linear in the length of the text."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_bounded(text: Any) -> Any:
+    """``text`` parsed as JSON when it is small and shallow enough, else ``text`` itself.
+
+    Never raises: invalid, huge or deeply nested JSON comes back as the text it was, which a
+    view shows as text (parsing it could exhaust the stack: RecursionError).
+    """
+    if not isinstance(text, str):
+        return text
+    if len(text) > MAX_PARSED_CHARS or nesting_depth(text) > MAX_DEPTH:
+        return text
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text

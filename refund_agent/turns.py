@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import NoTranscript
 from .models import Reply, Run, RunStatus, StepKind
-from .providers import estimate_cost_ticks
+from .providers.table import estimate_cost_ticks
 
 # The model's own text (a note for the team, a reasoning summary, a call's arguments as the
 # timeline shows them) is kept up to this many characters on the timeline, the rest cut with
@@ -225,8 +226,6 @@ def read_response(response: Any, items: list[dict[str, Any]], *, model: str,
 STORED_RESPONSE_DAYS = 30
 
 
-class NoTranscript(Exception):
-    """The run needs its transcript, but it does not go back to the first request."""
 
 
 def history(run: Run, entries: Sequence[Any], steps: Sequence[Any]) -> list[dict[str, Any]]:

@@ -167,7 +167,7 @@ def save_name(page: Page) -> None:
 def review_and_sign_in(review_out: Path, sign_in_out: Path) -> tuple[int, int]:
     """The review with the mugs unticked, then the same desk once accounts exist."""
     sys.path.insert(0, str(ROOT))
-    from refund_agent.accounts import Accounts
+    from refund_agent.desk.accounts import Accounts
     from refund_agent.store import Store
 
     with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:

@@ -13,10 +13,10 @@ import pytest
 from helpers.cli import DATA, note_backend
 from helpers.scripted import ScriptedBrain
 
+from offline_model import OfflineServer
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
-from refund_agent.model import ModelAccess, open_model
-from refund_agent.offline import OfflineServer
-from refund_agent.offline.brain import Reply
+from refund_agent.providers.client import ModelAccess, open_model
 
 # -- the stand-in's two dialects ----------------------------------------------------------------
 

@@ -7,15 +7,14 @@ import json
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
-from refund_agent.accounts import (
+from refund_agent.desk.accounts import (
     Accounts,
-    SignInFailed,
     check_password,
     hash_password,
     host_allowed,
     host_name,
 )
-from refund_agent.errors import DecisionRefused, RefundAgentError
+from refund_agent.errors import DecisionRefused, RefundAgentError, SignInFailed
 from refund_agent.store import Store
 
 ANA, LEE = "ana-password", "lee-password"
@@ -280,7 +279,7 @@ def test_account_changes_are_audited_with_who_made_them(tmp_path):
 
 
 def test_sign_in_guessing_waits_longer_after_each_wrong_try(tmp_path):
-    from refund_agent import accounts as module
+    from refund_agent.desk import accounts as module
     clock = [1_000_000.0]
     store = store_of(tmp_path / "out")
     accounts = Accounts(store, clock=lambda: clock[0])

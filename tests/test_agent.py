@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from offline_model import OfflineServer
+from offline_model.brain import Reply
 from refund_agent import AlreadyDecided, Cancel, DecisionRefused, RunNotReady, RunStatus
-from refund_agent.agent import Agent
-from refund_agent.callrecords import call_key
-from refund_agent.model import ModelAccess
-from refund_agent.offline import OfflineServer
-from refund_agent.offline.brain import Reply
+from refund_agent.desk.agent import Agent
+from refund_agent.models import call_key
+from refund_agent.providers.client import ModelAccess
 
 
 def kinds(agent: Agent, run_id: str) -> list[str]:

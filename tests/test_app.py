@@ -38,7 +38,7 @@ from helpers.page import (
 from streamlit.testing.v1 import AppTest
 
 from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
-from refund_agent.model import offline_server
+from refund_agent.providers.client import offline_server
 from refund_agent.store import Store
 from refund_agent.web.worker import Worker
 
@@ -248,7 +248,7 @@ def test_the_queue_draws_the_oldest_cards_a_page_at_a_time(output, tmp_path, mon
     from benchlib import make_bench_shop, start_ticket
 
     from refund_agent.config import load_settings
-    from refund_agent.web import desk
+    from refund_agent.web import approvals as desk
 
     monkeypatch.setenv("REFUND_AGENT_DATA", str(make_bench_shop(tmp_path / "shop", 3)))
     monkeypatch.setattr(desk, "QUEUE_PAGE", 2)
@@ -552,7 +552,7 @@ def test_an_approver_above_the_limit_is_refused_and_a_lead_approves(output, stor
 
 
 def test_an_approver_may_reject_above_the_limit_and_approve_a_part_within_it(output, store):
-    from refund_agent.accounts import Accounts
+    from refund_agent.desk.accounts import Accounts
     Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=50)
     at = open_page()
     sign_in(at, "Ana Ruiz", "ana-password")
@@ -581,8 +581,8 @@ def test_over_the_limit_with_what_she_approved_before_the_page_offers_a_lead(out
     $32.95 for the mugs is within her limit alone, above it with the $48.00. The card and the
     review offer Send to a lead (which works), never a green Approve that the decision
     refuses."""
-    from refund_agent.accounts import Accounts
     from refund_agent.config import load_settings
+    from refund_agent.desk.accounts import Accounts
     Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=50)
     agent = Agent(load_settings())
     maya = "maya.chen@example.com"

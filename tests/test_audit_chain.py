@@ -17,7 +17,7 @@ from helpers.crash import record
 
 from refund_agent import Agent, Settings
 from refund_agent.errors import AlreadyDecided
-from refund_agent.model import open_model
+from refund_agent.providers.client import open_model
 from refund_agent.store import GENESIS_HASH, audit_hash
 
 

@@ -49,7 +49,7 @@ def test_a_postgresql_store_seeded_by_copy_verifies_reconciles_and_takes_new_run
     from seeding import read_template, seed_postgres
 
     from refund_agent import RunStatus
-    from refund_agent.reconcile import reconcile
+    from refund_agent.desk.reconcile import reconcile
 
     data = make_bench_shop(tmp_path / "data", 4)
     pool = OrderPool(1, 4)

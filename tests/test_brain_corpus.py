@@ -40,9 +40,9 @@ import pytest
 
 from refund_agent import Agent, RunStatus, Settings
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk.policy import SHIPPING, quote_refund
+from refund_agent.desk.shop import Order, PolicyTerms, Shop, to_cents
 from refund_agent.models import ApprovalLine
-from refund_agent.policy import SHIPPING, quote_refund
-from refund_agent.shop import Order, PolicyTerms, Shop, to_cents
 
 CORPUS = Path(__file__).parent / "corpus"
 SHOP_DIR = CORPUS / "shop"
@@ -53,7 +53,7 @@ REPORT = PROJECT_ROOT / "output" / "brain-corpus-score.txt"
 # Emails today's brain over-proposes on, each with the pattern it fails. When the brain learns
 # to read one of them, its test fails until the entry is removed: the list only shrinks.
 KNOWN_OVER_PROPOSALS: dict[str, str] = {
-    # Empty since the reader (refund_agent/offline/reader.py) replaced the keyword matcher:
+    # Empty since the reader (offline_model/reader.py) replaced the keyword matcher:
     # the 67 listed here before (damage spread across a clause, shared words in item names,
     # denials, quoted text, unnamed damage, authority notes, HTML, questions, used items,
     # mixed reasons) all read correctly now. A new entry needs a pattern and a reason.

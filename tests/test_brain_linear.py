@@ -23,9 +23,9 @@ from brain_text import SHAPES, conversations, prose
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refund_agent.offline import brain
-from refund_agent.shop import Shop
-from refund_agent.tools import tool_schemas
+from offline_model import brain
+from refund_agent.desk.shop import Shop
+from refund_agent.desk.tools import tool_schemas
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # Pieces that exercise every branch of the From: name scan.

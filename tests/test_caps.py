@@ -10,10 +10,11 @@ import json
 import pytest
 from helpers import page
 
+from offline_model.brain import Reply
 from refund_agent import DecisionRefused, RunStatus
-from refund_agent.agent import MAX_MODEL_TEXT_CHARS, MAX_NOTE_CHARS
-from refund_agent.offline.brain import Reply
-from refund_agent.tools import MAX_MESSAGE_CHARS, MAX_SUMMARY_CHARS, tool_schemas
+from refund_agent.desk.tools import MAX_MESSAGE_CHARS, MAX_SUMMARY_CHARS, tool_schemas
+from refund_agent.intake import MAX_NOTE_CHARS
+from refund_agent.turns import MAX_MODEL_TEXT_CHARS
 
 output, store = page.output, page.store  # the page's fixtures (tests/helpers/page.py)
 

@@ -197,7 +197,7 @@ def test_the_checks_catch_what_they_claim_to(baselines: Baselines, tmp_path: Pat
 
 _DIE_WHILE_THE_CUSTOMER_WRITES = r"""
 import os, signal, sys
-import refund_agent.customer as customer
+import refund_agent.desk.customer as customer
 def die(agent, run, lease):
     sys.stderr.write("[killed while the simulated customer writes]\n")
     sys.stderr.flush()

@@ -27,13 +27,12 @@ import pytest
 from helpers.cli import DATA, cli_env
 from helpers.crash import record
 
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
-from refund_agent.callrecords import call_key
+from refund_agent.desk.tools import ShopTools
 from refund_agent.errors import AlreadyDecided, DecisionRefused
-from refund_agent.model import open_model
-from refund_agent.models import RunStatus
-from refund_agent.offline.brain import Reply
-from refund_agent.tools import ShopTools
+from refund_agent.models import RunStatus, call_key
+from refund_agent.providers.client import open_model
 
 MAYA = "maya.chen@example.com"
 COFFEE_MAKER = {"order_id": "A1043", "lines": [{"line": "POUR-GLS-01", "reason": "damaged"}],

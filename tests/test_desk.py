@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
-from refund_agent.approving import (
+from refund_agent.desk.rules import (
     PAY,
     SIGN_OFF,
     SignOff,
@@ -32,12 +33,10 @@ from refund_agent.approving import (
     needs_two,
     own_ticket_problem,
 )
-from refund_agent.desk_status import ApprovalFacts, DeskStatus, desk_status, needs_person
+from refund_agent.desk.status import ApprovalFacts, DeskStatus, desk_status, needs_person
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
-from refund_agent.escalations import AGENT_KINDS, PROVIDER_FAILED
-from refund_agent.model import open_model
-from refund_agent.models import RunStatus
-from refund_agent.offline.brain import Reply
+from refund_agent.models import AGENT_KINDS, PROVIDER_FAILED, RunStatus
+from refund_agent.providers.client import open_model
 from refund_agent.store import Store
 from refund_agent.web import views
 

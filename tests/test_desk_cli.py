@@ -221,7 +221,7 @@ def test_in_the_demo_anyone_takes_the_agents_escalation_and_is_pointed_at_the_ti
 
 
 def test_a_hand_off_is_for_a_refund_above_the_senders_limit():
-    from refund_agent.approving import handoff_problem
+    from refund_agent.desk.rules import handoff_problem
     assert handoff_problem("Ana Ruiz", 4800, 3000) is None
     assert handoff_problem("Ana Ruiz", 2500, 3000) == (
         "$25.00 is within Ana Ruiz's approval limit of $30.00: approve, reject or ask the "

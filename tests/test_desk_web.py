@@ -21,8 +21,8 @@ from helpers.cli import DATA
 from playwright.sync_api import expect
 
 from refund_agent import Agent, Settings
-from refund_agent.accounts import Accounts
-from refund_agent.model import open_model
+from refund_agent.desk.accounts import Accounts
+from refund_agent.providers.client import open_model
 
 playwright, context = browser.playwright, browser.context   # the browser fixtures, reused
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(

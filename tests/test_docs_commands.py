@@ -3,7 +3,7 @@
 A reader copies a command from README.md or docs/*.md and expects it to run. These checks read
 the docs' code (fenced ``bash``/``sh`` blocks and inline code spans) and hold each
 ``refund-agent`` / ``./dev cli`` command against the real argparse parser, each
-``python -m refund_agent.offline`` command against the stand-in's parser, and each
+``python -m offline_model`` command against the stand-in's parser, and each
 ``REFUND_AGENT_*``, ``STRIPE_*`` and ``SMTP_*`` setting against the code. They read files and
 build parsers only: no process, no server (bar one loopback socket), well under a second.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from offline_model import __main__ as offline_main
+from offline_model.server import OfflineServer
 from refund_agent.cli import build_parser
-from refund_agent.offline import __main__ as offline_main
-from refund_agent.offline.server import OfflineServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *(f"docs/{name}.md" for name in (
@@ -34,7 +34,7 @@ SETTINGS_DOCS = ["docs/CONFIGURATION.md", "docs/OUTSIDE-SYSTEMS.md"]
 SETTING = re.compile(r"\b(?:REFUND_AGENT|STRIPE|SMTP)_[A-Z0-9_]*[A-Z0-9]\b")
 # The command, not the package (`pip install 'refund-agent[stripe]'`).
 CLI = re.compile(r"(?:\brefund-agent(?![\[\w-])|\./dev cli\b|python -m refund_agent(?![.\w]))")
-OFFLINE = re.compile(r"python -m refund_agent\.offline\b")
+OFFLINE = re.compile(r"python -m offline_model\b")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+)`")
 
@@ -147,7 +147,7 @@ def test_every_command_named_inline_exists_with_its_flags():
 
 
 def test_every_offline_server_command_parses():
-    """``python -m refund_agent.offline --port ... --state ...`` as the docs write it."""
+    """``python -m offline_model --port ... --state ...`` as the docs write it."""
     wrong, seen = [], 0
     for doc in DOCS:
         shell, spans = _code(doc)

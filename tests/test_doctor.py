@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
+from offline_model import OfflineServer
 from refund_agent import Settings
-from refund_agent.doctor import diagnose, report
-from refund_agent.offline import OfflineServer
+from refund_agent.providers.doctor import diagnose, report
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_replies_to_unfinished_runs_are_refused_and_not_stored(agent: Agent):
 
 
 def test_the_tool_arguments_are_strict_about_money(scripted):
-    from refund_agent.offline.brain import Reply
+    from offline_model.brain import Reply
     calls = [("issue_refund", {"order_id": "A1043", "summary": "x", "amount": amount,
                                "lines": [{"line": "POUR-GLS-01", "reason": "damaged"}]})
              for amount in (True, "48", "48.00", [48])]

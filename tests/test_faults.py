@@ -16,12 +16,12 @@ import pytest
 from helpers.cli import DATA, run_cli
 from helpers.crash import Outcome, assert_held, measure, read_outcome, record
 
+from offline_model import events as offline_events
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
-from refund_agent.customer import converse
-from refund_agent.model import ModelAccess, open_model
+from refund_agent.desk.customer import converse
 from refund_agent.models import RunStatus
-from refund_agent.offline import events as offline_events
-from refund_agent.offline.brain import Reply
+from refund_agent.providers.client import ModelAccess, open_model
 
 MAX_RETRIES = 2   # the test settings' budget: one attempt plus two retries
 

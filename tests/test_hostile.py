@@ -24,11 +24,11 @@ import pytest
 from helpers.cli import DATA, cli_env, run_cli
 from helpers.crash import read_outcome, record
 
+from offline_model.brain import Reply
 from refund_agent import Agent
+from refund_agent.desk.policy import SHIPPING
+from refund_agent.desk.shop import Order, Shop
 from refund_agent.models import RunStatus
-from refund_agent.offline.brain import Reply
-from refund_agent.policy import SHIPPING
-from refund_agent.shop import Order, Shop
 
 MAYA, PRIYA, TOM, STRANGER = ("maya.chen@example.com", "priya.nair@example.com",
                               "tom.becker@example.com", "mallory@evil.example")

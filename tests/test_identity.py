@@ -19,29 +19,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refund_agent import Agent, Settings
-from refund_agent.accounts import (
+from refund_agent.desk.accounts import (
     SIGN_IN_CAP,
     SIGN_IN_FREE,
     Accounts,
-    SignInFailed,
     hash_password,
     sign_in_delay,
 )
-from refund_agent.errors import DecisionRefused, RunNotReady
-from refund_agent.identity import (
+from refund_agent.desk.identity import (
     DEFAULT_IGNORABLE_RANGES,
-    address_problem,
-    canonical_address,
     confusable_pairs,
     name_key,
     name_problem,
-    same_address,
     same_person,
 )
-from refund_agent.model import open_model
+from refund_agent.desk.tools import LookupOrder, ShopTools
+from refund_agent.errors import DecisionRefused, RunNotReady, SignInFailed
+from refund_agent.intake import address_problem, canonical_address, same_address
 from refund_agent.models import AuditEntry
+from refund_agent.providers.client import open_model
 from refund_agent.store import SCHEMA_HISTORY, Store
-from refund_agent.tools import LookupOrder, ShopTools
 from refund_agent.web.views import audit_csv
 
 LEE = "lee-password"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
+from offline_model.brain import Reply
 from refund_agent import Agent
 from refund_agent.models import RunStatus
-from refund_agent.offline.brain import Reply
 
 MAYA, PRIYA = "maya.chen@example.com", "priya.nair@example.com"
 MIXED = ("Order A1043: the coffee maker arrived shattered, and honestly I also don't want the "

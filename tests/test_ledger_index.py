@@ -12,7 +12,7 @@ import os
 import pytest
 
 from refund_agent.errors import IdempotencyConflict
-from refund_agent.ledger import IdempotentLog
+from refund_agent.outside.ledger import IdempotentLog
 from refund_agent.outside.payments import StandInPayments as Payments
 
 

@@ -23,13 +23,13 @@ from helpers.cli import DATA, run_cli
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 
+from offline_model import OfflineServer
 from refund_agent import Agent, RunStatus, Settings
+from refund_agent.desk.reconcile import reconcile
 from refund_agent.errors import MigrationRefused, StoreError
-from refund_agent.migrate import COPIED, migrate
-from refund_agent.model import ModelAccess
-from refund_agent.offline import OfflineServer
-from refund_agent.reconcile import reconcile
+from refund_agent.providers.client import ModelAccess
 from refund_agent.store import Store
+from refund_agent.store.migrate import COPIED, migrate
 
 # Orders in data/shop.json with a line the policy refunds, and their owners.
 TICKETS = [("maya.chen@example.com", "Order A1043: the glass pour-over coffee maker arrived "
@@ -239,7 +239,7 @@ def _dead_pid() -> int:
 def test_a_copy_that_does_not_reconcile_on_postgresql_is_rolled_back(
         agent, settings, new_db, monkeypatch):
     three_runs(agent)
-    import refund_agent.migrate as module
+    import refund_agent.store.migrate as module
     real = module.reconcile
     monkeypatch.setattr(module, "reconcile", lambda store, out: "Broken on purpose."
                         if store.shared else real(store, out))
@@ -259,7 +259,7 @@ def test_ctrl_c_during_the_copy_rolls_it_back_and_says_so(
     from refund_agent import cli
 
     three_runs(agent)
-    import refund_agent.migrate as module
+    import refund_agent.store.migrate as module
 
     def interrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise KeyboardInterrupt

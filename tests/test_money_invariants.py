@@ -55,15 +55,15 @@ from hypothesis.stateful import (
     rule,
 )
 
-import refund_agent.agent as agent_module
+import refund_agent.loop as loop_module
+from offline_model import OfflineServer
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
+from refund_agent.desk.identity import name_key
+from refund_agent.desk.policy import quote_refund, units_left
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
-from refund_agent.identity import name_key
-from refund_agent.model import ModelAccess
 from refund_agent.models import RunStatus
-from refund_agent.offline import OfflineServer
-from refund_agent.offline.brain import Reply
-from refund_agent.policy import quote_refund, units_left
+from refund_agent.providers.client import ModelAccess
 
 EXAMPLES = int(os.environ.get("REFUND_AGENT_MONEY_EXAMPLES", "500"))
 # The same machine on PostgreSQL (a database per history): fewer by default, each history there
@@ -198,7 +198,7 @@ class MoneyMachine(RuleBasedStateMachine):
         # synchronous commits, would otherwise spend most of their time in fsync.
         shm = Path("/dev/shm")
         self.tmp = Path(tempfile.mkdtemp(prefix="money-", dir=shm if shm.is_dir() else None))
-        self.patch = mock.patch.object(agent_module, "crash_point", _crash_point)
+        self.patch = mock.patch.object(loop_module, "crash_point", _crash_point)
         self.patch.start()
         self.crashes = 0
         self.steps = 0

@@ -21,12 +21,12 @@ import pytest
 from helpers.cli import DATA
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
+from offline_model.brain import Reply
 from refund_agent import Agent, Settings
+from refund_agent.desk.shop import Shop
 from refund_agent.errors import DecisionRefused
-from refund_agent.model import open_model
 from refund_agent.models import RunStatus
-from refund_agent.offline.brain import Reply
-from refund_agent.shop import Shop
+from refund_agent.providers.client import open_model
 from refund_agent.store import Store
 from refund_agent.web.worker import Worker
 
@@ -114,7 +114,7 @@ def test_over_the_limit_by_what_she_approved_before_the_terminal_offers_the_hand
     name the command that works, `queue --as` must say she needs a lead, and `handoff` must
     take it (it said "within your limit; a hand-off is for refunds above it")."""
     from refund_agent import cli
-    from refund_agent.accounts import Accounts
+    from refund_agent.desk.accounts import Accounts
 
     out = tmp_path / "out"
     monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(out))
@@ -154,7 +154,7 @@ def test_over_the_limit_by_what_she_approved_before_the_terminal_offers_the_hand
         "requested", "refused", "handed_off", "approved", "issued"]
     # Within the limit, with what was approved before, a hand-off is still refused (and says
     # what counted).
-    from refund_agent.approving import handoff_problem
+    from refund_agent.desk.rules import handoff_problem
     assert handoff_problem("Ana Ruiz", 3295, 5000, before_cents=4800) is None
     assert handoff_problem("Ana Ruiz", 1500, 5000, before_cents=3000) == (
         "$15.00 and the $30.00 Ana Ruiz approved on this order before are within Ana Ruiz's "
@@ -168,8 +168,8 @@ def test_the_page_card_says_needs_a_lead_when_what_she_approved_before_counts(ag
     what the signed-in approver approved on the order before, as the decision does."""
     from types import SimpleNamespace
 
-    from refund_agent.accounts import Accounts
-    from refund_agent.web import desk
+    from refund_agent.desk.accounts import Accounts
+    from refund_agent.web import approvals as desk
 
     ana = Accounts(agent.store).add("Ana Ruiz", "approver", ANA, limit=50, by="test")
     run, coffee = _waiting(agent, COFFEE_MAKER)

@@ -36,13 +36,13 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 
+from offline_model import OfflineServer, brain, reader
+from offline_model.brain import Reply, respond
+from offline_model.events import GRPC_TEXT, ApiError
 from refund_agent import RunStatus, converse
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.offline import OfflineServer, brain, reader
-from refund_agent.offline.brain import Reply, respond
-from refund_agent.offline.events import GRPC_TEXT, ApiError
-from refund_agent.prompts import customer_brief
-from refund_agent.tools import tool_schemas
+from refund_agent.desk.prompts import customer_brief
+from refund_agent.desk.tools import tool_schemas
 
 MODEL = "grok-4-fast"
 # Every model-facing test here runs against the stand-in in xAI's dialect and in OpenAI's.

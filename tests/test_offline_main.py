@@ -1,10 +1,10 @@
-"""``python -m refund_agent.offline``: a command-line mistake is one line, not a traceback."""
+"""``python -m offline_model``: a command-line mistake is one line, not a traceback."""
 
 from __future__ import annotations
 
 import pytest
 
-from refund_agent.offline import __main__ as offline_main
+from offline_model import __main__ as offline_main
 
 
 def test_a_port_out_of_range_is_a_usage_error(capsys):

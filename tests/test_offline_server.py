@@ -26,9 +26,9 @@ import pytest
 from helpers.errors import error_fields, refused
 from openai.types.responses import Response
 
-from refund_agent.offline import OfflineServer, start_offline_server
-from refund_agent.offline.events import delta_delays
-from refund_agent.offline.server import FAULTS_ENV
+from offline_model import OfflineServer, start_offline_server
+from offline_model.events import delta_delays
+from offline_model.server import FAULTS_ENV
 
 # Every test here runs against the stand-in in xAI's dialect and in OpenAI's.
 pytestmark = pytest.mark.usefixtures("dialect")
@@ -545,7 +545,7 @@ def test_inject_rejects_unknown_faults(server: OfflineServer) -> None:
 
 def test_cli_help() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "refund_agent.offline", "--help"],
+        [sys.executable, "-m", "offline_model", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -562,7 +562,7 @@ def test_cli_serves_until_interrupted(tmp_path: Path, dialect: str) -> None:
         [
             sys.executable,
             "-m",
-            "refund_agent.offline",
+            "offline_model",
             "--port",
             "0",
             "--state",

@@ -8,8 +8,8 @@ import pytest
 
 from refund_agent import ConfigError, Shop, policy_facts, quote_refund
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.policy import Held, Quote
-from refund_agent.shop import Item, Order, PolicyTerms, canonical_order_id
+from refund_agent.desk.policy import Held, Quote
+from refund_agent.desk.shop import Item, Order, PolicyTerms, canonical_order_id
 
 TODAY = date(2026, 6, 15)
 

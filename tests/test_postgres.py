@@ -25,8 +25,10 @@ from benchlib import clone_id, make_bench_shop, start_ticket
 from helpers.cli import DATA, cli_env, run_cli
 from helpers.crash import assert_held, measure, read_outcome, record
 
+from offline_model import OfflineServer
 from refund_agent import Agent, Settings
 from refund_agent.config import PROJECT_ROOT, load_settings
+from refund_agent.desk.reconcile import reconcile
 from refund_agent.errors import (
     AlreadyDecided,
     ConfigError,
@@ -36,8 +38,6 @@ from refund_agent.errors import (
     StoreError,
 )
 from refund_agent.models import RunStatus
-from refund_agent.offline import OfflineServer
-from refund_agent.reconcile import reconcile
 from refund_agent.store import Store
 
 

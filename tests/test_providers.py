@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
+from offline_model import OfflineServer
 from refund_agent import Agent, RunStatus, Settings
-from refund_agent.model import ModelAccess, ProviderClient
-from refund_agent.offline import OfflineServer
-from refund_agent.providers import (
+from refund_agent.providers.client import ModelAccess, ProviderClient
+from refund_agent.providers.table import (
     effort_for,
     estimate_cost_ticks,
     low_effort,
@@ -373,7 +373,7 @@ def test_a_zero_retention_team_is_told_to_set_the_setting(desk):
 
 def test_a_stream_ending_incomplete_keeps_its_output(desk, monkeypatch):
     """xAI documents response.incomplete as a normal terminal event carrying the output."""
-    from refund_agent.offline import events
+    from offline_model import events
 
     original = events.stream_events
 
@@ -411,7 +411,7 @@ def test_settings_pick_openai_when_only_its_key_is_set(monkeypatch, tmp_path: Pa
 @pytest.mark.parametrize("name, effort", [("grok-4.7", "low"), ("grok-4", None),
                                            ("gpt-5-mini", "low")])
 def test_the_simulated_customer_request_uses_low_effort_where_taken(agent, name, effort):
-    from refund_agent.customer import persona_request
+    from refund_agent.desk.customer import persona_request
 
     run = agent.advance(agent.start_sample("past-window").id)
     agent.settings = agent.settings.with_(model=name)

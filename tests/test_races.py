@@ -24,11 +24,11 @@ from helpers.crash import read_outcome, record
 from helpers.pg import Backend
 
 from refund_agent import Agent, Settings, Shop
+from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import AlreadyDecided, RunBusy
-from refund_agent.model import open_model
 from refund_agent.models import RunStatus
+from refund_agent.providers.client import open_model
 from refund_agent.store import LEASE_STALE_SECONDS, Store
-from refund_agent.tools import IssueRefund, ShopTools
 
 _WORKER = r"""
 import json, os, sys, uuid

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from refund_agent.offline import reader
+from offline_model import reader
 
 LINES = [
     {"line": "LMP-1", "name": "Brass desk lamp"},
@@ -169,7 +169,7 @@ def test_html_is_text_first():
 def test_the_used_condition_is_read_from_the_policy_text():
     """The same email is declined under a policy that takes back unused items only, and
     proposed as a return under one that does not say so: the condition is the policy's."""
-    from refund_agent.offline import brain
+    from offline_model import brain
 
     facts = {"delivered": True, "within_window": True,
              "lines": [dict(line, status="refundable", final_sale=False) for line in LINES]}

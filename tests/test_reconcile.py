@@ -16,8 +16,8 @@ import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import Agent
+from refund_agent.desk.reconcile import _made_refunds_have_records, reconcile
 from refund_agent.errors import AlreadyDecided
-from refund_agent.reconcile import _made_refunds_have_records, reconcile
 from refund_agent.store import Store
 
 

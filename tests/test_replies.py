@@ -8,7 +8,7 @@ import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from refund_agent import RunNotReady, RunStatus, converse
-from refund_agent.customer import MAX_SIMULATED_REPLIES
+from refund_agent.desk.customer import MAX_SIMULATED_REPLIES
 
 
 def finish_damaged(agent):

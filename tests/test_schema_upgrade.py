@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from helpers.cli import DATA
 
+from refund_agent.desk.shop import Shop
+from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import StoreError
 from refund_agent.models import RunStatus
-from refund_agent.shop import Shop
 from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
-from refund_agent.tools import IssueRefund, ShopTools
 
 SCHEMAS = Path(__file__).with_name("schemas")
 SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10", "12"]

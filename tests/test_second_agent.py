@@ -141,7 +141,7 @@ def _tool(name: str, description: str, **properties: dict) -> dict:
 
 def test_the_stand_in_follows_any_look_up_then_act_tools():
     """Tools it has never seen, in another domain: it reads them, not a sample."""
-    from refund_agent.offline import brain
+    from offline_model import brain
 
     tools = [_tool("find_subscription", "Look up a subscription by its number.",
                    sub={"type": "string", "description": "The number, for example SUB-20417."}),

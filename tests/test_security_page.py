@@ -7,7 +7,7 @@ from helpers import page
 from helpers.page import APP, TIMEOUT, add_accounts, open_page, shows, sign_in, start_damaged
 from streamlit.testing.v1 import AppTest
 
-from refund_agent.accounts import Accounts
+from refund_agent.desk.accounts import Accounts
 from refund_agent.web.views import md
 
 # The page tests' fixtures: a fresh output folder for the page, and its store.

@@ -23,11 +23,14 @@ from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
 
-from refund_agent.errors import RunNotReady  # noqa: E402
-from refund_agent.ledger import IdempotentLog  # noqa: E402
+from refund_agent.errors import (
+    EmailNotSent,  # noqa: E402
+    RunNotReady,  # noqa: E402
+)
 from refund_agent.outside import RESENT_EMAIL  # noqa: E402
 from refund_agent.outside.config import OutsideSettings  # noqa: E402
-from refund_agent.outside.smtp import EmailNotSent, SmtpOutbox, message_id  # noqa: E402
+from refund_agent.outside.ledger import IdempotentLog  # noqa: E402
+from refund_agent.outside.smtp import SmtpOutbox, message_id  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
 from refund_agent.web import views  # noqa: E402
 
@@ -176,8 +179,8 @@ def test_mail_the_stand_in_recorded_before_smtp_was_switched_on_is_not_unsent(tm
     the team to resume runs that are long done); SMTP's own unsent records still are."""
     from helpers.outside_servers import free_port
 
+    from refund_agent.desk.reconcile import email_notes
     from refund_agent.outside.email import StandInOutbox
-    from refund_agent.reconcile import email_notes
     port, box = servers["none"]
     box.clear()
     StandInOutbox(tmp_path).send("run_7-call_g", "maya.chen@example.com", "Re: x", "Hi")

@@ -17,7 +17,8 @@ import uuid
 import pytest
 from helpers.cli import DATA
 
-from refund_agent.callrecords import call_key
+from refund_agent.desk.shop import Shop
+from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import (
     AlreadyDecided,
     DecisionRefused,
@@ -28,8 +29,7 @@ from refund_agent.errors import (
     RunNotReady,
     StoreError,
 )
-from refund_agent.models import RunStatus
-from refund_agent.shop import Shop
+from refund_agent.models import RunStatus, call_key
 from refund_agent.store import (
     SCHEMA_VERSION,
     Lease,
@@ -37,7 +37,6 @@ from refund_agent.store import (
     SQLiteStore,
     Store,
 )
-from refund_agent.tools import IssueRefund, ShopTools
 
 MAYA = "maya.chen@example.com"
 SHOP = Shop(DATA)
@@ -442,7 +441,7 @@ def test_each_run_keeps_its_desk_status_through_its_life(store):
     what desk_status.py computes, and the inbox counts and pages by it."""
     from helpers.desk import desk_drift
 
-    from refund_agent.desk_status import DeskStatus
+    from refund_agent.desk.status import DeskStatus
 
     def kept() -> tuple[DeskStatus, int]:
         (row,) = [(s, e) for rid, s, e, _at in store.desk_index() if rid == run_id]

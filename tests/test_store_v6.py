@@ -26,16 +26,16 @@ import pytest
 from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_forked
 from helpers.scripted import ScriptedBrain
 
+from offline_model import OfflineServer, events
+from offline_model.brain import Reply
 from refund_agent import Agent, RunStatus
-from refund_agent.callrecords import call_key, nesting_depth, order_id_in, parse_bounded
-from refund_agent.model import ModelAccess
-from refund_agent.models import Step
-from refund_agent.offline import OfflineServer, events
-from refund_agent.offline.brain import Reply
-from refund_agent.reconcile import reconcile
-from refund_agent.shop import Shop
+from refund_agent.desk.reconcile import reconcile
+from refund_agent.desk.shop import Shop
+from refund_agent.desk.tools import IssueRefund, ShopTools
+from refund_agent.models import Step, call_key, order_id_in
+from refund_agent.providers.client import ModelAccess
 from refund_agent.store import SCHEMA_VERSION, Store
-from refund_agent.tools import IssueRefund, ShopTools
+from refund_agent.text import nesting_depth, parse_bounded
 from refund_agent.web import views
 
 MAYA, PRIYA = "maya.chen@example.com", "priya.nair@example.com"

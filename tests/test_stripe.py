@@ -42,18 +42,18 @@ pytest.importorskip("localstripe")
 import stripe  # noqa: E402
 
 from refund_agent import Agent, Settings  # noqa: E402
+from refund_agent.desk.policy import Quote, QuotedLine  # noqa: E402
+from refund_agent.desk.reconcile import provider_problems, reconcile  # noqa: E402
 from refund_agent.errors import PaymentRefused, PaymentUncertain  # noqa: E402
-from refund_agent.ledger import IdempotentLog  # noqa: E402
 from refund_agent.models import RunStatus  # noqa: E402
 from refund_agent.outside.config import OutsideSettings  # noqa: E402
+from refund_agent.outside.ledger import IdempotentLog  # noqa: E402
 from refund_agent.outside.stripe import (  # noqa: E402
     CALL_ID,
     StripePayments,
     plain_stripe_error,
 )
 from refund_agent.outside.webhooks import handle  # noqa: E402
-from refund_agent.policy import Quote, QuotedLine  # noqa: E402
-from refund_agent.reconcile import provider_problems, reconcile  # noqa: E402
 
 SECRET = "whsec_test_refund_agent"
 ORDER = "A1043"          # the damaged-item sample's order: $80.95 paid

@@ -4,9 +4,15 @@ import json
 
 from refund_agent import Shop, tool_schemas
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk.policy import Held, Quote
+from refund_agent.desk.tools import (
+    CheckRefundPolicy,
+    IssueRefund,
+    LookupOrder,
+    ShopTools,
+    parse_args,
+)
 from refund_agent.outside import with_signature
-from refund_agent.policy import Held, Quote
-from refund_agent.tools import CheckRefundPolicy, IssueRefund, LookupOrder, ShopTools, parse_args
 
 SHOP = Shop(PROJECT_ROOT / "data")
 

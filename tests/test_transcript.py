@@ -18,11 +18,11 @@ import httpx2
 import openai
 import pytest
 
+from offline_model.sealing import SealError, open_sealed
 from refund_agent import Agent, RunStatus, Settings, converse
 from refund_agent.config import load_settings
 from refund_agent.errors import ConfigError
-from refund_agent.model import ModelAccess, open_model
-from refund_agent.offline.sealing import SealError, open_sealed
+from refund_agent.providers.client import ModelAccess, open_model
 from refund_agent.store import SCHEMA_VERSION, Store
 
 APPROVER = "Dana Kim"

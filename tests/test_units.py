@@ -17,9 +17,9 @@ from helpers.cli import run_cli
 
 from refund_agent import Agent, Settings
 from refund_agent.cli import only_lines
+from refund_agent.desk.policy import Held, policy_facts, quote_refund, units_left
+from refund_agent.desk.shop import Shop
 from refund_agent.errors import AlreadyDecided, DecisionRefused, StoreError
-from refund_agent.policy import Held, policy_facts, quote_refund, units_left
-from refund_agent.shop import Shop
 from refund_agent.store import SCHEMA_VERSION, Store
 
 CORPUS_SHOP = Path(__file__).parent / "corpus" / "shop"

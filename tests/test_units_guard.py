@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from refund_agent.desk.policy import quote_refund, units_left
+from refund_agent.desk.shop import Shop
 from refund_agent.errors import StoreError
-from refund_agent.policy import quote_refund, units_left
-from refund_agent.shop import Shop
 from refund_agent.store import SCHEMA_HISTORY, Store
 from refund_agent.store.schema import POSTGRES_UNITS_GUARD
 

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 from helpers.cli import DATA
 
+from refund_agent.desk.policy import Held, quote_refund
+from refund_agent.desk.shop import Shop
 from refund_agent.models import Approval, ApprovalLine, AuditEntry, InboxRow, Run, RunStatus, Step
-from refund_agent.policy import Held, quote_refund
-from refund_agent.shop import Shop
 from refund_agent.text import plural
 from refund_agent.web import views
 

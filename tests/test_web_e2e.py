@@ -248,7 +248,7 @@ def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
 
 def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
         context, app_server: AppServer):
-    from refund_agent.accounts import Accounts
+    from refund_agent.desk.accounts import Accounts
     store = Store(app_server.output / "refund-agent.sqlite3")
     Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=40)
     Accounts(store).add("Lee Park", "lead", "lee-password")

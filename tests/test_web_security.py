@@ -10,7 +10,7 @@ from helpers import browser
 from helpers.browser import AppServer, sign_in
 from helpers.cli import run_cli
 
-from refund_agent.accounts import Accounts
+from refund_agent.desk.accounts import Accounts
 from refund_agent.store import Store
 
 # The end-to-end tests' browser and server fixtures, and their skip when Chromium is missing.

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("stripe")
 
 from refund_agent import RunStatus  # noqa: E402
-from refund_agent.desk_status import needs_person  # noqa: E402
-from refund_agent.escalations import PROVIDER_FAILED  # noqa: E402
+from refund_agent.desk.status import needs_person  # noqa: E402
+from refund_agent.models import PROVIDER_FAILED  # noqa: E402
 from refund_agent.outside.stripe import CALL_ID  # noqa: E402
 from refund_agent.outside.webhooks import handle  # noqa: E402
 

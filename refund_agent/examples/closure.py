@@ -27,14 +27,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..agent import Loop
-from ..calls import CallContext, Outcome
 from ..config import Settings
-from ..identity import same_address
-from ..ledger import IdempotentLog
-from ..model import ModelAccess
+from ..desk.policy import Quote
+from ..intake import same_address
+from ..loop import CallContext, Loop, Outcome
 from ..models import Approval, ApprovalStatus, Call, Run
-from ..policy import Quote
+from ..outside.ledger import IdempotentLog
+from ..providers.client import ModelAccess
 from ..store import Lease
 from ..tools import Tool, ToolKind, toolset
 from ..turns import Waiting

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ConfigError
-from ..ledger import IdempotentLog, StoreLog
 from ..text import one_line
+from .ledger import IdempotentLog, StoreLog
 from .payments import ledger_for
 
 # How a message sent again after a crash between its send and its mark is shown, on the

@@ -12,8 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..ledger import IdempotentLog, StoreLog
-from ..policy import Quote
+from ..desk.policy import Quote
+from .ledger import IdempotentLog, StoreLog
 
 
 class Payments(Protocol):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..crash import crash_point
-from ..errors import RefundAgentError
+from ..errors import EmailNotSent
 from .config import OutsideSettings
 from .email import check_headers, recorded_for_smtp
 from .payments import ledger_for
@@ -35,9 +35,6 @@ from .payments import ledger_for
 _NOT_ATEXT = re.compile(r"[^A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]")
 
 
-class EmailNotSent(RefundAgentError):
-    """The mail server could not be reached or refused the message; it is recorded in the outbox
-    but not marked sent, and resume sends it."""
 
 
 def message_id(key: str, sender: str) -> str:

@@ -37,8 +37,8 @@ except ImportError as exc:
                       "pip install 'refund-agent[stripe]'") from None
 
 from ..crash import crash_point
+from ..desk.policy import Quote
 from ..errors import ConfigError, PaymentRefused, PaymentUncertain
-from ..policy import Quote
 from .config import OutsideSettings
 from .payments import ledger_for, refund_request
 

@@ -1,13 +1,13 @@
 """The people who may decide, and the sign-in throttle every process on the store shares (see
-``refund_agent/accounts.py`` for the rules; this is what is stored)."""
+``refund_agent/desk/accounts.py`` for the rules; this is what is stored)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from ..desk.identity import same_person, taken_problem
 from ..errors import DecisionRefused, NotFound
-from ..identity import same_person, taken_problem
 from .core import StoreCore
 
 

@@ -7,12 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..approving import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
-from ..callrecords import call_key
+from ..desk.identity import same_person
+from ..desk.policy import SHIPPING, Held, Quote
+from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
-from ..identity import same_person
-from ..models import Approval, RunStatus
-from ..policy import SHIPPING, Held, Quote
+from ..models import Approval, RunStatus, call_key
 from .audit import audit_lines
 from .core import Lease, StoreCore, no_limit
 

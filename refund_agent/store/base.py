@@ -17,7 +17,7 @@ from .accounts import Accounts
 from .approvals import Approvals
 from .auditlog import AuditLog
 from .core import LEASE_STALE_SECONDS
-from .desk import DeskInbox, DeskRecords
+from .escalations import DeskInbox, DeskRecords
 from .ledger import Ledger
 from .outside import ProviderEvents
 from .replies import Replies

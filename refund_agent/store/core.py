@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import LeaseLost, StoreError
 from .audit import GENESIS_HASH, audit_hash
-from .desk_rows import refresh_stale_desk
+from .inbox import refresh_stale_desk
 from .schema import SCHEMA_VERSION, shipped_version
 
 try:  # the postgres extra: pip install 'refund-agent[postgres]'

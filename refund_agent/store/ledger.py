@@ -1,5 +1,5 @@
 """The payment and email stand-ins' idempotency records in the database, shared by every host
-(PostgreSQL; on SQLite they stay in ``output/``'s JSONL logs, see ``refund_agent/ledger.py``),
+(PostgreSQL; on SQLite they stay in ``output/``'s JSONL logs, see ``outside/ledger.py``),
 and what a copy of a whole store reads (``refund-agent migrate``)."""
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ import json
 import time
 from typing import Any
 
-from ..escalations import PROVIDER_FAILED
-from ..models import Approval, RunStatus
+from ..models import PROVIDER_FAILED, Approval, RunStatus
 from .core import Lease, StoreCore
-from .desk import raise_escalation
+from .escalations import raise_escalation
 
 
 class ProviderEvents(StoreCore):

@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..callrecords import call_key, order_id_in
-from ..models import Call, Run, TranscriptEntry
+from ..models import Call, Run, TranscriptEntry, call_key, order_id_in
 from .core import Lease, StoreCore
 
 # Calls whose effect leaves the system as soon as they run (see record_response).

@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..callrecords import order_id_in
+from ..models import order_id_in
 from .audit import GENESIS_HASH
-from .desk_rows import refresh_stale_desk
+from .inbox import refresh_stale_desk
 
 # What each schema version added, oldest first. Every bump adds a line here and, when existing
 # tables change, a numbered Step in each engine's list.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..accounts import Accounts
+from ..desk.accounts import Accounts
 from ..errors import RefundAgentError
 from .session import notify, permitted, select, selected_run_id, show_notice
 from .views import DESK_FILTERS, desk_counts, md, page_range, run_label

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..reconcile import reconcile
+from ..desk.reconcile import reconcile
 from ..store import Store
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class IntegrityWatch:
         on_verdict: called from the watch's thread when a check found something else than the
             one before (another problem, or none; more entries): the worker bumps its version,
             so pages draw the new verdict.
-        check: what checks; :func:`~refund_agent.reconcile.reconcile` unless a test says.
+        check: what checks; :func:`~refund_agent.desk.reconcile.reconcile` unless a test says.
     """
 
     def __init__(self, store: Store, output_dir: Path, on_verdict: Callable[[], None],

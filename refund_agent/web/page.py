@@ -17,12 +17,12 @@ from typing import Any
 
 import streamlit as st
 
-from ..accounts import Accounts, host_allowed
-from ..agent import Agent
 from ..config import Settings, load_settings
+from ..desk.accounts import Accounts, host_allowed
+from ..desk.agent import Agent
 from ..errors import RefundAgentError
+from .approvals import render_approver, render_escalations, render_queue, render_sign_in, review
 from .audit import render_audit
-from .desk import render_approver, render_escalations, render_queue, render_sign_in, review
 from .inbox import render_new_tickets, render_tickets
 from .session import show_notice, signed_in
 from .ticket import render_ticket

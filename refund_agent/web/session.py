@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from ..accounts import Account, Accounts
+from ..desk.accounts import Account, Accounts
 from .views import md
 from .worker import Worker
 

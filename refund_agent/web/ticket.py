@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from ..desk_status import run_desk_status
+from ..desk.status import run_desk_status
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views

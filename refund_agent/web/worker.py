@@ -2,7 +2,7 @@
 
 A Streamlit script reruns for every click and every page refresh, and a browser tab can close
 at any moment, so runs cannot live inside a page. One :class:`Worker` per server process owns
-them instead: each active run gets a thread, a :class:`~refund_agent.agent.Cancel` for the Stop
+them instead: each active run gets a thread, a :class:`~refund_agent.desk.agent.Cancel` for the Stop
 button, and a small in-memory buffer of the deltas the model is streaming, which any page may
 read. Everything durable is in the store; the buffer is only for watching a turn as it happens.
 
@@ -19,11 +19,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..agent import Agent, Cancel, LiveEvent
-from ..customer import converse
+from ..desk.agent import Agent
+from ..desk.customer import converse
 from ..errors import RefundAgentError, RunNotReady
-from ..escalations import Escalation
-from ..models import Approval, Run, RunStatus
+from ..models import Approval, Escalation, Run, RunStatus
+from ..streaming import Cancel, LiveEvent
 from .integrity import IntegrityWatch
 from .views import LiveSegment
 

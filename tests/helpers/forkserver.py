@@ -51,8 +51,6 @@ def _preload() -> None:
     import openai.lib.streaming.responses  # noqa: F401
 
     import refund_agent.cli  # noqa: F401
-    import refund_agent.offline  # noqa: F401
-    import refund_agent.offline.brain  # noqa: F401
     import refund_agent.outside.smtp  # noqa: F401
     try:
         import psycopg  # noqa: F401

@@ -153,7 +153,7 @@ def save_name(at: AppTest, name: str) -> AppTest:
 
 
 def add_accounts(store: Store) -> None:
-    from refund_agent.accounts import Accounts
+    from refund_agent.desk.accounts import Accounts
     accounts = Accounts(store)
     accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
     accounts.add("Lee Park", "lead", "lee-password")

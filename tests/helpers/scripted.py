@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refund_agent.offline.brain import Reply
+from offline_model.brain import Reply
 
 
 class ScriptedBrain:

@@ -21,29 +21,31 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
-from .accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Account, Accounts, SignInFailed
-from .agent import Agent, LiveEvent
-from .approving import handoff_needed, handoff_problem, needs_two, take_problem
-from .config import load_settings
-from .customer import converse
-from .errors import (
+from ..config import load_settings
+from ..desk.accounts import DEFAULT_LIMIT, MIN_PASSWORD, ROLES, Account, Accounts
+from ..desk.agent import Agent
+from ..desk.customer import converse
+from ..desk.reconcile import email_notes, log_names, provider_problems, reconcile
+from ..desk.rules import handoff_needed, handoff_problem, needs_two, take_problem
+from ..errors import (
     AlreadyDecided,
     DecisionRefused,
     LeaseLost,
     MigrationRefused,
     NotFound,
+    NothingToDecide,
     RefundAgentError,
     RunBusy,
     RunNotReady,
+    SignInFailed,
 )
-from .escalations import HANDOFF, Escalation
-from .failures import handed_over
-from .migrate import migrate
-from .models import Approval, ApprovalStatus, Run, RunStatus, Step, StepKind
-from .outside import RESENT_EMAIL, stripe_missing
-from .reconcile import email_notes, log_names, provider_problems, reconcile
-from .store import Store
-from .text import plural, printable, sender_line, size_text, transcript_text
+from ..models import HANDOFF, Approval, ApprovalStatus, Escalation, Run, RunStatus, Step, StepKind
+from ..outside import RESENT_EMAIL, stripe_missing
+from ..providers.stored import handed_over
+from ..store import Store
+from ..store.migrate import migrate
+from ..streaming import LiveEvent
+from ..text import plural, printable, sender_line, size_text, transcript_text
 
 EPILOG = """\
 examples:
@@ -903,7 +905,7 @@ def _migrate(to: str | None) -> int:
     if settings.offline and not settings.offline_url and state.exists():
         print(f"\nThe offline model's stored responses, and the key its reasoning is sealed "
               f"with, stay in {state}: continue runs here with this output folder, or serve it "
-              f"to every host (python -m refund_agent.offline --port 8787 --state {state}, "
+              f"to every host (python -m offline_model --port 8787 --state {state}, "
               "then REFUND_AGENT_OFFLINE_URL). A stand-in on another file cannot continue "
               "them.")
     return 0
@@ -912,7 +914,7 @@ def _migrate(to: str | None) -> int:
 def _webhooks(agent: Agent, host: str, port: int) -> int:
     """``refund-agent webhooks``: Stripe's later word on refunds, into the store."""
     try:   # only this command needs it, and stripe is an optional extra
-        from .outside.webhooks import serve
+        from ..outside.webhooks import serve
     except ImportError:
         raise stripe_missing("refund-agent webhooks") from None
 
@@ -941,7 +943,7 @@ def _webhooks(agent: Agent, host: str, port: int) -> int:
 
 def _doctor() -> int:
     """``refund-agent doctor``: exit 0 when the provider works (or the stand-in is in use)."""
-    from .doctor import report  # only this command needs it
+    from ..providers.doctor import report  # only this command needs it
 
     lines, ok = report(load_settings())
     print("\n".join(lines))
@@ -1001,8 +1003,6 @@ def run_command(argv: list[str] | None = None) -> int:
     return 0
 
 
-class NothingToDecide(RefundAgentError):
-    """approve or reject found no refund waiting (exit code 4)."""
 
 
 #: Exit codes, documented in the epilog and the README.

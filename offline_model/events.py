@@ -7,7 +7,7 @@ and cost, the ``Response`` object in each status (queued, in progress,
 completed, failed, cancelled), its expansion into the server-sent events the
 ``openai`` SDK expects (plus how latency is spread over them), input items as
 ``input_items.list`` pages them, and compaction. The HTTP server in
-:mod:`refund_agent.offline.server` only decides *when* to send what.
+:mod:`offline_model.server` only decides *when* to send what.
 
 Shapes follow the installed SDK's models in ``openai/types/responses`` (the
 tests parse everything with ``_strict_response_validation=True``).

@@ -29,7 +29,7 @@ DESK_COLUMNS = (
 
 def desk_of(row: dict[str, Any]) -> tuple[Any, int]:
     """(DeskStatus, open escalations) from a row with the DESK_COLUMNS and the run's status."""
-    from ..desk_status import ApprovalFacts, desk_status
+    from ..desk.status import ApprovalFacts, desk_status
     latest = None if row["latest_status"] is None else ApprovalFacts(
         row["latest_status"], row["latest_amount"], row["latest_proposed"],
         row["latest_declined"] or 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import openai
 
-from .model import provider_error
-from .providers import ProviderError
+from .client import provider_error
+from .table import ProviderError
 
 # How a run's failure says that a person has the ticket now (calls.hand_over writes it): the
 # terminal does not then tell anyone that resuming retries (cli._summary).

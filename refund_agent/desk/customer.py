@@ -13,14 +13,16 @@ from typing import Any
 
 import openai
 
-from .agent import MAX_EMAIL_CHARS, Agent, Cancel, LiveEvent, OnEvent
-from .crash import crash_point
-from .model import provider_error
-from .models import Run, RunStatus
+from ..crash import crash_point
+from ..intake import MAX_EMAIL_CHARS
+from ..models import Run, RunStatus
+from ..providers.client import provider_error
+from ..providers.table import low_effort
+from ..store import Lease
+from ..streaming import Cancel, LiveEvent, OnEvent
+from ..turns import usage_of
+from .agent import Agent
 from .prompts import customer_brief
-from .providers import low_effort
-from .store import Lease
-from .turns import usage_of
 
 MAX_SIMULATED_REPLIES = 3
 DONE = "DONE"

@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..callrecords import parse_bounded
-from ..desk_status import DeskStatus, customer_name
-from ..escalations import KIND_LABELS
-from ..models import (
+from ...desk.policy import Quote
+from ...desk.status import DeskStatus, customer_name
+from ...models import (
+    KIND_LABELS,
     Approval,
     ApprovalStatus,
     AuditEntry,
@@ -31,9 +31,8 @@ from ..models import (
     Step,
     StepKind,
 )
-from ..outside import RESENT_EMAIL
-from ..policy import Quote
-from ..text import sender_line, size_text, transcript_text
+from ...outside import RESENT_EMAIL
+from ...text import parse_bounded, sender_line, size_text, transcript_text
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -205,7 +204,7 @@ class DeskFilter:
     escalated: bool = False
 
     def shows(self, status: DeskStatus, escalations: int) -> bool:
-        from ..desk_status import needs_person
+        from ...desk.status import needs_person
         if self.needs:
             return needs_person(status, escalations)
         if self.escalated:
@@ -215,7 +214,7 @@ class DeskFilter:
     def selection(self) -> tuple[tuple[DeskStatus, ...] | None, bool]:
         """What :meth:`shows` selects, as Store.desk_page takes it: (statuses, or any with an
         open escalation); None: every status. tests/test_desk.py checks the two agree."""
-        from ..desk_status import NEEDS_PERSON
+        from ...desk.status import NEEDS_PERSON
         if self.needs:
             return tuple(sorted(NEEDS_PERSON)), True
         if self.escalated:
@@ -676,7 +675,7 @@ def fact_rows(facts: dict[str, Any], own: Collection[str] = (),
     """The policy facts an approver needs, as (label, value) rows.
 
     Args:
-        facts: :class:`~refund_agent.policy.PolicyFacts` as a dict (this refund's lines left out).
+        facts: ``desk.policy.PolicyFacts`` as a dict (this refund's lines left out).
         own: the lines of this refund; the order's other lines are listed with their status.
         changed_mind: whether this refund returns something, so the return-fee rule matters.
     """

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m refund_agent.offline --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
-    python -m refund_agent.offline --host 0.0.0.0 --port 8787   # one stand-in for several hosts
+    python -m offline_model --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
+    python -m offline_model --host 0.0.0.0 --port 8787   # one stand-in for several hosts
 
 Prints the base URL to pass as ``base_url`` to ``openai.OpenAI``; Ctrl+C (or
 SIGTERM) stops it cleanly.
@@ -40,7 +40,7 @@ def _port(raw: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parses the command line."""
     parser = argparse.ArgumentParser(
-        prog="python -m refund_agent.offline",
+        prog="python -m offline_model",
         description="Serve a local stand-in for the xAI/OpenAI Responses API (on 127.0.0.1 "
         "unless --host says otherwise).",
     )

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
-from .approving import unit_problem
-from .errors import PaymentUncertain
-from .escalations import CANNOT_CONTINUE
-from .failures import HANDED_OVER
-from .models import Approval, ApprovalStatus, Call, Run, StepKind
-from .outside import Outbox, Payments, with_signature
+from ..errors import PaymentUncertain
+from ..loop import CallContext, Outcome
+from ..models import CANNOT_CONTINUE, Approval, ApprovalStatus, StepKind
+from ..outside import Outbox, Payments, with_signature
+from ..providers.stored import HANDED_OVER
+from ..store import Lease, Store
+from ..tools import toolset
+from ..turns import Waiting
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
+from .rules import unit_problem
 from .shop import Shop
-from .store import Lease, Store
 from .tools import (
     TOOLS,
     CheckRefundPolicy,
@@ -29,38 +30,7 @@ from .tools import (
     LookupOrder,
     SendCustomerMessage,
     ShopTools,
-    toolset,
 )
-from .turns import StepData, Waiting
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A call's result: its output for the model, the steps it adds, an audit line."""
-
-    output: dict[str, Any]
-    steps: list[StepData]
-    audit: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """What any tool's functions get for one call: the run, its lease, the call itself."""
-
-    run: Run
-    lease: Lease
-    call: Call
-    store: Store
-    crash: Callable[[str], None]   # a named crash point (crash.py), for the tests
-
-    @property
-    def key(self) -> str:
-        """The call's idempotency key: its run and call id (callrecords.call_key)."""
-        return self.call.key or self.call.call_id
-
-    def fence(self) -> None:
-        """LeaseLost if another process took the run over: then nothing may happen."""
-        self.store.check_lease(self.lease)
 
 
 @dataclass(frozen=True, kw_only=True)

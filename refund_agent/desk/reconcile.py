@@ -19,8 +19,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from .models import Approval, AuditEntry, Call, Run
-from .store import Store
+from ..models import Approval, AuditEntry, Call, Run
+from ..store import Store
 
 # How the ledger starts every record (json.dumps of a dict whose first key is this). A write
 # cut short by a crash leaves a prefix of such a line; anything else was not written by it.
@@ -90,10 +90,10 @@ def provider_problems(payments: Any, store: Store) -> list[str]:
     """What the payment provider's own list of refunds says against the agent's records (for
     Stripe: a refund made outside the agent, one missing at Stripe, a failure the desk was
     never told of); nothing for the stand-in, whose log is the provider."""
-    from .outside.payments import StandInPayments
+    from ..outside.payments import StandInPayments
     if isinstance(payments, StandInPayments):
         return []
-    from .outside.stripe import StripePayments, reconcile_stripe
+    from ..outside.stripe import StripePayments, reconcile_stripe
     if not isinstance(payments, StripePayments):
         return []
     told = {e["refund_id"] for e in store.provider_events() if e["status"] in ("failed", "canceled")

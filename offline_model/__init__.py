@@ -1,6 +1,6 @@
 """Offline model: a local Responses API server that stands in for Grok.
 
-Start one with :func:`start_offline_server` (or ``python -m refund_agent.offline``)
+Start one with :func:`start_offline_server` (or ``python -m offline_model``)
 and point ``openai.OpenAI(base_url=server.base_url, api_key="offline")`` at it.
 """
 

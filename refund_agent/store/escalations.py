@@ -1,6 +1,6 @@
 """The desk's records (schema 9): escalations a lead takes, hand-offs to a lead, first
 sign-offs of a two-person refund, who typed a ticket in; and the inbox read by desk status.
-What they are for is in ``refund_agent/escalations.py`` and ``approving.py``."""
+What they are for is in ``refund_agent/models.py`` and ``approving.py``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from ..approving import SignOff
+from ..desk.rules import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
-from ..escalations import HANDOFF, Escalation
+from ..models import HANDOFF, Escalation
 from .core import Lease, StoreCore
 
 
@@ -212,7 +212,7 @@ class DeskInbox(StoreCore):
         """Every run matching ``search``, newest first, as (id, DeskStatus, open escalations,
         created_at). Reads every matching row: for reports and tests; the page uses
         :meth:`desk_groups` and :meth:`desk_page`."""
-        from ..desk_status import DeskStatus
+        from ..desk.status import DeskStatus
         where, args = self._inbox_filter(search, ())
         return [(r[0], DeskStatus(r[1]), int(r[2]), r[3]) for r in self._read(
             "SELECT id, desk_status, desk_escalations, created_at FROM runs"
@@ -221,7 +221,7 @@ class DeskInbox(StoreCore):
     def desk_groups(self, search: str = "") -> list[tuple[Any, int, int]]:
         """How many runs matching ``search`` have each (DeskStatus, open escalations > 0):
         a dozen rows at most, however many tickets there are (counted from an index)."""
-        from ..desk_status import DeskStatus
+        from ..desk.status import DeskStatus
         where, args = self._inbox_filter(search, ())
         counts: dict[tuple[Any, int], int] = {}
         for status, escalations, n in self._read(
@@ -279,7 +279,7 @@ class DeskInbox(StoreCore):
     def run_customers(self, run_ids: Collection[str] | None = None) -> dict[str, str]:
         """Run id -> the customer as the desk shows them (see :meth:`customer_names`), for
         every run or only ``run_ids``."""
-        from ..desk_status import customer_name
+        from ..desk.status import customer_name
         if run_ids is None:
             rows = self._read("SELECT id, sender FROM runs")
         elif not run_ids:

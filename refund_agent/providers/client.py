@@ -14,9 +14,10 @@ from typing import Any
 import httpx2
 import openai
 
-from .config import Settings
-from .offline import OfflineServer, start_offline_server
-from .providers import RESUME, ProviderError, read_error, worth_retrying
+from offline_model import OfflineServer, start_offline_server
+
+from ..config import Settings
+from .table import RESUME, ProviderError, read_error, worth_retrying
 
 _servers: dict[str, OfflineServer] = {}
 _lock = threading.Lock()

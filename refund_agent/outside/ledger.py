@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import IdempotencyConflict, LedgerError
+from ..errors import IdempotencyConflict, LedgerError
 
 
 class IdempotentLog:

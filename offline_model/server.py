@@ -23,7 +23,7 @@ refuses a reasoning effort the model does not take (the model table in providers
 OpenAI dialect refuses ``include`` of the encrypted reasoning on a model without reasoning.
 ``POST /_offline/clock`` moves the server's clock forward (tests age stored
 responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
-Decisions come from a *brain* callable (``refund_agent.offline.brain.respond``
+Decisions come from a *brain* callable (``offline_model.brain.respond``
 unless one is injected); this module only handles protocol, storage, simulated
 usage/cost, latency and faults.
 
@@ -317,7 +317,7 @@ class OfflineServer:
         clock: Time source for ``created_at`` and the 30-day expiry (moved
             forward by :meth:`advance_clock`).
         brain: ``respond(conversation, tools)``; defaults to
-            ``refund_agent.offline.brain.respond``, imported on first use. A
+            ``offline_model.brain.respond``, imported on first use. A
             brain that also takes a ``tool_choice`` keyword is given the
             request's. Its tool calls are sent as they are: the default brain
             calls only declared tools, and a test brain may deliberately not.
@@ -667,7 +667,9 @@ class OfflineServer:
 
         The model table is providers.MODELS; a model it does not know is served as it is.
         """
-        from ..providers import model_info  # lazily: the server imports only the stdlib
+        from refund_agent.providers.table import (  # lazily: the server imports only the stdlib
+            model_info,
+        )
 
         info = model_info(body["model"])
         asked = events.INCLUDE_ENCRYPTED_REASONING in (body.get("include") or [])
@@ -726,7 +728,7 @@ class OfflineServer:
         """Adds ``encrypted_content`` to reasoning items when the request included it, or
         unasked for a model that returns it by default (xAI's grok-4.7)."""
         if events.INCLUDE_ENCRYPTED_REASONING not in (body.get("include") or []):
-            from ..providers import model_info  # lazily, as in _check_model
+            from refund_agent.providers.table import model_info  # lazily, as in _check_model
 
             info = model_info(str(body.get("model")))
             if not (self.dialect == events.XAI and info and info.encrypted_by_default):

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import openai
 
-from . import turns
-from .config import Settings
-from .model import ProviderClient, provider_error
-from .providers import PROFILES, ProviderError, effort_for, model_info, needs_include
-from .tools import tool_schemas
+from .. import turns
+from ..config import Settings
+from ..desk.tools import tool_schemas
+from .client import ProviderClient, provider_error
+from .table import PROFILES, ProviderError, effort_for, model_info, needs_include
 
 PROMPT = "Reply with the single word OK."
 

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 Reason = Literal["damaged", "changed_mind"]
 #: The largest price or total the shop accepts, in dollars: far above any real order, far below

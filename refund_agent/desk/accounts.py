@@ -22,11 +22,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import DecisionRefused, NotFound, RefundAgentError
+from ..errors import DecisionRefused, NotFound, SignInFailed
+from ..store import Store
+from ..text import one_line
 from .identity import canonical_name, looks_like, name_key, name_problem, taken_problem
 from .shop import MAX_DOLLARS
-from .store import Store
-from .text import one_line
 
 ROLES = ("approver", "lead")
 DEFAULT_LIMIT = 100.0      # dollars an approver may approve when no --limit is given
@@ -46,8 +46,6 @@ SIGN_IN_FREE, SIGN_IN_BASE, SIGN_IN_CAP, SIGN_IN_WINDOW = 3, 2.0, 300.0, 3600.0
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-class SignInFailed(RefundAgentError):
-    """A wrong name or password, or an account that no longer exists."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .models import Approval, Run, RunStatus
+from ..models import Approval, Run, RunStatus
 
 
 class DeskStatus(StrEnum):

@@ -19,8 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import cache, lru_cache
 
-# Scripts that are written together in one word (Japanese mixes kanji and kana).
-_SCRIPT_FAMILIES = {"CJK": "han", "HIRAGANA": "han", "KATAKANA": "han"}
+from ..intake import mixed_script
 
 # Names the code itself writes into the audit log as the actor of an entry: a person with
 # one of these names (or one that looks like it) could not be told from the system in the
@@ -43,25 +42,12 @@ DEFAULT_IGNORABLE_RANGES = (
 _MAX_ROUNDS = 8
 
 
-class IdentityError(ValueError):
-    """A name or address that cannot be told apart from another one."""
 
 
-def _script(char: str) -> str | None:
-    """The script a letter belongs to (None for digits, spaces, punctuation)."""
-    if not char.isalpha():
-        return None
-    first = unicodedata.name(char, "UNKNOWN").split()[0]
-    return _SCRIPT_FAMILIES.get(first, first)
 
 
-def mixed_script(word: str) -> bool:
-    """Whether one word holds letters of more than one alphabet (``Dаna`` with Cyrillic а)."""
-    return len({s for s in map(_script, word) if s}) > 1
 
 
-def _describe(char: str) -> str:
-    return f"U+{ord(char):04X} {unicodedata.name(char, 'UNKNOWN')}"
 
 
 def default_ignorable(char: str) -> bool:
@@ -222,51 +208,3 @@ def name_problem(name: str) -> str | None:
         return (f"{shown(name)} is a name the desk itself signs the audit log with{like}; choose a "
                 "person's name.")
     return None
-
-
-def address_problem(address: str) -> str | None:
-    """Why ``address`` cannot identify a customer, or None.
-
-    Characters that NFKC rewrites (a KELVIN SIGN for K, full-width letters, ligatures) and
-    words that mix alphabets are refused rather than folded: folded, they would make a
-    look-alike mailbox the same customer as the real one.
-    """
-    local, at, domain = address.rpartition("@")
-    if not at or not local or not domain:
-        return f"{address!r} is not an email address."
-    for char in address:
-        if unicodedata.normalize("NFKC", char) != char:
-            return (f"The address {address!r} contains {_describe(char)}, which only looks "
-                    f"like {unicodedata.normalize('NFKC', char)!r}.")
-    for part in [local, *domain.split(".")]:
-        if mixed_script(part):
-            return f"The address {address!r} mixes alphabets in {part!r} (a look-alike letter?)."
-    try:
-        _idna(domain)
-    except UnicodeError:
-        return f"The address {address!r} does not end in a valid domain name."
-    return None
-
-
-def _idna(domain: str) -> str:
-    # Python's codec is IDNA 2003 (nameprep folds case and applies NFKC), enough to compare.
-    return domain.rstrip(".").encode("idna").decode("ascii").lower()
-
-
-def canonical_address(address: str) -> str:
-    """The form two spellings of one address share: the local part NFKC and case-folded,
-    the domain in IDNA (ASCII). IdentityError for an address ``address_problem`` refuses."""
-    address = address.strip()
-    problem = address_problem(address)
-    if problem:
-        raise IdentityError(problem)
-    local, _, domain = address.rpartition("@")
-    return f"{unicodedata.normalize('NFKC', local).casefold()}@{_idna(domain)}"
-
-
-def same_address(a: str, b: str) -> bool:
-    """Whether two addresses name the same mailbox; False if either is a look-alike."""
-    try:
-        return canonical_address(a) == canonical_address(b)
-    except IdentityError:
-        return False

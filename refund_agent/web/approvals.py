@@ -13,12 +13,11 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from ..accounts import Accounts
-from ..approving import handoff_needed, needs_two, take_problem
+from ..desk.accounts import Accounts
+from ..desk.policy import Quote
+from ..desk.rules import handoff_needed, needs_two, take_problem
 from ..errors import AlreadyDecided, NotFound, RefundAgentError
-from ..escalations import Escalation
-from ..models import Approval
-from ..policy import Quote
+from ..models import Approval, Escalation
 from . import views
 from .session import (
     approver,

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import MigrationRefused, StoreError
-from .models import RunStatus
-from .reconcile import LOGS, Entry, read_log, read_records, reconcile
-from .store import TABLES, BulkLoad, Store, is_postgres_url
+from ..desk.reconcile import LOGS, Entry, read_log, read_records, reconcile
+from ..errors import MigrationRefused, StoreError
+from ..models import RunStatus
+from . import TABLES, BulkLoad, Store, is_postgres_url
 
 Progress = Callable[[str], None]
 

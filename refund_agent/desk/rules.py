@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..models import ApprovalLine
 from .identity import same_person
-from .models import ApprovalLine
 from .policy import Quote
 from .shop import Order
 

@@ -1,0 +1,119 @@
+"""The agent: advance a run one model turn at a time, pause before a gated call, resume once.
+
+Every front end drives runs through :class:`Agent`, which keeps no state between calls: all it
+needs to continue is in the store, so a run can stop in one process and continue in another.
+:class:`Loop` is what any agent shares: it runs each saved call as its tool is declared
+(tools.ToolKind), and each turn ends in a value (turns.NextInput, Waiting, Finished).
+:class:`Agent` is the refund desk on it, ``examples/closure.py`` another agent. Requests and
+responses are read by pure functions (turns.py); the desk's effects are in calls.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import intake
+from ..config import Settings
+from ..errors import DecisionRefused
+from ..intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
+from ..loop import Loop
+from ..models import Approval, Call, Escalation, Run, StepKind
+from ..outside import open_email, open_payments
+from ..providers.client import ModelAccess
+from ..store import Lease
+from ..streaming import Cancel, LiveEvent, OnEvent
+from ..turns import MAX_MODEL_TEXT_CHARS
+from .actions import HELD_BACK, REFUND_TOOLS, DeskCall, hand_over, requote
+from .policy import Held, Quote, policy_facts
+from .prompts import system_prompt
+from .shop import Shop
+
+__all__ = ["MAX_EMAIL_CHARS", "MAX_MODEL_TEXT_CHARS", "MAX_NOTE_CHARS", "Agent", "Cancel",
+           "LiveEvent", "Loop", "OnEvent"]
+
+
+
+
+
+
+
+class Agent(Loop):
+    """Runs refund conversations against one shop, store and model (arguments: Loop's)."""
+
+    agent_name = "refunds"
+    tools = REFUND_TOOLS
+    held_back = HELD_BACK
+    default_subject = "Refund request"
+
+    def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
+        super().__init__(settings, model=model)
+        self.shop = Shop(self.settings.data_dir)
+        # The stand-ins, or Stripe and SMTP when the settings say so (outside/); a shared store
+        # (PostgreSQL) keeps the stand-ins' records where every host sees them.
+        shared = self.store if self.store.shared else None
+        self.payments = open_payments(self.settings, shared, lambda order_id: (
+            order := self.shop.order(order_id)) and order.payment_ref)
+        self.outbox = open_email(self.settings, shared, lambda: self.shop.info.support_email)
+
+    def system_prompt(self, run: Run) -> str:
+        return system_prompt(self.shop.info.name, self.shop.today)
+
+    def context(self, run: Run, lease: Lease, call: Call) -> DeskCall:
+        return DeskCall(run, lease, call, self.store, self._crash_at, shop=self.shop,
+                        payments=self.payments, outbox=self.outbox)
+
+    def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
+        return hand_over(self.store, self.shop, self.outbox, run_id, lease, why)
+
+    def money_moved(self, run_id: str) -> bool:
+        return any(step.kind == StepKind.REFUND for step in self.store.steps(run_id))
+
+    def two_person_above_cents(self) -> int | None:
+        return self.shop.info.desk.two_person_above_cents   # shop.json "desk"
+
+    def hand_off(self, approval_id: str, by: str, note: str | None = None) -> Escalation:
+        """Send a pending refund to a lead (an approver over their limit); audited.
+        Raises DecisionRefused (no name; already with a lead) or AlreadyDecided."""
+        self._own(self.store.approval(approval_id).run_id, "hand off", DecisionRefused)
+        return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
+
+    def take(self, escalation_id: int, by: str) -> Escalation:
+        """A lead picks up an escalation (compare-and-set, audited); AlreadyDecided if
+        someone took it first."""
+        return self.store.take_escalation(escalation_id, intake.checked_name(by, "taking it"))
+
+    def start_sample(self, key: str) -> Run:
+        sample = self.shop.sample(key)
+        return self.start(sample.sender, sample.body, subject=sample.subject,
+                          sender_name=sample.from_name, kind=sample.key)
+
+    def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held],
+                 units: Mapping[str, int] | None = None) -> Quote | str:  # type: ignore[override]
+        """What approving these lines of ``approval`` pays today, or why it may not."""
+        return requote(self.shop, self.store.run(approval.run_id).sender, self.store.held_lines,
+                       approval, kept, held, units)
+
+    def quote_kept(self, approval: Approval, keep: list[str] | None = None,
+                   units: Mapping[str, int] | None = None) -> Quote | str:
+        """What approving these lines (all when None; ``units`` as in :meth:`decide`) pays
+        now, or why not: the decision's own pricing, for the approver's card."""
+        keep = [line.line for line in approval.item_lines] if keep is None else keep
+        unknown = set(keep) - {line.line for line in approval.item_lines}
+        if unknown or (not keep and approval.item_lines):
+            return "keep at least one of the proposed lines, and only those."
+        held = self.store.held_lines(approval.order_id, except_id=approval.id)
+        return self._requote(approval, keep, held, units)
+
+    def approval_problem(self, approval: Approval) -> str | None:
+        """Why approving this refund in full now would be refused, or None."""
+        quote = self.quote_kept(approval)
+        return quote if isinstance(quote, str) else None
+
+    def policy_facts(self, approval: Approval) -> dict[str, Any]:
+        """The policy facts for an approval's order (its own lines left out), for the card."""
+        order = self.shop.order(approval.order_id)
+        if order is None:
+            return {}
+        held = self.store.held_lines(approval.order_id, except_id=approval.id)
+        return policy_facts(order, self.shop.terms, held, self.shop.today).model_dump(mode="json")
