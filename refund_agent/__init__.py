@@ -1,7 +1,18 @@
 """refund-agent: an AI support agent that asks a person before it refunds, and finishes the
-same run exactly once, across restarts and crashes."""
+same run exactly once, across restarts and crashes.
+
+Two layers, both public:
+
+- **The loop** (``refund_agent/loop.py``, start there): a durable agent loop for any tools,
+  which pauses before a call that needs a person and continues the same run once they
+  decide. Build your own agent from :class:`Loop`, :class:`Tool` and :class:`CallContext`;
+  ``refund_agent/examples/`` has two, each one screen long.
+- **The refund desk** (``refund_agent/desk/``): :class:`Agent`, the refund agent on that loop,
+  with its shop, policy and outside systems, as the web page and the terminal use it.
+"""
 
 from .config import Settings, load_settings
+from .crash import LOOP_POINTS
 from .desk.agent import Agent
 from .desk.customer import converse
 from .desk.policy import PolicyFacts, Quote, policy_facts, quote_refund
@@ -12,36 +23,45 @@ from .errors import (
     ConfigError,
     DecisionRefused,
     IdempotencyConflict,
+    LeaseLost,
     NotFound,
     RefundAgentError,
     RunBusy,
     RunNotReady,
     StoreError,
 )
-from .loop import Loop
+from .intake import same_address
+from .loop import CallContext, Loop, Outcome
 from .models import (
     Approval,
     ApprovalLine,
     ApprovalStatus,
     AuditEntry,
     Call,
+    Proposal,
     Reply,
     Run,
     RunStatus,
     Step,
     StepKind,
 )
-from .store import Store
+from .outside.ledger import IdempotentLog
+from .providers.client import ModelAccess, open_model
+from .store import Lease, Store
 from .streaming import Cancel, LiveEvent
 from .tools import Tool, ToolKind, toolset
 from .turns import Finished, NextInput, Waiting
 
 __all__ = [
-    "Agent", "AlreadyDecided", "Approval", "ApprovalLine", "ApprovalStatus", "AuditEntry",
-    "Call", "Cancel", "ConfigError", "DecisionRefused", "Finished", "IdempotencyConflict",
-    "LiveEvent", "Loop", "NextInput", "NotFound", "Order", "PolicyFacts", "PolicyTerms",
-    "Quote", "RefundAgentError", "Reply", "Run", "RunBusy", "RunNotReady", "RunStatus",
-    "Settings", "Shop", "Step", "StepKind", "Store", "StoreError", "Tool", "ToolKind",
-    "Waiting", "canonical_order_id", "converse", "load_settings", "policy_facts",
-    "quote_refund", "tool_schemas", "toolset",
+    # The loop: what an agent of your own is built from.
+    "LOOP_POINTS", "Approval", "ApprovalStatus", "Call", "CallContext", "Cancel", "Finished",
+    "IdempotentLog", "Lease", "LiveEvent", "Loop", "ModelAccess", "NextInput", "Outcome",
+    "Proposal", "Reply", "Run", "RunStatus", "Settings", "Step", "StepKind", "Store", "Tool",
+    "ToolKind", "Waiting", "load_settings", "open_model", "same_address", "toolset",
+    # The errors (refund_agent/errors.py draws their tree).
+    "AlreadyDecided", "ConfigError", "DecisionRefused", "IdempotencyConflict", "LeaseLost",
+    "NotFound", "RefundAgentError", "RunBusy", "RunNotReady", "StoreError",
+    # The refund desk.
+    "Agent", "ApprovalLine", "AuditEntry", "Order", "PolicyFacts", "PolicyTerms", "Quote",
+    "Shop", "canonical_order_id", "converse", "policy_facts", "quote_refund", "tool_schemas",
 ]

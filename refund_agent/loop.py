@@ -22,13 +22,14 @@ import openai
 
 from . import intake, turns
 from .config import Settings, load_settings
-from .crash import crash_point
+from .crash import LOOP_POINTS, crash_point, undeclared
 from .desk.policy import Held, Quote
-from .errors import DecisionRefused, LeaseLost, RunNotReady, Stopped
+from .errors import ConfigError, DecisionRefused, LeaseLost, RunNotReady, Stopped
 from .models import (
     Approval,
     ApprovalStatus,
     Call,
+    Proposal,
     Reply,
     Run,
     RunStatus,
@@ -69,12 +70,17 @@ class Loop:
 
     #: On its runs; it advances and decides only those (Run.owner_problem). Unset: its class's.
     agent_name: ClassVar[str] = ""
-    store_file: ClassVar[str | None] = None   # its own SQLite file in output/ (None: the desk's)
     tools: ClassVar[Mapping[str, Tool]] = {}
     #: The output a held-back effect gets (see Tool.done_status).
     held_back: ClassVar[str] = ("Not carried out: it was written beside a proposal that was "
                                 "not carried out. Make it again with the outcome.")
     default_subject: ClassVar[str] = "Request"
+    #: The SQLite file this agent keeps its runs in, in the output folder (None: the
+    #: settings' own, the refund desk's). On PostgreSQL every agent shares the database.
+    store_file: ClassVar[str | None] = None
+    #: The crash points this agent's code reaches (name -> what has happened there): the
+    #: loop's own, plus any its tools name with ``ctx.crash(...)``.
+    crash_points: ClassVar[Mapping[str, str]] = LOOP_POINTS
     _requote: Callable[[Approval, list[str], Mapping[str, Held]], Quote | str] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -83,6 +89,8 @@ class Loop:
 
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
+        if problem := undeclared(self.settings.crash_at, self.crash_points):
+            raise ConfigError(problem)   # before anything is opened or written
         self.store = Store(self.settings.store_for(self.store_file),
                            lease_seconds=self.settings.lease_seconds)
         self._model = model
@@ -344,9 +352,20 @@ class Loop:
 
     # -- people ---------------------------------------------------------------------------
 
+    def approve(self, approval_id: str, fingerprint: str, *, by: str,
+                note: str | None = None) -> Approval:
+        """Approve what the person was shown: ``fingerprint`` is the approval's
+        (Approval.fingerprint) as it was displayed. See :meth:`decide`."""
+        return self.decide(approval_id, True, by, note, fingerprint=fingerprint)
+
+    def reject(self, approval_id: str, fingerprint: str, *, by: str, note: str) -> Approval:
+        """Reject it with a note the customer will read. See :meth:`decide`."""
+        return self.decide(approval_id, False, by, note, fingerprint=fingerprint)
+
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
                keep: list[str] | None = None, limit_cents: int | None = None,
-               units: Mapping[str, int] | None = None) -> Approval:
+               units: Mapping[str, int] | None = None, *,
+               fingerprint: str | None = None) -> Approval:
         """Record a person's decision. The run continues on the next :meth:`advance`.
 
         Args:
@@ -356,6 +375,9 @@ class Loop:
                 priced again, the limit checked on that price; others keep their units.
             limit_cents: the most ``by`` may approve on the order in all (accounts.py): this
                 decision plus what ``by`` approved there before, on any ticket. None: no limit.
+            fingerprint: Approval.fingerprint as the person saw it; a pending approval that
+                no longer matches is refused (audited), never decided. Every front end passes
+                it; None only for callers that show nothing (tests of the store's rules).
 
         Raises:
             DecisionRefused: no name, a rejection without a note, lines not the proposal's,
@@ -370,6 +392,7 @@ class Loop:
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         requote = partial(self._requote, units=dict(units or {})) if self._requote else None
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
+                                    fingerprint=fingerprint,
                                     requote=requote if approve else None,
                                     limit_cents=limit_cents if approve else None,
                                     two_person_above_cents=self.two_person_above_cents())
@@ -380,7 +403,8 @@ class Loop:
         """Above this amount two different people must approve (None: one is enough)."""
         return None
 
-    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+    def ask(self, approval_id: str, by: str, question: str, *,
+            fingerprint: str | None = None) -> Approval:
         """Send a proposal back: the customer gets ``question``, nothing is paid yet.
 
         The run emails the question and waits on the customer (RunStatus.ASKED); their reply
@@ -392,7 +416,7 @@ class Loop:
         """
         by, question = intake.checked_question(by, question)
         self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
-        asked = self.store.ask(approval_id, by, question)
+        asked = self.store.ask(approval_id, by, question, fingerprint=fingerprint)
         self._crash_at("after_decision")
         return asked
 
@@ -460,3 +484,21 @@ class CallContext:
     def fence(self) -> None:
         """LeaseLost if another process took the run over: then nothing may happen."""
         self.store.check_lease(self.lease)
+
+    def propose(self, title: str, *, subject: str = "", amount_cents: int = 0
+                ) -> Waiting | Outcome:
+        """Queue this call for a person (boundary 4) and pause the run: a ``needs_approval``
+        tool's ``propose`` returns this.
+
+        ``title`` is the sentence the reviewer reads; ``subject`` what the action is on;
+        ``amount_cents`` what it moves, when it moves money (0: nothing to pay). The store
+        writes the approval, its audit line and the run's pause in one transaction, keyed
+        by the call, so proposing again after a crash finds the same approval.
+        """
+        queued = self.store.queue_approval(
+            self.lease, response_id=self.call.response_id, call_id=self.call.call_id,
+            order_id=subject, summary=title, customer=self.run.sender,
+            price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents))
+        if isinstance(queued, Approval):
+            return Waiting(queued.id)
+        return Outcome({"error": queued}, [])

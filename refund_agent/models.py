@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .text import parse_bounded
 
@@ -160,7 +161,12 @@ class ApprovalLine(BaseModel):
 
 
 class Approval(BaseModel):
-    """A refund the agent proposed, waiting for (or holding) a person's decision."""
+    """An action the agent proposed (a refund, or any other agent's gated call), waiting for
+    or holding a person's decision.
+
+    The refund desk's approvals have lines (what each order line pays); another agent's have
+    none, and an amount only when its action moves money (``has_amount``).
+    """
 
     id: str              # the issue_refund call's key (run and call id; the bare call id for
                          # proposals made before schema 6), also the payment idempotency key
@@ -186,6 +192,25 @@ class Approval(BaseModel):
         return round(self.amount_cents / 100, 2)
 
     @property
+    def has_amount(self) -> bool:
+        """Whether the action moves money: a refund's lines, or an amount its agent declared
+        (an account closure has neither, and shows no "$0.00")."""
+        return bool(self.lines) or self.proposed_cents > 0
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what a person reviewing this approval is shown: its target, title,
+        customer, amounts and lines. A decision names it, and is refused if the approval no
+        longer matches: what you see is what you sign (Store.decide)."""
+        shown = {"id": self.id, "run_id": self.run_id, "call_id": self.call_id,
+                 "subject": self.order_id, "title": self.summary, "customer": self.customer,
+                 "proposed_cents": self.proposed_cents,
+                 "lines": [[ln.line, ln.name, ln.reason, ln.amount_cents, ln.units]
+                           for ln in self.lines]}
+        text = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
     def item_lines(self) -> list[ApprovalLine]:
         """The lines a person can tick or untick (shipping follows the policy)."""
         return [line for line in self.lines if line.reason != "shipping"]
@@ -197,6 +222,32 @@ class Approval(BaseModel):
     @property
     def declined(self) -> list[ApprovalLine]:
         return [line for line in self.lines if line.decision == "declined"]
+
+
+class Proposal(BaseModel):
+    """What a gated call asks a person to approve, as the store queues it (boundary 4).
+
+    ``subject`` is what the action is on (an order, an account, a payee: held lines and
+    per-subject limits are counted by it), ``title`` the sentence the person reads, and
+    ``amount_cents`` what it moves, when it moves money. The refund desk's quote (desk/
+    policy.Quote) is the itemized kind of the same thing.
+    """
+
+    subject: str
+    amount_cents: int = Field(default=0, ge=0)
+    lines: list[Any] = Field(default_factory=list)
+
+    @property
+    def order_id(self) -> str:
+        return self.subject
+
+    @property
+    def total_cents(self) -> int:
+        return self.amount_cents
+
+    @property
+    def amount(self) -> float:
+        return round(self.amount_cents / 100, 2)
 
 
 class AuditEntry(BaseModel):

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from refund_agent.crash import CRASH_POINTS
+from refund_agent.desk.agent import CRASH_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",

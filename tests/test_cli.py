@@ -124,7 +124,7 @@ def test_the_ctrl_c_child_gets_ctrl_c_even_when_the_suite_ignores_it():
 def test_user_mistakes_get_messages_not_tracebacks(tmp_path):
     out = tmp_path / "out"
     cases = [
-        (("reject", "--id", "nope", "--note", "x"), "No refund approval with id 'nope'"),
+        (("reject", "--id", "nope", "--note", "x"), "No approval with id 'nope'"),
         (("send", "hi", "--from", "not-an-address"), "is not an email address"),
         (("sample", "missing"), "No sample email called 'missing'"),
         (("reply", "hello"), "No finished run to reply to"),

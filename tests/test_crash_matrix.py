@@ -46,7 +46,7 @@ from helpers.crash import (
     record,
 )
 
-from refund_agent.crash import CRASH_POINTS
+from refund_agent.desk.agent import CRASH_POINTS
 
 # -- the tests -----------------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ PG_CASES = {case for case in CASES if case[0] == "angry"}
 
 
 def test_every_crash_point_is_in_the_matrix():
-    """A crash point added to crash.py without a case here would go untested, on either engine."""
+    """A crash point the desk declares (desk/agent.py) without a case here would go untested, on either engine."""
     assert {p for _s, _i, p in CASES} == set(CRASH_POINTS)
     assert {p for _s, _i, p in PG_CASES} == set(CRASH_POINTS)
 

@@ -4,7 +4,7 @@ The same scenarios, kills and baseline comparisons as tests/test_crash_matrix.py
 stand-ins'), with every command run with ``REFUND_AGENT_PAYMENTS=stripe`` against a localstripe
 server and ``REFUND_AGENT_EMAIL=smtp`` against an aiosmtpd server, both started once for the
 module on loopback (tests/helpers/outside_servers.py). Every command also passes the adapters'
-own crash points (refund_agent/crash.py's OUTSIDE_CRASH_POINTS): ``after_provider_refund``
+own crash points (OUTSIDE_CRASH_POINTS in refund_agent/outside/__init__.py): ``after_provider_refund``
 (Stripe made the refund, nothing recorded it: the kill right after the refund request left,
 before its answer was written down), ``email_recorded`` (the outbox recorded the message, the
 server never got it) and ``after_smtp_send`` (the server took it, the outbox never marked it
@@ -84,7 +84,8 @@ pytest.importorskip("stripe")
 pytest.importorskip("localstripe")
 pytest.importorskip("aiosmtpd")
 
-from refund_agent.crash import CRASH_POINTS, OUTSIDE_CRASH_POINTS  # noqa: E402
+from refund_agent.desk.agent import CRASH_POINTS  # noqa: E402
+from refund_agent.outside import OUTSIDE_CRASH_POINTS  # noqa: E402
 from refund_agent.outside.smtp import message_id  # noqa: E402
 from refund_agent.outside.stripe import CALL_ID  # noqa: E402
 from refund_agent.store import LEASE_STALE_SECONDS, Store  # noqa: E402

@@ -418,7 +418,7 @@ def _pending(output: Path) -> list[dict]:
 
 BAD_DECISIONS = [
     (("approve", "--id", "call_does_not_exist", "--as", "Dana"),
-     "No refund approval with id 'call_does_not_exist'"),
+     "No approval with id 'call_does_not_exist'"),
     (("approve", "--as", "Dana", "--only", "MUG-STN-2"), "MUG-STN-2 is not one of them"),
     (("approve", "--as", "Dana", "--only", "SHIPPING"), "SHIPPING is not one of them"),
     (("approve", "--as", ""), "approver's name is required"),

@@ -48,7 +48,7 @@ from helpers.crash import (
 from helpers.pg import Backend
 
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.crash import CRASH_POINTS
+from refund_agent.desk.agent import CRASH_POINTS
 
 RUNS = int(os.environ.get("REFUND_AGENT_SOAK_RUNS", "6"))
 # Short chains (a declined request is one command) die less often: keep adding runs until this

@@ -1,11 +1,9 @@
-"""The agent: advance a run one model turn at a time, pause before a gated call, resume once.
+"""The refund desk's agent: the durable loop (loop.py) with the refund tools, a shop, a
+payment provider and an email service.
 
-Every front end drives runs through :class:`Agent`, which keeps no state between calls: all it
-needs to continue is in the store, so a run can stop in one process and continue in another.
-:class:`Loop` is what any agent shares: it runs each saved call as its tool is declared
-(tools.ToolKind), and each turn ends in a value (turns.NextInput, Waiting, Finished).
-:class:`Agent` is the refund desk on it, ``examples/closure.py`` another agent. Requests and
-responses are read by pure functions (turns.py); the desk's effects are in calls.py.
+:class:`Agent` keeps no state between calls: all it needs to continue a run is in the store,
+so a run can stop in one process and continue in another. What its tools do is in
+actions.py, what they accept in tools.py, what the policy allows in policy.py.
 """
 
 from __future__ import annotations
@@ -15,11 +13,12 @@ from typing import Any
 
 from .. import intake
 from ..config import Settings
+from ..crash import LOOP_POINTS
 from ..errors import DecisionRefused
 from ..intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
 from ..loop import Loop
 from ..models import Approval, Call, Escalation, Run, StepKind
-from ..outside import open_email, open_payments
+from ..outside import OUTSIDE_CRASH_POINTS, open_email, open_payments
 from ..providers.client import ModelAccess
 from ..store import Lease
 from ..streaming import Cancel, LiveEvent, OnEvent
@@ -29,13 +28,18 @@ from .policy import Held, Quote, policy_facts
 from .prompts import system_prompt
 from .shop import Shop
 
-__all__ = ["MAX_EMAIL_CHARS", "MAX_MODEL_TEXT_CHARS", "MAX_NOTE_CHARS", "Agent", "Cancel",
-           "LiveEvent", "Loop", "OnEvent"]
+__all__ = ["CRASH_POINTS", "MAX_EMAIL_CHARS", "MAX_MODEL_TEXT_CHARS", "MAX_NOTE_CHARS", "Agent",
+           "Cancel", "LiveEvent", "OnEvent"]
 
-
-
-
-
+# Every point the refund desk's processes can be killed at: the loop's, and the desk's own
+# around its two effects (tests/test_crash_matrix.py kills at each).
+CRASH_POINTS: dict[str, str] = {
+    **LOOP_POINTS,
+    "before_refund": "the approved refund is about to go to the payment provider",
+    "after_refund": "the payment provider made the refund; the run has not recorded it",
+    "after_email": "the email was sent; the run has not recorded it",
+    "after_simulated_reply": "a simulated customer reply is saved; the next turn has not run",
+}
 
 
 class Agent(Loop):
@@ -43,6 +47,7 @@ class Agent(Loop):
 
     agent_name = "refunds"
     tools = REFUND_TOOLS
+    crash_points = {**CRASH_POINTS, **OUTSIDE_CRASH_POINTS}
     held_back = HELD_BACK
     default_subject = "Refund request"
 

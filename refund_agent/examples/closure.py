@@ -28,7 +28,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..config import Settings
-from ..desk.policy import Quote
+from ..crash import LOOP_POINTS
 from ..intake import same_address
 from ..loop import CallContext, Loop, Outcome
 from ..models import Approval, ApprovalStatus, Call, Run
@@ -84,16 +84,12 @@ def lookup_account(ctx: ClosureCall, args: LookupAccount) -> Outcome:
 
 
 def propose_closure(ctx: ClosureCall, args: CloseAccount) -> Waiting | Outcome:
-    """Queue the closure for a person; the store writes the proposal, its audit line and the
-    run's pause in one transaction (an approval of no money: a quote with no lines)."""
+    """Queue the closure for a person: an approval that moves no money."""
     account = ctx.owned(args.account_id)
     if isinstance(account, str):
         return Outcome({"error": account}, [])
-    queued = ctx.store.queue_approval(
-        ctx.lease, response_id=ctx.call.response_id, call_id=ctx.call.call_id,
-        order_id=args.account_id, summary=f"Close account {args.account_id}: {args.reason}",
-        customer=ctx.run.sender, price=lambda _held: Quote(order_id=args.account_id, lines=[]))
-    return Waiting(queued.id) if isinstance(queued, Approval) else Outcome({"error": queued}, [])
+    return ctx.propose(f"Close account {args.account_id}: {args.reason}",
+                       subject=args.account_id)
 
 
 def close_account(ctx: ClosureCall, args: CloseAccount, approval: Approval) -> Outcome:
@@ -141,6 +137,8 @@ class ClosureAgent(Loop):
     agent_name = "closure"
     store_file = "closures.sqlite3"
     tools = TOOLS
+    crash_points = {**LOOP_POINTS, "after_closure": "the account was closed; the run has not "
+                                                    "recorded it"}
     default_subject = "Close my account"
 
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None,

@@ -27,7 +27,17 @@ from .payments import Payments, StandInPayments, ledger_for, refund_request
 if TYPE_CHECKING:
     from ..config import Settings
 
+# Points inside the real systems' adapters: they fire only with Stripe or SMTP configured
+# (tests/test_crash_matrix_outside.py kills at each, against localstripe and aiosmtpd).
+OUTSIDE_CRASH_POINTS: dict[str, str] = {
+    "after_provider_refund": "Stripe made the refund; neither the refunds log nor the run "
+                             "recorded it",
+    "email_recorded": "the outbox recorded the email; it was not handed to the mail server",
+    "after_smtp_send": "the mail server took the email; the outbox has not marked it sent",
+}
+
 __all__ = [
+    "OUTSIDE_CRASH_POINTS",
     "RESENT_EMAIL", "SMTP", "STAND_IN", "STRIPE", "Outbox", "OutsideSettings", "Payments",
     "StandInOutbox",
     "StandInPayments", "check_headers", "ledger_for", "open_email", "open_payments",

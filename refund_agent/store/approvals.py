@@ -100,7 +100,7 @@ class Approvals(StoreCore):
     def approval(self, approval_id: str, db: Any | None = None) -> Approval:
         found = self._approvals("WHERE id = ?", (approval_id,), db)
         if not found:
-            raise NotFound(f"No refund approval with id {approval_id!r}.")
+            raise NotFound(f"No approval with id {approval_id!r}.")
         return found[0]
 
     def find_approval(self, key: str) -> Approval | None:
@@ -139,7 +139,7 @@ class Approvals(StoreCore):
         return [Approval.model_validate({**r, "lines": lines[r["id"]]}) for r in rows]
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
-               keep: list[str] | None = None,
+               keep: list[str] | None = None, *, fingerprint: str | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
                = None, limit_cents: int | None = None,
                two_person_above_cents: int | None = None) -> Approval:
@@ -158,6 +158,9 @@ class Approvals(StoreCore):
         kept lines pay plus what that person approved on the order before (any ticket, any run)
         is compared with it, in the same transaction.
 
+        ``fingerprint`` (Approval.fingerprint, of the approval as the person saw it): when
+        given, a pending approval that no longer matches it is refused, never decided.
+
         Raises:
             NotFound: no such approval.
             AlreadyDecided: someone decided first; the late attempt is audited as 'ignored'.
@@ -166,8 +169,9 @@ class Approvals(StoreCore):
                 approval stays pending).
         """
         with self._tx() as db:
-            approval = self._pending(db, approval_id, "approve" if approve else "reject", by)
-            if isinstance(approval, AlreadyDecided):
+            approval = self._pending(db, approval_id, "approve" if approve else "reject", by,
+                                     fingerprint=fingerprint)
+            if isinstance(approval, Exception):
                 late: Exception | None = approval
             elif approve:
                 late = self._approve(db, approval, by, note, keep, requote, limit_cents,
@@ -178,7 +182,8 @@ class Approvals(StoreCore):
             raise late
         return self.approval(approval_id)
 
-    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+    def ask(self, approval_id: str, by: str, question: str, *,
+            fingerprint: str | None = None) -> Approval:
         """Send a proposal back to the customer with ``question``, paying nothing (yet).
 
         The approval closes as 'asked' and frees its lines; the run tells the customer, waits
@@ -188,8 +193,9 @@ class Approvals(StoreCore):
             NotFound, AlreadyDecided: as for :meth:`decide`.
         """
         with self._tx() as db:
-            approval = self._pending(db, approval_id, "ask the customer about", by)
-            late = approval if isinstance(approval, AlreadyDecided) else \
+            approval = self._pending(db, approval_id, "ask the customer about", by,
+                                     fingerprint=fingerprint)
+            late = approval if isinstance(approval, Exception) else \
                 self._close(db, approval, "asked", by, question)
         if late:
             raise late
@@ -223,13 +229,23 @@ class Approvals(StoreCore):
         return expired
 
     def _pending(self, db: Any, approval_id: str, attempt: str, by: str,
-                 audit_late: bool = True) -> Approval | AlreadyDecided:
-        """The approval if it is still pending; else the late attempt, audited as 'ignored'."""
+                 audit_late: bool = True, fingerprint: str | None = None
+                 ) -> Approval | AlreadyDecided | DecisionRefused:
+        """The approval if it is still pending and still what the person was shown (its
+        ``fingerprint``, when given); else the late or stale attempt, audited as 'ignored'
+        or 'refused' (returned, so that the audit line commits)."""
         # Locked until the decision commits: this is the compare half of compare-and-set.
         found = self._approvals("WHERE id = ?", (approval_id,), db, lock=True)
         if not found:
-            raise NotFound(f"No refund approval with id {approval_id!r}.")
+            raise NotFound(f"No approval with id {approval_id!r}.")
         approval = found[0]
+        if approval.status == "pending" and fingerprint not in (None, approval.fingerprint):
+            why = (f"it changed since it was shown to {by} (fingerprint {fingerprint}, now "
+                   f"{approval.fingerprint}); open it again and decide on what it says now")
+            self._audit(db, "refused", by, run_id=approval.run_id, approval_id=approval_id,
+                        order_id=approval.order_id, amount=approval.amount,
+                        note=f"tried to {attempt} it; {why}")
+            return DecisionRefused(f"Cannot {attempt} this approval: {why}.")
         if approval.status == "pending":
             return approval
         if audit_late:
@@ -291,7 +307,9 @@ class Approvals(StoreCore):
         amounts = ({q.line: q for q in quote.lines} if quote is not None else
                    {line.line: line for line in approval.lines if line.line in kept
                     or line.reason == "shipping"})
-        total = sum(q.amount_cents for q in amounts.values())
+        # An approval without lines (another agent's action) pays what it declared.
+        total = (sum(q.amount_cents for q in amounts.values()) if approval.lines
+                 else approval.proposed_cents)
         # Checked here, not only on the card: the amount is what the kept lines pay now, and
         # the limit covers all this person approved on the order (every ticket, every run),
         # read under the order's lock so two decisions cannot both count the old total.
