@@ -23,7 +23,6 @@ import openai
 from . import intake, turns
 from .config import Settings, load_settings
 from .crash import LOOP_POINTS, crash_point, undeclared
-from .desk.policy import Held, Quote
 from .errors import ConfigError, DecisionRefused, LeaseLost, RunNotReady, Stopped
 from .models import (
     Approval,
@@ -81,7 +80,9 @@ class Loop:
     #: The crash points this agent's code reaches (name -> what has happened there): the
     #: loop's own, plus any its tools name with ``ctx.crash(...)``.
     crash_points: ClassVar[Mapping[str, str]] = LOOP_POINTS
-    _requote: Callable[[Approval, list[str], Mapping[str, Held]], Quote | str] | None = None
+    #: Prices an approval's kept lines again inside the decision's transaction (the refund
+    #: desk's policy, desk/agent.py); None for agents whose proposals have no lines.
+    _requote: Callable[..., Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,20 +1,14 @@
-"""Tools as declarations, and the five the refund desk gets: argument models, schemas, logic.
+"""Tools as declarations: what a tool is, its strict schema, and how a call is validated.
 
 A tool says what it is (:class:`ToolKind`): read-only, an outside effect done at once under
 an idempotency key, or an outside effect a person approves first (``needs_approval``). The
-agent's loop dispatches on that declaration and on the tool's own functions, never on its
-name, so another agent declares its tools the same way and runs on the same loop
-(``refund_agent/examples/closure.py``).
+loop dispatches on that declaration and on the tool's own functions, never on its name, so
+every agent declares its tools the same way (the refund desk's are in desk/tools.py, the
+examples' in their own modules).
 
 Schemas are generated from the pydantic models (strict: every field required, nothing extra,
 no strings or booleans where a number belongs), so the JSON the model sees and the validation
-the code does can never drift apart. Order ids are made canonical while the arguments are
-parsed, so no later code sees a raw spelling. The two tools with side effects
-(``issue_refund``, ``needs_approval``, and ``send_customer_message``, an effect) are carried
-out by calls.py under the call's idempotency key; here they are only declared, validated and
-priced.
-``escalate`` raises the ticket to a team lead (stored once per call, see escalations.py): it
-pays and sends nothing, so the agent may tell the customer a lead will look only after it.
+the code does can never drift apart.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ PG_CASES = {case for case in CASES if case[0] == "angry"}
 
 
 def test_every_crash_point_is_in_the_matrix():
-    """A crash point the desk declares (desk/agent.py) without a case here would go untested, on either engine."""
+    """A crash point the desk declares (desk/agent.py) and no case here would go untested,
+    on either engine."""
     assert {p for _s, _i, p in CASES} == set(CRASH_POINTS)
     assert {p for _s, _i, p in PG_CASES} == set(CRASH_POINTS)
 

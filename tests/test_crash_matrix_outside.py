@@ -4,9 +4,9 @@ The same scenarios, kills and baseline comparisons as tests/test_crash_matrix.py
 stand-ins'), with every command run with ``REFUND_AGENT_PAYMENTS=stripe`` against a localstripe
 server and ``REFUND_AGENT_EMAIL=smtp`` against an aiosmtpd server, both started once for the
 module on loopback (tests/helpers/outside_servers.py). Every command also passes the adapters'
-own crash points (OUTSIDE_CRASH_POINTS in refund_agent/outside/__init__.py): ``after_provider_refund``
-(Stripe made the refund, nothing recorded it: the kill right after the refund request left,
-before its answer was written down), ``email_recorded`` (the outbox recorded the message, the
+own crash points (OUTSIDE_CRASH_POINTS in refund_agent/outside/__init__.py):
+``after_provider_refund`` (Stripe made the refund, nothing recorded it: the kill right after
+the refund request left, before its answer was written down), ``email_recorded`` (the outbox recorded the message, the
 server never got it) and ``after_smtp_send`` (the server took it, the outbox never marked it
 sent: SMTP's one window, where the customer may get the message twice).
 

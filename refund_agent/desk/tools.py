@@ -1,20 +1,13 @@
-"""Tools as declarations, and the five the refund desk gets: argument models, schemas, logic.
+"""The refund desk's five tools: their argument models, their declarations' read-only side
+(ShopTools: look-ups and pricing) and the refund quote.
 
-A tool says what it is (:class:`ToolKind`): read-only, an outside effect done at once under
-an idempotency key, or an outside effect a person approves first (``needs_approval``). The
-agent's loop dispatches on that declaration and on the tool's own functions, never on its
-name, so another agent declares its tools the same way and runs on the same loop
-(``refund_agent/examples/closure.py``).
-
-Schemas are generated from the pydantic models (strict: every field required, nothing extra,
-no strings or booleans where a number belongs), so the JSON the model sees and the validation
-the code does can never drift apart. Order ids are made canonical while the arguments are
-parsed, so no later code sees a raw spelling. The two tools with side effects
-(``issue_refund``, ``needs_approval``, and ``send_customer_message``, an effect) are carried
-out by calls.py under the call's idempotency key; here they are only declared, validated and
-priced.
-``escalate`` raises the ticket to a team lead (stored once per call, see escalations.py): it
-pays and sends nothing, so the agent may tell the customer a lead will look only after it."""
+Order ids are made canonical while the arguments are parsed, so no later code sees a raw
+spelling. The two tools with side effects (``issue_refund``, which needs approval, and
+``send_customer_message``, an effect) are carried out by actions.py under the call's
+idempotency key; here they are only declared, validated and priced. ``escalate`` raises the
+ticket to a team lead (stored once per call): it pays and sends nothing, so the agent may tell
+the customer a lead will look only after it.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +24,7 @@ from .shop import MAX_DOLLARS, Order, Reason, Shop, canonical_order_id, to_cents
 
 OrderId = Annotated[str, AfterValidator(canonical_order_id),
                     Field(description="The order number, for example A1234.")]
-
+HeldLines = Callable[[str], HeldMap]
 
 # The most a model may write into each text argument, in characters. Everything it writes is
 # stored, shown to a person and sent back to it on every later turn: a 2 MB summary froze the
@@ -39,8 +32,6 @@ OrderId = Annotated[str, AfterValidator(canonical_order_id),
 # error naming the cap, and the model can try again, shorter. (Checked by a validator, not by
 # ``max_length``, so the tool schemas the model is sent stay as they were.)
 MAX_SUMMARY_CHARS = 1_000      # "one or two sentences" for the approver and the customer
-
-
 MAX_MESSAGE_CHARS = 10_000     # an email to the customer
 
 
@@ -141,8 +132,6 @@ def parse_args(name: str, arguments: str) -> BaseModel | str:
     """Validate a refund desk call's arguments; a string is an error message for the model."""
     return parse_call(TOOLS, name, arguments)
 
-
-HeldLines = Callable[[str], HeldMap]
 
 
 class ShopTools:
