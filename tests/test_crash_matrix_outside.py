@@ -6,8 +6,8 @@ server and ``REFUND_AGENT_EMAIL=smtp`` against an aiosmtpd server, both started 
 module on loopback (tests/helpers/outside_servers.py). Every command also passes the adapters'
 own crash points (OUTSIDE_CRASH_POINTS in refund_agent/outside/__init__.py):
 ``after_provider_refund`` (Stripe made the refund, nothing recorded it: the kill right after
-the refund request left, before its answer was written down), ``email_recorded`` (the outbox recorded the message, the
-server never got it) and ``after_smtp_send`` (the server took it, the outbox never marked it
+the refund request left, before its answer was written down), ``email_recorded`` (the outbox
+recorded the message, the server never got it) and ``after_smtp_send`` (the server took it, the outbox never marked it
 sent: SMTP's one window, where the customer may get the message twice).
 
 Each output folder (each baseline's and each case's) has a shop of its own whose five orders were

@@ -48,15 +48,18 @@ for _ in range(8):
 print(json.dumps({"run_id": run.id, "status": run.status}))
 """
 
-# Approves the one pending approval once a shared start time comes, so that two processes
-# decide together: exit 3 for the one that finds it already decided.
-_APPROVE_AT = r"""
-import sys, time
+# Reads the pending approval, says it is ready, and approves it when told to go, so that two
+# processes decide together: exit 3 for the one that finds it already decided.
+_APPROVE_ON_GO = r"""
+import pathlib, sys, time
 from refund_agent import AlreadyDecided
 from refund_agent.examples import PayablesAgent
 agent = PayablesAgent()
 (pending,) = agent.store.approvals("pending")
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+ready, go = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
 try:
     agent.approve(pending.id, pending.fingerprint, by=sys.argv[1])
 except AlreadyDecided as exc:
@@ -116,11 +119,17 @@ def test_two_people_approving_at_once_pay_once(tmp_path):
     agent = _agent(output)
     run = agent.start(SUPPLIER, EMAIL)
     assert agent.advance(run.id).status == RunStatus.WAITING
-    at = str(time.time() + 2.0)   # both processes are up and waiting by then
-    racers = [subprocess.Popen([sys.executable, "-c", _APPROVE_AT, name, at],
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", _APPROVE_ON_GO, name,
+                                str(tmp_path / name), str(go)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=cli_env(output))
               for name in ("Dana Kim", "Lee Park")]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / name).exists() for name in ("Dana Kim", "Lee Park")):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in racers)
+        time.sleep(0.01)
+    go.touch()   # both read the same pending approval; now both decide
     codes = sorted(p.wait(timeout=90) for p in racers)
     assert codes == [0, 3], [p.stderr.read() for p in racers]
     (approval,) = agent.store.approvals(None)
