@@ -7,8 +7,9 @@ module on loopback (tests/helpers/outside_servers.py). Every command also passes
 own crash points (OUTSIDE_CRASH_POINTS in refund_agent/outside/__init__.py):
 ``after_provider_refund`` (Stripe made the refund, nothing recorded it: the kill right after
 the refund request left, before its answer was written down), ``email_recorded`` (the outbox
-recorded the message, the server never got it) and ``after_smtp_send`` (the server took it, the outbox never marked it
-sent: SMTP's one window, where the customer may get the message twice).
+recorded the message, the server never got it) and ``after_smtp_send`` (the server took it,
+the outbox never marked it sent: SMTP's one window, where the customer may get the message
+twice).
 
 Each output folder (each baseline's and each case's) has a shop of its own whose five orders were
 paid with fresh charges at localstripe, so every case's refunds are on payments no other case
