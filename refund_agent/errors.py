@@ -1,9 +1,33 @@
-"""The project's exceptions.
+"""Every exception the project raises, in one place.
 
-Everything the package raises on purpose derives from :class:`RefundAgentError`, so a front end
-can catch one type and show its message instead of a traceback. Problems the *model* can recover
-from (a wrong order number, an amount above the policy) are not raised at all: they go back to
-the model as the tool's output.
+Everything raised on purpose derives from :class:`RefundAgentError`, so a front end can catch
+one type and show its message instead of a traceback. Problems the *model* can recover from
+(a wrong order number, an amount above the policy) are not raised at all: they go back to the
+model as the tool's output. Programming errors raise as they are.
+
+    RefundAgentError
+    ├── ConfigError          settings or data files missing or invalid
+    ├── NotFound             no run, approval or order with that id
+    ├── AlreadyDecided       someone decided first (the web's 409; audited as 'ignored')
+    ├── DecisionRefused      a decision the rules refuse (audited as 'refused')
+    │   └── (stale fingerprint, over a limit, four eyes, a note missing, ...)
+    ├── NothingToDecide      approve/reject found nothing waiting
+    ├── SignInFailed         a wrong name or password
+    ├── RunBusy              another live process advances the run
+    ├── LeaseLost            this process lost the run to another; it wrote nothing more
+    ├── RunNotReady          a reply or a continue the run cannot take now
+    ├── StoreError           the database cannot be read or written
+    ├── LedgerError          an idempotency record cannot be written
+    ├── IdempotencyConflict  a key reused with other arguments
+    ├── MigrationRefused     `refund-agent migrate` copied nothing
+    ├── PaymentRefused       the provider refused the refund
+    ├── PaymentUncertain     the provider's answer never came back
+    └── EmailNotSent         the mail server did not take the message
+    ValueError
+    └── IdentityError        a name or address that passes for another
+    Exception (control flow inside a turn, never shown to people)
+    ├── Stopped              someone pressed Stop
+    └── NoTranscript         the transcript does not reach the first request
 """
 
 from datetime import datetime

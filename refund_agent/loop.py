@@ -1,11 +1,33 @@
-"""The agent: advance a run one model turn at a time, pause before a gated call, resume once.
+"""The durable loop: any agent's run, one model turn at a time, paused before a call that
+needs a person and continued from the stored response once they decide, exactly once.
 
-Every front end drives runs through :class:`Agent`, which keeps no state between calls: all it
-needs to continue is in the store, so a run can stop in one process and continue in another.
-:class:`Loop` is what any agent shares: it runs each saved call as its tool is declared
-(tools.ToolKind), and each turn ends in a value (turns.NextInput, Waiting, Finished).
-:class:`Agent` is the refund desk on it, ``examples/closure.py`` another agent. Requests and
-responses are read by pure functions (turns.py); the desk's effects are in calls.py."""
+Start here. An agent is a :class:`Loop` subclass naming its ``tools`` (tools.Tool: read-only,
+an effect, or an effect that needs approval), its ``system_prompt`` and the ``context`` a
+call's functions get (:class:`CallContext`). Everything it needs to continue is in the store,
+so a run can stop in one process and continue in another, days later. ``refund_agent/desk/``
+is the refund desk built on it; ``refund_agent/examples/`` two agents of a page each.
+
+The seven durable boundaries. Each is one committed transaction (or, for 6, one record under
+a key), so a process killed between any two leaves nothing half done:
+
+1. The run and the customer's email exist before any model request:
+   ``store/runs.py:create_run``.
+2. A model response, its calls and its timeline steps are committed before any call runs:
+   ``store/responses.py:record_response``.
+3. A call's output is committed the moment it returns; a resumed run sends saved outputs and
+   never runs a call twice: ``store/responses.py:record_output``.
+4. A call that needs approval only proposes: the approval, its audit line and the run's pause
+   in one transaction: ``store/approvals.py:queue_approval``.
+5. A decision is a compare-and-set on 'pending' (and on the fingerprint of what the person
+   was shown), with its audit line: ``store/approvals.py:decide``.
+6. An outside effect happens once per key (the run and the call id): a repeat gets the first
+   result back, a different request under the same key is refused:
+   ``outside/ledger.py:IdempotentLog.once``.
+7. One process advances a run at a time, under a lease whose token grows with every takeover;
+   every write checks it: ``store/leases.py:acquire``.
+
+Named crash points (crash.py) sit at each, so tests can kill the process there.
+"""
 
 from __future__ import annotations
 

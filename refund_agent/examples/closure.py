@@ -1,6 +1,7 @@
 """A second agent on the same loop: closing a customer's account, once a person approves.
 
-Nothing here is about refunds. Two tools, declared the way the refund desk declares its own:
+Nothing here is about refunds, and it imports only what ``refund_agent`` exports. Two tools,
+declared the way the refund desk declares its own:
 
 - ``lookup_account`` is read-only: it runs again freely after a crash;
 - ``close_account`` ``needs_approval``: its first call queues a proposal and the run pauses
@@ -12,7 +13,7 @@ Nothing here is about refunds. Two tools, declared the way the refund desk decla
     run = agent.start("ana@example.com", "Please close my account AC-1001.")
     agent.advance(run.id)                           # -> RunStatus.WAITING
     (pending,) = agent.store.approvals("pending")
-    agent.decide(pending.id, approve=True, by="Dana Kim")   # another process, later
+    agent.approve(pending.id, pending.fingerprint, by="Dana Kim")   # any process, later
     agent.advance(run.id)                           # closes it, resumes the model: DONE
 """
 
@@ -27,16 +28,25 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..config import Settings
-from ..crash import LOOP_POINTS
-from ..intake import same_address
-from ..loop import CallContext, Loop, Outcome
-from ..models import Approval, ApprovalStatus, Call, Run
-from ..outside.ledger import IdempotentLog
-from ..providers.client import ModelAccess
-from ..store import Lease
-from ..tools import Tool, ToolKind, toolset
-from ..turns import Waiting
+from refund_agent import (
+    LOOP_POINTS,
+    Approval,
+    ApprovalStatus,
+    Call,
+    CallContext,
+    IdempotentLog,
+    Lease,
+    Loop,
+    ModelAccess,
+    Outcome,
+    Run,
+    Settings,
+    Tool,
+    ToolKind,
+    Waiting,
+    same_address,
+    toolset,
+)
 
 AccountId = Annotated[str, StringConstraints(strip_whitespace=True, to_upper=True,
                                              max_length=32),

@@ -110,7 +110,10 @@ class IdempotentLog:
 
     def once(self, key: str, request: dict[str, Any],
              make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-        """Do ``make`` once per key; returns (record, reused).
+        """Boundary 6: do ``make`` once per key; returns (record, reused).
+
+        The key is the call's (its run and call id): a repeat after a crash, a resume or a
+        second approval gets the first record back, as a provider's Idempotency-Key does.
 
         Raises:
             IdempotencyConflict: the key was used before with a different ``request``.
