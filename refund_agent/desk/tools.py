@@ -33,8 +33,6 @@ HeldLines = Callable[[str], HeldMap]
 # ``max_length``, so the tool schemas the model is sent stay as they were.)
 MAX_SUMMARY_CHARS = 1_000      # "one or two sentences" for the approver and the customer
 MAX_MESSAGE_CHARS = 10_000     # an email to the customer
-
-
 MAX_SKU_CHARS = 100
 
 

@@ -161,6 +161,7 @@ class PayablesAgent(Loop):
         invoices: invoice id -> record (``payee`` is the address that may ask for payment).
     """
 
+    agent_name = "payables"
     tools = TOOLS
     crash_points = {**LOOP_POINTS,
                     "after_transfer": "the transfer was sent; the run has not recorded it"}
