@@ -12,11 +12,11 @@ It plays these parts, and says so plainly for anything else:
   request declares and follows ``tool_choice`` (``none``, ``auto``, ``required``, a named
   function, ``allowed_tools``);
 - the simulated customer, when the request has no tools and carries the customer's brief or
-  the email transcript (``refund_agent.desk.customer``): it reacts to what the emails say happened
+  the email transcript (the agent's simulated customer): it reacts to what the emails say happened
   and says ``DONE`` when it has said its piece;
 - a desk that follows its tools' descriptions, when the request declares other tools shaped
-  "look up, then act" (follower.py): another agent on the same loop, such as
-  ``refund_agent/examples/closure.py``, driven by its declarations alone.
+  "look up, then act" (follower.py): another agent on the same loop, such as the agent's
+  account-closure example, or your own, driven by its declarations alone.
 
 Any other request gets a short text answer saying that the stand-in only plays the refund
 desk; a forced tool call it cannot make is refused with a 400.
@@ -144,8 +144,8 @@ STOP_WORDS = {
 WROTE_BACK = "The customer wrote back:"
 REFUND_DESK_TOOLS = ("lookup_order", "check_refund_policy", "issue_refund",
                      "send_customer_message", "escalate")
-# How the simulated customer's request is recognised (see refund_agent/desk/customer.py): a brief
-# asking the model to play the customer, or the transcript of the emails.
+# How the simulated customer's request is recognised (the agent's customer module writes it): a
+# brief asking the model to play the customer, or the transcript of the emails.
 # (Bounded like CHANGE_OF_MIND's "chang", for the same reason.)
 PERSONA_BRIEF = re.compile(r"role.?play\w{0,20}\b.{0,80}\bcustomer", re.I | re.S)
 TRANSCRIPT_BLOCK = re.compile(r"^--- Email from (the customer|support) ---[ \t]*$", re.M)

@@ -19,7 +19,7 @@ text>", "error": "<message>"}`` (the default), or OpenAI's nested ``{"error": {.
 (``dialect="openai"`` or ``REFUND_AGENT_OFFLINE_DIALECT=openai``). The xAI dialect also
 answers with UUID response ids and ``call-<8 hex>-<n>`` call ids, returns the encrypted
 reasoning of grok-4.7 unasked, refuses ``instructions`` with ``previous_response_id``, and
-refuses a reasoning effort the model does not take (the model table in providers.py); the
+refuses a reasoning effort the model does not take (its own catalogue, models.py); the
 OpenAI dialect refuses ``include`` of the encrypted reasoning on a model without reasoning.
 ``POST /_offline/clock`` moves the server's clock forward (tests age stored
 responses past their 30 days with it; :meth:`OfflineServer.advance_clock` in-process).
@@ -27,8 +27,8 @@ Decisions come from a *brain* callable (``offline_model.brain.respond``
 unless one is injected); this module only handles protocol, storage, simulated
 usage/cost, latency and faults.
 
-Only the standard library is used, and nothing else from ``refund_agent`` is
-imported eagerly, so the server works before the rest of the package exists.
+Only the standard library is used, and nothing from the agent: the package stands on its
+own, for anyone testing a Responses API client.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from .events import (
     not_found,
     validate_body,
 )
+from .models import model_info
 
 __all__ = [
     "FAULTS_ENV",
@@ -665,12 +666,8 @@ class OfflineServer:
         """Refuses a reasoning effort the model does not take, and (OpenAI) the encrypted
         reasoning of a model without reasoning, as the provider would.
 
-        The model table is providers.MODELS; a model it does not know is served as it is.
+        The catalogue is models.MODELS; a model it does not list is served as it is.
         """
-        from refund_agent.providers.table import (  # lazily: the server imports only the stdlib
-            model_info,
-        )
-
         info = model_info(body["model"])
         asked = events.INCLUDE_ENCRYPTED_REASONING in (body.get("include") or [])
         if asked and info is not None and not info.reasoning and self.dialect == events.OPENAI:
@@ -728,8 +725,6 @@ class OfflineServer:
         """Adds ``encrypted_content`` to reasoning items when the request included it, or
         unasked for a model that returns it by default (xAI's grok-4.7)."""
         if events.INCLUDE_ENCRYPTED_REASONING not in (body.get("include") or []):
-            from refund_agent.providers.table import model_info  # lazily, as in _check_model
-
             info = model_info(str(body.get("model")))
             if not (self.dialect == events.XAI and info and info.encrypted_by_default):
                 return

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import DATA, note_backend
-from helpers.scripted import ScriptedBrain
 
-from offline_model import OfflineServer
-from offline_model.brain import Reply
+from offline_model import OfflineServer, Reply
+from offline_model.testing import ScriptedBrain, every_script_used
 from refund_agent import Agent, Settings
 from refund_agent.providers.client import ModelAccess, open_model
 
@@ -41,6 +40,29 @@ def _no_real_key(monkeypatch):
     for name in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "REFUND_AGENT_OFFLINE_FAULTS",
                  "REFUND_AGENT_OFFLINE_LATENCY"):
         monkeypatch.delenv(name, raising=False)
+
+
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps whether the test itself passed, for the checks its fixtures make afterwards."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+
+
+@pytest.fixture(autouse=True)
+def _every_script_used(request):
+    """Every scripted model a test makes (the ``scripted`` fixture's or its own ScriptedBrain)
+    must have been asked for every step it was given: a spare step means the run did not go
+    where the test thinks. Checked after a test that passed; a failure already says more."""
+    with every_script_used() as made:
+        yield
+        if not request.node.stash.get(_PASSED, False):
+            made.clear()
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from pathlib import Path
 import openai
 import pytest
 from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_forked
-from helpers.scripted import ScriptedBrain
 
 from offline_model import OfflineServer, events
 from offline_model.brain import Reply
+from offline_model.testing import ScriptedBrain
 from refund_agent import Agent, RunStatus
 from refund_agent.desk.reconcile import reconcile
 from refund_agent.desk.shop import Shop

@@ -9,15 +9,16 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import openai
 
-from offline_model import OfflineServer, start_offline_server
-
 from ..config import Settings
 from .table import RESUME, ProviderError, read_error, worth_retrying
+
+if TYPE_CHECKING:  # the stand-in is imported only when it is started (offline_server)
+    from offline_model import OfflineServer
 
 _servers: dict[str, OfflineServer] = {}
 _lock = threading.Lock()
@@ -29,6 +30,10 @@ def offline_server(settings: Settings) -> OfflineServer:
     One server per state file and process: every agent in the process shares it, and a new
     process starts its own on the same file, so stored responses outlive the process.
     """
+    # Imported here, not at the top: with a key set the stand-in (a package of its own, about
+    # 5,000 lines) is never loaded.
+    from offline_model import start_offline_server
+
     state = settings.output_dir / "offline-model.sqlite3"
     key = f"{state}|{settings.provider}"  # the stand-in speaks the provider's dialect
     with _lock:

@@ -8,7 +8,6 @@
   checks (``measure``, ``assert_held``), the reliability log (``record``), the crash-free
   baselines and the kill-and-resume steps.
 - ``errors``: the provider's error bodies in either dialect (``error_fields``, ``refused``).
-- ``scripted``: a model that says what the test tells it to (``ScriptedBrain``).
 - ``pg``: the throwaway PostgreSQL cluster and the ``Backend`` a test stores on.
 - ``powerloss``, ``powerloss_recover``: the disk model behind the power-loss states and the
   fork server that recovers them.
