@@ -883,8 +883,8 @@ def start_offline_server(state_path: Path, **kw: Any) -> OfflineServer:
 
 
 def _default_brain() -> Brain:
-    # Imported lazily: the server must import (and run with an injected brain)
-    # even before brain.py exists.
+    # Looked up when a server starts without a brain of its own (the package's __init__ has
+    # already loaded brain.py for Reply), so a patched ``brain.respond`` is the one used.
     from .brain import respond
 
     return respond

@@ -24,3 +24,11 @@ def test_an_address_it_cannot_listen_on_is_named_in_one_line(tmp_path, capsys, m
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot serve on 256.1.1.1:0 with state ")
     assert len(err.splitlines()) == 1
+
+
+def test_its_help_names_the_command_to_run(capsys):
+    """A stranger running the package alone is shown the command itself, not a file name."""
+    with pytest.raises(SystemExit) as stop:
+        offline_main.parse_args(["--help"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m offline_model ")

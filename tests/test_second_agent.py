@@ -1,6 +1,6 @@
 """The second agent (refund_agent/examples/closure.py) on the refund desk's loop and store.
 
-Driven by the offline stand-in from the tool declarations alone (offline/follower.py): it
+Driven by the offline stand-in from the tool declarations alone (offline_model/follower.py): it
 pauses durably, is approved and resumed in another process, and closes the account exactly
 once across a SIGKILL between closing and recording, and across a second approval. Its runs are
 its own: kept in their own file by default, and where it shares the desk's store the desk's

@@ -5,7 +5,9 @@ their error bodies, the models they offer and which reasoning efforts each takes
 encrypted reasoning comes back unasked, and whether the response reports its cost. This module
 holds those differences as data (:data:`MODELS`, :data:`PROFILES`) and as small pure functions
 (:func:`read_error`, :func:`request_options`, :func:`estimate_cost_ticks`), so the agent, the
-simulated customer, ``refund-agent doctor`` and the offline stand-in all read the same table.
+simulated customer and ``refund-agent doctor`` all read the same table. The offline stand-in,
+playing the provider, keeps its own catalogue (offline_model/models.py); a test holds the two
+to the same entries for the models both list.
 
 Sources (read 2026-12-01):
 
