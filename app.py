@@ -1,15 +1,6 @@
-"""The refund agent as a support helpdesk: inbox, ticket timeline, approval queue, audit log.
+"""The helpdesk page in a checkout: ``streamlit run app.py`` (or ``./dev web``). The page script
+ships in the package, refund_agent/web/app/streamlit_app.py, which ``refund-agent web`` runs."""
 
-    streamlit run app.py
+import runpy
 
-Without XAI_API_KEY the page runs on the offline stand-in model, slowed to about a second per
-request so the streaming is visible (set REFUND_AGENT_OFFLINE_LATENCY=0 to turn that off).
-
-The page only reads the store and calls the worker (refund_agent/web/): runs belong to the
-server process's worker, so closing a tab never stops one, and every tab (and the terminal)
-sees the same store.
-"""
-
-from refund_agent.web.page import main
-
-main()
+runpy.run_module("refund_agent.web.app.streamlit_app", run_name="__main__")

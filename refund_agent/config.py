@@ -1,11 +1,14 @@
 """Settings, read once from the environment and an optional ``.env`` file.
 
 Every path is overridable so tests and the notebook can work in a temporary folder, and a user
-can point the agent at another shop's data.
+can point the agent at another shop's data. The defaults work the same from a checkout and from
+``pip install``: the shop is the sample shop shipped in the package (the checkout's ``data/``),
+and what runs write goes to ``output/`` in the folder you run in.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import unicodedata
@@ -18,8 +21,53 @@ from .errors import ConfigError
 from .outside.config import OutsideSettings, outside_settings
 from .providers.table import ALL_EFFORTS, OPENAI, PROFILES, XAI
 
+# The folder above the package: a checkout's root when running from source (the tests, bench
+# and notebooks use it to find the repository); in an installed package it is site-packages,
+# so nothing a user runs may depend on it.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 XAI_BASE_URL = "https://api.x.ai/v1"
+
+
+def _checkout() -> Path | None:
+    """The checkout this package runs from, or None when it is installed (a wheel)."""
+    return PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").is_file() else None
+
+
+def shipped_folder(package: str, checkout_folder: str, marker: str, hint: str = "") -> Path:
+    """A folder of the checkout that also ships inside the package (pyproject.toml's
+    package-dir maps ``package`` onto ``checkout_folder``); ``marker`` is a file it holds.
+
+    A checkout's own folder comes first, so a second checkout (a git worktree) never reads
+    the first one's through that one's editable install. Otherwise the import system finds
+    it: in a wheel the folder inside the installed package, in an editable install the mapped
+    folder. The folders have no ``__init__.py`` (data/ is a deliverable, not code), so they
+    import as namespace packages; importlib.resources would hand back a MultiplexedPath, not
+    the Path the shop and the page's settings are read from.
+    """
+    root = _checkout()
+    if root is not None and (root / checkout_folder / marker).is_file():
+        return root / checkout_folder
+    try:
+        spec = importlib.util.find_spec(package)
+    except ImportError:
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / marker).is_file():
+            return Path(folder)
+    raise ConfigError(f"The package's copy of {checkout_folder}/ is missing (no {marker} in "
+                      f"{package}); reinstall refund-agent{hint}.")
+
+
+def sample_shop() -> Path:
+    """The sample shop (Juniper & Pine Home Goods): REFUND_AGENT_DATA's default."""
+    return shipped_folder("refund_agent.sample_shop", "data", "shop.json",
+                          hint=", or set REFUND_AGENT_DATA to a shop's folder")
+
+
+def default_output() -> Path:
+    """REFUND_AGENT_OUTPUT's default: ``output/`` in the folder you run in (the checkout's
+    root under ``./dev``), never inside the installed package."""
+    return Path.cwd() / "output"
 
 
 def _float(name: str, default: float) -> float:
@@ -107,8 +155,10 @@ class Settings:
             it; sent only to models that take it (providers.MODELS).
         timeout: seconds to wait for one model request (reasoning models can be slow).
         max_retries: retries for a request that fails before the answer starts.
-        data_dir: the shop's orders, policy and sample emails.
-        output_dir: everything a run writes (store, refunds log, outbox).
+        data_dir: the shop's orders, policy and sample emails (default: the sample shop
+            shipped in the package).
+        output_dir: everything a run writes (store, refunds log, outbox); default
+            ``output/`` in the current folder.
         offline_latency: seconds the offline model spends on a request, to make streaming visible.
         crash_at: named crash points at which the process kills itself (for tests and demos).
         lease_seconds: how long a run's owner may go without renewing its lease before another
@@ -138,8 +188,8 @@ class Settings:
     reasoning_effort: str | None = "low"
     timeout: float = 900.0
     max_retries: int = 5
-    data_dir: Path = PROJECT_ROOT / "data"
-    output_dir: Path = PROJECT_ROOT / "output"
+    data_dir: Path = field(default_factory=sample_shop)
+    output_dir: Path = field(default_factory=default_output)
     offline_latency: float = 0.0
     crash_at: frozenset[str] = field(default_factory=frozenset)
     lease_seconds: float = 15 * 60
@@ -210,9 +260,18 @@ def _flag(name: str) -> bool:
     raise ConfigError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {raw!r}.")
 
 
+def env_files() -> list[Path]:
+    """The ``.env`` files read, first one winning: the current folder's, then (running from a
+    checkout) the checkout's root, where the README says to put the key."""
+    root = _checkout()
+    here = Path.cwd() / ".env"
+    return [here, *([root / ".env"] if root is not None and root / ".env" != here else [])]
+
+
 def load_settings(env_file: Path | None = None) -> Settings:
     """Read settings from the environment, after loading ``.env`` without overriding it."""
-    load_dotenv(env_file or PROJECT_ROOT / ".env", override=False)
+    for path in [env_file] if env_file else env_files():
+        load_dotenv(path, override=False)
     env = os.environ
     effort = env.get("REFUND_AGENT_REASONING_EFFORT", "low").strip().lower()
     if effort not in ALL_EFFORTS | {"none", ""}:
@@ -230,8 +289,8 @@ def load_settings(env_file: Path | None = None) -> Settings:
         reasoning_effort=None if effort in {"none", ""} else effort,
         timeout=_setting("REFUND_AGENT_TIMEOUT", 900.0),
         max_retries=int(_setting("REFUND_AGENT_MAX_RETRIES", 5)),
-        data_dir=Path(env.get("REFUND_AGENT_DATA") or PROJECT_ROOT / "data"),
-        output_dir=Path(env.get("REFUND_AGENT_OUTPUT") or PROJECT_ROOT / "output"),
+        data_dir=Path(env.get("REFUND_AGENT_DATA") or sample_shop()),
+        output_dir=Path(env.get("REFUND_AGENT_OUTPUT") or default_output()),
         offline_latency=_setting("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
         crash_at=frozenset(crash),
         lease_seconds=_setting("REFUND_AGENT_LEASE_SECONDS", 15 * 60),

@@ -66,6 +66,7 @@ examples:
   refund-agent take --id 3 --as "Lee Park"   a lead picks up escalation 3 (first one wins)
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
+  refund-agent web --server.port 8600       the helpdesk page (Streamlit's options pass on)
   refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
@@ -746,6 +747,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: REFUND_AGENT_DATABASE_URL)")
     sub.add_parser("doctor", help="check the model provider: key, model, effort, storage, "
                    "streaming (one tiny request), or say how to switch from the stand-in")
+    sub.add_parser("web", allow_abbrev=False, help="the helpdesk page in your browser "
+                   "(Streamlit; its options such as --server.port 8600 pass on)",
+                   description="Start the helpdesk page: `streamlit run` on the page shipped "
+                   "in the package, with the desk's Streamlit settings. Every other option "
+                   "goes to Streamlit and wins over those settings, e.g. --server.port 8600, "
+                   "--server.headless true, --server.address 0.0.0.0 (then set "
+                   "REFUND_AGENT_ALLOWED_HOSTS).")
     hooks = sub.add_parser("webhooks", help="receive Stripe's webhooks (refund.updated, "
                            "refund.failed), check their signatures with STRIPE_WEBHOOK_SECRET, "
                            "and put failed refunds on the desk; Ctrl+C to stop")
@@ -950,8 +958,30 @@ def _doctor() -> int:
     return 0 if ok else 1
 
 
+def _web(streamlit_args: list[str]) -> int:
+    """``refund-agent web [Streamlit options]``: the page, from wherever the package is.
+
+    The settings are read first, so a bad one stops here in one line rather than on the page.
+    Then this process becomes Streamlit (exec, not a child), so Ctrl+C and a SIGTERM reach the
+    server itself, as with ``streamlit run``, and nothing is left running behind it.
+    """
+    from ..web.app import desk_options, streamlit_command
+
+    load_settings()
+    command = streamlit_command(streamlit_args, desk_options(), os.environ)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(command[0], command)
+    return 0  # not reached: execv returns only by raising OSError
+
+
 def run_command(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, passed_on = parser.parse_known_args(argv)
+    if args.command == "web":
+        return _web(passed_on)
+    if passed_on:   # only `web` takes options it does not know (they are Streamlit's)
+        parser.error(f"unrecognized arguments: {' '.join(passed_on)}")
     command = args.command or "sample"
     if command == "migrate":  # the source is always the SQLite store, whatever the settings
         return _migrate(args.to)

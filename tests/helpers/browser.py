@@ -12,9 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from playwright.sync_api import sync_playwright
 from refund_agent.config import PROJECT_ROOT
 
 from .cli import cli_env
+from .page import wait_until_served
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
@@ -69,19 +67,8 @@ class AppServer:
                  str(self.port), "--server.address", "127.0.0.1", "--server.headless", "true",
                  "--browser.gatherUsageStats", "false"],
                 cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:  # the health endpoint answers once the server accepts pages
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited early:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "_stcore/health", timeout=1) as reply:
-                    if reply.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        wait_until_served(self.proc, self.url, self.log, timeout)
+        return self
 
     def kill(self) -> None:
         """SIGKILL, as a crash or a power cut would: nothing gets to clean up."""

@@ -1,13 +1,17 @@
 """The helpdesk page under Streamlit's AppTest (no browser): its fixtures and the steps a person
 takes on it. AppTest runs ``app.py`` in the test's process; runs are asynchronous, so the steps
-re-run the page until what they wait for shows up.
+re-run the page until what they wait for shows up. And :func:`wait_until_served`, for a page
+served by a real Streamlit process.
 
 ``output`` and ``store`` are fixtures: a module that uses them imports them from here.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +47,25 @@ def eventually(check: Callable[[], object], timeout: float = TIMEOUT,
             detail = what() if callable(what) else what
             pytest.fail(f"Timed out after {timeout:.0f} s waiting for {detail or check}")
         time.sleep(0.02)
+
+
+def wait_until_served(proc: subprocess.Popen, url: str, log: Path, timeout: float = 30.0) -> str:
+    """Wait until the Streamlit server ``proc`` at ``url`` answers its health check (it does
+    once it accepts pages); returns the answer. Fails with the end of ``log`` if the server
+    exits first or does not answer within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited early:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as reply:
+                if reply.status == 200:
+                    return reply.read().decode()
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
 
 
 def plain(text: str) -> str:

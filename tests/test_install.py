@@ -1,0 +1,149 @@
+"""A package that installs: the defaults that let `pip install .` run from any folder.
+
+Before, the defaults were the checkout's folders: installed, `refund-agent` in an empty folder
+stopped with "Data folder not found: .../site-packages/data", pointed at the data it wrote its
+store into site-packages/output/, and the page could not be started at all (app.py was not
+shipped). Now the sample shop ships in the package (pyproject.toml maps data/ onto
+refund_agent.sample_shop), runs write to ./output of the folder you run in, and
+`refund-agent web` serves the page shipped in the package.
+
+Here in process where possible; .ci/run's plain-install check does the same with a real wheel
+in a fresh virtual environment, from an empty folder.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers.cli import DATA, PROJECT_ROOT, cli_env
+from helpers.outside_servers import free_port
+from helpers.page import wait_until_served
+
+import refund_agent
+from refund_agent import Agent, Settings, Shop, load_settings
+from refund_agent import config as config_module
+from refund_agent.cli import main
+from refund_agent.errors import ConfigError
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch) -> Path:
+    """An empty folder to run in, with neither REFUND_AGENT_DATA nor REFUND_AGENT_OUTPUT."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("REFUND_AGENT_DATA", raising=False)
+    monkeypatch.delenv("REFUND_AGENT_OUTPUT", raising=False)
+    return folder
+
+
+def test_the_store_goes_to_output_of_the_folder_you_run_in(elsewhere):
+    settings = load_settings()
+    assert settings.output_dir == elsewhere / "output"
+    assert Settings().output_dir == elsewhere / "output"   # made in code, the same default
+    agent = Agent(settings)
+    run = agent.start_sample("damaged")                      # boundary 1: the run is stored
+    assert (elsewhere / "output" / "refund-agent.sqlite3").is_file()
+    assert agent.store.run(run.id).sender == "maya.chen@example.com"
+
+
+def test_without_REFUND_AGENT_DATA_the_sample_shop_is_found(elsewhere):
+    settings = load_settings()
+    assert settings.data_dir == Settings().data_dir
+    shop = Shop(settings.data_dir)
+    assert shop.samples["damaged"].sender == "maya.chen@example.com"
+
+
+def test_an_installed_package_reads_the_shop_shipped_inside_it(elsewhere, tmp_path, monkeypatch):
+    """A wheel's layout: no checkout around the package, the shop in refund_agent/sample_shop/
+    (a folder without __init__.py, found through refund_agent's own path)."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(DATA, site / "refund_agent" / "sample_shop")
+    monkeypatch.setattr(config_module, "PROJECT_ROOT", site)   # no pyproject.toml: installed
+    monkeypatch.setattr(refund_agent, "__path__", [*refund_agent.__path__,
+                                                    str(site / "refund_agent")])
+    assert load_settings().data_dir == site / "refund_agent" / "sample_shop"
+
+
+def test_a_missing_shipped_shop_is_one_line_naming_the_way_out(elsewhere, tmp_path,
+                                                                 monkeypatch, capsys):
+    monkeypatch.setattr(config_module, "PROJECT_ROOT", tmp_path / "site-packages")
+    monkeypatch.setattr(refund_agent, "__path__", [str(tmp_path / "nowhere")])
+    with pytest.raises(ConfigError, match="reinstall refund-agent, or set REFUND_AGENT_DATA"):
+        config_module.sample_shop()
+    assert main(["runs"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: The package's copy of data/ is missing") and err.count("\n") == 1
+
+
+def test_every_file_of_the_shipped_folders_is_in_the_package_data():
+    """A file added to data/ or .streamlit/ that no package-data glob matches would be left
+    out of the wheel, and only an installed desk would miss it."""
+    setuptools = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"refund_agent.sample_shop": "data",
+                                         "refund_agent.web.streamlit_config": ".streamlit"}
+    for package, folder in setuptools["package-dir"].items():
+        assert package in setuptools["packages"]
+        globs = setuptools["package-data"][package]
+        tracked = subprocess.run(["git", "ls-files", folder], cwd=PROJECT_ROOT, text=True,
+                                 capture_output=True, check=True).stdout.split()
+        files = tracked or [str(p.relative_to(PROJECT_ROOT))
+                            for p in (PROJECT_ROOT / folder).iterdir()]  # no git (a tarball)
+        assert files
+        for name in files:
+            assert any(fnmatch.fnmatch(Path(name).name, g) for g in globs), (name, globs)
+
+
+def test_a_dotenv_in_the_folder_you_run_in_is_read(elsewhere, monkeypatch):
+    monkeypatch.delenv("REFUND_AGENT_MODEL", raising=False)  # restored after load_dotenv sets it
+    (elsewhere / ".env").write_text("REFUND_AGENT_MODEL=grok-from-dotenv\n")
+    assert load_settings().model == "grok-from-dotenv"
+
+
+# -- refund-agent web -------------------------------------------------------------------------
+
+
+def test_web_passes_streamlit_options_on_and_theirs_win():
+    from refund_agent.web.app import SCRIPT, desk_options, env_name, streamlit_command
+
+    options = desk_options()   # the checkout's .streamlit/config.toml, as flags
+    assert options["server.fileWatcherType"] == "none" and options["runner.postScriptGC"] is False
+    command = streamlit_command(["--server.port", "8600", "--server.fileWatcherType=poll"],
+                                options, {env_name("theme.primaryColor"): "#000000"})
+    assert command[:5] == [sys.executable, "-m", "streamlit", "run", str(SCRIPT)]
+    assert "--runner.postScriptGC=false" in command and "--server.address=localhost" in command
+    assert "--server.fileWatcherType=none" not in command          # given on the command line
+    assert not any(c.startswith("--theme.primaryColor") for c in command)   # given as STREAMLIT_
+    assert command[-3:] == ["--server.port", "8600", "--server.fileWatcherType=poll"]
+    assert env_name("runner.postScriptGC") == "STREAMLIT_RUNNER_POST_SCRIPT_GC"
+
+
+def test_refund_agent_web_serves_the_page_from_an_empty_folder(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    env = cli_env(tmp_path / "unused")
+    for name in ("REFUND_AGENT_DATA", "REFUND_AGENT_OUTPUT"):
+        env.pop(name)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    port, log = free_port(), tmp_path / "web.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "refund_agent", "web", "--server.port",
+                                 str(port), "--server.headless", "true"], cwd=folder, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until_served(proc, f"http://127.0.0.1:{port}/", log, timeout=60) == "ok"
+        proc.send_signal(signal.SIGTERM)   # reaches Streamlit itself: the command became it
+        assert proc.wait(timeout=15) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert list(folder.iterdir()) == []    # nothing written where nothing was asked for
