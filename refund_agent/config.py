@@ -37,12 +37,13 @@ def shipped_folder(package: str, checkout_folder: str, marker: str, hint: str = 
     """A folder of the checkout that also ships inside the package (pyproject.toml's
     package-dir maps ``package`` onto ``checkout_folder``); ``marker`` is a file it holds.
 
-    A checkout's own folder comes first, so a second checkout (a git worktree) never reads
-    the first one's through that one's editable install. Otherwise the import system finds
-    it: in a wheel the folder inside the installed package, in an editable install the mapped
-    folder. The folders have no ``__init__.py`` (data/ is a deliverable, not code), so they
-    import as namespace packages; importlib.resources would hand back a MultiplexedPath, not
-    the Path the shop and the page's settings are read from.
+    Running from a checkout (PYTHONPATH, or ``pip install -e .``, as ./dev does) the folder is
+    the checkout's own. Installed from a wheel, the import system finds it inside the package.
+    The folders have no ``__init__.py`` (data/ is a deliverable, not code), so they are
+    namespace packages: importlib.resources would hand back a MultiplexedPath, not the Path
+    the shop is read from, hence ``find_spec``. (setuptools' editable finder does not resolve
+    a namespace folder under a regular package, so an editable install relies on the checkout
+    lookup; it always runs from one.)
     """
     root = _checkout()
     if root is not None and (root / checkout_folder / marker).is_file():
