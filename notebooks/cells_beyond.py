@@ -225,7 +225,7 @@ md("""
 ## Accounts and limits
 
 With accounts (`refund-agent users add`), the page and the terminal ask who you are before
-anything else (`tests/test_accounts.py` and the web tests prove it), and each approver has a
+anything else (`tests/desk/test_accounts.py` and the web tests prove it), and each approver has a
 limit covering everything they approved on an order, checked inside the decision's
 transaction. A wrong password is refused, and the store keeps only a salted hash.
 """),

@@ -259,7 +259,7 @@ def _from_name(text: str) -> str | None:
     The same answer as ``re.search(r"From:\\s*([^<\\n]+)<", text).group(1)``, which reads from
     every "From:" to the end of its line, quadratic on a long line of them. Here the end of
     the name (the next "<" or line break) is found once and kept while later "From:" still
-    come before it. tests/test_brain_linear.py checks it against the pattern.
+    come before it. tests/standin/test_brain_linear.py checks it against the pattern.
     """
     stop = -1                 # the first "<" or line break at or after the last start read
     for found in _FROM.finditer(text):

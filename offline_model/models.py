@@ -5,7 +5,7 @@ own: a client learns which models exist and which reasoning efforts each takes b
 refused effort is an answer the client must handle. Reading the client's table instead would let
 a client and the stand-in agree on a mistake, and would tie the stand-in to one client. The agent
 keeps its own table too; a test holds the two to the same entries for the models both list
-(tests/test_offline_apart.py), so they cannot drift apart silently.
+(tests/standin/test_offline_apart.py), so they cannot drift apart silently.
 
 Sources, as the agent's table: docs.x.ai/guides/reasoning (grok-4.7 takes low, medium, high,
 xhigh and returns ``reasoning.encrypted_content`` on every response; grok-4, grok-4.20-* and

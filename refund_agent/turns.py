@@ -1,7 +1,7 @@
 """One model turn as data: what the next request sends, and what its response means.
 
 Everything here is a pure function of what it is given (no store, no network, no clock), so
-each is unit-tested with hand-made responses (tests/test_turns.py). The loop in agent.py reads
+each is unit-tested with hand-made responses (tests/loop/test_turns.py). The loop in agent.py reads
 the store, calls these, streams the request (streaming.py) and commits what they return.
 
 A turn of the loop ends in one of three values, never in an exception:

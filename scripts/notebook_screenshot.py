@@ -6,7 +6,7 @@ It starts JupyterLab headless on a free port (no token, a throwaway settings fol
 notebooks/walkthrough.ipynb in Debian's Chromium (/usr/bin/chromium, never a downloaded
 browser), and saves the page from that section's heading down (``--height`` pixels). It exists
 to check by eye how markdown renders there: that dollar amounts show as text, not as LaTeX
-(tests/test_notebook_mutations.py checks the markdown itself), and that the diagram shows. It
+(tests/docs/test_notebook_mutations.py checks the markdown itself), and that the diagram shows. It
 also prints how many MathJax elements the rendered markdown holds, which should be 0.
 """
 

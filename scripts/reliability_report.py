@@ -48,8 +48,8 @@ DASH = "—"   # in a backend's column: no case of that kind ran there
 # Suites whose lines count what was tried, not violations: left out of "What held".
 # (power_loss_break: the deliberate break, whose violations are the test passing.)
 NOT_VIOLATIONS = {"_file", "soak_total", "money_invariants", "power_loss_break"}
-# What tests/test_money_invariants.py checks after every step of every generated history (a
-# record may name its own list in "invariants").
+# What tests/reliability/test_money_invariants.py checks after every step of every generated
+# history (a record may name its own list in "invariants").
 MONEY_INVARIANTS = [
     "Each paid line at most what the policy allows for its units: the unit price times the "
     "units, less the return fee for a change of mind; shipping exactly what was paid for it, "
@@ -145,7 +145,7 @@ NOT_COVERED = """\
 - **Several machines sharing an SQLite store.** SQLite's locking is unreliable on network file
   systems: with SQLite, one host (or one container with one volume) is the supported shape.
   Several hosts share a PostgreSQL store instead, where leases record their host and expire by
-  the database's clock; `tests/test_postgres.py` runs three worker processes with their own
+  the database's clock; `tests/store/test_postgres.py` runs three worker processes with their own
   host ids and folders on one database, but on one machine: a network between them, and its
   partitions, are not tested.
 - **The real payment provider and mail server.** The stand-ins are files with the same
@@ -377,7 +377,7 @@ WHERE_THEY_RUN = (
     "the bad input includes a garbage, truncated or locked database file; the store refusing "
     "writes is a trigger in that file); the soak's paused processes put the fence through "
     "PostgreSQL as well. The three hosts sharing one database run on PostgreSQL only "
-    "(`tests/test_postgres.py`), the backend meant for several hosts. Without Debian's "
+    "(`tests/store/test_postgres.py`), the backend meant for several hosts. Without Debian's "
     "`postgresql` binaries the PostgreSQL tests skip, and their column is all dashes.")
 
 
@@ -412,7 +412,7 @@ def render(records: list[dict[str, Any]]) -> str:
             "", "The CI-sized soak is small; a larger one is run on its own and added with "
             "`--log`:", "", "```",
             "REFUND_AGENT_RELIABILITY_LOG=/tmp/soak.jsonl REFUND_AGENT_SOAK_RUNS=150 "
-            "REFUND_AGENT_SOAK_SEED=1000 python -m pytest tests/test_soak.py -q -s",
+            "REFUND_AGENT_SOAK_SEED=1000 python -m pytest tests/reliability/test_soak.py -q -s",
             "python scripts/reliability_report.py --run --log /tmp/soak.jsonl", "```"]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out += ["", f"Last generated {stamp} on {platform.system()} {platform.machine()}, "
@@ -494,7 +494,8 @@ def render(records: list[dict[str, Any]]) -> str:
             seed[2] += r["kills"]
         out += ["## Soak", "",
                 "Each soak is reproducible from its seed: `REFUND_AGENT_SOAK_SEED=<seed> "
-                "REFUND_AGENT_SOAK_RUNS=<runs> python -m pytest tests/test_soak.py -q -s` (one "
+                "REFUND_AGENT_SOAK_RUNS=<runs> python -m pytest tests/reliability/test_soak.py "
+                "-q -s` (one "
                 "soak per backend, with the same seed).", "",
                 _table(["Backend", "Seed", "Runs", "Processes", "Kills", "Wall time"],
                        [[_name(b), seed, *v,
@@ -588,7 +589,7 @@ def _crash_grid(crash: list[dict[str, Any]]) -> str:
     return _table(["Crash point", *scenarios], rows)
 
 
-# -- the money invariants (tests/test_money_invariants.py) -----------------------------------------
+# -- the money invariants (tests/reliability/test_money_invariants.py) ----------------------------
 
 def _number(value: Any) -> int | float:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
@@ -670,7 +671,8 @@ def _money_section(records: list[dict[str, Any]], files: dict[str, dict[str, Any
 
     names = [_name(b) for b in backends]
     out = ["## Money invariants", "",
-           "`tests/test_money_invariants.py` is a Hypothesis state machine: it generates a shop "
+           "`tests/reliability/test_money_invariants.py` is a Hypothesis state machine: it "
+           "generates a shop "
            "(prices in cents, quantities, final-sale lines, shipping, delivery ages, a return "
            "fee per item or per refund) and a history against it: a scripted model asks for "
            "refunds with any lines, reasons, amounts and order-id spellings; people approve, "

@@ -32,7 +32,7 @@ __all__ = ["CRASH_POINTS", "MAX_EMAIL_CHARS", "MAX_MODEL_TEXT_CHARS", "MAX_NOTE_
            "Cancel", "LiveEvent", "OnEvent"]
 
 # Every point the refund desk's processes can be killed at: the loop's, and the desk's own
-# around its two effects (tests/test_crash_matrix.py kills at each).
+# around its two effects (tests/reliability/test_crash_matrix.py kills at each).
 CRASH_POINTS: dict[str, str] = {
     **LOOP_POINTS,
     "before_refund": "the approved refund is about to go to the payment provider",

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 # Points inside the real systems' adapters: they fire only with Stripe or SMTP configured
-# (tests/test_crash_matrix_outside.py kills at each, against localstripe and aiosmtpd).
+# (tests/reliability/test_crash_matrix_outside.py kills at each, against localstripe and aiosmtpd).
 OUTSIDE_CRASH_POINTS: dict[str, str] = {
     "after_provider_refund": "Stripe made the refund; neither the refunds log nor the run "
                              "recorded it",

@@ -79,7 +79,7 @@ def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Ch
     effort = effort_for(model, settings.reasoning_effort)
     keep_nothing = settings.zero_retention
     # The parameters of a ticket's first request, from the same builder and decisions as
-    # Agent._turn (tests/test_doctor.py compares the two bodies).
+    # Agent._turn (tests/providers/test_doctor.py compares the two bodies).
     params = turns.build_request(
         model=model, run_id="refund-agent-doctor", items=[turns.user_message(PROMPT)],
         tools=tool_schemas(), previous_response_id=None, zero_retention=keep_nothing,

@@ -1,6 +1,6 @@
 """The crash cases' shared parts: the scenarios, what a case reads back, the exactly-once checks.
 
-tests/test_crash_matrix.py kills every command of every scenario at every crash point it
+tests/reliability/test_crash_matrix.py kills every command of every scenario at every crash point it
 passes; the soak, the races, the faults, the power-loss states and the PostgreSQL tests read
 and check their outcomes with the same :func:`read_outcome` and :func:`measure`.
 

@@ -4,9 +4,9 @@
 - aiosmtpd (a real SMTP server, also others') in a thread of the test process, keeping every
   message it accepted in a :class:`Mailbox`: :func:`smtp_server`.
 
-tests/test_stripe.py, tests/test_smtp.py and tests/test_crash_matrix_outside.py start them from
-here, one of each per module; the helpers below make a paid charge there, list its refunds, and
-write a copy of the sample shop whose orders name their Stripe payments. :class:`StripeProxy`
+tests/outside/test_stripe.py, tests/outside/test_smtp.py and
+tests/reliability/test_crash_matrix_outside.py start them from here, one of each per module; the
+helpers below make a paid charge there, list its refunds, and write a copy of the sample shop whose orders name their Stripe payments. :class:`StripeProxy`
 stands between the adapter and localstripe to lose, hold or replace the answer to a refund.
 """
 

@@ -74,7 +74,7 @@ class DecisionView:
     tone: str   # the Streamlit message box: success, info, warning or error
 
 
-# The page's one table of approval statuses. tests/test_step_tables.py checks it is complete.
+# The page's one table of approval statuses. tests/loop/test_step_tables.py checks it is complete.
 DECISIONS: dict[ApprovalStatus, DecisionView] = {
     ApprovalStatus.PENDING: DecisionView("Waiting for a decision", "warning"),
     ApprovalStatus.APPROVED: DecisionView("Approved", "success"),
@@ -213,7 +213,7 @@ class DeskFilter:
 
     def selection(self) -> tuple[tuple[DeskStatus, ...] | None, bool]:
         """What :meth:`shows` selects, as Store.desk_page takes it: (statuses, or any with an
-        open escalation); None: every status. tests/test_desk.py checks the two agree."""
+        open escalation); None: every status. tests/desk/test_desk.py checks the two agree."""
         from ...desk.status import NEEDS_PERSON
         if self.needs:
             return tuple(sorted(NEEDS_PERSON)), True
@@ -483,7 +483,7 @@ def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None
 _Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
 
 # The page's one table of step kinds: how each becomes a timeline block.
-# tests/test_step_tables.py checks that every StepKind has an entry.
+# tests/loop/test_step_tables.py checks that every StepKind has an entry.
 STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.EMAIL: lambda t, d, base: t.add(Block(
         "email", sender_line(d.get("name"), d["from"]), d["body"],

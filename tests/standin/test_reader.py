@@ -1,8 +1,8 @@
 """The offline stand-in's reader, pattern by pattern, on a shop neither data/ nor the corpus has.
 
-tests/test_brain_corpus.py scores the reader on 159 emails to one unseen shop; these tests pin
-each pattern it reads on another made-up order (a lamp and its shade, a rug, a vase, mugs), so
-that what it learnt is support English, not that shop's catalogue.
+tests/standin/test_brain_corpus.py scores the reader on 159 emails to one unseen shop; these
+tests pin each pattern it reads on another made-up order (a lamp and its shade, a rug, a vase,
+mugs), so that what it learnt is support English, not that shop's catalogue.
 """
 from __future__ import annotations
 

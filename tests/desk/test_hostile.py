@@ -458,7 +458,7 @@ def test_bad_emails_are_refused_before_anything_is_saved(tmp_path: Path):
         raw = [a.encode("utf-8", "surrogateescape") for a in argv]
         result = subprocess.run([sys.executable.encode(), b"-m", b"refund_agent", *raw],
                                 capture_output=True, text=True, env=cli_env(output),
-                                cwd=Path(__file__).resolve().parents[1], timeout=60)
+                                cwd=Path(__file__).resolve().parents[2], timeout=60)
         _clean_failure(result, message)
         record("hostile", kind="cli", case=f"send: {message}", lost=0)
     assert not (output / "refund-agent.sqlite3").exists() or read_outcome(output).runs == []

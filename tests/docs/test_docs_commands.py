@@ -25,7 +25,7 @@ from offline_model import __main__ as offline_main
 from offline_model.server import OfflineServer
 from refund_agent.cli import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", *(f"docs/{name}.md" for name in (
     "TOUR", "CONFIGURATION", "MANY-MACHINES", "PROVIDERS", "HOW-IT-WORKS", "OFFLINE-MODEL",
     "DESK", "OUTSIDE-SYSTEMS", "TESTING", "RELIABILITY"))]

@@ -32,7 +32,7 @@ from refund_agent.errors import StoreError
 from refund_agent.models import RunStatus
 from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 
-SCHEMAS = Path(__file__).with_name("schemas")
+SCHEMAS = Path(__file__).parents[1] / "schemas"
 SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10", "12"]
 POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10", "12"]
 T0 = 1_764_000_000.0

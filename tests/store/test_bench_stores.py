@@ -99,7 +99,7 @@ def test_a_throughput_worker_that_uses_up_its_orders_reports_the_window_it_measu
     from benchlib import make_bench_shop, offline_env, tickets_per_second
 
     data = make_bench_shop(tmp_path / "data", clones=6)
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = Path(__file__).resolve().parents[2] / "bench"
     out = subprocess.run(
         [sys.executable, str(bench / "tput_worker.py"), "--output", str(tmp_path / "out"),
          "--data", str(data), "--first", "1", "--last", "6", "--warmup", "1",

@@ -1,5 +1,5 @@
 """The page in Chromium trusts no one it has not signed in and shows outside text as text
-(issue 21: 7 and 10). Same server and browser as tests/test_web_e2e.py
+(issue 21: 7 and 10). Same server and browser as tests/web/test_web_e2e.py
 (tests/helpers/browser.py)."""
 
 from __future__ import annotations

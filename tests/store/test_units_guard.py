@@ -21,7 +21,7 @@ from refund_agent.errors import StoreError
 from refund_agent.store import SCHEMA_HISTORY, Store
 from refund_agent.store.schema import POSTGRES_UNITS_GUARD
 
-CORPUS_SHOP = Path(__file__).parent / "corpus" / "shop"
+CORPUS_SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 TUMBLERS = "GT-DW-350"   # RT20602: four double-wall tumblers at $14.50, and a tray
 REFUSED = "beyond the line quantity"
 

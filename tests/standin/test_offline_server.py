@@ -32,7 +32,7 @@ from offline_model.server import FAULTS_ENV
 
 # Every test here runs against the stand-in in xAI's dialect and in OpenAI's.
 pytestmark = pytest.mark.usefixtures("dialect")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DAY = 86400.0
 TOOLS = [
     {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {name: ROOT / "notebooks" / f"{name}.ipynb" for name in ("walkthrough", "beyond")}
 WIDTH = 100
 

@@ -12,7 +12,7 @@ matrix's invariants and compared with a crash-free run of the same scenario.
 Small by default: six runs, more if needed to reach twenty kills (``REFUND_AGENT_SOAK_KILLS``).
 Larger, e.g. two hundred runs::
 
-    REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/test_soak.py -q -s
+    REFUND_AGENT_SOAK_RUNS=200 python -m pytest tests/reliability/test_soak.py -q -s
 
 It runs on both backends (SQLite, and a database per run on the throwaway PostgreSQL server);
 ``REFUND_AGENT_SOAK_RUNS`` and ``REFUND_AGENT_SOAK_KILLS`` apply to each.

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from refund_agent.store import Store
 
-SHOP = Path(__file__).parent / "corpus" / "shop"
+SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 TUMBLERS = "GT-DW-350"
 EMAIL = ("Hi, two of the four tumblers in RT20602 arrived with cracks in the outer wall. The "
          "tray is fine.\nDaniel")

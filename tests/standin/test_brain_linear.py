@@ -27,7 +27,7 @@ from offline_model import brain
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import tool_schemas
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 # Pieces that exercise every branch of the From: name scan.
 ATOMS = [" ", "  ", "\n", "\t", "\r", "\u00a0", ".", "!", "?", "...", ";", ",", "a", "x",
          "and", "AND", "but", "also", "while", "though", "plus", "ſ", "From:", "<", "lamp"]

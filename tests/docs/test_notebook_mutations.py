@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {"walkthrough": ROOT / "notebooks" / "walkthrough.ipynb",
              "beyond": ROOT / "notebooks" / "beyond.ipynb"}
 NOTEBOOK = NOTEBOOKS["walkthrough"]

@@ -15,7 +15,7 @@ from refund_agent import cli
 from refund_agent.models import ApprovalStatus, RunStatus, Step, StepKind
 from refund_agent.web import views
 
-AGENT = Path(__file__).resolve().parents[1] / "refund_agent" / "loop.py"
+AGENT = Path(__file__).resolve().parents[2] / "refund_agent" / "loop.py"
 
 
 @pytest.mark.parametrize("table, enum", [

@@ -22,7 +22,7 @@ from refund_agent.desk.shop import Shop
 from refund_agent.errors import AlreadyDecided, DecisionRefused, StoreError
 from refund_agent.store import SCHEMA_VERSION, Store
 
-CORPUS_SHOP = Path(__file__).parent / "corpus" / "shop"
+CORPUS_SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 DANIEL = "d.ferreira@example.org"
 TUMBLERS = "GT-DW-350"   # RT20602: four double-wall tumblers at $14.50, and a tray
 

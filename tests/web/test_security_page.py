@@ -1,5 +1,5 @@
 """The page trusts no one it has not signed in, and shows outside text as text (issue 21: 7, 8,
-10). Streamlit's AppTest, no browser; tests/test_web_security.py has the same in Chromium."""
+10). Streamlit's AppTest, no browser; tests/web/test_web_security.py has the same in Chromium."""
 
 from __future__ import annotations
 

@@ -798,7 +798,7 @@ def test_the_reader_knows_nothing_of_the_corpus_shop() -> None:
     """The brain corpus (tests/corpus) is read as an unseen shop: none of its order numbers,
     skus, customers' names or item names appears in the brain's or the reader's source."""
     source = "\n".join(Path(module.__file__).read_text().lower() for module in (brain, reader))
-    corpus = Path(__file__).parent / "corpus" / "shop"
+    corpus = Path(__file__).parents[1] / "corpus" / "shop"
     orders = json.loads((corpus / "orders.json").read_text())["orders"]
     names = set()
     for order in orders:

@@ -44,7 +44,7 @@ from refund_agent.desk.policy import SHIPPING, quote_refund
 from refund_agent.desk.shop import Order, PolicyTerms, Shop, to_cents
 from refund_agent.models import ApprovalLine
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[1] / "corpus"
 SHOP_DIR = CORPUS / "shop"
 EMAILS: list[dict[str, Any]] = json.loads(
     (CORPUS / "emails.json").read_text(encoding="utf-8"))["emails"]

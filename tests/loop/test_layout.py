@@ -14,7 +14,7 @@ from pathlib import Path
 import refund_agent
 from refund_agent import errors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "refund_agent"
 STAND_IN = ROOT / "offline_model"
 # The core: what an agent of your own needs, importing nothing of the refund desk.

@@ -1,6 +1,6 @@
 """The crash matrix with the real outside systems: refunds on Stripe, email over SMTP.
 
-The same scenarios, kills and baseline comparisons as tests/test_crash_matrix.py (the
+The same scenarios, kills and baseline comparisons as tests/reliability/test_crash_matrix.py (the
 stand-ins'), with every command run with ``REFUND_AGENT_PAYMENTS=stripe`` against a localstripe
 server and ``REFUND_AGENT_EMAIL=smtp`` against an aiosmtpd server, both started once for the
 module on loopback (tests/helpers/outside_servers.py). Every command also passes the adapters'
