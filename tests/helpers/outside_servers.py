@@ -7,7 +7,8 @@
 tests/outside/test_stripe.py, tests/outside/test_smtp.py and
 tests/reliability/test_crash_matrix_outside.py start them from here, one of each per module; the
 helpers below make a paid charge there, list its refunds, and write a copy of the sample shop
-whose orders name their Stripe payments. :class:`StripeProxy` stands between the adapter and localstripe to lose, hold or replace the answer to a refund.
+whose orders name their Stripe payments. :class:`StripeProxy` stands between the adapter and
+localstripe to lose, hold or replace the answer to a refund.
 """
 
 from __future__ import annotations
