@@ -198,11 +198,13 @@ class JsonStateStore:
     # -- runs -------------------------------------------------------------------------------
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
-                   kind: str = "custom", raised_by: str | None = None) -> Run:
+                   kind: str = "custom", raised_by: str | None = None,
+                   agent: str = "refunds") -> Run:
         # raised_by (the desk account that typed a ticket in) matters only to the desk's
         # own-ticket rule, which this comparison store does not model.
         now = time.time()
         run = {"id": "run_" + uuid.uuid4().hex[:12], "created_at": now, "kind": kind,
+               "agent": agent,
                "sender": sender, "sender_name": sender_name, "subject": subject, "email": email,
                "status": RunStatus.WORKING.value, "last_response_id": None, "requests": 0,
                "cost_ticks": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0,
@@ -391,7 +393,7 @@ class JsonStateStore:
         return [Approval.model_validate(a) for a in rows]
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None,
-               keep: list[str] | None = None,
+               keep: list[str] | None = None, *, fingerprint: str | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
                = None, limit_cents: int | None = None,
                two_person_above_cents: int | None = None) -> Approval:
@@ -399,12 +401,13 @@ class JsonStateStore:
         benches, one person deciding, never reach): compare-and-set on pending, partial approval,
         the kept lines re-priced against what other refunds hold, the approver's limit."""
         with self._lock:
-            return self._decide(approval_id, approve, by, note, keep, requote, limit_cents)
+            return self._decide(approval_id, approve, by, note, keep, requote, limit_cents,
+                                fingerprint)
 
     def _decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                 keep: list[str] | None,
                 requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None,
-                limit_cents: int | None) -> Approval:
+                limit_cents: int | None, fingerprint: str | None = None) -> Approval:
         row = self.state["approvals"].get(approval_id)
         if row is None:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
@@ -415,6 +418,9 @@ class JsonStateStore:
             self._audit("ignored", by, **where, amount=approval.amount)
             raise AlreadyDecided(approval_id, row["status"], row["decided_by"] or "",
                                  row["decided_at"])
+        if fingerprint not in (None, approval.fingerprint):   # what you see is what you sign
+            self._audit("refused", by, **where, amount=approval.amount)
+            raise DecisionRefused("Cannot approve this approval: it changed since it was shown.")
         lines = {line["line"]: line for line in row["lines"]}
         if approve:
             proposed = [line.line for line in approval.item_lines]

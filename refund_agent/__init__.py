@@ -31,7 +31,7 @@ from .errors import (
     StoreError,
 )
 from .intake import same_address
-from .loop import CallContext, Loop, Outcome
+from .loop import Loop
 from .models import (
     Approval,
     ApprovalLine,
@@ -49,7 +49,7 @@ from .outside.ledger import IdempotentLog
 from .providers.client import ModelAccess, open_model
 from .store import Lease, Store
 from .streaming import Cancel, LiveEvent
-from .tools import Tool, ToolKind, toolset
+from .tools import CallContext, Outcome, Tool, ToolKind, toolset
 from .turns import Finished, NextInput, Waiting
 
 __all__ = [

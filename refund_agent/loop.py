@@ -50,7 +50,6 @@ from .models import (
     Approval,
     ApprovalStatus,
     Call,
-    Proposal,
     Reply,
     Run,
     RunStatus,
@@ -66,8 +65,8 @@ from .providers.stored import (
 from .providers.table import effort_for, needs_include
 from .store import Lease, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
-from .tools import Tool, ToolKind, as_output, parse_call, schemas
-from .turns import NextInput, StepData, Waiting
+from .tools import CallContext, Outcome, Tool, ToolKind, as_output, parse_call, schemas
+from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
 
@@ -478,50 +477,3 @@ class Loop:
     @property
     def pid(self) -> int:
         return os.getpid()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A call's result: its output for the model, the steps it adds, an audit line."""
-
-    output: dict[str, Any]
-    steps: list[StepData]
-    audit: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """What any tool's functions get for one call: the run, its lease, the call itself."""
-
-    run: Run
-    lease: Lease
-    call: Call
-    store: Store
-    crash: Callable[[str], None]   # a named crash point (crash.py), for the tests
-
-    @property
-    def key(self) -> str:
-        """The call's idempotency key: its run and call id (callrecords.call_key)."""
-        return self.call.key or self.call.call_id
-
-    def fence(self) -> None:
-        """LeaseLost if another process took the run over: then nothing may happen."""
-        self.store.check_lease(self.lease)
-
-    def propose(self, title: str, *, subject: str = "", amount_cents: int = 0
-                ) -> Waiting | Outcome:
-        """Queue this call for a person (boundary 4) and pause the run: a ``needs_approval``
-        tool's ``propose`` returns this.
-
-        ``title`` is the sentence the reviewer reads; ``subject`` what the action is on;
-        ``amount_cents`` what it moves, when it moves money (0: nothing to pay). The store
-        writes the approval, its audit line and the run's pause in one transaction, keyed
-        by the call, so proposing again after a crash finds the same approval.
-        """
-        queued = self.store.queue_approval(
-            self.lease, response_id=self.call.response_id, call_id=self.call.call_id,
-            order_id=subject, summary=title, customer=self.run.sender,
-            price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents))
-        if isinstance(queued, Approval):
-            return Waiting(queued.id)
-        return Outcome({"error": queued}, [])

@@ -22,6 +22,10 @@ from typing import Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
+from .models import Approval, Call, Proposal, Run
+from .store import Lease, Store
+from .turns import StepData, Waiting
+
 
 def at_most(limit: int, what: str) -> AfterValidator:
     """A validator refusing text longer than ``limit`` characters, naming ``what``."""
@@ -169,5 +173,48 @@ def as_output(value: dict[str, Any]) -> str:
     return json.dumps(value, default=str)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A call's result: its output for the model, the steps it adds, an audit line."""
+
+    output: dict[str, Any]
+    steps: list[StepData]
+    audit: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class CallContext:
+    """What any tool's functions get for one call: the run, its lease, the call itself."""
+
+    run: Run
+    lease: Lease
+    call: Call
+    store: Store
+    crash: Callable[[str], None]   # a named crash point (crash.py), for the tests
+
+    @property
+    def key(self) -> str:
+        """The call's idempotency key: its run and call id (callrecords.call_key)."""
+        return self.call.key or self.call.call_id
+
+    def fence(self) -> None:
+        """LeaseLost if another process took the run over: then nothing may happen."""
+        self.store.check_lease(self.lease)
+
+    def propose(self, title: str, *, subject: str = "", amount_cents: int = 0
+                ) -> Waiting | Outcome:
+        """Queue this call for a person (boundary 4) and pause the run: a ``needs_approval``
+        tool's ``propose`` returns this.
+
+        ``title`` is the sentence the reviewer reads; ``subject`` what the action is on;
+        ``amount_cents`` what it moves, when it moves money (0: nothing to pay). The store
+        writes the approval, its audit line and the run's pause in one transaction, keyed
+        by the call, so proposing again after a crash finds the same approval.
+        """
+        queued = self.store.queue_approval(
+            self.lease, response_id=self.call.response_id, call_id=self.call.call_id,
+            order_id=subject, summary=title, customer=self.run.sender,
+            price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents))
+        if isinstance(queued, Approval):
+            return Waiting(queued.id)
+        return Outcome({"error": queued}, [])

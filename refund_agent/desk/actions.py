@@ -12,12 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..errors import PaymentUncertain
-from ..loop import CallContext, Outcome
 from ..models import CANNOT_CONTINUE, Approval, ApprovalStatus, StepKind
 from ..outside import Outbox, Payments, with_signature
 from ..providers.stored import HANDED_OVER
 from ..store import Lease, Store
-from ..tools import toolset
+from ..tools import CallContext, Outcome, toolset
 from ..turns import Waiting
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
 from .rules import unit_problem
