@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from .audit import GENESIS_HASH, audit_hash
 from .base import Store, engine_for, is_postgres_url
-from .core import DB_ERRORS, LEASE_STALE_SECONDS, Lease, host_id, pid_alive
+from .core import DB_ERRORS, LEASE_STALE_SECONDS, host_id, pid_alive
+from .leases import Lease
 from .postgres import BulkLoad, PostgresStore, redact
 from .schema import SCHEMA_HISTORY, SCHEMA_VERSION, TABLES
 from .sqlite import SQLiteStore

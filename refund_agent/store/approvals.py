@@ -13,7 +13,8 @@ from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line,
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
 from ..models import Approval, RunStatus, call_key
 from .audit import audit_lines
-from .core import Lease, StoreCore, no_limit
+from .core import StoreCore, no_limit
+from .leases import Lease
 
 
 class Approvals(StoreCore):

@@ -2,7 +2,7 @@
 
 Each public write method is one transaction, and each is one of the durable boundaries the
 agent relies on: a process killed between two of them leaves the store consistent, and the run
-can be picked up from what was committed. The methods live by concern (runs and leases,
+can be picked up from what was committed. The methods live by concern (runs, leases,
 responses and calls, approvals, replies, accounts, the audit log, the ledger, provider
 events, the desk's records); what the two
 engines do differently lives in their classes, :class:`~refund_agent.store.sqlite.SQLiteStore`
@@ -18,6 +18,7 @@ from .approvals import Approvals
 from .auditlog import AuditLog
 from .core import LEASE_STALE_SECONDS
 from .escalations import DeskInbox, DeskRecords
+from .leases import Leases
 from .ledger import Ledger
 from .outside import ProviderEvents
 from .replies import Replies
@@ -30,7 +31,7 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-class Store(Runs, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
+class Store(Runs, Leases, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
             DeskRecords, DeskInbox):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.

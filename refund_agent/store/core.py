@@ -19,11 +19,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import LeaseLost, StoreError
+from ..errors import StoreError
 from .audit import GENESIS_HASH, audit_hash
 from .inbox import refresh_stale_desk
 from .schema import SCHEMA_VERSION, shipped_version
@@ -43,18 +42,6 @@ DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,) + (
 LEASE_STALE_SECONDS = 15 * 60
 
 
-@dataclass(frozen=True)
-class Lease:
-    """The right to advance one run, held by one process at a time.
-
-    ``epoch`` is a fencing token: it grows with every acquisition, and every write made on
-    behalf of the run checks it in the write's own transaction. A process that lost the run
-    (paused past its lease, slow, or taken over by ``resume``) is refused at its next write.
-    """
-
-    run_id: str
-    token: str
-    epoch: int
 
 
 def host_id() -> str:
@@ -320,24 +307,3 @@ class StoreCore:
             {**entry, "lines_json": None if lines is None else json.dumps(lines), "prev": prev,
              "hash": digest})
         db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?", (digest,))
-
-    def _fence(self, db: Any, lease: Lease) -> None:
-        """Refuse a write made on behalf of a run by a process that no longer holds it."""
-        # Locked until the write commits: the lease cannot change hands in between.
-        row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?"
-                         + self.lock_row, (lease.run_id,)).fetchone()
-        if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):
-            raise LeaseLost(lease.run_id, row["lease_pid"] if row else None)
-
-    def _lease_live(self, db: Any, row: dict[str, Any]) -> bool:
-        """Whether someone holds this run: a live process that renewed its lease recently."""
-        if row.get("lease_token") is None:
-            return False
-        age = db.execute(f"SELECT {self.now} - ?", (row.get("lease_at") or 0,)).fetchone()[0]
-        if age >= self.lease_seconds:
-            return False
-        if row.get("lease_host") not in (None, self.host):
-            # Another host's pid cannot be looked up from here: its lease holds until it
-            # expires by the database's clock (its holder renews it while it works).
-            return True
-        return pid_alive(row.get("lease_pid"))

@@ -13,7 +13,8 @@ from typing import Any
 from ..desk.rules import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..models import HANDOFF, Escalation
-from .core import Lease, StoreCore
+from .core import StoreCore
+from .leases import Lease
 
 
 def raise_escalation(db: Any, key: str, run_id: str, kind: str, reason: str, by: str,

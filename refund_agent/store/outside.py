@@ -8,8 +8,9 @@ import time
 from typing import Any
 
 from ..models import PROVIDER_FAILED, Approval, RunStatus
-from .core import Lease, StoreCore
+from .core import StoreCore
 from .escalations import raise_escalation
+from .leases import Lease
 
 
 class ProviderEvents(StoreCore):

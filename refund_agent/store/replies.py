@@ -8,7 +8,8 @@ import time
 
 from ..errors import NotFound, RunNotReady
 from ..models import Reply, RunStatus, Step
-from .core import Lease, StoreCore
+from .core import StoreCore
+from .leases import Lease
 
 
 class Replies(StoreCore):

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..models import Call, Run, TranscriptEntry, call_key, order_id_in
-from .core import Lease, StoreCore
+from .core import StoreCore
+from .leases import Lease
 
 # Calls whose effect leaves the system as soon as they run (see record_response).
 # issue_refund is not one: it only queues an approval, itself a durable commit.

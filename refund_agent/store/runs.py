@@ -1,16 +1,15 @@
-"""Runs and their leases: boundary 1 (a run exists before any request) and boundary 7 (one
-fenced owner per run), and the lists the desk and the terminal draw from."""
+"""Runs: boundary 1 (a run exists before any request), and the lists the desk and the
+terminal draw from. Who may advance a run is leases.py's."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Collection
-from typing import Any
 
-from ..errors import NotFound, RunBusy
+from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
-from .core import Lease, StoreCore, no_limit
+from .core import StoreCore, no_limit
 
 
 class Runs(StoreCore):
@@ -135,89 +134,6 @@ class Runs(StoreCore):
         db = self._db()
         return [Run.model_validate(dict(r)) for r in rows
                 if not live or self._lease_live(db, dict(r))]
-
-    # -- leases --------------------------------------------------------------------------
-
-    def acquire(self, run_id: str, token: str) -> Lease:
-        """Take the run's lease for this process, with a fencing token one higher than before.
-
-        Raises:
-            RunBusy: another live process (or thread) holds the lease.
-        """
-        with self._tx(durable=False) as db:  # lost with the power, so were its holders
-            row = db.execute("SELECT * FROM runs WHERE id = ?" + self.lock_row,
-                             (run_id,)).fetchone()
-            if row is None:
-                raise NotFound(f"No run with id {run_id!r}.")
-            row = dict(row)
-            if row["lease_token"] not in (None, token) and self._lease_live(db, row):
-                raise RunBusy(run_id, row["lease_pid"])
-            return self._take(db, row, token)
-
-    def _take(self, db: Any, row: dict[str, Any], token: str) -> Lease:
-        """Give this process the run's lease (the caller checked that nobody live holds it)."""
-        run_id = row["id"]
-        if row["last_pid"] is not None and (row["last_pid"] != self.pid
-                                            or row.get("lease_host") not in (None, self.host)):
-            self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
-                                               "pid": self.pid})
-        epoch = row["lease_epoch"] + 1
-        db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {self.now},"
-                   " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
-                   " updated_at = ?, lease_host = ? WHERE id = ?",
-                   (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), self.host,
-                    run_id))
-        return Lease(run_id, token, epoch)
-
-    def claim(self, token: str, agent: str | None = None) -> Lease | None:
-        """Take one run that needs a worker and that nobody live holds, or None; with
-        ``agent``, only that agent's runs (a worker never takes another agent's run).
-
-        A run needs a worker when it is marked working (new, or cut off mid-turn by a crash
-        anywhere) or still waiting although its refund was decided. On PostgreSQL the candidate
-        rows are read ``FOR UPDATE SKIP LOCKED``: workers on several hosts asking at once each
-        get a different run, without waiting for one another; the lease and its fencing token
-        then guard every later write. Leases that expired by the database's clock are taken,
-        so any host recovers the runs of a host that died.
-        """
-        mine, args = _agent_filter(agent)
-        with self._tx(durable=False) as db:
-            rows = db.execute(
-                "SELECT * FROM runs WHERE (status = ? OR (status = ? AND EXISTS (SELECT 1 FROM"
-                " approvals a WHERE a.run_id = runs.id AND a.status != 'pending') AND NOT EXISTS"
-                " (SELECT 1 FROM approvals p WHERE p.run_id = runs.id AND p.status = 'pending')))"
-                f" AND (lease_token IS NULL OR lease_host = ? OR lease_at < {self.now} - ?){mine}"
-                " ORDER BY updated_at LIMIT 20" + self.lock_row + self.skip_locked,
-                (RunStatus.WORKING, RunStatus.WAITING, self.host,
-                 self.lease_seconds, *args)).fetchall()
-            for row in map(dict, rows):
-                if row["lease_token"] is None or not self._lease_live(db, row):
-                    return self._take(db, row, token)
-        return None
-
-    def check_lease(self, lease: Lease) -> None:
-        """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
-        with self._errors():
-            self._fence(self._db(), lease)
-
-    def renew(self, lease: Lease) -> None:
-        """The heartbeat: push the lease's expiry forward, if it is still ours."""
-        with self._tx(durable=False) as db:
-            self._fence(db, lease)
-            db.execute(f"UPDATE runs SET lease_at = {self.now} WHERE id = ?", (lease.run_id,))
-
-    def release(self, lease: Lease, status: RunStatus, error: str | None = None,
-                step: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Give up the lease and set the run's status (with an optional timeline step)."""
-        # The run's end (and a person's Stop) is reported to people: durable. A pause or a
-        # failure lost with the power leaves an orphaned run that resume continues.
-        with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
-            self._fence(db, lease)
-            db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
-                       " status = ?, error = ?, updated_at = ? WHERE id = ?",
-                       (status, error, time.time(), lease.run_id))
-            if step:
-                self._step(db, lease.run_id, *step)
 
 
 def _agent_filter(agent: str | None, table: str = "") -> tuple[str, tuple[str, ...]]:
