@@ -4,12 +4,13 @@ PostgreSQL database shared by every host (``REFUND_AGENT_DATABASE_URL``).
 SQL stays in this package. ``Store(target)`` (or :func:`open_store` from the settings) opens
 the right engine:
 
-- ``base.py``: :class:`Store`, every durable boundary written once, by concern in ``runs.py``
-  (runs, leases), ``responses.py`` (responses, calls, transcripts), ``approvals.py``,
+- ``base.py``: :class:`Store`, every durable boundary written once, by concern in ``runs.py``,
+  ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls, transcripts), ``approvals.py``,
   ``replies.py`` (replies, timeline), ``accounts.py``, ``auditlog.py`` and ``ledger.py``, on
   ``core.py`` (connections, the transaction, errors translated in one place).
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.
-- ``schema.py``: each engine's schema and numbered steps; ``audit.py``: the chain's pure check.
+- ``schema.py``: what each version added; ``schema_sqlite.py``, ``schema_postgres.py``: each
+  engine's tables and numbered steps; ``audit.py``: the chain's pure check.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from ..errors import StoreError
 from .base import Store
-from .schema import SCHEMA_VERSION, SQLITE_SCHEMA, SQLITE_STEPS, due
+from .schema import SCHEMA_VERSION, due
+from .schema_sqlite import SQLITE_SCHEMA, SQLITE_STEPS
 
 
 class SQLiteStore(Store):
