@@ -5,8 +5,8 @@ SQL stays in this package. ``Store(target)`` (or :func:`open_store` from the set
 the right engine:
 
 - ``base.py``: :class:`Store`, every durable boundary written once, by concern in ``runs.py``,
-  ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls, transcripts), ``approvals.py``,
-  ``replies.py`` (replies, timeline), ``accounts.py``, ``auditlog.py`` and ``ledger.py``, on
+  ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls, transcripts),
+  ``approvals.py``, ``replies.py`` (replies, timeline), ``accounts.py``, ``auditlog.py`` and ``ledger.py``, on
   ``core.py`` (connections, the transaction, errors translated in one place).
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.
 - ``schema.py``: what each version added; ``schema_sqlite.py``, ``schema_postgres.py``: each

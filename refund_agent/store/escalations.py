@@ -207,7 +207,7 @@ class DeskRecords(StoreCore):
 
 class DeskInbox(StoreCore):
     """The inbox read by desk status, beside ``Runs.inbox``: from the status each run's row
-    keeps (schema 12, store/desk_rows.py), so counting and paging never read approvals."""
+    keeps (schema 12, store/inbox.py), so counting and paging never read approvals."""
 
     def desk_index(self, search: str = "") -> list[tuple[str, Any, int, float]]:
         """Every run matching ``search``, newest first, as (id, DeskStatus, open escalations,

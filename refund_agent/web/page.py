@@ -21,10 +21,11 @@ from ..config import Settings, load_settings
 from ..desk.accounts import Accounts, host_allowed
 from ..desk.agent import Agent
 from ..errors import RefundAgentError
-from .approvals import render_approver, render_escalations, render_queue, render_sign_in, review
+from .approvals import render_escalations, render_queue, review
 from .audit import render_audit
 from .inbox import render_new_tickets, render_tickets
 from .session import show_notice, signed_in
+from .signer import render_approver, render_sign_in
 from .ticket import render_ticket
 from .views import md
 from .worker import Worker

@@ -169,7 +169,8 @@ class Worker:
 
     def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
                keep: list[str] | None = None, limit_cents: int | None = None,
-               units: dict[str, int] | None = None) -> Approval:
+               units: dict[str, int] | None = None, fingerprint: str | None = None
+               ) -> Approval:
         """Record a decision, then continue its run in the background.
 
         Args:
@@ -177,6 +178,7 @@ class Worker:
                 keeps every proposed line.
             units: kept lines approved for fewer units than proposed (sku -> units).
             limit_cents: the deciding account's approval limit (None: no limit).
+            fingerprint: the approval as the review showed it (Approval.fingerprint).
 
         Raises:
             AlreadyDecided: someone decided first (its message names who).
@@ -185,11 +187,13 @@ class Worker:
         """
         self._check_running()
         decided = self.agent.decide(approval_id, approve, by, note, keep=keep,
-                                    limit_cents=limit_cents, units=units)
+                                    limit_cents=limit_cents, units=units,
+                                    fingerprint=fingerprint)
         self._launch(decided.run_id)
         return decided
 
-    def ask(self, approval_id: str, by: str, question: str) -> Approval:
+    def ask(self, approval_id: str, by: str, question: str,
+            fingerprint: str | None = None) -> Approval:
         """Send a proposal back to the customer with a question, then continue its run.
 
         Raises:
@@ -197,7 +201,7 @@ class Worker:
             DecisionRefused: no name or no question.
         """
         self._check_running()
-        asked = self.agent.ask(approval_id, by, question)
+        asked = self.agent.ask(approval_id, by, question, fingerprint=fingerprint)
         self._launch(asked.run_id)
         return asked
 

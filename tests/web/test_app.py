@@ -120,6 +120,26 @@ def test_approve_card_finishes_the_run(output, store):
                store.run(run.id).requests > run.requests, what="the reply's turn")
 
 
+def test_a_proposal_that_changed_under_the_open_review_is_refused_not_approved(output, store):
+    """What you see is what you sign: the review was drawn, then the proposal changed in the
+    store; the click names what was drawn and is refused, audited, and nothing is paid."""
+    at = open_page()
+    approval = start_damaged(at, store)
+    save_name(at, "Dana Kim")
+    review(at, approval.id)
+    assert at.button(key=f"confirm_{approval.id}").label == "Approve $48.00"
+    with sqlite3.connect(output / "refund-agent.sqlite3") as db:
+        db.execute("UPDATE approvals SET summary = 'Refund the whole order' WHERE id = ?",
+                   (approval.id,))
+    at.button(key=f"confirm_{approval.id}").click().run()
+    assert shows(at, "changed since it was shown to Dana Kim", "error")
+    assert store.approval(approval.id).status == "pending"
+    assert [e.event for e in store.audit()] == ["requested", "refused"]
+    # Confirming again decides what the review now shows (and shows it was redrawn).
+    at.button(key=f"confirm_{approval.id}").click().run()
+    assert shows(at, "Approved $48.00 for order A1043 as Dana Kim", "toast")
+
+
 def test_partial_approval_pays_only_the_kept_lines(output, store):
     at = open_page()
     approval = start_two_lines(at, store)
