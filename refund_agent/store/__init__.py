@@ -7,7 +7,8 @@ the right engine:
 - ``base.py``: :class:`Store`, every durable boundary written once, by concern in ``runs.py``,
   ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls, transcripts),
   ``approvals.py``, ``replies.py`` (replies, timeline), ``accounts.py``, ``auditlog.py``,
-  ``ledger.py``, ``escalations.py`` and ``inbox.py``, on ``core.py`` (connections, the transaction, errors translated in one place).
+  ``ledger.py``, ``escalations.py`` and ``inbox.py``, on ``core.py`` (connections, the
+  transaction, errors translated in one place).
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.
 - ``schema.py``: what each version added; ``schema_sqlite.py``, ``schema_postgres.py``: each
   engine's tables and numbered steps; ``audit.py``: the chain's pure check.
