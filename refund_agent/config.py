@@ -147,7 +147,7 @@ class Settings:
 
     Attributes:
         provider: ``xai`` (the default) or ``openai`` (REFUND_AGENT_PROVIDER, or only
-            OPENAI_API_KEY set); see providers.py for what differs.
+            OPENAI_API_KEY set); see providers/table.py for what differs.
         api_key: the provider's key; when empty the offline stand-in model is used (speaking
             the provider's dialect).
         model: model name sent with each request.

@@ -134,7 +134,7 @@ class Call(BaseModel):
     name: str
     arguments: str
     output: str | None
-    # The approval id and idempotency key of what the call does (see callrecords.py); None
+    # The approval id and idempotency key of what the call does (see models.py (call_key)); None
     # for a call that repeated an id its run had used, answered without running.
     key: str | None = None
     order_id: str | None = None   # the one its arguments name, as the model wrote it

@@ -1,7 +1,7 @@
 """Talking to the model while a turn streams: live events, the Stop button, the lease heartbeat.
 
 Everything here is I/O around one streamed request; what the request says and what its
-response means are pure functions in turns.py, and the loop that uses both is in agent.py.
+response means are pure functions in turns.py, and the loop that uses both is in loop.py.
 """
 
 from __future__ import annotations

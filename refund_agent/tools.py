@@ -194,7 +194,7 @@ class CallContext:
 
     @property
     def key(self) -> str:
-        """The call's idempotency key: its run and call id (callrecords.call_key)."""
+        """The call's idempotency key: its run and call id (models.call_key)."""
         return self.call.key or self.call.call_id
 
     def fence(self) -> None:

@@ -1,8 +1,8 @@
 """One model turn as data: what the next request sends, and what its response means.
 
 Everything here is a pure function of what it is given (no store, no network, no clock), so
-each is unit-tested with hand-made responses (tests/loop/test_turns.py). The loop in agent.py reads
-the store, calls these, streams the request (streaming.py) and commits what they return.
+each is unit-tested with hand-made responses (tests/loop/test_turns.py). The loop (loop.py)
+reads the store, calls these, streams the request (streaming.py) and commits what they return.
 
 A turn of the loop ends in one of three values, never in an exception:
 
@@ -144,7 +144,7 @@ def usage_of(response: Any, model: str = "") -> dict[str, int]:
     """Tokens and cost from a response; xAI reports cost as ``cost_in_usd_ticks``.
 
     A provider that reports no cost (OpenAI) gets an estimate from the price table in
-    providers.py, marked ``cost_estimated`` so front ends can say so.
+    providers/table.py, marked ``cost_estimated`` so front ends can say so.
     """
     usage = response.usage
     if usage is None:

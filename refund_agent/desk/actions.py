@@ -1,6 +1,6 @@
 """What the refund desk's tools do: the look-ups, and the effects (paying, emailing).
 
-The loop in agent.py knows none of this: it hands each call a :class:`DeskCall` (the run,
+The loop in loop.py knows none of this: it hands each call a :class:`DeskCall` (the run,
 its lease, the call and the desk's outside systems) and runs the tool the way its declaration
 says (tools.ToolKind). Effects live here, each fenced by the run's lease and keyed by the
 call's key, so a process that lost the run does nothing, and a repeat does nothing twice.

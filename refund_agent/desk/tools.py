@@ -94,7 +94,7 @@ class Escalate(_Args):
 
 
 # The refund desk's tools as the model sees them; the functions that carry them out are
-# bound in calls.py (REFUND_TOOLS), which owns the approval flow and the idempotency keys.
+# bound in desk/actions.py (REFUND_TOOLS), which owns the approval flow and the idempotency keys.
 TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("lookup_order", "Look up an order: its lines (sku, item, price, quantity, units left "
          "to refund), dates, payment method and earlier refunds. Only orders placed by the "

@@ -76,7 +76,7 @@ def unsent_for_the_stand_in(key: str, record: dict[str, Any]) -> str:
 
 class StandInOutbox:
     """Sends each email once per idempotency key (the run and the ``send_customer_message``
-    call id, see callrecords.py)."""
+    call id, see models.py (call_key))."""
 
     def __init__(self, output_dir: Path, store: Any | None = None) -> None:
         # ``store``: a shared store (PostgreSQL) keeps the records where every host sees them.

@@ -56,7 +56,7 @@ def refund_request(quote: Quote, summary: str) -> dict[str, Any]:
 
 class StandInPayments:
     """Issues refunds exactly once per idempotency key (the approval id: the run and the
-    ``issue_refund`` call id, see callrecords.py).
+    ``issue_refund`` call id, see models.py (call_key)).
 
     Each refund records its order lines, so the log alone can be reconciled line by line with
     the approvals and the audit.

@@ -32,7 +32,7 @@ class Approvals(StoreCore):
         run_id = lease.run_id
         with self._tx() as db:
             self._fence(db, lease)
-            # The approval's id is the call's key (see callrecords.py): calls saved before
+            # The approval's id is the call's key (see models.py (call_key)): calls saved before
             # schema 6 keep their call id as key, so their approvals keep their ids.
             row = db.execute("SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
                              " AND call_id = ? AND key IS NOT NULL",
@@ -148,7 +148,7 @@ class Approvals(StoreCore):
 
         Where what the order had approved (any ticket, anyone) plus the kept lines comes above
         ``two_person_above_cents``, the first approval only records a sign-off (the approval
-        stays pending; see approving.four_eyes) and a second, different person completes it;
+        stays pending; see rules.four_eyes) and a second, different person completes it;
         nobody approves a refund on a ticket they opened (runs.raised_by).
 
         An approval may keep only some of the proposed lines (``keep``, skus); the others are

@@ -1,6 +1,6 @@
 """The desk's records (schema 9): escalations a lead takes, hand-offs to a lead, first
 sign-offs of a two-person refund, who typed a ticket in; and the inbox read by desk status.
-What they are for is in ``refund_agent/models.py`` and ``approving.py``."""
+What they are for is in ``refund_agent/models.py`` and ``desk/rules.py``."""
 
 from __future__ import annotations
 

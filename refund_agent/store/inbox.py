@@ -1,6 +1,6 @@
 """The desk's status kept on each run (schema 12), recomputed where it goes stale.
 
-The inbox counts and pages tickets by what happened to them (desk_status.py). Working that out
+The inbox counts and pages tickets by what happened to them (desk/status.py). Working that out
 reads each run's latest approval, its declined lines and its open escalations: cheap for one
 run, seconds for 100,000 on every draw of the page. So each run's row keeps its desk status
 and its open escalations (``desk_status``, ``desk_escalations``). Triggers in the schema mark a

@@ -54,7 +54,7 @@ class Ledger(StoreCore):
         return [(r[0], r[1]) for r in
                 self._read("SELECT id, record FROM ledger WHERE log = ? ORDER BY id", (log,))]
 
-    # -- moving a whole store (see migrate.py) ---------------------------------------------
+    # -- moving a whole store (see store/migrate.py) ---------------------------------------------
 
     def row_counts(self) -> dict[str, int]:
         """How many rows each table holds."""

@@ -66,7 +66,7 @@ SCHEMA_HISTORY: dict[int, str] = {
         "counts and pages by what happened without reading every run's approvals on every "
         "draw. Triggers mark a run's row stale (desk_dirty) when its status, an approval, a "
         "line's decision or an escalation changes; each write transaction recomputes the stale "
-        "rows with desk_status.py before it commits (see store/desk.py).",
+        "rows with desk/status.py before it commits (see store/inbox.py).",
     13: "Runs name the agent that made them (runs.agent; 'refunds' for the desk, the closure "
         "example's 'closure'), so a front end resumes, claims and decides only its own agent's "
         "runs in a store several agents share. Runs from before are the desk's, except those "
@@ -201,7 +201,7 @@ def _data_v13(db: Any) -> None:
 
 
 # Every table of a store, with the columns its rows are ordered by (its primary key): what a
-# copy of the whole store (migrate.py) reads and fills, in this order.
+# copy of the whole store (store/migrate.py) reads and fills, in this order.
 TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",

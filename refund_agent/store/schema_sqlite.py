@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id, id);
 -- A call is its run's, its response's, at its place in the response: provider call ids are not
--- unique across runs, and a model may even repeat one. ``key`` (see callrecords.py) is what
+-- unique across runs, and a model may even repeat one. ``key`` (see models.py (call_key)) is what
 -- outlives the request, unique: the approval's id, the payment's or email's idempotency key;
 -- NULL for a repeated call, which is answered without running. ``order_id`` is the one the
 -- arguments name, read in Python when the call is saved (no query parses the arguments).
@@ -217,7 +217,7 @@ CREATE TABLE IF NOT EXISTS store_moved (
 );
 -- The desk's status kept on each run (schema 12): what changes it marks the run's row stale,
 -- and every write transaction recomputes the stale rows before it commits (store/desk.py),
--- so the rule stays in one place, desk_status.py, and the inbox reads one column.
+-- so the rule stays in one place, desk/status.py, and the inbox reads one column.
 -- The indexes: a page of one status, newest first; every filter's count from the index
 -- alone; a page of escalated tickets; the stale rows; a customer's latest name.
 CREATE INDEX IF NOT EXISTS runs_by_desk ON runs(desk_status, created_at);

@@ -107,7 +107,7 @@ def render_tickets(worker: Worker) -> None:
     search = st.text_input("Search tickets", key="inbox_search", on_change=on_filter_change,
                            placeholder="Name, email, order or words",
                            label_visibility="collapsed", icon=":material/search:")
-    # Each ticket's status is what happened to it (desk_status.py), kept on its row, so every
+    # Each ticket's status is what happened to it (desk/status.py), kept on its row, so every
     # filter's count is one grouped query and a page is one more, with 10 tickets or 100,000.
     counts = desk_counts(store.desk_groups(search))
     labels = {f.key: f"{f.label} {counts[f.key]}" for f in DESK_FILTERS}

@@ -84,7 +84,7 @@ DECISIONS: dict[ApprovalStatus, DecisionView] = {
 }
 
 
-# What happened to a ticket (desk_status.py), each with its own badge.
+# What happened to a ticket (desk/status.py), each with its own badge.
 DESK: dict[DeskStatus, StatusView] = {
     DeskStatus.WORKING: StatusView("Working", "blue", "autorenew"),
     DeskStatus.WAITING: StatusView("Waiting for approval", "orange", "pan_tool"),
@@ -402,7 +402,7 @@ def _response_title(data: dict[str, Any], turn: int) -> str:
         parts.append(f"{data.get('input_tokens', 0):,} in ({data.get('cached_tokens', 0):,} "
                      f"cached) / {data.get('output_tokens', 0):,} out tokens")
     if data.get("cost_ticks") is not None:
-        # OpenAI reports no cost: the figure is estimated from providers.py's price table.
+        # OpenAI reports no cost: the figure is estimated from providers/table.py's price table.
         estimate = " (estimate)" if data.get("cost_estimated") else ""
         parts.append(f"${data['cost_ticks'] / 1e10:.4f}{estimate}")
     return " · ".join(parts)
@@ -768,7 +768,7 @@ def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
 def limit_notice(amount: float, limit: float | None, before: float = 0.0) -> str | None:
     """What the card says when approving ``amount`` is above the signed-in approver's limit,
     with ``before`` already approved by them on the order (the limit is per order, in all:
-    approving.limit_problem, which the decision runs)."""
+    rules.limit_problem, which the decision runs)."""
     if limit is None or round(amount * 100) + round(before * 100) <= round(limit * 100):
         return None
     if round(before * 100) == 0:
