@@ -134,6 +134,100 @@ LABELS = {
     "violations": "Power-loss crash states recovered with a promise broken",
 }
 
+# Issue 33 (trust, round three): each case that broke, the test that now holds it, and what
+# that test showed on the code before the fix. Static: these are facts about the fix, not a run.
+TRUST_CASES: list[tuple[str, str, str, str]] = [
+    ('1',
+     ('The two-person rule counted one proposal, not the order: one lead approved $48.00 with '
+      '`--only`, then $32.95 on the same order, alone.'),
+     ('`tests/desk/test_desk.py::test_two_people_count_what_the_order_was_paid_not_one_proposal`, '
+      '`::test_two_approvals_racing_on_one_order_cannot_both_stay_under_the_amount` (SQLite and '
+      "PostgreSQL); the money state machine's invariant `paid above the two-person amount by one "
+      'person`'),
+     ('$80.95 paid by one person; both racing approvals approved on both engines; the state machine'
+      ' shrank it to two $0.01 lines')),
+    ('2',
+     ('An approver over her limit by what she approved before was stuck: approve said a lead must '
+      'decide, handoff said it was within her limit.'),
+     ('`tests/desk/test_money_limits.py::test_over_the_limit_by_what_she_approved_before_the_terminal_offers_the_hand_off`,'
+      ' '
+      '`tests/web/test_app.py::test_over_the_limit_with_what_she_approved_before_the_page_offers_a_lead`'),
+     "the refusal named no way on; the page's card offered Approve…"),
+    ('3',
+     ('Look-alike account names (dotless ı, Latin alpha, an invisible U+034F, an accent) and the '
+      'names stripe, smtp, webhooks were accepted.'),
+     ('`tests/desk/test_identity.py::test_a_look_alike_of_an_account_name_is_refused_naming_whom_it_looks_like`,'
+      " `::test_no_look_alike_or_invisible_character_makes_another_person` (Hypothesis, Unicode's "
+      'confusables table), `::test_one_person_with_a_twin_account_cannot_be_both_people`'),
+     ('all four names and all three actors accepted; a twin signed off and approved a two-person '
+      'refund')),
+    ('4',
+     ("The sign-in throttle counted by client address: a stranger's wrong passwords locked the lead"
+      ' out.'),
+     ('`tests/desk/test_identity.py::test_a_strangers_wrong_passwords_never_lock_the_lead_out`, '
+      '`::test_the_wait_grows_and_says_in_the_audit_whose_name_was_slowed`'),
+     ('the lead locked out for 5 minutes, in the browser and the terminal; no audit line said who '
+      'was slowed')),
+    ('5',
+     ("A custom agent's waiting run in the desk's store was finished by the desk's resume with the "
+      'refund tools.'),
+     ('`tests/loop/test_second_agent.py::test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it`,'
+      ' `::test_the_desks_resume_worker_and_claim_never_pick_up_a_closure_run`'),
+     ('resume ended the closure run done after 4 model requests, nothing closed, its approval '
+      'pending for ever')),
+    ('6',
+     ('One failed Stripe refund (refund.failed and refund.updated) opened two escalations; thirty '
+      'escalate calls opened thirty.'),
+     ('`tests/desk/test_desk.py::test_thirty_escalate_calls_open_one_escalation_and_the_model_hears_it_is_with_a_lead`,'
+      ' `::test_racing_failure_reports_for_one_refund_open_one_escalation`, '
+      '`::test_at_most_one_open_escalation_per_ticket_kind_and_refund` (Hypothesis), '
+      '`tests/outside/test_webhooks.py::test_refund_failed_then_refund_updated_for_one_refund_open_one_escalation`'),
+     '30 open escalations; 2 for one refund; 8 from 8 racing reports'),
+    ('7',
+     ('The webhook server dropped malformed requests with a traceback and held a thread per slow '
+      'client.'),
+     ('`tests/outside/test_webhooks.py::test_a_malformed_delivery_is_answered_in_one_line_never_a_traceback`,'
+      ' `::test_a_body_over_the_limit_gets_413_before_it_is_read`, '
+      '`::test_slow_clients_are_dropped_after_the_read_timeout_while_events_get_through`'),
+     'connections closed without an answer, with a traceback; slow clients never dropped'),
+    ('8',
+     'A key with a non-ASCII character ended doctor and the first run in a UnicodeEncodeError.',
+     ('`tests/providers/test_settings.py::test_a_key_with_a_character_no_key_has_is_refused_naming_it_not_the_key`,'
+      ' `::test_the_terminal_names_the_bad_character_in_one_line`'),
+     'a traceback in both commands'),
+    ('9',
+     ("OpenAI's non-reasoning models were asked for encrypted reasoning, and the refusal was read "
+      'as a tampered transcript.'),
+     ('`tests/providers/test_providers.py::test_a_model_without_reasoning_is_never_asked_for_encrypted_reasoning`,'
+      ' `::test_the_openai_stand_in_refuses_include_on_a_model_without_reasoning`, '
+      '`::test_an_agent_on_gpt_4o_completes_a_ticket`, '
+      '`tests/providers/test_doctor.py::test_the_doctor_sends_the_agents_own_parameter_set`'),
+     ("include sent to gpt-4o; the error read as bad_reasoning; the doctor's request lacked the "
+      "agent's parameters")),
+    ('10',
+     ("After the refund was paid, a refusal resume cannot fix (xAI's 422) left the customer never "
+      'told.'),
+     ('`tests/loop/test_faults.py::test_a_permanent_refusal_after_the_refund_hands_the_ticket_to_a_person`,'
+      ' '
+      '`tests/providers/test_providers.py::test_resume_is_promised_only_where_asking_again_can_help`'
+      ' (Hypothesis)'),
+     ('every case failed with "Resume retries from the last stored response"; no email, no '
+      'escalation')),
+    ('11',
+     ('grok-4.3 and grok-4.5 were missing from the model table; doctor without a network blamed '
+      'streaming.'),
+     ('`tests/providers/test_providers.py::test_xais_current_models_get_the_effort_asked_for`, '
+      '`tests/providers/test_doctor.py::test_no_network_names_the_host_it_could_not_reach`'),
+     'no effort sent to grok-4.5; "the connection to the provider broke"'),
+    ('12',
+     'Tests asserted wall-clock budgets and failed on a busy machine.',
+     ("`tests/standin/test_brain_linear.py` (this thread's CPU time), "
+      '`::test_the_measure_does_not_count_a_busy_machine`; the budgets in the corpus, PostgreSQL '
+      'and agent tests removed'),
+     'wall time read 1.5 to 2.0x with a busy thread beside it'),
+]
+
+
 NOT_COVERED = """\
 - **Power loss and the disk's honesty.** SIGKILL stops the process, not the
   machine. The power-loss states (tests/helpers/powerloss.py has the disk model) lose
@@ -565,6 +659,11 @@ def render(records: list[dict[str, Any]]) -> str:
             [[f"`tests/{f}`", f"{r['seconds']:.0f} s", r["result"]] for f, r in files.items()]),
             ""]
 
+    out += ["## Trust, round three (issue 33)", "",
+            "Each case broke on the code before it, as its test showed there; each test runs "
+            "in the normal suite.", "",
+            _table(["#", "What broke", "Test now", "On the old code"],
+                   [list(case) for case in TRUST_CASES]), ""]
     out += ["## What these tests do not cover", "", NOT_COVERED]
     return "\n".join(out)
 
