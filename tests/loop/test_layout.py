@@ -108,3 +108,13 @@ def test_the_public_api_is_what_the_examples_need():
             assert module in ("refund_agent", "__future__") or not module.startswith(
                 "refund_agent"), (example.name, module)
     assert set(refund_agent.__all__) <= set(dir(refund_agent))
+
+
+def test_every_package_folder_ships():
+    """A sub-package missing from pyproject.toml's list installs without its modules."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    folders = {".".join(init.parent.relative_to(ROOT).parts)
+               for base in (PACKAGE, STAND_IN) for init in base.rglob("__init__.py")}
+    assert folders <= listed, sorted(folders - listed)
