@@ -183,7 +183,7 @@ def bullets(lines: Sequence[str]) -> str:
     return "\n" + "".join(f"\n- {md(line)}" for line in lines) if lines else ""
 
 
-# Text that did not parse (see views._parse) is shown as text, this much of it: st.json would
+# Text that did not parse (see views.ticket._parse) is shown as text, this much of it: st.json would
 # parse it again, in the browser, without the bounds the store keeps.
 SHOWN_TEXT = 4000
 

@@ -440,3 +440,19 @@ def test_the_terminal_names_a_sender_once_too(capsys):
                                        "subject": "Hi", "body": "It broke"}))
     out = capsys.readouterr().out
     assert "Email from x@example.com: Hi" in out and "<x@example.com>" not in out
+
+
+def test_the_views_stay_pure_and_the_package_names_what_it_exports():
+    """One module per page area, none importing Streamlit or the store (they format rows the
+    caller hands them); the package's __all__ is what the page and the tests call."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(views.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.startswith(("streamlit", "store"))
+                        or ".store" in n], (path.name, names)
+    assert {name for name in views.__all__ if not hasattr(views, name)} == set()
