@@ -8,7 +8,7 @@ from .client import provider_error
 from .table import ProviderError
 
 # How a run's failure says that a person has the ticket now (calls.hand_over writes it): the
-# terminal does not then tell anyone that resuming retries (cli._summary).
+# terminal does not then tell anyone that resuming retries (cli/output.py:run_summary).
 HANDED_OVER = "A person needs to take this ticket over"
 
 
