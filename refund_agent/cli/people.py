@@ -74,11 +74,9 @@ def _check_password_length(password: str) -> None:
 def users_add(args: argparse.Namespace) -> int:
     """``refund-agent users add NAME --role ROLE [--limit DOLLARS]``."""
     accounts = Accounts(Agent().store)
-    accounts.check(args.name, args.role, args.limit)  # before the password is asked for
-    # Whether the name is free is known before any password is asked for, too.
-    if accounts.get(" ".join(args.name.split())) is not None:
-        raise DecisionRefused(f"An account called {args.name.strip()!r} already exists; "
-                              "`refund-agent users list` shows them all.")
+    # Before the password is asked for: the role, the limit, and a name nobody holds (nor one
+    # that looks like theirs, identity.same_person).
+    accounts.check(args.name, args.role, args.limit)
     account = accounts.add(args.name, args.role, _new_password(args.name), args.limit)
     default = (" That is the default limit for an approver; --limit sets another."
                if args.role == "approver" and args.limit is None else "")

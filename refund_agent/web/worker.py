@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 SWEEP_EVERY = 60.0  # seconds between sweeps: approvals nobody decided in time, orphaned runs
 
-# The persona model keeps an angry customer going; a person's reply does not (see cli/tickets.py:drive).
+# The persona model keeps an angry customer going; a person's reply does not (see
+# cli/tickets.py:drive).
 SIMULATED_KINDS = frozenset({"angry"})
 
 

@@ -267,7 +267,7 @@ def test_users_add_checks_the_name_and_the_length_before_anything_else(tmp_path)
     # The name is taken: refused before a password is read (none is given here at all).
     taken = _users_add(out, "Dana  Kim", "--role", "approver")
     assert taken.returncode == 1
-    assert "An account called 'Dana  Kim' already exists" in taken.stderr
+    assert "An account named 'Dana Kim' already exists" in taken.stderr
     short = _users_add(out, "Ben Ode", "--role", "lead", stdin="short\n")
     assert short.returncode == 1
     assert "The password needs at least 8 characters; nothing was changed." in short.stderr

@@ -226,7 +226,8 @@ MUTANTS = [
         "# MUTANT\n"),),
         notebook="beyond", claim="the stranger's lookup found nothing"),
     Mutant("expiry_disabled", "approvals never expire", ((
-        "agent.py", "        return self.store.expire(self.settings.approval_days * 86400)\n",
+        "loop.py", "        return self.store.expire(self.settings.approval_days * 86400, "
+                   "agent=self.agent_name)\n",
         "        return []  # MUTANT: nothing ever expires\n"),),
         claim="the approval expired"),
     Mutant("stored_response_fallback_removed",
