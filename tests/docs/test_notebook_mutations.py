@@ -299,8 +299,10 @@ def _run(mutant: Mutant, scratch: Path) -> Outcome:
     home = scratch / mutant.name
     shutil.copytree(PACKAGE, home / "refund_agent",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    # config.PROJECT_ROOT is the copy's parent, where the shop's data is looked for.
+    # config.PROJECT_ROOT is the copy's parent: a checkout (pyproject.toml) whose data/ holds
+    # the sample shop (config.shipped_folder).
     (home / "data").symlink_to(ROOT / "data")
+    (home / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
     _apply(mutant, home / "refund_agent")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(home), *filter(None, [os.environ.get("PYTHONPATH")])]),
