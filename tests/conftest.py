@@ -7,6 +7,7 @@ module imports another, or this file).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,17 @@ def dialect(request, monkeypatch) -> str:
     without an explicit dialect reads REFUND_AGENT_OFFLINE_DIALECT."""
     monkeypatch.setenv("REFUND_AGENT_OFFLINE_DIALECT", request.param)
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Every test leaves os.environ as it found it: load_settings() loads a .env into it, and
+    a variable that outlived its test (a model name, once) changed every later test and the
+    notebooks' kernels in a serial run."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(autouse=True)

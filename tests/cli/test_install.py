@@ -103,7 +103,10 @@ def test_every_file_of_the_shipped_folders_is_in_the_package_data():
 
 
 def test_a_dotenv_in_the_folder_you_run_in_is_read(elsewhere, monkeypatch):
-    monkeypatch.delenv("REFUND_AGENT_MODEL", raising=False)  # restored after load_dotenv sets it
+    # setenv first, so that monkeypatch restores the variable's absence afterwards: load_dotenv
+    # writes into os.environ, and a leak would change the model of every later test.
+    monkeypatch.setenv("REFUND_AGENT_MODEL", "")
+    monkeypatch.delenv("REFUND_AGENT_MODEL")
     (elsewhere / ".env").write_text("REFUND_AGENT_MODEL=grok-from-dotenv\n")
     assert load_settings().model == "grok-from-dotenv"
 
