@@ -125,9 +125,9 @@ def test_two_people_approving_at_once_pay_once(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=cli_env(output))
               for name in ("Dana Kim", "Lee Park")]
-    deadline = time.monotonic() + 60
+    # No deadline of its own (a busy machine is slow, not wrong): pytest-timeout ends a hang.
     while not all((tmp_path / name).exists() for name in ("Dana Kim", "Lee Park")):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in racers)
+        assert all(p.poll() is None for p in racers), [p.stderr.read() for p in racers]
         time.sleep(0.01)
     go.touch()   # both read the same pending approval; now both decide
     codes = sorted(p.wait(timeout=90) for p in racers)
