@@ -107,7 +107,6 @@ def missing() -> str | None:
     return None
 
 
-
 # -- the server's CPU ---------------------------------------------------------------------------
 
 def postmaster_pid(cluster: Any) -> int:

@@ -373,7 +373,6 @@ def bench_throughput(root: Path, data: Path, first_order: int, workers_list: lis
     return results
 
 
-
 # -- 4. bytes and tokens per turn ---------------------------------------------------------------
 
 def _angry_conversation(folder: Path, zero_retention: bool):

@@ -1004,9 +1004,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, ApiError(500, f"Internal error: {exc}", kind="server_error")
                             .render(self.server.app.dialect))
 
-
     # Every method goes through the same router, which answers unknown ones in JSON.
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_OPTIONS = _dispatch
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """JSON instead of the standard library's HTML, for the errors it raises itself.
 

@@ -110,8 +110,6 @@ class Heartbeat:
             raise self.lost
 
 
-
-
 def sse_events(stream: Any) -> Iterator[dict[str, Any]]:
     """The JSON events of a server-sent-event stream (``data:`` lines, blank line between).
 
@@ -138,7 +136,6 @@ def sse_events(stream: Any) -> Iterator[dict[str, Any]]:
             yield json.loads(text)
     if data and not data[0].startswith("[DONE]"):
         yield json.loads("\n".join(data))
-
 
 
 def stream_response(client: openai.OpenAI, run_id: str, params: dict[str, Any], emit: OnEvent,

@@ -37,20 +37,6 @@ def at_most(limit: int, what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 class ToolKind(StrEnum):
     """What running a tool does to the world, which decides how the loop runs it."""
 
@@ -127,8 +113,6 @@ def parse_call(tools: Mapping[str, Tool], name: str, arguments: str) -> BaseMode
         return f"Invalid arguments for {name}: {problems}."
 
 
-
-
 def _strict(schema: Any, defs: Mapping[str, Any]) -> Any:
     """Make a pydantic JSON schema strict-mode friendly, recursively.
 
@@ -163,10 +147,6 @@ def schemas(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
     so they are generated once per set of tools and copied from their JSON text.
     """
     return json.loads(_schemas_json(tuple(tools.values())))
-
-
-
-
 
 
 def as_output(value: dict[str, Any]) -> str:

@@ -226,8 +226,6 @@ def read_response(response: Any, items: list[dict[str, Any]], *, model: str,
 STORED_RESPONSE_DAYS = 30
 
 
-
-
 def history(run: Run, entries: Sequence[Any], steps: Sequence[Any]) -> list[dict[str, Any]]:
     """The run's transcript as input items, checked to reach from the first request to the
     run's last response.

@@ -20,6 +20,7 @@ from refund_agent.providers.client import ModelAccess, open_model
 
 # -- the stand-in's two dialects ----------------------------------------------------------------
 
+
 @pytest.fixture(params=["xai", "openai"])
 def dialect(request, monkeypatch) -> str:
     """Runs a test against the stand-in in each provider's dialect: every OfflineServer made

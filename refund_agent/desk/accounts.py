@@ -46,8 +46,6 @@ SIGN_IN_FREE, SIGN_IN_BASE, SIGN_IN_CAP, SIGN_IN_WINDOW = 3, 2.0, 300.0, 3600.0
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-
-
 @dataclass(frozen=True)
 class Account:
     name: str

@@ -42,14 +42,6 @@ DEFAULT_IGNORABLE_RANGES = (
 _MAX_ROUNDS = 8
 
 
-
-
-
-
-
-
-
-
 def default_ignorable(char: str) -> bool:
     """Whether ``char`` is a default-ignorable code point (drawn as nothing)."""
     point = ord(char)

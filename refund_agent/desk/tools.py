@@ -131,7 +131,6 @@ def parse_args(name: str, arguments: str) -> BaseModel | str:
     return parse_call(TOOLS, name, arguments)
 
 
-
 class ShopTools:
     """The read-only tools and the refund pricing, bound to one shop and one customer.
 

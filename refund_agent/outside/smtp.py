@@ -35,8 +35,6 @@ from .payments import ledger_for
 _NOT_ATEXT = re.compile(r"[^A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]")
 
 
-
-
 def message_id(key: str, sender: str) -> str:
     """The Message-ID of call ``key``'s email: the same for every attempt at it."""
     domain = sender.rpartition("@")[2].strip("<> ") or "refund-agent.invalid"

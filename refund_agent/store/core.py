@@ -42,8 +42,6 @@ DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,) + (
 LEASE_STALE_SECONDS = 15 * 60
 
 
-
-
 def host_id() -> str:
     """This machine, as leases name it: a pid means something only on the host that wrote it.
 
@@ -196,7 +194,7 @@ class StoreCore:
         try:
             self._begin(db, durable)
             yield db
-            refresh_stale_desk(db)   # the runs this transaction changed (store/desk_rows.py)
+            refresh_stale_desk(db)   # the runs this transaction changed (store/inbox.py)
             self._commit(db)
         except DB_ERRORS as exc:
             self._rollback(db)

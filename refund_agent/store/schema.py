@@ -188,16 +188,10 @@ def _data_v13(db: Any) -> None:
     refresh_stale_desk(db)   # the runs whose duplicate escalations were closed
 
 
-
-
 # -- SQLite ----------------------------------------------------------------------------------
 
 
-
 # -- PostgreSQL ------------------------------------------------------------------------------
-
-
-
 
 
 # Every table of a store, with the columns its rows are ordered by (its primary key): what a

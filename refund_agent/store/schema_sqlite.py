@@ -199,7 +199,7 @@ CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id);
 CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at);
 -- At most one open escalation per ticket, kind and refund (schema 13): raising one again while
 -- it is open (thirty escalate calls, Stripe's refund.failed then refund.updated about one
--- refund) finds this one, in the raising transaction, whoever races it (store/desk.py).
+-- refund) finds this one, in the raising transaction, whoever races it (store/escalations.py).
 CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
     ON escalations(run_id, kind, COALESCE(approval_id, '')) WHERE taken_by IS NULL;
 -- The desk account that typed a ticket in (none for emails and samples): it may not approve
@@ -216,7 +216,7 @@ CREATE TABLE IF NOT EXISTS store_moved (
     id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL, at REAL NOT NULL
 );
 -- The desk's status kept on each run (schema 12): what changes it marks the run's row stale,
--- and every write transaction recomputes the stale rows before it commits (store/desk.py),
+-- and every write transaction recomputes the stale rows before it commits (store/inbox.py),
 -- so the rule stays in one place, desk/status.py, and the inbox reads one column.
 -- The indexes: a page of one status, newest first; every filter's count from the index
 -- alone; a page of escalated tickets; the stale rows; a customer's latest name.

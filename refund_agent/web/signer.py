@@ -25,6 +25,7 @@ from .worker import Worker
 
 # The three ways to decide, as the review names them.
 
+
 def on_save_name(field: str = "approver_input", area: str = "queue") -> None:
     name = " ".join(st.session_state.get(field, "").split())
     if not name:

@@ -150,3 +150,14 @@ def test_refund_agent_web_serves_the_page_from_an_empty_folder(tmp_path):
             proc.kill()
             proc.wait(10)
     assert list(folder.iterdir()) == []    # nothing written where nothing was asked for
+
+
+def test_postgresql_without_its_extra_says_how_to_install_it(monkeypatch, tmp_path):
+    """A plain `pip install .` has no psycopg: a PostgreSQL URL is then one line naming the
+    extra, before any connection is tried (the stripe extra's twin is in test_smtp.py)."""
+    from refund_agent.errors import StoreError
+    from refund_agent.store import Store, postgres
+
+    monkeypatch.setattr(postgres, "psycopg", None)   # as without the [postgres] extra
+    with pytest.raises(StoreError, match=r"psycopg is not installed.*refund-agent\[postgres\]"):
+        Store("postgresql://desk@127.0.0.1:1/desk")

@@ -508,7 +508,6 @@ def test_taking_or_sending_without_a_name_is_refused_in_words():
     assert intake.checked_handoff(" Ana Ruiz ", " ") == ("Ana Ruiz", None)
 
 
-
 # -- one open escalation per ticket, kind and refund --------------------------------------------
 
 # What raises or closes an escalation: the agent's escalate tool (through a call's output, past

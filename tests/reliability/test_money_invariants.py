@@ -766,7 +766,6 @@ class MoneyMachine(RuleBasedStateMachine):
                 assert line.amount_cents <= proposed[a.id][line.line], (
                     "kept line paid more than proposed", a.id, line.line)
 
-
     def _check_two_people(self, approvals: dict[str, Any], audit: list[Any]) -> None:
         """What one person alone approved on an order (no sign-off by someone else on record)
         adds up to the two-person amount at most: each approval that took the order above it

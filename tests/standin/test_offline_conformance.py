@@ -577,7 +577,6 @@ def test_the_clock_moves_forward_and_stored_responses_expire(server: OfflineServ
 # -- errors: JSON, in the OpenAI shape, from every path and method -------------------------------
 
 
-
 @pytest.mark.parametrize(("method", "path", "status"), [
     ("GET", "/v1/nowhere", 404),
     ("POST", "/v1/chat/completions", 404),

@@ -72,7 +72,6 @@ def test_a_postgresql_store_seeded_by_copy_verifies_reconciles_and_takes_new_run
     assert reconcile(agent.store, tmp_path / "output") is None
 
 
-
 def test_json_store_takes_a_ticket_end_to_end(tmp_path) -> None:
     """The path ``bench/run.py --quick`` drives in CI: a ticket proposed, approved and finished
     on the JSON design (it failed there once the agent called ``run_approvals``)."""

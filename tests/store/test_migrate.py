@@ -274,6 +274,7 @@ def test_ctrl_c_during_the_copy_rolls_it_back_and_says_so(
     counts = Store(url).row_counts()
     assert counts.pop("audit_anchor") == 1 and not any(counts.values())
 
+
 def test_a_torn_last_log_line_is_skipped_and_reported(agent, settings, new_db):
     three_runs(agent)
     with open(settings.output_dir / "outbox.log", "a") as log:

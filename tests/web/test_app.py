@@ -263,6 +263,7 @@ def test_the_audit_check_runs_off_the_page_and_shows_tampering(output, store):
         db.execute("UPDATE audit SET actor = 'Mallory' WHERE event = 'requested'")
     rerun_until(at, "Audit check failed: Audit entry 1 (requested) was edited", "error")
 
+
 def test_the_queue_draws_the_oldest_cards_a_page_at_a_time(output, tmp_path, monkeypatch):
     """Three refunds waiting and a page of two: the two oldest, then the third on request."""
     from benchlib import make_bench_shop, start_ticket
@@ -286,6 +287,7 @@ def test_the_queue_draws_the_oldest_cards_a_page_at_a_time(output, tmp_path, mon
     cards = [b.key for b in at.button if b.key and b.key.startswith("approve_")]
     assert cards == [f"approve_{a}" for a in waiting]
     assert not [b for b in at.button if b.key == "queue_more"]
+
 
 def test_mistakes_show_messages_not_tracebacks(output, store):
     at = open_page()

@@ -37,6 +37,7 @@ playwright, context = browser.playwright, browser.context
 app_server, server = browser.app_server, browser.server
 pytestmark = browser.pytestmark
 
+
 def new_page(context, url: str):
     page = context.new_page()
     page.goto(url)

@@ -31,7 +31,6 @@ def run_label(row: InboxRow, now: float | None = None,
             f"{md(shorten(run.subject, 40))}")
 
 
-
 @dataclass(frozen=True)
 class InboxFilter:
     """One status filter of the inbox: its label and the run statuses it shows."""
