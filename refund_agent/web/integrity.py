@@ -4,7 +4,7 @@ Reconciling reads the whole history: the audit chain, every approval, every paym
 record. At 10,000 runs that takes seconds, and doing it in a page's script run blocked the
 page each time the audit grew. One thread per server process checks instead, whenever the
 store or the payment and email logs changed since its last check, and for no more than a tenth
-of its time (a check that took 2 s is followed by 18 s of rest before the next). Pages show the
+of a core (a check that used 2 s of CPU is followed by 18 s of rest before the next). Pages show the
 latest verdict with the time it was reached; ``refund-agent audit --verify`` still checks from
 scratch, in the foreground, whenever asked.
 """
@@ -97,9 +97,9 @@ class IntegrityWatch:
                 if self._verdict is not None and key == self._verdict.key:
                     continue
                 entries = self.store.audit_head()[0]
-                began = time.monotonic()
+                began, cpu = time.monotonic(), time.thread_time()
                 problem = self._check(self.store, self.output_dir)
-                seconds = time.monotonic() - began
+                seconds, cpu = time.monotonic() - began, time.thread_time() - cpu
             except Exception:  # noqa: BLE001 - a check that could not run is tried again later
                 log.exception("The integrity check could not run")
                 delay = 10 * self._poll
@@ -107,8 +107,11 @@ class IntegrityWatch:
             before, self._verdict = self._verdict, Verdict(problem, entries, time.time(),
                                                            seconds, key)
             self.checks += 1
-            # Rest, so that checking takes at most DUTY of the time however long the history.
-            delay = max(self._poll, seconds * (1 - self._duty) / self._duty)
+            # Rest, so that checking takes at most DUTY of a core however long the history. By
+            # the check's own CPU time, not its wall time: on a busy host a small check waits
+            # seconds for the GIL and the disk, and resting nine times that left pages showing
+            # a verdict tens of seconds old.
+            delay = max(self._poll, cpu * (1 - self._duty) / self._duty)
             # Pages draw again only when what they say changes: a redraw cancels a download
             # someone may have just started.
             if before is None or (before.problem, before.entries) != (problem, entries):

@@ -66,8 +66,10 @@ def save_name(page, name: str) -> None:
 
 def downloaded_audit(page, entries: int) -> list[dict[str, str]]:
     """Wait for the audit table to hold ``entries`` rows, then download it as CSV."""
-    page.get_by_text(f"Hash chain intact, payments and emails reconciled · {entries} "
-                     f"{'entry' if entries == 1 else 'entries'}").wait_for()
+    # A miss prints the caption the page did show (a stale count, a problem, the hourglass).
+    caption = page.get_by_text("Hash chain intact, payments and emails reconciled")
+    expect(caption).to_contain_text(f" · {entries} {'entry' if entries == 1 else 'entries'} · ",
+                                    timeout=WAIT_MS)
     table = page.locator("[data-testid='stDataFrame'] table")
     expect(table).to_have_attribute("aria-rowcount", str(entries + 1))  # plus the header
     with page.expect_download() as download:
