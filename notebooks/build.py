@@ -43,10 +43,10 @@ def code(text: str) -> tuple[str, str]:
     return ("code", text)
 
 
-# The setup both notebooks share: a scratch folder, the stand-in answering at once, the
-# terminal's trace printer cut to the page, and `check`, which prints a claim and asserts it.
+# The setup both notebooks share: a scratch folder, the stand-in answering at once, and the
+# helpers of notebooks/tutorial.py (`check` prints a claim and asserts it).
 SETUP = '''
-import json, os, re, signal, subprocess, sys, tempfile
+import json, os, signal, tempfile
 from pathlib import Path
 
 OUTPUT = Path(tempfile.mkdtemp(prefix="refund-agent-{name}-"))
@@ -56,49 +56,7 @@ for name in ("CRASH_AFTER_REFUND", "REFUND_AGENT_CRASH_AT", "REFUND_AGENT_OFFLIN
     os.environ.pop(name, None)                       # crash and fail only where we ask to
 
 from refund_agent import Agent, load_settings
-from refund_agent.cli import Printer                 # the terminal's own trace printer
-
-class Page:
-    "Standard output with every line cut to 100 characters, so traces fit the page."
-    def __init__(self, width=100):
-        self.width, self.column = width, 0
-    def write(self, text):
-        for part in re.split(r"(\\n)", text):
-            if part == "\\n":
-                sys.stdout.write("\\n"); self.column = 0
-            elif part and self.column <= self.width - 3:
-                room = self.width - 3 - self.column       # what is left, less "..."
-                # Cut at a space, so an id is shown whole or not at all (the stored outputs
-                # mask ids, which only works on whole ones).
-                head = part[:room + 1]
-                cut = head[:head.rfind(" ")] if " " in head else ""
-                sys.stdout.write(part if len(part) <= room else cut + "...")
-                self.column += len(part) if len(part) <= room else self.width
-    def flush(self):
-        sys.stdout.flush()
-
-def show(text):
-    "Print text with every line cut to the page."
-    Page().write(text + "\\n")
-
-def trace():
-    "The terminal's printer, on the page."
-    return Printer(Page())
-
-def cli(*args, **env):
-    "Run `refund-agent ARGS` in a new process sharing OUTPUT; print its output, cut to the page."
-    done = subprocess.run([sys.executable, "-m", "refund_agent", *args], capture_output=True,
-                          text=True, timeout=120, env={{**os.environ, **env}})
-    page = Page()
-    for line in (done.stdout + done.stderr).splitlines():
-        if line.strip() and not line.startswith(("Model:", "Single-user demo mode")):
-            page.write(line + "\\n")
-    return done
-
-def check(claim, holds):
-    "Print a claim with whether it holds, and stop the notebook if it does not."
-    print(f"{{claim}}: {{bool(holds)}}")
-    assert holds, claim
+from tutorial import check, cli, fails, show, trace  # printing helpers: notebooks/tutorial.py
 
 agent = Agent(load_settings())
 print("model:", agent.settings.model_label)

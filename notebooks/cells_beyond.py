@@ -24,6 +24,7 @@ declined, and their line is free for a later request.
 """),
 code('''
 from refund_agent import quote_refund
+from tutorial import wrap
 
 shop, order = agent.shop, agent.shop.order("A1043")
 run = agent.advance(agent.start("maya.chen@example.com", sender_name="Maya Chen",
@@ -40,6 +41,10 @@ run = agent.advance(run.id)
 [refund] = agent.payments.refunds()
 check("the payment holds the kept line only", [x["line"] for x in refund["request"]["lines"]]
       == ["POUR-GLS-01"] and refund["request"]["amount_cents"] == 4050)
+told = agent.outbox.messages()[-1]["request"]["body"]
+show(wrap(told))
+check("the customer is told which line stays, and the reviewer's note", "mugs" in told.lower()
+      and "were a gift" in told)
 check("the declined line is free again", "MUG-STN-2" not in agent.store.held_lines("A1043"))
 '''),
 md("""
@@ -83,6 +88,13 @@ try:
     refused = False
 except LeaseLost:
     refused = True
+show(f"""
+time ──────────────────────────────────────────────────────────────────────────────▶
+stalled owner  ■ lease, epoch {stalled.epoch} ···· paused (GC, laptop lid) ········ write as epoch {stalled.epoch}: \
+{"refused" if refused else "ACCEPTED"}
+new owner                   ■ takes the expired lease, epoch {takeover.epoch} ───── writes as epoch {takeover.epoch}
+store          lease_epoch {stalled.epoch} ──────────▶ {takeover.epoch}     (each write: WHERE its epoch is the run's)
+""")
 check(f"epoch {stalled.epoch} -> {takeover.epoch}: the stalled owner's write is refused",
       refused and takeover.epoch == stalled.epoch + 1)
 agent.store.release(takeover, RunStatus.DONE)
@@ -165,7 +177,18 @@ def copy_of_desk(name, log=None, edit=None):
         (folder / each).write_text("".join(edit(lines) if each == log else lines))
     return Store(folder / "refund-agent.sqlite3"), folder
 
-check("this desk's books agree", reconcile(agent.store, OUTPUT) is None)
+made = len((OUTPUT / "refunds.log").read_text().splitlines())
+sent = len((OUTPUT / "outbox.log").read_text().splitlines())
+approved = len([a for a in agent.store.approvals("approved")])
+show(f"""
+  outside systems              the store
+  refunds.log ({made} refunds) ──▶  each one: an approved approval and its audit line, same lines
+                         ◀──  each approved approval ({approved}): its refund
+  outbox.log  ({sent} emails)  ──▶  each one: a send_customer_message call
+                         ◀──  each sent call: its email
+""")
+
+check("this desk's books agree", reconcile(agent.store, OUTPUT) is None and made == approved)
 first_refund, first_email = (json.loads((OUTPUT / log).read_text().splitlines()[0])
                              for log in ("refunds.log", "outbox.log"))
 mugs = {"line": "MUG-STN-2", "reason": "changed_mind", "amount_cents": 1850}
@@ -231,7 +254,8 @@ transaction. A wrong password is refused, and the store keeps only a salted hash
 """),
 code('''
 from refund_agent import DecisionRefused
-from refund_agent.desk.accounts import Accounts, SignInFailed
+from refund_agent.desk.accounts import Accounts
+from refund_agent.errors import SignInFailed
 
 accounts = Accounts(agent.store)
 accounts.add("Sam Lee", "approver", "correct horse battery", limit=40)

@@ -6,135 +6,155 @@ md("""
 # Pause an agent for a person, resume it exactly once
 
 **The problem.** Your agent is about to do something that cannot be undone: refund a
-customer, close an account, send a payout. You want a person to say yes first. That person
-may answer in five minutes or in three days, from another machine, after your process was
-redeployed twice. When they say yes, the action must happen **exactly once**: not zero times
-because a process died, not twice because someone clicked twice or a retry ran again.
+customer, close an account, send a wire. A person must say yes first, in five minutes or in
+three days, from another machine, after your process was redeployed twice. When they say yes,
+the action must happen **exactly once**: not zero times because a process died, not twice
+because someone clicked twice or a retry ran again.
 
-The pattern that solves it is short. Run the model until it asks for the gated tool; save
-three values (the response id, the call id, the arguments) and stop: nothing runs while the
-person decides. Later, in any process, do the action once, keyed by the call id, and resume
-the model with `previous_response_id` and the call's output. The Responses API keeps the
-conversation (`store=True`), so nothing else has to survive.
+The pattern is short. Run the model until it asks for the gated tool; save three values (the
+response id, the call id, the arguments) and stop. Later, in any process, do the action once,
+keyed by the run id and the call id, and resume the model with `previous_response_id` and the
+call's output. The Responses API keeps the conversation (`store=True`).
 
-**After this notebook you will be able to:**
-
-1. write that pattern in about thirty lines of plain `client.responses.create` calls;
-2. say which three values to save, and why they are enough;
-3. make the action happen once with an **idempotency key**, across a `kill -9`, a double
-   click, a restart, a reply, an angry customer and a decision that never comes;
-4. apply it to your own agent: which tool to gate, who triggers the resume, and what differs
-   between xAI and OpenAI.
+**After this notebook you will be able to** write that pattern in thirty lines of plain
+`client.responses.create` calls; make it survive a `kill -9`, a double click, a restart, a
+reply, an angry customer and a decision that never comes; check each of its seven durable
+boundaries and see each check fail when the boundary is broken; and build your own agent on
+the package's loop.
 
 **Which model answers?** With no `XAI_API_KEY`, every request goes to the *offline stand-in*:
 a small HTTP server in this process that speaks the Responses API through the same `openai`
-SDK. It is not a language model; it follows a fixed support policy, so the stored outputs are
-what you get. Every claim below is a cell that prints `True` and asserts it (`check`).
+SDK. It is not a language model but a fixed support policy, so the stored outputs are what you
+get. Every claim is a `check`: it prints the claim with `True`, or stops the notebook.
 """),
 code(SETUP.format(name="walkthrough")),
 md("""
 ## The pattern in thirty lines
 
-A refund desk: the model may look orders up freely, but `issue_refund` is **gated**. The loop
-below is all of it: send the input, run the read-only calls and send their outputs back with
-`previous_response_id`, and stop at the first gated call. The stand-in is started the way the
-package starts it (`refund_agent/providers/client.py`); the tools and prompt come from the package so the
-model has something real to call.
+A refund desk: the model may look orders up freely, but `issue_refund` is **gated**. The setup:
+the stand-in, an `openai` client, the shop's read-only tools, and a SQLite file of two tables,
+`waiting` (the three values) and `effects` (what happened, one row per idempotency key).
 """),
 code('''
-import openai
+import sqlite3, uuid, openai
 from offline_model import start_offline_server
 from refund_agent import tool_schemas
 from refund_agent.desk.prompts import system_prompt
-from refund_agent.tools import ShopTools, parse_args
+from refund_agent.desk.tools import ShopTools, parse_args
 
-server = start_offline_server(OUTPUT / "plain-model.sqlite3", latency=0)
+server = start_offline_server(OUTPUT / "plain-model.sqlite3", latency=0)   # or api.x.ai
 client = openai.OpenAI(base_url=server.base_url, api_key="offline-stand-in")
-shop, email = agent.shop, agent.shop.sample("damaged")
-read_only = ShopTools(shop, email.sender, lambda order_id, **_: {})   # lookups, no effects
-GATED = {"issue_refund", "send_customer_message"}                    # a person or an effect
-
-def run_until_gated(input, previous=None):
-    while True:
-        response = client.responses.create(
-            model="grok-4.7", input=input, tools=tool_schemas(), store=True,
-            previous_response_id=previous, parallel_tool_calls=False)
-        calls = [item for item in response.output if item.type == "function_call"]
-        if not calls or calls[0].name in GATED:
-            return response, (calls or [None])[0]
-        output = getattr(read_only, calls[0].name)(parse_args(calls[0].name, calls[0].arguments))
-        input = [{"type": "function_call_output", "call_id": calls[0].call_id,
-                  "output": json.dumps(output)}]
-        previous = response.id
-
-response, call = run_until_gated([
-    {"role": "system", "content": system_prompt(shop.info.name, shop.today)},
-    {"role": "user", "content": f"From: {email.sender}\\nSubject: {email.subject}\\n\\n{email.body}"}])
-saved = {"response_id": response.id, "call_id": call.call_id, "arguments": call.arguments}
-(OUTPUT / "waiting.json").write_text(json.dumps(saved))              # ...and this process stops
-print(call.name, json.loads(call.arguments)["lines"])
-check("three values saved, nothing paid", set(saved) == {"response_id", "call_id", "arguments"}
-      and not (OUTPUT / "refunds.log").exists())
+email = agent.shop.sample("damaged")                                  # Maya's cracked coffee maker
+tools = ShopTools(agent.shop, email.sender, lambda order_id, **_: {})  # look-ups and prices
+db = sqlite3.connect(OUTPUT / "plain.sqlite3", isolation_level=None)
+db.executescript("CREATE TABLE waiting(run_id PRIMARY KEY, response_id, call_id, arguments);"
+                 "CREATE TABLE effects(key PRIMARY KEY, name, output);")
+check("nothing waits, nothing was done", db.execute(
+      "SELECT (SELECT COUNT(*) FROM waiting) + (SELECT COUNT(*) FROM effects)").fetchone() == (0,))
 '''),
 md("""
-### Later: pay once, keyed by the call id (the idempotency key), and resume
-
-A person approves, hours later, in another process. That process reads the three values,
-pays with the call id as the **idempotency key** (a payment provider that has seen the key
-hands back the first refund instead of paying again), and resumes the model: the same
-`previous_response_id`, and one `function_call_output` for the saved call. The payment
-stand-in is the package's (`refund_agent/outside/payments.py`), as a real provider would be.
+The whole loop. Look-ups run at once; an effect runs once per **idempotency key**, the run id
+plus the call id (call ids are unique within one conversation only); the gated call saves its
+three values and stops. `approve` is what any process runs later.
 """),
 code('''
-from refund_agent.outside import StandInPayments
+GATED, EFFECTS = {"issue_refund"}, {"issue_refund", "send_customer_message"}
+def run_tool(run_id, name, call_id, arguments):
+    if name not in EFFECTS:                              # a look-up: free to run again
+        return getattr(tools, name)(parse_args(name, arguments))
+    key = f"{run_id}-{call_id}"                          # the idempotency key
+    done = {"status": "refunded", "refund_id": f"re_{uuid.uuid4().hex[:16]}", "amount":
+        tools.quote(parse_args(name, arguments)).amount} if name in GATED else {"status": "sent"}
+    db.execute("INSERT OR IGNORE INTO effects VALUES (?, ?, ?)", (key, name, json.dumps(done)))
+    [(first,)] = db.execute("SELECT output FROM effects WHERE key = ?", (key,))
+    return json.loads(first)                             # a repeat gets the first one back
 
-saved = json.loads((OUTPUT / "waiting.json").read_text())
-args = parse_args("issue_refund", saved["arguments"])
-payments = StandInPayments(OUTPUT / "plain")
+def advance(run_id, input, previous=None):
+    while True:
+        response = client.responses.create(model="grok-4.7", input=input, tools=tool_schemas(),
+            store=True, previous_response_id=previous, parallel_tool_calls=False)
+        call = next((item for item in response.output if item.type == "function_call"), None)
+        if call is None or call.name in GATED:           # finished, or save 3 values and stop
+            db.executemany("INSERT INTO waiting VALUES (?, ?, ?, ?)",
+                           [(run_id, response.id, call.call_id, call.arguments)] if call else [])
+            return response
+        output = json.dumps(run_tool(run_id, call.name, call.call_id, call.arguments))
+        input = [{"type": "function_call_output", "call_id": call.call_id, "output": output}]
+        previous = response.id
 
-def pay_and_resume(saved, approved_by):
-    refund, reused = payments.refund(saved["call_id"], read_only.quote(args), args.summary)
-    output = {"status": "refunded", "refund_id": refund["refund_id"], "approved_by": approved_by}
-    return run_until_gated([{"type": "function_call_output", "call_id": saved["call_id"],
-                             "output": json.dumps(output)}], previous=saved["response_id"])
-
-response, call = pay_and_resume(saved, "Dana Kim")
-print("the model continues with:", call.name)
-again = payments.refund(saved["call_id"], read_only.quote(args), args.summary)   # a retry
-check("paid once: the retry got the first refund back", again[1]
-      and len(payments.refunds()) == 1 and again[0] == payments.refunds()[0])
+def approve(run_id, by):                                 # later, in any process
+    response_id, call_id, arguments = db.execute("SELECT response_id, call_id, arguments FROM"
+                                                 " waiting WHERE run_id = ?", (run_id,)).fetchone()
+    output = {**run_tool(run_id, "issue_refund", call_id, arguments), "approved_by": by}
+    return advance(run_id, [{"type": "function_call_output", "call_id": call_id,
+                             "output": json.dumps(output)}], previous=response_id)
 '''),
 md("""
-That is the whole pattern. Everything else in this notebook makes those lines survive real
-life: where the three values live (a store, committed before anything runs), who calls
-`pay_and_resume` (whoever picks the run up), and what happens when a process dies between
-paying and saving that it paid.
+Run Maya's email until the gated call. The run id is ours; the model never sees it.
+"""),
+code('''
+run_id = "run_" + uuid.uuid4().hex[:12]
+prompt = system_prompt(agent.shop.info.name, agent.shop.today)
+text = f"From: {email.sender}\\nSubject: {email.subject}\\n\\n{email.body}"
+advance(run_id, [{"role": "system", "content": prompt}, {"role": "user", "content": text}])
+[(saved_run, response_id, call_id, arguments)] = db.execute("SELECT * FROM waiting")
+print("waiting for a person:", json.loads(arguments)["lines"])
+check("three values saved; nothing paid before approval", response_id and call_id and
+      not db.execute("SELECT 1 FROM effects WHERE name = 'issue_refund'").fetchall())
+'''),
+md("""
+### Later: a person approves; pay once and resume
+
+Hours later, in another process, Dana approves: `approve` reads the three values, pays keyed by
+the run and the call, and resumes with the same `previous_response_id`. A retry of the payment
+(the approving process died and ran again) gets the first refund back.
+"""),
+code('''
+sent_before = len(server.requests)
+answer = approve(run_id, "Dana Kim")
+resume = server.requests[sent_before]
+show("the model, after: " + answer.output_text)
+[(key, paid)] = db.execute("SELECT key, output FROM effects WHERE name = 'issue_refund'")
+check("paid once, keyed by the run id and the call id", key == f"{run_id}-{call_id}")
+check("a retry gets the first refund back", run_tool(run_id, "issue_refund", call_id, arguments)
+      == json.loads(paid) and len(db.execute("SELECT * FROM effects").fetchall()) == 2)
+check("the resume chains from the response that made the call",
+      resume["previous_response_id"] == response_id and resume["input"][0]["call_id"] == call_id)
+check("every request: store=True, one call at a time", all(
+      r["store"] is True and r["parallel_tool_calls"] is False for r in server.requests))
+'''),
+md("""
+That is the whole pattern. The rest of this notebook makes those lines survive real life:
+where the three values live (a store, committed before anything runs), who calls `approve`,
+and what happens when a process dies between paying and saving that it paid.
 
 ## The same with the package
 
 `refund_agent.Agent` is that loop with the hard parts done. `start` saves the email as a run;
-`advance` drives it, one `responses.create` per turn, printing the same trace as the terminal
-(`refund-agent`), until the run finishes or waits for a person.
+`advance` drives it, one streamed `responses.create` per turn, printing the terminal's trace
+(`->` a call, `<-` its saved output, `**` an approval, `$$` a payment, `>` an email), until
+the run finishes or waits for a person.
 """),
 code('''
 maya = agent.advance(agent.start_sample("damaged").id, on_event=trace())
 approval = agent.store.approvals("pending")[0]
 [refund_call] = agent.store.calls(approval.response_id)
+requests = agent.model.server.requests        # what the stand-in received, for the checks
 print()
 check("the run waits, and no process holds it", maya.status.value == "waiting"
       and maya.lease_pid is None)
 check("the approval saved the three values", approval.response_id == maya.last_response_id
       and approval.call_id == refund_call.call_id and refund_call.name == "issue_refund"
       and json.loads(refund_call.arguments)["order_id"] == approval.order_id)
-requests = agent.model.server.requests        # what the stand-in received, for the checks
 check("every request asked the API to store its response", all(r["store"] for r in requests))
+check("and for one call at a time", all(r["parallel_tool_calls"] is False for r in requests))
 '''),
 md("""
-## Approve, then resume
+## Approve, or reject, then resume
 
-The plain path, on its own: a person decides (`decide` is one compare-and-set in the store),
-and the next `advance`, from this process or any other, pays once and sends the resume
-request. In the terminal this is `refund-agent approve --as "Dana Kim"`.
+`decide` is one compare-and-set in the store; the next `advance`, from any process, pays once
+and resumes (`refund-agent approve --as "Dana Kim"` in the terminal). A rejection needs a note,
+and the note is what the customer is told.
 """),
 code('''
 sent_before = len(requests)
@@ -148,31 +168,81 @@ check("its input is the call's output, with the decision",
       [i["type"] for i in resume["input"]] == ["function_call_output"]
       and resume["input"][0]["call_id"] == approval.call_id
       and json.loads(resume["input"][0]["output"])["approved_by"] == "Dana Kim")
-check("one refund, keyed by the call", maya.status.value == "done"
-      and [r["idempotency_key"] for r in agent.payments.refunds()] == [approval.id])
+check("one refund, keyed by the run and the call", maya.status.value == "done"
+      and [r["idempotency_key"] for r in agent.payments.refunds()]
+      == [approval.id] == [f"{maya.id}-{approval.call_id}"])
+'''),
+code('''
+from tutorial import wrap
+other = Agent(agent.settings.with_(output_dir=OUTPUT / "rejection"))   # a second desk
+run = other.advance(other.start_sample("damaged").id)
+[no] = other.store.approvals("pending")
+other.decide(no.id, approve=False, by="Dana Kim",
+             note="The photos show a chip from use, not damage in transit.")
+run = other.advance(run.id)
+told = other.outbox.messages()[-1]["request"]
+show(wrap(told["body"]))
+check("rejected: nothing paid", run.status.value == "done" and not other.payments.refunds())
+check("the customer is told the reviewer's note", told["to"] == "maya.chen@example.com"
+      and "a chip from use" in told["body"])
 '''),
 md("""
-## What makes those lines survive real life
+## Seven durable boundaries, each checked
 
 ![Who does what: the agent saves, a person decides, whoever resumes pays once](../docs/flow.png)
 
-Each numbered badge is one committed transaction, a *durable boundary*: a crash between two
-of them loses nothing and repeats nothing. The run and its email are saved before the first
-request (1); each response with its calls before any call runs (2); each output as soon as
-the call returns (3); the gated call becomes a pending approval and the run stops (4); a
-decision is a compare-and-set on `pending` (5); payments and emails take the call's key as
-their idempotency key (6); one process at a time holds the run's lease (7). Audit lines are
-written in the same transactions as 4, 5 and 6's outputs.
+Each numbered badge is one committed transaction, a *durable boundary*; a crash between two
+loses nothing and repeats nothing. 1: the run and its email, before any request. 2: each
+response with its calls, before any call runs. 3: each output as the call returns. 4: the
+gated call becomes a pending approval, its audit line `requested` and the run's `waiting`
+status. 5: a decision is a compare-and-set on `pending`, with its audit line. 6: payments and
+emails take the call's key as their idempotency key. 7: one process at a time holds the run's
+lease, and every write checks it.
 
-Each boundary has a named crash point: start a process with `REFUND_AGENT_CRASH_AT=name` and
-it kills itself there with `SIGKILL`, like `kill -9`. Trace lines: `->` a call, `<-` its saved
-output, `**` an approval, `$$` a payment, `>` an email, `!!` an error.
+A claim that "this is one transaction" should be checked, and the check should be seen to
+fail. `transactions(store)` records the SQL this process sends to the store, grouped by
+transaction (SQLite's own trace, `notebooks/tutorial.py`). `boundaries_hold` runs a refund and
+checks 1, 2, 4 and 5; then we run it again with the transactions taken away (every statement
+committed on its own), and each check fails.
+"""),
+code('''
+from unittest import mock
+from refund_agent import Store
+from tutorial import one_transaction, transactions
+
+def boundaries_hold(name):
+    desk = Agent(agent.settings.with_(output_dir=OUTPUT / name))
+    with transactions(desk.store) as txs:
+        run = desk.advance(desk.start_sample("damaged").id)
+        desk.decide(desk.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+    check("1. the run and its email: one transaction", one_transaction(
+          txs, "INSERT INTO runs", "INSERT INTO steps"))
+    check("2. each response and its calls: one transaction", one_transaction(
+          txs, "INSERT INTO calls", "last_response_id"))
+    check("4. the approval, 'requested' and 'waiting': one transaction", one_transaction(
+          txs, "INSERT INTO approvals", "INSERT INTO audit", "'waiting'"))
+    check("5. the decision and its audit line: one transaction", one_transaction(
+          txs, "UPDATE approvals SET status", "INSERT INTO audit"))
+    return run
+
+boundaries_hold("boundaries")
+engine = type(agent.store)          # SQLiteStore
+with mock.patch.object(engine, "_begin", lambda *_: None), \\
+     mock.patch.object(engine, "_commit", lambda *_: None):   # autocommit: no transactions
+    failed = fails(lambda: boundaries_hold("no-transactions"))
+check("without transactions, the first check fails", failed.startswith("1."))
+'''),
+md("""
+Each of the four fails on its own, too: `tests/docs/test_notebook_mutations.py` breaks the
+package one boundary at a time (the email step in a transaction of its own, the `waiting`
+status written after the approval, the `approved` audit line after the commit, ...) and runs
+this notebook against it; every break stops the notebook at the check written for it.
 
 ## Idempotency: a crash after the refund
 
-The dangerous gap is between paying and saving that we paid. Leo's cutting board arrived
-cracked; the agent proposes the refund. Dana approves from the terminal, in a new process
-started with `CRASH_AFTER_REFUND=1`: it pays, then is killed before it records the payment.
+Boundaries 3 and 6. The dangerous gap is between paying and saving that we paid. Leo's cutting board arrived cracked; Dana approves from the terminal, in a new
+process started with `CRASH_AFTER_REFUND=1`: it pays, then is killed (`SIGKILL`, as `kill -9`)
+before it records the payment.
 """),
 code('''
 leo = agent.start("leo.martins@example.com", sender_name="Leo Martins", subject="Cracked board",
@@ -186,27 +256,33 @@ check("it paid, but never saved that it did", len(paid) == 1 and leo_call.output
 check("a resume would pick the run up", leo.id in [r.id for r in agent.resumable()])
 '''),
 md("""
-`refund-agent resume`, another new process, runs the refund call again, because its output
-was never saved. The payment stand-in has seen the key (the run's id plus the call id), so it
-hands back the first refund, marked *reused*, and pays nothing.
+`refund-agent resume`, another new process, runs the refund call again: its output was never
+saved. The payment stand-in has seen the key, so it hands back the first refund, marked
+*reused*, and pays nothing. The same key with other arguments is refused, as at Stripe.
 """),
 code('''
+from refund_agent import IdempotencyConflict
+
 resumed = cli("resume")
 paid = [r for r in agent.payments.refunds() if r["idempotency_key"] == leo_call.key]
 reported = [s.data for s in agent.store.steps(leo.id) if s.kind == "refund"]
-check("still one refund for the call", len(paid) == 1)
+check("6. still one refund for the call", len(paid) == 1)
 check("the run reports that same refund, as reused", [(r["refund_id"], r["reused"])
       for r in reported] == [(paid[0]["refund_id"], True)])
 check("audit: requested, approved, reused", [e.event for e in agent.store.audit()
       if e.run_id == leo.id] == ["requested", "approved", "reused"])
+quote = agent.payments.refunds()[0]["request"]
+try:
+    agent.payments.log.once(leo_call.key, {**quote, "amount_cents": 1}, dict)
+    conflict = "accepted"
+except IdempotencyConflict as exc:
+    conflict = str(exc)
+check("the same key with another amount is refused", "already used" in conflict)
 '''),
 md("""
-## Two people click Approve at once
-
-Dana and Sam both have the ticket open. A decision reads the approval and writes it in one
-`BEGIN IMMEDIATE` transaction, and only `WHERE status = 'pending'`, so exactly one wins; the
+**Boundary 5: two people click Approve at once.** A decision reads the approval and writes it
+in one `BEGIN IMMEDIATE` transaction, only `WHERE status = 'pending'`, so exactly one wins; the
 other gets `AlreadyDecided` naming the winner (the web page answers 409), audited `ignored`.
-We try it on a fresh desk (an `Agent` with its own store), from two threads at one barrier.
 """),
 code('''
 import threading
@@ -234,32 +310,74 @@ check("the run pays once", race.advance(ticket.id).status.value == "done"
       and len(race.payments.refunds()) == 1)
 '''),
 md("""
-## A restart, mid-run
-
-A deploy, an out-of-memory kill, a laptop closed: the process dies between two lines. Tom's
-email (a stand mixer past the 30-day window) is handled by a process killed right after its
-first call's output was saved (`after_tool`). `resume` picks the run up, sends the saved
-output without running the call again, and is itself killed just after the email goes out
-(`after_email`). A third process, this notebook, finishes: the outbox, like the payments, takes the call's
-key, so the customer gets one email.
+**Boundary 3: a restart, mid-run.** Tom's email (a stand mixer past the 30-day window) is
+handled by a process killed right after its first call's output was saved (`after_tool`).
+`resume` sends the saved output without running the call again, and is itself killed just
+after the email goes out (`after_email`). A third process, this notebook, finishes: the
+outbox takes the call's key, so the customer gets one email. Then we break boundary 3 on
+purpose (the store forgets saved outputs) and the check fails.
 """),
 code('''
-cli("sample", "past-window", REFUND_AGENT_CRASH_AT="after_tool")
-tom = agent.store.runs(limit=1)[0]
-cli("resume", REFUND_AGENT_CRASH_AT="after_email")
-tom = agent.advance(tom.id, on_event=trace())          # the third process: this notebook
-ran = [s.data["call_id"] for s in agent.store.steps(tom.id) if s.kind == "result"]
-mails = [m for m in agent.outbox.messages() if m["idempotency_key"].startswith(tom.id)]
-check("three processes, one finished run", tom.status.value == "done")
-check("no call ran twice", len(ran) == len(set(ran)) == 3)
-check("one email, although its process died after sending", len(mails) == 1)
+def restarted(kill_again=True):
+    cli("sample", "past-window", REFUND_AGENT_CRASH_AT="after_tool")
+    tom = agent.store.runs(limit=1)[0]
+    if kill_again:
+        cli("resume", REFUND_AGENT_CRASH_AT="after_email")
+    tom = agent.advance(tom.id, on_event=trace() if kill_again else None)   # this notebook
+    ran = [s.data["call_id"] for s in agent.store.steps(tom.id) if s.kind == "result"]
+    check("3. no call ran twice, across the processes", tom.status.value == "done"
+          and len(ran) == len(set(ran)) == 3)
+    mails = [m for m in agent.outbox.messages() if m["idempotency_key"].startswith(tom.id)]
+    check("one email, although its process died after sending", len(mails) == 1)
+
+restarted()
+saved = Store.calls   # the break: this process forgets the outputs the killed one saved
+with mock.patch.object(Store, "calls", lambda self, response_id: [
+        c.model_copy(update={"output": None}) for c in saved(self, response_id)]):
+    failed = fails(lambda: restarted(kill_again=False))
+check("the broken store fails the check", failed.startswith("3."))
 '''),
 md("""
-## The customer writes back
+**Boundary 7: one owner at a time.** Every `advance` takes the run's *lease*; a lease whose
+holder died or stopped renewing it is taken over, and each takeover raises its *epoch*, a
+fencing token. `claim()` (what `refund-agent worker` runs in a loop) takes a decided run under
+a fresh lease; a process that was only stalled wakes up with the old epoch, and its first
+write is refused. `beyond.ipynb` shows the payment and the email refused the same way.
+"""),
+code('''
+import time
+from refund_agent import LeaseLost
+
+fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.05))
+run = fenced.advance(fenced.start_sample("damaged").id)
+fenced.decide(fenced.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+epoch = lambda: sqlite3.connect(fenced.settings.db_path).execute(
+    "SELECT lease_epoch FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
+stalled, before = fenced.store.acquire(run.id, token="stalled owner"), epoch()
+time.sleep(0.1)                                  # it stalls: no renewal for longer than a lease
+claimed = fenced.claim()
+check("7. the worker claimed the run under a fresh lease", claimed == run.id
+      and epoch() == before + 1)
+try:
+    fenced.store.record_output(stalled, "call-0", "{}", [])    # the stalled owner wakes up
+    refused = "accepted"
+except LeaseLost:
+    refused = "refused"
+check("the stalled owner's write is refused", refused == "refused")
+check("the new owner finishes and pays once", fenced.advance(claimed).status.value == "done"
+      and len(fenced.payments.refunds()) == 1)
+'''),
+md("""
+## The customer writes back, and an angry one
 
 A finished run continues when the customer replies: `add_reply` saves the reply, and the next
-`advance` sends it as one user message on top of the run's last stored response. Nothing
-else is sent again; the order, the policy and the refund are on the API's side.
+`advance` sends it as one user message on top of the run's last stored response.
+
+Then Priya wants all `$94.95` back for order A1066, gift card included, and threatens a
+chargeback. `converse` lets a second model play her: it writes at most three replies (the
+stand-in here; with `XAI_API_KEY` set, Grok plays her from a short brief and the emails so
+far, never the team's notes). The amount is never the model's: the policy prices the lines, so
+the gift card (final sale) is refused and the skillet pays `$39.00` less the `$7.50` return fee.
 """),
 code('''
 last = agent.store.run(maya.id).last_response_id
@@ -272,148 +390,207 @@ check("and is the only input", [i.get("role") for i in body["input"]] == ["user"
 check("the answer went to Maya only", agent.outbox.messages()[-1]["request"]["to"]
       == "maya.chen@example.com")
 '''),
-md("""
-## An angry customer
-
-Priya wants all `$94.95` back for order A1066, gift card included, and threatens a chargeback.
-`converse` lets the stand-in play her, replying whenever the run finishes. The amount is never
-the model's: `issue_refund` names lines and the policy prices them (`quote_refund`), so the
-gift card (final sale) is refused and the skillet pays `$39.00` less the `$7.50` return fee.
-"""),
 code('''
 from refund_agent import converse, quote_refund
+from tutorial import emails
 
 priya = converse(agent, agent.start_sample("angry").id)
 approval = agent.store.approvals("pending")[0]
-order = shop.order("A1066")
-allowed = quote_refund(order, shop.terms, [("SKL-CI-10", "changed_mind")], {}, shop.today)
-check("proposed exactly what the policy computes", approval.amount == allowed.amount == 31.50)
-check("the gift card is refused", isinstance(quote_refund(
-      order, shop.terms, [("GIFT-50", "changed_mind")], {}, shop.today), str)
+allowed = quote_refund(agent.shop.order("A1066"), agent.shop.terms,
+                       [("SKL-CI-10", "changed_mind")], {}, agent.shop.today)
+check("proposed exactly what the policy computes", approval.amount == allowed.amount == 31.50
       and [x.line for x in approval.lines] == ["SKL-CI-10"])
-agent.decide(approval.id, approve=True, by="Dana Kim")
+sent_before = len(requests)
+agent.decide(approval.id, approve=True, by="Dana Kim", note="TEAM ONLY: chargeback risk.")
 priya = converse(agent, priya.id)
+thread = emails(agent, priya.id)
+playing = [r for r in requests[sent_before:] if not r.get("tools")]   # the customer's model
 paid = [r for r in agent.payments.refunds() if r["request"]["order_id"] == "A1066"]
-check(f"after {priya.simulated_replies} angry replies, still one refund of $31.50",
-      priya.simulated_replies >= 2
-      and [r["request"]["amount_cents"] for r in paid] == [3150])
+check(f"{priya.simulated_replies} simulated replies (at most 3), still one refund of $31.50",
+      1 <= priya.simulated_replies <= 3 and [r["request"]["amount_cents"] for r in paid] == [3150])
+check("the simulated customer read the emails, never the team's note", playing
+      and not any("TEAM ONLY" in json.dumps(r["input"]) for r in playing))
 '''),
 md("""
 ## Expiry: nobody decides in time
 
 Durable execution needs a timeout. `agent.expire()` (the web app runs it on a timer; a cron job
-can run `refund-agent expire`) closes approvals left pending longer than `approval_days` (7 by
-default) as a compare-and-set, like a decision, so a person clicking at that moment wins or
-loses cleanly. The run then tells the customer nothing was refunded. Here a desk whose
-approvals expire at once.
+can run `refund-agent expire`) closes approvals left pending longer than `approval_days`, 7 by
+default, as a compare-and-set like a decision. Ages are read by the **database's** clock, which
+wrote them: a host whose clock runs a week ahead expires nothing early. We age one approval by
+editing its row, and move this process's clock with `mock`.
 """),
 code('''
-late = Agent(agent.settings.with_(output_dir=OUTPUT / "expiry", approval_days=1e-9))
+late = Agent(agent.settings.with_(output_dir=OUTPUT / "expiry"))
 run = late.advance(late.start_sample("damaged").id)
-expired = late.expire()
+age = lambda days: sqlite3.connect(late.settings.db_path, isolation_level=None).execute(
+    "UPDATE approvals SET requested_at = requested_at - ?", (days * 86400,))
+ahead = time.time() + 8 * 86400
+with mock.patch("time.time", lambda: ahead):
+    check("a process clock 8 days ahead expires nothing", late.expire() == [])
+age(6.9)
+check("7 days by default: at 6.9 days it waits", late.settings.approval_days == 7
+      and late.expire() == [])
+age(0.2)
+check("at 7.1 days it expires", [a.status for a in late.expire()] == ["expired"])
 run = late.advance(run.id)
-check("the approval expired", [a.status for a in expired] == ["expired"])
 check("the run told the customer and paid nothing", run.status.value == "done"
       and not late.payments.refunds() and len(late.outbox.messages()) == 1)
 '''),
 md("""
 The stored response expires too: the API keeps it 30 days. A decision that comes later still
-works: the first request that names the gone response gets a 404, and the agent sends the
-same turn once more with the run's own transcript (saved at boundary 2), then chains from the
-new response. We move the stand-in's clock 31 days ahead.
+works: the request naming the gone response gets a 404, the agent sends the same turn once more
+with the run's own transcript (saved at boundary 2), and chains from the new response. We move
+the stand-in's clock 31 days ahead.
 """),
 code('''
 slow = Agent(agent.settings.with_(output_dir=OUTPUT / "thirty-days"))
 run = slow.advance(slow.start_sample("damaged").id)
 slow.model.server.advance_clock(days=31)
 slow.decide(slow.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+sent_before = len(slow.model.server.requests)
 run = slow.advance(run.id)
-check("the gone response was replaced by the transcript",
-      [s.kind for s in slow.store.steps(run.id)].count("resent") == 1)
+[resent] = [s.data for s in slow.store.steps(run.id) if s.kind == "resent"]
+after = slow.model.server.requests[sent_before:]
+check("the gone response was replaced by the transcript", len(after) >= 3
+      and after[1].get("previous_response_id") is None)
+check("and the next request chains from the new response",
+      after[2]["previous_response_id"] == resent["response_id"])
 check("the run finished and paid once", run.status.value == "done"
       and len(slow.payments.refunds()) == 1)
 '''),
-
 md('''
-## Apply it to your agent
+## Your own agent
 
-Nothing above is specific to refunds. `refund_agent/examples/closure.py` is a second agent on
-the same loop and store, short enough to read whole: an account-closure desk with two tools.
-A tool **declares** what it is, and the loop dispatches by that declaration, never by name:
-`lookup_account` is read-only (it may run again after a crash); `close_account`
-`needs_approval`. Its first call queues a proposal and the run pauses; once a person decides,
-the loop runs it with the decision, and it closes the account keyed by the call.
+Nothing above is specific to refunds. Here is a wire-transfer desk on the package's loop
+(`refund_agent.Loop`), written to a module so other processes can import it. A tool
+**declares** what it is and the loop dispatches by that: `lookup_wire` is read-only (it may
+run again after a crash); `send_wire` `needs_approval`: its first call proposes and the run
+pauses; once a person decides, the loop calls `send_wire` with the decision.
+
+Two rules from the references. **The code before a pause runs again on resume**: LangGraph
+restarts an interrupted node from its first line, so side effects before the interrupt must be
+idempotent ([LangGraph, Interrupts](https://docs.langchain.com/oss/python/langgraph/interrupts)).
+Here, a run resumes from its last durable boundary: `send_wire` starts again from its first
+line if a crash hit between the wire and its saved output, so the wire is keyed by the call.
+**An approval is not authorization**: the tool must check its arguments when it runs
+([Pydantic AI, Deferred tools](https://ai.pydantic.dev/deferred-tools/#human-in-the-loop-tool-approval)).
+A balance may have dropped, or the request been cancelled, since the person said yes.
 '''),
 code('''
-from refund_agent.examples import ClosureAgent
-from refund_agent.examples.closure import TOOLS
-from refund_agent.tools import ToolKind
+%%writefile {OUTPUT}/wires.py
+import json, os, uuid
+from pathlib import Path
+from pydantic import BaseModel, Field
+from refund_agent import LOOP_POINTS, IdempotentLog, Loop, Outcome, Tool, ToolKind, toolset
 
-for tool in TOOLS.values():
-    print(f"{tool.name:<15} {tool.kind}")
-closer = ClosureAgent(agent.settings.with_(output_dir=OUTPUT / "closures"))
-ana = closer.start("ana.ruiz@example.com", "Please close my account AC-1001, we move abroad.",
-                   sender_name="Ana Ruiz")
-ana = closer.advance(ana.id, on_event=trace())
-pending = closer.store.approvals("pending")[0]
-check("close_account is gated by its declaration", TOOLS["close_account"].needs_approval
-      and TOOLS["lookup_account"].kind is ToolKind.READ_ONLY)
-check("the run waits, and nothing was closed", ana.status.value == "waiting"
-      and closer.closed() == [])
+HERE = Path(os.environ["REFUND_AGENT_OUTPUT"])
+WIRES = {"WR-5001": {"wire_id": "WR-5001", "to": "Acme Tools", "amount_cents": 125000},
+         "WR-5002": {"wire_id": "WR-5002", "to": "Birch Paper", "amount_cents": 90000}}
+SENT = IdempotentLog(HERE / "wires.log")                  # the bank, keyed like Stripe
+
+class WireId(BaseModel):
+    wire_id: str = Field(description="The wire's id, for example WR-5001.")
+
+class Wire(WireId):
+    amount_cents: int
+
+def lookup_wire(ctx, args):
+    return Outcome(WIRES.get(args.wire_id.upper(), {"error": "No such wire."}), [])
+
+def propose(ctx, args):
+    return ctx.propose(f"Send {args.wire_id}: ${args.amount_cents / 100:,.2f}",
+                       subject=args.wire_id, amount_cents=args.amount_cents)
+
+def send_wire(ctx, args, approval):
+    with open(HERE / "attempts.log", "a") as log:         # to count runs of this function
+        log.write(args.wire_id + "\\n")
+    if approval.status != "approved":
+        return Outcome({"status": approval.status, "note": approval.note or ""}, [])
+    balance = json.loads((HERE / "balance.json").read_text())["cents"]
+    if WIRES.get(args.wire_id, {}).get("amount_cents") != args.amount_cents or \\
+            args.amount_cents > balance:                  # approval is not authorization
+        return Outcome({"status": "refused", "why": "amount or balance changed"}, [])
+    ctx.fence()                                           # lost the run: send nothing
+    record, reused = SENT.once(approval.id, args.model_dump(),
+                               lambda: {"ref": "wr_" + uuid.uuid4().hex[:12]})
+    ctx.crash("after_wire")
+    return Outcome({"status": "sent", "ref": record["ref"], "again": reused}, [])
+
+class WireDesk(Loop):
+    agent_name, store_file = "wires", "wires.sqlite3"
+    crash_points = {**LOOP_POINTS, "after_wire": "the wire left; its output is not saved"}
+    tools = toolset(
+        Tool("lookup_wire", "Look up a wire transfer request: payee and amount.", WireId,
+             run=lookup_wire),
+        Tool("send_wire", "Send the wire transfer once a person approves it.", Wire,
+             ToolKind.NEEDS_APPROVAL, run=send_wire, propose=propose, done_status="sent"))
+
+    def system_prompt(self, run):
+        return "You send the wire transfers customers ask for. A person approves each one."
 '''),
 md('''
-**Which tool to gate.** Gate every tool whose effect cannot be undone or must not happen
-without a person: money out, deletion, anything sent to the outside world on someone's
-behalf. Keep look-ups read-only and ungated; they are free to run twice. An effect that needs
-no person (the customer email here) still takes the call's key as its idempotency key.
-
-**The minimal state to save** is the three values of the thirty lines, kept where any process
-can read them: the response that made the call, the call id, and the call's arguments (the
-package adds the run id, which makes the key, and the decision). The conversation itself
-stays on the API's side.
+Run it through the stand-in (it drives any tools of this "look up, then act" shape from their
+declarations, `docs/OFFLINE-MODEL.md`). Dana approves; a second click is refused. The process
+that sends the wire is killed right after the bank took it (`after_wire`); a worker claims the
+run, `send_wire` runs again from its first line, and the bank hands back the first wire.
 '''),
 code('''
-[call] = [c for c in closer.store.calls(pending.response_id) if c.name == "close_account"]
-print("arguments:", json.loads(call.arguments))
-check("the approval and its call hold the three values", pending.call_id == call.call_id
-      and pending.response_id == closer.store.run(ana.id).last_response_id)
-'''),
-md('''
-**Who triggers the resume.** Nothing resumes by itself; one of three things calls `advance`:
+import subprocess, sys
+sys.path.insert(0, str(OUTPUT))                   # where the module was written
+from wires import WireDesk
 
-1. the process that records the decision, at once (`refund-agent approve`; on the web page,
-   the Approve button hands the run to the page's worker thread);
-2. a worker: `refund-agent worker` loops on `claim()`, which takes one decided run, or one
-   whose owner died, from any host, under a fresh lease;
-3. a sweep for runs left behind: `refund-agent resume`, and the web app at start-up, continue
-   every run in `resumable()`.
-
-Here Dana decides in this process without continuing, and a worker's `claim()` takes the run.
+(OUTPUT / "balance.json").write_text('{"cents": 200000}')
+desk = WireDesk(agent.settings)
+run = desk.advance(desk.start("ops@north.example", "Please send wire WR-5001 today.").id)
+pending = desk.store.approvals("pending")[0]
+desk.approve(pending.id, pending.fingerprint, by="Dana Kim")
+try:
+    desk.approve(pending.id, pending.fingerprint, by="Sam Lee")    # the double click
+    second = "accepted"
+except AlreadyDecided as exc:
+    second = str(exc)
+check("the second click is refused, naming the first", "Dana Kim" in second)
+child = f"import wires; wires.WireDesk().advance({run.id!r})"     # another process
+killed = subprocess.run([sys.executable, "-c", child],
+                        env={**os.environ, "REFUND_AGENT_CRASH_AT": "after_wire", "PYTHONPATH":
+                             os.pathsep.join([str(OUTPUT), os.environ.get("PYTHONPATH", "")])},
+                        capture_output=True)
+wired = lambda: (OUTPUT / "wires.log").read_text().splitlines()
+check("killed after the wire left, before its output was saved",
+      killed.returncode == -signal.SIGKILL and len(wired()) == 1)
+run = desk.advance(desk.claim(), on_event=trace())
+check("resumed: send_wire ran again from its first line, the wire left once",
+      run.status == "done" and len(wired()) == 1
+      and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
 '''),
 code('''
-closer.decide(pending.id, approve=True, by="Dana Kim")
-check("a decided run is resumable", ana.id in [r.id for r in closer.resumable()])
-claimed = closer.claim()                         # what `refund-agent worker` does in a loop
-ana = closer.advance(claimed, on_event=trace())
-[closure] = closer.closed()
-check("the worker claimed it and closed the account once", claimed == ana.id
-      and ana.status.value == "done" and closure["idempotency_key"] == pending.id)
-check("the key is the run and the call", pending.id == f"{ana.id}-{pending.call_id}")
+run = desk.advance(desk.start("ops@north.example", "Please send wire WR-5002.").id)
+pending = desk.store.approvals("pending")[0]
+desk.approve(pending.id, pending.fingerprint, by="Dana Kim")
+(OUTPUT / "balance.json").write_text('{"cents": 50000}')       # another payment went out first
+run = desk.advance(run.id)
+outputs = [s.data["output"] for s in desk.store.steps(run.id) if s.kind == "result"]
+check("approved, but refused when it ran: the balance no longer covers it",
+      outputs[-1]["status"] == "refused" and len(wired()) == 1)
 '''),
 md('''
-**The real provider's idempotency key.** The stand-ins take the key as real providers do:
-Stripe's `Idempotency-Key` header, `stripe.Refund.create(..., idempotency_key=approval.id)`.
-Use the run's id together with the call id: providers promise call ids unique within one
-conversation, not across conversations. Stripe forgets keys after 24 hours, so a resume days
-later should first look the refund up by that key (kept in the refund's metadata) before
-creating one; an answer that never came back is settled by reading back, never by paying
-again.
+**Which tool to gate.** Every tool whose effect cannot be undone or must not happen without a
+person: money out, deletion, anything sent on someone's behalf. Look-ups stay ungated. An
+effect that needs no person (the customer email) still takes the call's key.
 
-**xAI versus OpenAI.** Both speak the Responses API, with differences the package keeps in one
-place (`refund_agent/providers/table.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
-xAI refuses `instructions` together with `previous_response_id`, OpenAI accepts it. So the
-system prompt goes as the first input message, and every resume sends only new items. The
-stand-in speaks both dialects:
+**Who triggers the resume.** Nothing resumes by itself: the process that records the decision
+(`refund-agent approve`, the web page's worker thread), a worker looping on `claim()`, or a
+sweep for runs left behind (`refund-agent resume`, the web app at start-up).
+
+**The real provider's key.** Stripe takes it as `idempotency_key=approval.id` (run id + call
+id) but forgets keys after 24 hours, so a resume days later looks the refund up by its key
+(kept in the refund's metadata) before creating one (`docs/OUTSIDE-SYSTEMS.md`).
+
+**xAI versus OpenAI.** Both speak the Responses API, with differences kept in one place
+(`refund_agent/providers/table.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
+xAI refuses `instructions` together with `previous_response_id`, so the system prompt goes as
+the first input message. The stand-in speaks both dialects:
 '''),
 code('''
 answers = {}
@@ -434,23 +611,21 @@ check("xAI refuses instructions with previous_response_id, OpenAI accepts them",
 md('''
 ## Recap
 
-What the opening promised, and where it happened:
+1. **Thirty lines**: run until the gated call, save the response id, the call id and the
+   arguments, stop; later pay once keyed by run id + call id and resume with
+   `previous_response_id` and the call's `function_call_output`.
+2. **Seven boundaries**, each checked here, and each check seen to fail when its boundary is
+   broken: transactions taken away, outputs forgotten, a stalled owner's write, a key reused
+   with another amount.
+3. **Real life**: a `kill -9` after paying (the refund came back *reused*), a double click,
+   a restart mid-run, a rejection with its note, a reply, an angry customer (at most three
+   simulated emails, one refund), a decision that never comes (7 days, the database's clock),
+   a stored response gone after 30 days.
+4. **Your agent**: declare the tool `needs_approval`, key its effect by the call, check its
+   arguments again when it runs, and let a decision, a worker's `claim()` or `resume` continue
+   it.
 
-1. **The pattern in thirty lines**: run until the gated call, save the response id, the call
-   id and the arguments, stop; later, pay once keyed by the call id and resume with
-   `previous_response_id` and the call's `function_call_output`. The package does the same,
-   and the plain approve-then-resume path sent exactly that request.
-2. **Three values are enough**, because the API keeps the conversation (`store=True`); when it
-   no longer does (30 days), the run's own transcript takes over.
-3. **Once, by idempotency key**: a `kill -9` after paying (the refund came back *reused*), a
-   double click (one winner, the other told who), a restart mid-run (no call ran twice, one
-   email), a reply and an angry customer (one refund, priced by the policy), and an approval
-   nobody decided (expired, customer told, nothing paid).
-4. **Your agent**: declare the tool `needs_approval`, save the three values, let the decision,
-   a worker's `claim()` or `resume` trigger the resume, key the effect by run and call id, and
-   put the system prompt in the input, not `instructions`.
-
-Partial approvals, asking the customer, fencing, reconciliation, accounts and PostgreSQL are
-in `beyond.ipynb`.
+Partial approvals, asking the customer, fencing of payments and emails, reconciliation,
+accounts and PostgreSQL are in `beyond.ipynb`.
 '''),
 ]

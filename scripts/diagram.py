@@ -51,13 +51,13 @@ AFTER_PAUSE: list[Message] = [
     (APPROVER, AGENT, "who resumes: the approving process, a worker's claim(),\nor "
      "`refund-agent resume` / the web's start-up for runs left behind", None, "person", False),
     (AGENT, STORE, "take the run's lease (epoch + 1; every write checks it)", 7, "store", False),
-    (AGENT, PAYMENTS, "refund, idempotency key = call id", 6, "pay", False),
+    (AGENT, PAYMENTS, "refund, idempotency key = run id + call id", 6, "pay", False),
     (AGENT, STORE, "save the refund call's output + audit 'issued' (one transaction)", 3,
      "store", False),
     (AGENT, MODEL, "function_call_output(call id, decision),\nprevious_response_id = "
      "the approval's response", None, "model", False),
     (MODEL, AGENT, "call send_customer_message", None, "model", True),
-    (AGENT, PAYMENTS, "email, idempotency key = call id", 6, "pay", False),
+    (AGENT, PAYMENTS, "email, idempotency key = run id + call id", 6, "pay", False),
     (PAYMENTS, CUSTOMER, "\"I've refunded $48.00 ...\"", None, "pay", True),
     (AGENT, STORE, "note for the team; run done, lease released", 7, "store", False),
 ]
