@@ -74,7 +74,7 @@ MUTANTS = [
         '        if reused:  # MUTANT\n'
         '            record = {**record, "refund_id": "re_" + uuid.uuid4().hex[:16]}\n'
         '        return record, reused\n'),),
-        claim="paid once: the retry got the first refund back"),
+        claim="the run reports that same refund, as reused"),
     Mutant("verify_always_ok", "verify_audit and reconcile always answer that all is well", (
         ("store/auditlog.py",
          "        entries = self.audit() if entries is None else entries\n",
@@ -95,7 +95,7 @@ MUTANTS = [
         "policy.py",
         '    left = item.quantity - held_units(order, line, holders)\n',
         '    left = item.quantity  # MUTANT: what other refunds hold is ignored\n'),),
-        claim="the gift card is refused"),
+        claim="proposed exactly what the policy computes"),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
@@ -146,7 +146,7 @@ MUTANTS = [
         "agent.py", "                if call.output is not None:\n                    output = "
         "call.output\n",
         "                if False:  # MUTANT\n                    output = call.output\n"),),
-        claim="no call ran twice"),
+        claim="3. no call ran twice"),
     # -- every other durable boundary and guarantee the notebooks state -------------------------
     Mutant("lease_unchecked_before_paying", "a process that lost its run's lease still pays", ((
         "agent.py",
@@ -229,13 +229,112 @@ MUTANTS = [
         "loop.py", "        return self.store.expire(self.settings.approval_days * 86400, "
                    "agent=self.agent_name)\n",
         "        return []  # MUTANT: nothing ever expires\n"),),
-        claim="the approval expired"),
+        claim="at 7.1 days it expires"),
     Mutant("stored_response_fallback_removed",
            "a gone stored response fails the run instead of resending the transcript", ((
                "agent.py",
                "                if not missing or not self._response_gone(exc, missing):\n",
                "                if True:  # MUTANT: no fallback to the transcript\n"),),
            claim="the gone response was replaced by the transcript"),
+    # -- each durable boundary broken the way a careless change would (issue 35) --------------
+    Mutant("run_and_email_split", "boundary 1: the customer's email saved in a transaction of its "
+           "own, after the run", ((
+               "store/runs.py",
+               '            self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
+               '                                             "subject": subject, "body": email})\n'
+               '        return self.run(run_id)\n',
+               '        with self._tx() as db:  # MUTANT: the email in a transaction of its own\n'
+               '            self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
+               '                                             "subject": subject, "body": email})\n'
+               '        return self.run(run_id)\n'),),
+           claim="1. the run and its email: one transaction"),
+    Mutant("response_and_calls_split", "boundary 2: the run's pointer to the response committed "
+           "apart from the response's calls", ((
+               "store/responses.py",
+               '            db.execute(\n'
+               '                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"\n',
+               '        with self._tx() as db:  # MUTANT: the pointer in a transaction of its own\n'
+               '            db.execute(\n'
+               '                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"\n'
+               ),),
+           claim="2. each response and its calls: one transaction"),
+    Mutant("approval_and_waiting_split", "boundary 4: the pending approval and the run's waiting "
+           "status written in two transactions", ((
+               "store/approvals.py",
+               "            self._touch(db, run_id, status=RunStatus.WAITING)\n",
+               "        with self._tx() as db:  # MUTANT: the pause in a transaction of its own\n"
+               "            self._touch(db, run_id, status=RunStatus.WAITING)\n"),),
+           claim="4. the approval, 'requested' and 'waiting': one transaction"),
+    Mutant("approved_audit_after_commit", "boundary 5: the 'approved' audit line written after "
+           "the decision committed", (
+               ("store/approvals.py",
+                '        self._audit(db, "approved", by, **where, amount=total / 100,\n',
+                "        self._late = (by, where)  # MUTANT: audited after the commit\n"
+                "        self._late_kw = dict(amount=total / 100,\n"),
+               ("store/approvals.py",
+                '                late = self._close(db, approval, "rejected", by, note)\n'
+                "        if late:\n",
+                '                late = self._close(db, approval, "rejected", by, note)\n'
+                "        if approve and not late and getattr(self, '_late', None):  # MUTANT\n"
+                "            with self._tx() as db:\n"
+                '                self._audit(db, "approved", self._late[0], **self._late[1],\n'
+                "                            **self._late_kw)\n"
+                "            self._late = None\n"
+                "        if late:\n"),
+           ), claim="5. the decision and its audit line: one transaction"),
+    Mutant("idempotency_conflict_ignored", "boundary 6: the same key with other arguments gets "
+           "the first record back instead of an error", ((
+               "outside/ledger.py",
+               '                    if record.get("request") != request:\n',
+               "                    if False:  # MUTANT: a conflicting request is not refused\n"),),
+           claim="the same key with another amount is refused"),
+    Mutant("lease_epoch_not_bumped", "boundary 7: a takeover keeps the old fencing token",
+           (("store/leases.py", '        epoch = row["lease_epoch"] + 1\n',
+             '        epoch = row["lease_epoch"]  # MUTANT\n'),),
+           claim="7. the worker claimed the run under a fresh lease"),
+    Mutant("hand_over_unfenced", "the hand-over email is sent before the lease is checked", ((
+        "desk/actions.py",
+        "    store.escalate_run(lease, CANNOT_CONTINUE, why)\n"
+        '    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}",'
+        " body)\n",
+        '    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}",'
+        " body)\n"
+        "    store.escalate_run(lease, CANNOT_CONTINUE, why)  # MUTANT: fenced after sending\n"),),
+        claim="nor can it hand the run over"),
+    Mutant("expiry_by_process_clock", "expiry reads this process's clock, not the database's", ((
+        "store/approvals.py",
+        "requested_at < {self.now} - ?{mine}",
+        "requested_at < {time.time()} - ?{mine}"),),
+        claim="a process clock 8 days ahead expires nothing"),
+    Mutant("approval_days_not_seven", "approvals expire after 3 days by default", ((
+        "config.py", "    approval_days: float = 7.0\n",
+        "    approval_days: float = 3.0  # MUTANT\n"),),
+        claim="7 days by default"),
+    Mutant("resend_keeps_gone_response", "after resending the transcript, the run still points "
+           "at the gone response", ((
+               "loop.py",
+               "self.store.record_response(lease, response_id=read.response_id,",
+               'self.store.record_response(lease, response_id=resent["missing"] if resent '
+               "else read.response_id,"),),
+           claim="and the next request chains from the new response"),
+    Mutant("rejection_note_dropped", "the reviewer's note never reaches the rejected customer", ((
+        "desk/actions.py",
+        '"note": approval.note or "", "lines": lines}, [])',
+        '"note": "", "lines": lines}, [])  # MUTANT'),),
+        claim="the customer is told the reviewer's note"),
+    Mutant("partial_note_dropped", "a partial approval's note is not passed on", ((
+        "desk/actions.py", '        output["note"] = approval.note or ""\n',
+        "        pass  # MUTANT: the note is dropped\n"),),
+        notebook="beyond", claim="the customer is told which line stays"),
+    Mutant("parallel_tool_calls", "requests allow parallel tool calls", ((
+        "turns.py", '"parallel_tool_calls": False,', '"parallel_tool_calls": True,'),),
+        claim="and for one call at a time"),
+    Mutant("customer_reads_team_notes", "the simulated customer is sent the team's notes", ((
+        "desk/customer.py", '        elif step.kind == "message":\n',
+        '        elif step.kind == "decision" and step.data.get("note"):  # MUTANT\n'
+        '            blocks.append(f"--- Email from support ---\\n{step.data[\'note\']}")\n'
+        '        elif step.kind == "message":\n'),),
+        claim="the simulated customer read the emails, never the team's note"),
 ]
 CONTROL = Mutant("unbroken", "the package as it is", ())
 
