@@ -97,10 +97,11 @@ run_id = "run_" + uuid.uuid4().hex[:12]
 prompt = system_prompt(agent.shop.info.name, agent.shop.today)
 text = f"From: {email.sender}\\nSubject: {email.subject}\\n\\n{email.body}"
 advance(run_id, [{"role": "system", "content": prompt}, {"role": "user", "content": text}])
-[(saved_run, response_id, call_id, arguments)] = db.execute("SELECT * FROM waiting")
+saved = db.execute("SELECT response_id, call_id, arguments FROM waiting").fetchall()
+paid = db.execute("SELECT * FROM effects WHERE name = 'issue_refund'").fetchall()
+check("three values saved; nothing paid before approval", len(saved) == 1 and not paid)
+[(response_id, call_id, arguments)] = saved
 print("waiting for a person:", json.loads(arguments)["lines"])
-check("three values saved; nothing paid before approval", response_id and call_id and
-      not db.execute("SELECT 1 FROM effects WHERE name = 'issue_refund'").fetchall())
 '''),
 md("""
 ### Later: a person approves; pay once and resume
@@ -116,10 +117,10 @@ resume = server.requests[sent_before]
 show("the model, after: " + answer.output_text)
 [(key, paid)] = db.execute("SELECT key, output FROM effects WHERE name = 'issue_refund'")
 check("paid once, keyed by the run id and the call id", key == f"{run_id}-{call_id}")
-check("a retry gets the first refund back", run_tool(run_id, "issue_refund", call_id, arguments)
-      == json.loads(paid) and len(db.execute("SELECT * FROM effects").fetchall()) == 2)
 check("the resume chains from the response that made the call",
       resume["previous_response_id"] == response_id and resume["input"][0]["call_id"] == call_id)
+check("a retry gets the first refund back", run_tool(run_id, "issue_refund", call_id, arguments)
+      == json.loads(paid) and len(db.execute("SELECT * FROM effects").fetchall()) == 2)
 check("every request: store=True, one call at a time", all(
       r["store"] is True and r["parallel_tool_calls"] is False for r in server.requests))
 '''),
