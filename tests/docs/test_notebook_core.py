@@ -1,12 +1,12 @@
-"""The walkthrough's thirty lines check what they claim: each check fails when its line breaks.
+"""The walkthrough's own code checks what it claims: each check fails when its line breaks.
 
-The first cells of walkthrough.ipynb are plain ``openai`` code of the notebook's own (a loop,
-two SQLite tables), not the package, so the package mutants (test_notebook_mutations.py) cannot
-reach them. Here the cells' source is broken instead: each variant replaces one piece of the
-core and runs the setup and core cells as a script in a new process. The unbroken cells must
-pass; each break must stop the script at the check written for it (``check`` raises
-AssertionError with its claim), or, where the API itself refuses the broken request before any
-check runs, with the API's error.
+Two parts of walkthrough.ipynb are code of the notebook's own, not the package: the thirty lines
+of plain ``openai`` calls (a loop, two SQLite tables) and the wire-transfer desk of "Your own
+agent". The package mutants (test_notebook_mutations.py) cannot reach them. Here the cells'
+source is broken instead: each variant replaces one piece and runs the cells as a script in a
+new process. The unbroken cells must pass; each break must stop the script at the check written
+for it (``check`` raises AssertionError with its claim), or, where the API itself refuses the
+broken request before any check runs, with the API's error.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Break:
     old: str          # exactly once in the core cells
     new: str
     fails_with: str   # the start of the failed check's claim, or an exception's name
+    part: str = "core"
 
 
 BREAKS = [
@@ -48,15 +49,41 @@ BREAKS = [
     # Without stored responses the chain cannot be followed: the API answers 404 at once.
     Break("store_false", "store=True, previous_response_id", "store=False, previous_response_id",
           "NotFoundError"),
+    # The wire-transfer desk: the rules its prose states, each removed.
+    Break("approval_taken_as_authorization", "args.amount_cents > balance:", "False:",
+          "approved, but refused when it ran", part="wires"),
+    Break("wire_not_keyed", "SENT.once(approval.id,", "SENT.once(uuid.uuid4().hex,",
+          "resumed: send_wire ran again from its first line, the wire left once", part="wires"),
+    Break("no_crash_point", '    ctx.crash("after_wire")\n', "",
+          "killed after the wire left", part="wires"),
 ]
 
 
-def _core_script() -> str:
-    """The walkthrough's code cells up to the approval (setup, core setup, core, run, approve)."""
-    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
-    end = next(i for i, c in enumerate(cells) if 'approve(run_id, "Dana Kim")' in "".join(
-        c["source"]))
-    return "\n\n".join("".join(c["source"]) for c in cells[:end + 1])
+def _code_cells() -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]
+            if c["cell_type"] == "code"]
+
+
+def _script(part: str, broken: Break | None = None) -> str:
+    """``core``: the code cells up to the approval (setup, core setup, core, run, approve).
+    ``wires``: the setup cell and the wire-transfer desk's cells, its module written by Python
+    instead of %%writefile. ``broken``: its text replaced first (it must be there once)."""
+    cells = _code_cells()
+    if part == "core":
+        cells = cells[:next(i for i, c in enumerate(cells) if 'approve(run_id, "Dana Kim")' in c)
+                      + 1]
+    else:
+        start = next(i for i, c in enumerate(cells) if c.startswith("%%writefile"))
+        cells = [cells[0], *cells[start:start + 3]]
+    if broken is not None:
+        found = sum(c.count(broken.old) for c in cells)
+        assert found == 1, f"{broken.name}: re-point it, {broken.old!r} is in the {part} cells " \
+            f"{found} times"
+        cells = [c.replace(broken.old, broken.new) for c in cells]
+    if part == "core":
+        return "\n\n".join(cells)
+    written = f"(OUTPUT / 'wires.py').write_text({cells[1].split(chr(10), 1)[1]!r})"
+    return "\n\n".join([cells[0], "from refund_agent import AlreadyDecided", written, *cells[2:]])
 
 
 def _run(script: str, scratch: Path) -> subprocess.CompletedProcess[str]:
@@ -81,13 +108,12 @@ def _failure(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    script = _core_script()
-    for b in BREAKS:
-        assert script.count(b.old) == 1, f"{b.name}: re-point it, {b.old!r} is not once in the core"
-    jobs = {"unbroken": script, **{b.name: script.replace(b.old, b.new) for b in BREAKS}}
+    jobs = {**{f"unbroken {part}": _script(part) for part in ("core", "wires")},
+            **{b.name: _script(b.part, b) for b in BREAKS}}
     scratch = tmp_path_factory.mktemp("core")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(jobs, pool.map(lambda n: _run(jobs[n], scratch / n), jobs), strict=True))
+        done = dict(zip(jobs, pool.map(lambda n: _run(jobs[n], scratch / n.replace(" ", "-")),
+                                       jobs), strict=True))
     return {name: "" if d.returncode == 0 else _failure(d) or d.stderr[-2000:]
             for name, d in done.items()}
 
@@ -101,13 +127,14 @@ def test_the_core_is_thirty_lines_keyed_by_run_and_call() -> None:
     assert "previous_response_id=previous" in core
 
 
-def test_the_unbroken_core_passes(outcomes: dict[str, str]) -> None:
-    assert outcomes["unbroken"] == "", outcomes["unbroken"]
+@pytest.mark.parametrize("part", ["core", "wires"])
+def test_the_unbroken_cells_pass(part: str, outcomes: dict[str, str]) -> None:
+    assert outcomes[f"unbroken {part}"] == "", outcomes[f"unbroken {part}"]
 
 
 @pytest.mark.parametrize("broken", BREAKS, ids=lambda b: b.name)
 def test_each_break_fails_its_check(broken: Break, outcomes: dict[str, str]) -> None:
-    if outcomes["unbroken"]:
-        pytest.skip("the unbroken core fails (see test_the_unbroken_core_passes)")
+    if outcomes[f"unbroken {broken.part}"]:
+        pytest.skip("the unbroken cells fail (see test_the_unbroken_cells_pass)")
     assert outcomes[broken.name].startswith(broken.fails_with), (
         f"{broken.name}: expected {broken.fails_with!r}, got {outcomes[broken.name]!r}")
