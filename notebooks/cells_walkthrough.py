@@ -407,6 +407,8 @@ allowed = quote_refund(agent.shop.order("A1066"), agent.shop.terms,
                        [("SKL-CI-10", "changed_mind")], {}, agent.shop.today)
 check("proposed exactly what the policy computes", approval.amount == allowed.amount == 31.50
       and [x.line for x in approval.lines] == ["SKL-CI-10"])
+check("the gift card is refused: final sale", isinstance(quote_refund(agent.shop.order("A1066"),
+      agent.shop.terms, [("GIFT-50", "changed_mind")], {}, agent.shop.today), str))
 sent_before = len(requests)
 agent.decide(approval.id, approve=True, by="Dana Kim", note="TEAM ONLY: chargeback risk.")
 priya = converse(agent, priya.id)
@@ -462,7 +464,7 @@ after = slow.model.server.requests[sent_before:]
 check("the gone response was replaced by the transcript", resent and len(after) >= 3
       and after[1].get("previous_response_id") is None)
 check("and the next request chains from the new response", len(resent) == 1
-      and after[2]["previous_response_id"] == resent[0])
+      and len(after) >= 3 and after[2].get("previous_response_id") == resent[0])
 check("the run finished and paid once", run.status.value == "done"
       and len(slow.payments.refunds()) == 1)
 '''),

@@ -95,7 +95,7 @@ MUTANTS = [
         "policy.py",
         '    left = item.quantity - held_units(order, line, holders)\n',
         '    left = item.quantity  # MUTANT: what other refunds hold is ignored\n'),),
-        claim="proposed exactly what the policy computes"),
+        claim="the gift card is refused"),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
@@ -306,16 +306,19 @@ MUTANTS = [
         "requested_at < {self.now} - ?{mine}",
         "requested_at < {time.time()} - ?{mine}"),),
         claim="a process clock 8 days ahead expires nothing"),
-    Mutant("approval_days_not_seven", "approvals expire after 3 days by default", ((
-        "config.py", "    approval_days: float = 7.0\n",
-        "    approval_days: float = 3.0  # MUTANT\n"),),
+    Mutant("approval_days_not_seven", "approvals expire after 3 days by default", (
+        ("config.py", "    approval_days: float = 7.0\n",
+         "    approval_days: float = 3.0  # MUTANT\n"),
+        ("config.py", '_setting("REFUND_AGENT_APPROVAL_DAYS", 7.0)',
+         '_setting("REFUND_AGENT_APPROVAL_DAYS", 3.0)'),),
         claim="7 days by default"),
-    Mutant("resend_keeps_gone_response", "after resending the transcript, the run still points "
-           "at the gone response", ((
+    Mutant("no_chain_after_resend", "after the transcript was resent once, later requests "
+           "no longer chain from the stored response", ((
                "loop.py",
-               "self.store.record_response(lease, response_id=read.response_id,",
-               'self.store.record_response(lease, response_id=resent["missing"] if resent '
-               "else read.response_id,"),),
+               "previous_response_id=run.last_response_id, zero_retention=keep_nothing,",
+               "previous_response_id=None if any(s.kind == 'resent' for s in  # MUTANT\n"
+               "                self.store.steps(run.id)) else run.last_response_id,\n"
+               "            zero_retention=keep_nothing,"),),
            claim="and the next request chains from the new response"),
     Mutant("rejection_note_dropped", "the reviewer's note never reaches the rejected customer", ((
         "desk/actions.py",
