@@ -168,7 +168,7 @@ check("the resume continues the response that made the call",
 check("its input is the call's output, with the decision",
       [i["type"] for i in resume["input"]] == ["function_call_output"]
       and resume["input"][0]["call_id"] == approval.call_id
-      and json.loads(resume["input"][0]["output"])["approved_by"] == "Dana Kim")
+      and json.loads(resume["input"][0]["output"]).get("approved_by") == "Dana Kim")
 check("one refund, keyed by the run and the call", maya.status.value == "done"
       and [r["idempotency_key"] for r in agent.payments.refunds()]
       == [approval.id] == [f"{maya.id}-{approval.call_id}"])
@@ -250,9 +250,9 @@ leo = agent.start("leo.martins@example.com", sender_name="Leo Martins", subject=
                   body="The oak cutting board from order A1058 arrived cracked. A refund?")
 leo = agent.advance(leo.id)
 crashed = cli("approve", "--as", "Dana Kim", CRASH_AFTER_REFUND="1")
-[leo_call] = agent.store.calls(agent.store.run(leo.id).last_response_id)
-paid = [r for r in agent.payments.refunds() if r["idempotency_key"] == leo_call.key]
 check("the approving process was killed with SIGKILL", crashed.returncode == -signal.SIGKILL)
+[leo_call] = [c for c in agent.store.calls_named("issue_refund") if c.run_id == leo.id]
+paid = [r for r in agent.payments.refunds() if r["idempotency_key"] == leo_call.key]
 check("it paid, but never saved that it did", len(paid) == 1 and leo_call.output is None)
 check("a resume would pick the run up", leo.id in [r.id for r in agent.resumable()])
 '''),

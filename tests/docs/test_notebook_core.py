@@ -11,6 +11,7 @@ broken request before any check runs, with the API's error.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -138,3 +139,66 @@ def test_each_break_fails_its_check(broken: Break, outcomes: dict[str, str]) -> 
         pytest.skip("the unbroken cells fail (see test_the_unbroken_cells_pass)")
     assert outcomes[broken.name].startswith(broken.fails_with), (
         f"{broken.name}: expected {broken.fails_with!r}, got {outcomes[broken.name]!r}")
+
+
+# Checks no break fails yet: each needs a mutant (test_notebook_mutations.py) or a break here.
+# Most are caught indirectly (a mutant that breaks them fails an earlier check first); the list
+# may only shrink: a new check must come with its break, and a listed one that gets a break must
+# leave the list.
+NOT_YET_BROKEN = {
+    "walkthrough": [
+        "nothing waits, nothing was done",
+        "the run waits, and no process holds it",
+        "the resume continues the response that made the call",
+        "without transactions, the first check fails",
+        "it paid, but never saved that it did",
+        "a resume would pick the run up",
+        "6. still one refund for the call",
+        "the run pays once",
+        "the broken store fails the check",
+        "the stalled owner's write is refused",
+        "the new owner finishes and pays once",
+        "the reply continues the last stored response",
+        "and is the only input",
+        "the answer went to Maya only",
+        "proposed exactly what the policy computes",
+        "2 simulated replies (at most 3), still one refund of $31.50",
+        "the run told the customer and paid nothing",
+        "the run finished and paid once",
+        "the second click is refused, naming the first",
+        "xAI refuses instructions with previous_response_id, OpenAI accepts them",
+    ],
+    "beyond": [
+        "the run waits on the customer, question sent",
+        "the reply brings a new proposal, nothing paid yet",
+        "the new owner finishes: one refund, one email",
+        "this desk's books agree",
+        "no refund was proposed to the stranger",
+        "a wrong password is refused",
+        "this desk runs on SQLite",
+        "the store is chosen by the settings alone",
+    ],
+}
+
+
+def test_every_check_has_a_break_or_is_listed() -> None:
+    """Every check the notebooks print is failed by some break: a package mutant, a break of
+    the notebook's own cells above, or a break the notebook makes itself (``fails``)."""
+    spec = importlib.util.spec_from_file_location(
+        "notebook_mutations", Path(__file__).with_name("test_notebook_mutations.py"))
+    assert spec and spec.loader
+    mutations = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, mutations)   # its dataclasses look themselves up there
+    spec.loader.exec_module(mutations)
+    for name in ("walkthrough", "beyond"):
+        printed = "".join("".join(o.get("text", "")) for c in json.loads(
+            (ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+            for o in c.get("outputs", []))
+        claims = re.findall(r"^(.*): True$", printed, re.MULTILINE)
+        broken = [m.claim for m in mutations.MUTANTS if m.notebook == name]
+        broken += re.findall(r"^broken on purpose, this check fails: (.*)$", printed, re.MULTILINE)
+        if name == "walkthrough":
+            broken += [b.fails_with for b in BREAKS]
+        unbroken = [c for c in claims if not any(c.startswith(b) for b in broken)]
+        assert unbroken == NOT_YET_BROKEN[name], (
+            f"{name}: checks without a break changed; unbroken now: {unbroken}")

@@ -338,6 +338,43 @@ MUTANTS = [
         '            blocks.append(f"--- Email from support ---\\n{step.data[\'note\']}")\n'
         '        elif step.kind == "message":\n'),),
         claim="the simulated customer read the emails, never the team's note"),
+    # -- more claims the walkthrough and beyond make, each with the break that fails it ---------
+    Mutant("decision_not_in_output", "the resumed call's output leaves out who approved it", ((
+        "desk/actions.py", '"amount": approval.amount, "approved_by": approval.decided_by,',
+        '"amount": approval.amount,  # MUTANT: no approver'),),
+        claim="its input is the call's output, with the decision"),
+    Mutant("refund_keyed_by_call_id_alone", "the payment's idempotency key is the call id alone",
+           (("desk/actions.py", "ctx.payments.refund(approval.id,",
+             "ctx.payments.refund(approval.call_id,  # MUTANT\n            "),),
+           claim="one refund, keyed by the run and the call"),
+    Mutant("rejection_pays", "a rejected refund is paid", ((
+        "desk/actions.py", "    if approval.status == ApprovalStatus.REJECTED:\n",
+        "    if False:  # MUTANT: a rejection is carried out like an approval\n"),),
+        claim="rejected: nothing paid"),
+    Mutant("reuse_audited_as_issued", "a reused refund is audited as a new one", ((
+        "desk/actions.py", '"event": "reused" if reused else "issued"',
+        '"event": "issued"  # MUTANT\n           '),),
+        claim="audit: requested, approved, reused"),
+    Mutant("late_click_not_audited", "the losing click of a race leaves no audit line", ((
+        "store/approvals.py", "        if audit_late:\n", "        if False:  # MUTANT\n"),),
+        claim="the late click is audited 'ignored'"),
+    Mutant("declined_line_stays_held", "a line the approver unticked stays reserved", ((
+        "store/approvals.py", "UPDATE approval_lines SET held = 0, decision = 'declined'",
+        "UPDATE approval_lines SET held = 1, decision = 'declined'"),),
+        notebook="beyond", claim="the declined line is free again"),
+    Mutant("approver_limit_ignored", "an approver's limit is not checked", ((
+        "store/approvals.py", "reason = None if limit_cents is None else limit_problem(",
+        "reason = None if True else limit_problem(  # MUTANT"),),
+        notebook="beyond", claim="Sam's $40 limit refuses"),
+    Mutant("crash_points_disabled", "a named crash point does not kill the process", ((
+        "crash.py", "        os.kill(os.getpid(), signal.SIGKILL)\n",
+        "        pass  # MUTANT: the crash point does nothing\n"),),
+        claim="the approving process was killed with SIGKILL"),
+    Mutant("reconcile_misses_unsent_email", "reconciliation no longer checks that every sent "
+           "call has its email", ((
+               "desk/reconcile.py", "        _sent_calls_have_emails(sends, emails, names[1]),\n",
+               "        # MUTANT: a sent call's missing email goes unnoticed\n"),),
+           notebook="beyond", claim="caught: a sent email missing"),
 ]
 CONTROL = Mutant("unbroken", "the package as it is", ())
 
