@@ -178,3 +178,41 @@ def test_the_used_condition_is_read_from_the_policy_text():
     assert strict.lines == [] and strict.kind == "used" and "used the wool rug" in strict.why_not
     lenient = brain._propose(facts, email, "Anything can be returned within 30 days.")
     assert [(p["line"], p["reason"]) for p in lenient.lines] == [("RUG-23", "changed_mind")]
+
+
+# -- issue 38: the patterns the 60 emails in other styles broke -----------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    # 1. Tokens, not substrings: "incident", "evident", "confidential" hold no "dent".
+    ("An incident report: the vase is cracked. The mugs? It's evident they were packed well.",
+     {"VAS-L": "damaged"}),
+    ("Confidentially, the rug is a hit. The lamp flickers and dies.", {"LMP-1": "damaged"}),
+    # 2. A claim with its scope and its later correction.
+    ("My old vase broke last winter, so I ordered this one. It arrived perfect! The rug has a "
+     "burn mark.", {"RUG-23": "damaged"}),
+    ("The shade has a \"tear\" printed on it, part of the pattern. The lamp is dented.",
+     {"LMP-1": "damaged"}),
+    ("I was about to say the lamp was dead, but it turns out it needed a bulb. It works now. "
+     "The vase is chipped.", {"VAS-L": "damaged"}),
+    ("The rug is frayed at one end, but I'm keeping it, no refund needed. The vase is smashed.",
+     {"VAS-L": "damaged"}),
+])
+def test_issue_38_claims_keep_their_scope(text, expected):
+    assert wanted(text) == expected
+
+
+def test_damage_kept_without_a_refund_is_a_note_not_a_claim():
+    reading = reader.read(LINES, "The rug arrived frayed. I'm keeping it, no refund needed.")
+    assert reading.wanted == {} and reading.kept_damaged == ["RUG-23"] and reading.fine_only
+
+
+@pytest.mark.parametrize("text, units", [
+    ("Three out of 4 mugs arrived cracked.", 3),
+    ("Every single one of the four mugs arrived chipped.", 4),
+    ("Only one of the mugs survived the trip; the rest are in pieces.", 3),
+    ("All but one of the mugs arrived cracked.", 3),
+    ("Three of the mugs arrived cracked. Correction: I counted again, it is just two.", 2),
+])
+def test_counts_in_words(text, units):
+    assert wanted(text) == {"MUG-4": "damaged"}
+    assert reader.units_named(LINES, text, "MUG-4", 4) == units
