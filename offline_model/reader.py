@@ -61,6 +61,13 @@ _AUTHORITY = re.compile(
 # positions, quadratic on a line of dots.)
 _LISTING = re.compile(r"(?:\.\.\.\s?|\s\s|\bx\s?|:\s?)\$\s?\d|\$\s?\d[\d,]*(?:\.\d{2})?\s*$"
                       r"|^\s*(?:total|subtotal|shipping|order)\b.{0,40}(?:\$\s?\d|free\s*$)", re.I)
+# The customer makes quoted or forwarded words their own.
+ADOPTS = re.compile(
+    r"\b(?:exactly right|(?:i|we) (?:fully |completely )?agree with (?:every word|all of it|this"
+    r"|(?:him|her|them)|what)|every word (?:of (?:it|this) )?is true|treat (?:it|this) as mine"
+    r"|(?:it|this) is my (?:complaint|claim|request)|same (?:here|for me)|speaks for (?:me|us)"
+    r"|on (?:my|our) behalf|please (?:sort|deal with|look into) (?:it|this)(?: out)?)\b", re.I)
+_HEADER = re.compile(r"^(?:from|sent|to|cc|date|subject):", re.I)
 _SENTENCE_END = re.compile(r"[.!?]+|\n|;")
 
 
@@ -128,16 +135,26 @@ def own_words(body: str) -> str:
                 pos = close + 1
             pieces.append(text[pos:])
             text = "".join(pieces)
-    kept = []
+    kept, quoted = [], []
+    forwarded = False
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith(">"):
+        if forwarded or stripped.startswith(">"):
+            quoted.append(stripped.lstrip("> "))
             continue
         if _QUOTE_START.match(stripped):
-            break
+            forwarded = True
+            quoted.append(stripped)
+            continue
         if _LISTING.search(stripped):
             continue
         kept.append(_drop_authority(line))
+    if quoted and ADOPTS.search("\n".join(kept)):
+        # "My partner wrote this and it's exactly right": the quoted words are theirs too
+        # (less its headers, listings and notes claiming authority).
+        kept += [_drop_authority(line) for line in quoted
+                 if not _QUOTE_START.match(line) and not _HEADER.match(line)
+                 and not _LISTING.search(line)]
     return "\n".join(kept)
 
 
@@ -166,7 +183,9 @@ def order_ids(text: str) -> list[str]:
                 continue   # "on 2026", "at 1030": a lower-case word then a number
             # The nearest word before the number on its line says what it is.
             before = text[max(0, match.start() - 30):match.start()].rpartition("\n")[2]
-            refs = [m.end() for m in _REFERENCE.finditer(before)]
+            # ("There was an incident with the parcel for RT20770": too far to name it.)
+            refs = [m.end() for m in _REFERENCE.finditer(before)
+                    if len(before) - m.end() <= 12]
             orders = [m.end() for m in _ORDER_WORD.finditer(before)]
             if refs and (not orders or refs[-1] > orders[-1]):
                 continue
@@ -262,6 +281,8 @@ def _aliases(lines: list[dict[str, Any]]) -> dict[str, list[_Alias]]:
     return by_first
 
 
+# What a fragment holds besides the item's name: "The tray.", "Just my mug."
+_FRAGMENT = re.compile(r"^[\W_]*(?:(?:the|my|our|your|a|an|also|just|and|only)\b[\W_]*)*$", re.I)
 _DEFINITE = {"the", "my", "your", "our", "this", "that", "these", "those", "his", "her"}
 
 
@@ -572,6 +593,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
     damaged_at: dict[str, int] = {}   # the last sentence that said the item is damaged
     fine_at: dict[str, int] = {}      # the last that said it is fine
     corrections: list[int] = []       # sentences that correct something said before
+    loose_at, loose_said = -2, _Said()   # the last sentence with a claim that named no item
 
     def claim(lid: str, said: _Said, number: int) -> None:
         _merge(per[lid], said, retracting)
@@ -629,6 +651,8 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                         if not _PREPOSITION.search(sentence[max(a, m.start - 20):m.start])]
             items = list(dict.fromkeys(m.line for m in (subjects or here)))
             previous = said
+            if items and not said.any() and loose_at == number - 1 and _FRAGMENT.match(blanked):
+                said = loose_said   # "Something arrived broken. The tray.": the tray did
             if items:
                 if not hypothetical or said.any():
                     named.extend(items)
@@ -650,12 +674,14 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             if EVERYTHING.search(blanked):
                 loose_everything = True
                 loose.merge(said)
-            elif pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
+                continue
+            if pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
                 pending_sentence = number   # the rest of this sentence is about them too
                 for lid in pending:
                     claim(lid, said, number)
             else:
                 loose.merge(said)
+                loose_at, loose_said = number, said   # a fragment next may name its item
     # A claim that names no item is about the whole order only when it says so, or when the
     # order has one line: "it's unused" on an order of three could be any of them.
     spread = loose_everything or len(ids) == 1

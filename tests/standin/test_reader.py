@@ -216,3 +216,24 @@ def test_damage_kept_without_a_refund_is_a_note_not_a_claim():
 def test_counts_in_words(text, units):
     assert wanted(text) == {"MUG-4": "damaged"}
     assert reader.units_named(LINES, text, "MUG-4", 4) == units
+
+
+def test_a_fragment_answer_names_the_item_of_the_claim_before_it():
+    assert wanted("Something in my order arrived broken. The vase.") == {"VAS-L": "damaged"}
+    # Without a claim before it, a bare name claims nothing.
+    assert wanted("Hello. The vase.") == {}
+
+
+def test_quoted_words_count_only_when_the_customer_adopts_them():
+    quote = "\n\n> The rug arrived with a burn mark in the middle.\n"
+    assert wanted("My partner wrote this and it's exactly right:" + quote) == {
+        "RUG-23": "damaged"}
+    assert wanted("My sister got this from another shop, funny:" + quote) == {}
+    forward = ("I agree with every word below, please sort it out.\n\n---------- Forwarded "
+               "message ---------\nFrom: Sam\n\nThe vase arrived cracked.\n")
+    assert wanted(forward) == {"VAS-L": "damaged"}
+
+
+def test_a_reference_word_far_from_the_number_does_not_hide_the_order():
+    assert reader.order_ids("There was an incident with the parcel for RT20770.") == ["RT20770"]
+    assert reader.order_ids("My ticket #12345 is about order RT20770.") == ["RT20770"]
