@@ -560,7 +560,7 @@ def _support(conv: _Conversation) -> Reply:
     latest = conv.customer[-1] if conv.customer else ""
     language = _language(_body(latest))
     if language:
-        return _foreign(first, language, sent)
+        return _foreign(conv, first, language, sent)
     said = [_customer_words(c) for c in conv.customer]
     # Order numbers come from the customer's own words (with the subject line): a number in
     # quoted text or in a signature's reference is not the order this is about.
@@ -672,20 +672,64 @@ def _order_meant(conv: _Conversation, ids: list[str], email: str) -> str | None:
     return about[0] if len(about) == 1 else None
 
 
-def _foreign(first: str, language: str, sent: dict | None) -> Reply:
-    """An email the desk can't read: say so, in English, and ask for English."""
-    which = (f"it looks like it's written in {language}" if language[0].isupper()
-             else "it's written in a script I can't read")
+# What the desk says, in the customer's language, when it hands an email it cannot read to a
+# person: thanks, who takes it, and that there is no need to write again. {about} names the
+# order when the customer gave its number (never asked for again).
+HANDOVER = {
+    "Spanish": ("Hola {first}:\n\nGracias por tu mensaje{about}. Lo he pasado a una persona de "
+                "nuestro equipo que lee español, que te responderá personalmente. No hace falta "
+                "que vuelvas a escribir.", " sobre el pedido {order}"),
+    "French": ("Bonjour {first},\n\nMerci pour votre message{about}. Je l'ai transmis à une "
+               "personne de notre équipe qui lit le français ; elle vous répondra "
+               "personnellement. Inutile de nous réécrire.", " au sujet de la commande {order}"),
+    "German": ("Hallo {first},\n\nvielen Dank für Ihre Nachricht{about}. Ich habe sie an "
+               "jemanden in unserem Team weitergegeben, der Deutsch liest; Sie bekommen eine "
+               "persönliche Antwort. Sie müssen nicht noch einmal schreiben.",
+               " zur Bestellung {order}"),
+    "Portuguese": ("Olá {first},\n\nObrigado pela sua mensagem{about}. Passei-a a uma pessoa da "
+                   "nossa equipa que lê português e que lhe vai responder pessoalmente. Não "
+                   "precisa de escrever outra vez.", " sobre a encomenda {order}"),
+    "Italian": ("Ciao {first},\n\ngrazie per il messaggio{about}. L'ho passato a una persona "
+                "del nostro team che legge l'italiano e che ti risponderà personalmente. Non "
+                "serve scriverci di nuovo.", " sull'ordine {order}"),
+    "Dutch": ("Hallo {first},\n\nbedankt voor je bericht{about}. Ik heb het doorgegeven aan "
+              "iemand in ons team die Nederlands leest; je krijgt persoonlijk antwoord. Je hoeft "
+              "niet opnieuw te schrijven.", " over bestelling {order}"),
+}
+
+
+def _foreign(conv: _Conversation, first: str, language: str, sent: dict | None) -> Reply:
+    """An email the desk can't read: it guesses at nothing. It raises the ticket to a person
+    (escalate, kind cannot_read) and then tells the customer, in their language where it has
+    the words, that a person who reads it will answer; the order number they gave is never
+    asked for again."""
+    named = language[0].isupper()
+    ids = reader.order_ids(" ".join(_own_words(c) for c in conv.customer))
+    about = f" about order {ids[0]}" if len(ids) == 1 else ""
     if sent:
-        return Reply("I've asked the customer to write in English.",
-                     f"The customer wrote in {language if language[0].isupper() else 'a script'}"
-                     ", which the desk can't read. Asked them, in English, to write again in "
-                     "English. Nothing looked up, no refund proposed.")
-    return _send(f"The message isn't in English ({which}). I can only read English, so I "
-                 "won't guess at it; I'll ask, in English, for the request in English.",
-                 f"Hi {first},\n\nThank you for your email. I'm sorry: I can only read English, "
-                 f"and {which}, so I couldn't understand your message. Could you write to us "
-                 "again in English, with your order number? Then I'll look into it right away.")
+        return Reply("I've told the customer what happens next.",
+                     f"The customer wrote in {language if named else 'a script'}, which this "
+                     "model can't read. Nothing looked up, no refund proposed.")
+    call = conv.last("escalate", anywhere=False)
+    if call is None:
+        reason = (f"The customer wrote in {language if named else 'a script'}{about}, which "
+                  "this model cannot read; a person who reads it should answer.")
+        return Reply(f"The message isn't in English ({language}). I won't guess at it: a "
+                     "person who reads it must take this, so I raise it first.",
+                     calls=[("escalate", {"kind": "cannot_read", "reason": reason})])
+    if _escalated(conv) and language in HANDOVER:
+        text, order = HANDOVER[language]
+        return _send(f"Raised to a person who reads {language}; I tell the customer so, in "
+                     f"{language}.", text.format(first=first, about=order.format(
+                         order=ids[0]) if len(ids) == 1 else ""))
+    which = (f"it looks like it's written in {language}" if named
+             else "it's written in a script I can't read")
+    then = ("A colleague will look at it and reply to you." if _escalated(conv) else
+            "Could you write to us again in English" + ("?" if ids else ", with your order "
+                                                        "number?"))
+    return _send(f"The message isn't in English ({which}); I can't read it myself.",
+                 f"Hi {first},\n\nThank you for your email{about}. I'm sorry: I can only read "
+                 f"English, and {which}, so I couldn't understand it myself. {then}")
 
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],

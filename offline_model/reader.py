@@ -162,8 +162,11 @@ def own_words(body: str) -> str:
 
 # An order number as customers write it: letters then digits, with a space, a dash or nothing
 # between ("RT 20581", "rt-20725", "B2201"), after "#", "no." or "number:" as often as not.
-_ORDER_ID = re.compile(r"(?<![\w@.])#?\s?([A-Z]{1,3})(?:-|\s)?(\d{3,8})\b(?![@.]\w)", re.I)
-_SPACED = re.compile(r"(?<![\w@.])([A-Z]{1,3}) (\d{4,8})\b(?![@.]\w)")  # capitals only
+# (Edges are ASCII letters and digits, so a number written against other scripts, "注文B2001の",
+# is still found.)
+_ORDER_ID = re.compile(r"(?<![A-Za-z0-9_@.])#?\s?([A-Z]{1,3})(?:-|\s)?(\d{3,8})(?![A-Za-z0-9_])"
+                       r"(?![@.]\w)", re.I)
+_SPACED = re.compile(r"(?<![A-Za-z0-9_@.])([A-Z]{1,3}) (\d{4,8})(?![A-Za-z0-9_])(?![@.]\w)")
 _NUMBER_DOT = re.compile(r"\b(no|nr|num|number)\.(?=[A-Za-z]{1,3}-?\d)", re.I)
 # Words that say the number is not an order: a ticket, a reference, a member or post box.
 _REFERENCE = re.compile(r"\b(?:ref|reference|ticket|case|incident|member|membership|po|p\.o"
@@ -183,7 +186,7 @@ def order_ids(text: str) -> list[str]:
                 continue   # "on 2026", "at 1030": a lower-case word then a number
             # The nearest word before the number on its line says what it is.
             before = text[max(0, match.start() - 30):match.start()].rpartition("\n")[2]
-            # ("There was an incident with the parcel for RT20770": too far to name it.)
+            # ("There was an incident with the parcel for AB1234": too far to name it.)
             refs = [m.end() for m in _REFERENCE.finditer(before)
                     if len(before) - m.end() <= 12]
             orders = [m.end() for m in _ORDER_WORD.finditer(before)]

@@ -36,6 +36,7 @@ def run_email(agent: Agent, email: dict[str, Any]) -> Outcome:
                    [c.output or "" for c in calls] + [m["request"]["body"] for m in sent],
                    [m["request"]["to"] for m in sent])
     outcome = Outcome(status=str(run.status), replies=replies, leaks=leaked,
+                      escalated=bool(agent.store.escalations(run_id=run.id)),
                       cost_usd=run.cost_usd, seconds=seconds,
                       error=None if run.status in (RunStatus.WAITING, RunStatus.DONE)
                       else f"run ended {run.status}" + (f": {run.error}" if run.error else ""))

@@ -12,7 +12,8 @@ The verdicts, from the customer's and the reviewer's side:
   said, or any proposal where nothing is owed (money a reviewer would have to catch);
 - under: a proposal on the right order with less than is owed (a line, a reason or units
   short); nothing paid wrongly;
-- asked: a question instead of the proposal, decline or answer expected; nothing paid wrongly;
+- asked: a question to the customer, or the ticket raised to a person (escalated), instead of
+  the proposal, decline or answer expected; nothing paid wrongly;
 - declined: no proposal, no question, and a reply that is not the one owed (a refusal where a
   refund is due, a refusal for the wrong reason);
 - failed: no reply at all (the run failed or stopped).
@@ -57,6 +58,7 @@ class Outcome:
     replies: list[str] = field(default_factory=list)
     error: str | None = None
     leaks: int = 0
+    escalated: bool = False    # raised to a person (a lead takes it from there)
     cost_usd: float = 0.0
     seconds: float = 0.0
 
@@ -128,6 +130,8 @@ def one_line(text: str, limit: int = 160) -> str:
 def _no_answer(said: str, outcome: Outcome, why: str) -> Verdict:
     if asks(said):
         return Verdict("asked", detail=f"asked instead ({why})")
+    if outcome.escalated:
+        return Verdict("asked", detail=f"raised to a person instead ({why})")
     if said:
         return Verdict("declined", detail=f"{why}; replied: {one_line(said)}")
     return Verdict("failed", detail=f"{why}; {outcome.error or 'no reply'}")

@@ -12,8 +12,8 @@ runs), and its outcome is classified by refund_agent/evals/scoring.py:classify:
   or, where nothing is owed, no proposal and a reply that says what the expectation says;
 - over: any line, reason, unit or amount beyond what the policy owes for what the customer said
   (money a reviewer would have to catch);
-- under, asked: less than is owed, or a question instead; nothing paid wrongly (the "safe" of
-  issue 24);
+- under, asked: less than is owed, or a question (or the ticket raised to a person) instead;
+  nothing paid wrongly (the "safe" of issue 24);
 - declined, failed: nothing over, but the reply is not the one owed (a refusal where a refund is
   due, a refusal for the wrong reason), or no reply at all (the "wrong" of issue 24).
 
