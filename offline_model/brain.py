@@ -698,19 +698,85 @@ HANDOVER = {
 }
 
 
+# A decline that depends on dates alone (delivered past the window), in the customer's
+# language: {days}, {window}; {warranty} is WARRANTY's sentence when items of the order go to
+# the manufacturer's warranty instead.
+PAST_WINDOW = {
+    "Spanish": ("Hola {first}:\n\nGracias por tu mensaje sobre el pedido {order}. Se entregó "
+                "hace {days} días y solo podemos reembolsar hasta {window} días después de la "
+                "entrega, así que no puedo ofrecerte un reembolso.{warranty}",
+                " {items}: lo cubre la garantía del fabricante, así que podemos organizar una "
+                "reparación o una sustitución; respóndenos y una persona de nuestro equipo se "
+                "encargará."),
+    "French": ("Bonjour {first},\n\nMerci pour votre message au sujet de la commande {order}. "
+               "Elle a été livrée il y a {days} jours, et nous ne remboursons que jusqu'à "
+               "{window} jours après la livraison : je ne peux donc pas vous proposer de "
+               "remboursement.{warranty}",
+               " {items} : la garantie du fabricant s'applique, nous pouvons organiser une "
+               "réparation ou un remplacement ; répondez-nous et une personne de notre équipe "
+               "s'en chargera."),
+    "German": ("Hallo {first},\n\nvielen Dank für Ihre Nachricht zur Bestellung {order}. Sie "
+               "wurde vor {days} Tagen geliefert; wir erstatten nur bis {window} Tage nach der "
+               "Lieferung, daher kann ich Ihnen leider keine Erstattung anbieten.{warranty}",
+               " {items}: Hier gilt die Herstellergarantie, wir können eine Reparatur oder "
+               "einen Ersatz veranlassen; antworten Sie uns, und jemand aus unserem Team "
+               "kümmert sich darum."),
+    "Portuguese": ("Olá {first},\n\nObrigado pela sua mensagem sobre a encomenda {order}. Foi "
+                   "entregue há {days} dias e só reembolsamos até {window} dias depois da "
+                   "entrega, por isso não lhe posso oferecer um reembolso.{warranty}",
+                   " {items}: está coberto pela garantia do fabricante, por isso podemos tratar "
+                   "de uma reparação ou de uma substituição; responda-nos e uma pessoa da nossa "
+                   "equipa trata disso."),
+}
+
+
+def _past_window(conv: _Conversation, first: str, language: str, order_id: str) -> Reply | None:
+    """The order's look-up and policy facts for an email the desk cannot read, and, when they
+    settle it by dates alone (delivered, past the window), the decline in the customer's
+    language; None when they don't (a person reads it then)."""
+    lookup = conv.last("lookup_order", order_id=order_id)
+    if lookup is None or lookup["output"] is None:
+        return Reply(f"The email names order {order_id}; its dates may settle it without "
+                     "reading the rest. I'll look it up.",
+                     calls=[("lookup_order", {"order_id": order_id})])
+    if "error" in lookup["output"]:
+        return None
+    policy = conv.last("check_refund_policy", order_id=order_id)
+    if policy is None or policy["output"] is None:
+        return Reply("I have the order. Next, the policy's facts (its dates).",
+                     calls=[("check_refund_policy", {"order_id": order_id})])
+    facts = policy["output"].get("facts", {})
+    if not (facts.get("delivered") and facts.get("within_window") is False):
+        return None
+    text, warranty = PAST_WINDOW[language]
+    items = ", ".join(str(name) for name in facts.get("warranty") or [])
+    return _send(f"Order {order_id} was delivered {facts.get('days_since_delivery')} days ago, "
+                 f"past the {facts.get('window_days')}-day window: no refund whatever the email "
+                 f"says. I decline in {language}.",
+                 text.format(first=first, order=order_id, days=facts.get("days_since_delivery"),
+                             window=facts.get("window_days"),
+                             warranty=warranty.format(items=items) if items else ""))
+
+
 def _foreign(conv: _Conversation, first: str, language: str, sent: dict | None) -> Reply:
-    """An email the desk can't read: it guesses at nothing. It raises the ticket to a person
-    (escalate, kind cannot_read) and then tells the customer, in their language where it has
-    the words, that a person who reads it will answer; the order number they gave is never
-    asked for again."""
+    """An email the desk can't read: it guesses at nothing. When the one order it names was
+    delivered past the window, the dates alone settle it: declined, in the customer's language.
+    Otherwise it raises the ticket to a person (escalate, kind cannot_read) and tells the
+    customer, in their language where it has the words, that a person who reads it will
+    answer. The order number they gave is never asked for again."""
     named = language[0].isupper()
     ids = reader.order_ids(" ".join(_own_words(c) for c in conv.customer))
     about = f" about order {ids[0]}" if len(ids) == 1 else ""
     if sent:
         return Reply("I've told the customer what happens next.",
                      f"The customer wrote in {language if named else 'a script'}, which this "
-                     "model can't read. Nothing looked up, no refund proposed.")
+                     "model can't read: answered from the order's dates alone, or handed to a "
+                     "person; no refund proposed.")
     call = conv.last("escalate", anywhere=False)
+    if call is None and len(ids) == 1 and language in PAST_WINDOW:
+        settled = _past_window(conv, first, language, ids[0])
+        if settled is not None:
+            return settled
     if call is None:
         reason = (f"The customer wrote in {language if named else 'a script'}{about}, which "
                   "this model cannot read; a person who reads it should answer.")

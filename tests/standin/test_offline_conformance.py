@@ -786,7 +786,12 @@ def test_other_languages_go_to_a_person_and_the_customer_hears_it_in_theirs(emai
     """Issue 38: the stand-in reads only English. It guesses at nothing, raises the ticket to a
     person (escalate, cannot_read) and tells the customer so in their own language where it
     has the words; the order number they gave is never asked for again."""
-    (raise_, step, note) = desk_turns(email, TRAY_AND_CUPS)[:3]
+    steps = desk_turns(email, TRAY_AND_CUPS)
+    names = [step.calls[0][0] if step.calls else None for step in steps]
+    # (It looks the order up first where it could decline by dates alone: not here.)
+    assert names == (["lookup_order", "check_refund_policy"] if language else []) + [
+        "escalate", "send_customer_message", None]
+    (raise_, step, note) = steps[-3:]
     [(name, args)] = raise_.calls
     assert name == "escalate" and args["kind"] == "cannot_read"
     assert (language or "a script") in args["reason"] and "B2001" in args["reason"]
@@ -794,6 +799,20 @@ def test_other_languages_go_to_a_person_and_the_customer_hears_it_in_theirs(emai
     assert name == "send_customer_message" and words in args["message"]
     assert "order number" not in args["message"] and "?" not in args["message"]
     assert not note.calls and "no refund proposed" in note.text
+
+
+def test_a_request_past_the_window_is_declined_in_the_customers_language() -> None:
+    """Dates alone settle it, whatever the email says: no person needed, no question asked."""
+    late = {**TRAY_AND_CUPS, "days_since_delivery": 45, "within_window": False,
+            "warranty": ["Bamboo serving tray"]}
+    steps = desk_turns("Hallo, ich möchte das Tablett aus der Bestellung B2001 zurückgeben, es "
+                       "gefällt mir nicht. Viele Grüße", late)
+    assert [s.calls[0][0] for s in steps[:3]] == ["lookup_order", "check_refund_policy",
+                                                  "send_customer_message"]
+    message = steps[2].calls[0][1]["message"]
+    assert "vor 45 Tagen geliefert" in message and "bis 30 Tage" in message
+    assert "Bamboo serving tray: Hier gilt die Herstellergarantie" in message
+    assert "?" not in message and not steps[3].calls
 
 
 def test_english_with_a_foreign_word_or_two_is_still_english() -> None:
