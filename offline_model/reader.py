@@ -392,7 +392,8 @@ NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|neither|nor|without|nowhe
                       r"|barely|nope|zero|anything but)\b|n[’']t\b", re.I)
 # Negation words that negate nothing (NegEx's pseudo-negations).
 PSEUDO_NEGATION = re.compile(r"\b(?:can.t|cannot|couldn.t) believe\b|\bnot only\b|\bno doubt\b"
-                             r"|\bno wonder\b|\bnot just\b", re.I)
+                             r"|\bno wonder\b|\bnot just\b|\bnothing (?:says|screams|beats"
+                             r"|spells)\b", re.I)
 # "Refund it as damaged": the customer naming the reason they want, not describing the item.
 AS_LABEL = re.compile(r"\bas\s+$", re.I)
 # A retraction: what follows in the sentence undoes an earlier claim.

@@ -196,6 +196,9 @@ def test_the_used_condition_is_read_from_the_policy_text():
      "The vase is chipped.", {"VAS-L": "damaged"}),
     ("The rug is frayed at one end, but I'm keeping it, no refund needed. The vase is smashed.",
      {"VAS-L": "damaged"}),
+    # 4. Negation scope: "Nothing says ... like" negates nothing.
+    ("Nothing says \"quality\" like a lamp that smokes when you switch it on. The rug is fine.",
+     {"LMP-1": "damaged"}),
 ])
 def test_issue_38_claims_keep_their_scope(text, expected):
     assert wanted(text) == expected
