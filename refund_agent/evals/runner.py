@@ -24,19 +24,20 @@ def run_email(agent: Agent, email: dict[str, Any]) -> Outcome:
     run = agent.advance(run.id)
     seconds = time.monotonic() - started
     signature = agent.shop.info.signature
-    replies = [step.data.get("body", "").replace(signature, "").strip()
-               for step in agent.store.steps(run.id) if step.kind == "message"]
-    calls = [c for s in agent.store.steps(run.id) if s.kind == "response"
+    steps = agent.store.steps(run.id)
+    # The message steps are what the outbox sent, recorded in the same transaction as the send
+    # (desk/actions.py), read here once rather than the whole outbox per run.
+    sent = [step.data for step in steps if step.kind == "message"]
+    replies = [data.get("body", "").replace(signature, "").strip() for data in sent]
+    calls = [c for s in steps if s.kind == "response"
              for c in agent.store.calls(s.data["response_id"])]
-    keys = {c.key for c in calls if c.key}
-    sent = [m for m in agent.outbox.messages() if m.get("idempotency_key") in keys]
     # What the model wrote in its own arguments may come back in a tool's error: an echo.
     said = " ".join([email["subject"], email["body"], *(c.arguments for c in calls)])
     leaked = leaks(agent.shop, run.sender, said,
-                   [c.output or "" for c in calls] + [m["request"]["body"] for m in sent],
-                   [m["request"]["to"] for m in sent])
+                   [c.output or "" for c in calls] + [data.get("body", "") for data in sent],
+                   [data.get("to", "") for data in sent])
     outcome = Outcome(status=str(run.status), replies=replies, leaks=leaked,
-                      escalated=bool(agent.store.escalations(run_id=run.id)),
+                      escalated=any(step.kind == "escalation" for step in steps),
                       cost_usd=run.cost_usd, seconds=seconds,
                       error=None if run.status in (RunStatus.WAITING, RunStatus.DONE)
                       else f"run ended {run.status}" + (f": {run.error}" if run.error else ""))
