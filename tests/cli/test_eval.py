@@ -174,3 +174,24 @@ def test_pass_hat_k_falls_with_k_and_is_pass_1_when_runs_agree(case):
     assert all(a >= b - 1e-12 for a, b in zip(values, values[1:], strict=False))
     agreed = [trials if c * 2 >= trials else 0 for c in successes]
     assert len({round(pass_hat_k(agreed, trials, k), 12) for k in range(1, trials + 1)}) == 1
+
+
+def test_a_folder_without_a_shop_is_about_the_desks_own_shop(tmp_path, offline_env, capsys):
+    """No shop/ beside emails.json: the emails are to the configured shop (here the sample
+    shop), and an expected order it does not have is one line before anything runs."""
+    offline_env.delenv("REFUND_AGENT_DATA", raising=False)
+    ask = {"id": "no-number", "from": "someone@example.com", "subject": "Broken",
+           "body": "Hello, my mug arrived broken. Can I get a refund?",
+           "expect": {"outcome": "ask", "about": "the order number",
+                      "reply_matches": "order number"}}
+    (tmp_path / "emails.json").write_text(json.dumps({"emails": [ask]}))
+    assert main(["eval", "--emails", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert next(line for line in out.splitlines() if line.startswith("held-out")).split()[
+        :3] == ["held-out", "1", "1"]
+    wrong = {**ask, "expect": {"outcome": "propose", "order": "ZZ999", "shipping": False,
+                               "lines": [{"sku": "X", "reason": "damaged"}]}}
+    (tmp_path / "emails.json").write_text(json.dumps({"emails": [wrong]}))
+    assert main(["eval", "--emails", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: no-number: the shop has no order ZZ999.\n"
