@@ -560,7 +560,7 @@ def _support(conv: _Conversation) -> Reply:
     latest = conv.customer[-1] if conv.customer else ""
     language = _language(_body(latest))
     if language:
-        return _foreign(first, language, sent)
+        return _foreign(conv, first, language, sent)
     said = [_customer_words(c) for c in conv.customer]
     # Order numbers come from the customer's own words (with the subject line): a number in
     # quoted text or in a signature's reference is not the order this is about.
@@ -672,20 +672,130 @@ def _order_meant(conv: _Conversation, ids: list[str], email: str) -> str | None:
     return about[0] if len(about) == 1 else None
 
 
-def _foreign(first: str, language: str, sent: dict | None) -> Reply:
-    """An email the desk can't read: say so, in English, and ask for English."""
-    which = (f"it looks like it's written in {language}" if language[0].isupper()
-             else "it's written in a script I can't read")
+# What the desk says, in the customer's language, when it hands an email it cannot read to a
+# person: thanks, who takes it, and that there is no need to write again. {about} names the
+# order when the customer gave its number (never asked for again).
+HANDOVER = {
+    "Spanish": ("Hola {first}:\n\nGracias por tu mensaje{about}. Lo he pasado a una persona de "
+                "nuestro equipo que lee español, que te responderá personalmente. No hace falta "
+                "que vuelvas a escribir.", " sobre el pedido {order}"),
+    "French": ("Bonjour {first},\n\nMerci pour votre message{about}. Je l'ai transmis à une "
+               "personne de notre équipe qui lit le français ; elle vous répondra "
+               "personnellement. Inutile de nous réécrire.", " au sujet de la commande {order}"),
+    "German": ("Hallo {first},\n\nvielen Dank für Ihre Nachricht{about}. Ich habe sie an "
+               "jemanden in unserem Team weitergegeben, der Deutsch liest; Sie bekommen eine "
+               "persönliche Antwort. Sie müssen nicht noch einmal schreiben.",
+               " zur Bestellung {order}"),
+    "Portuguese": ("Olá {first},\n\nObrigado pela sua mensagem{about}. Passei-a a uma pessoa da "
+                   "nossa equipa que lê português e que lhe vai responder pessoalmente. Não "
+                   "precisa de escrever outra vez.", " sobre a encomenda {order}"),
+    "Italian": ("Ciao {first},\n\ngrazie per il messaggio{about}. L'ho passato a una persona "
+                "del nostro team che legge l'italiano e che ti risponderà personalmente. Non "
+                "serve scriverci di nuovo.", " sull'ordine {order}"),
+    "Dutch": ("Hallo {first},\n\nbedankt voor je bericht{about}. Ik heb het doorgegeven aan "
+              "iemand in ons team die Nederlands leest; je krijgt persoonlijk antwoord. Je hoeft "
+              "niet opnieuw te schrijven.", " over bestelling {order}"),
+}
+
+
+# A decline that depends on dates alone (delivered past the window), in the customer's
+# language: {days}, {window}; {warranty} is WARRANTY's sentence when items of the order go to
+# the manufacturer's warranty instead.
+PAST_WINDOW = {
+    "Spanish": ("Hola {first}:\n\nGracias por tu mensaje sobre el pedido {order}. Se entregó "
+                "hace {days} días y solo podemos reembolsar hasta {window} días después de la "
+                "entrega, así que no puedo ofrecerte un reembolso.{warranty}",
+                " {items}: lo cubre la garantía del fabricante, así que podemos organizar una "
+                "reparación o una sustitución; respóndenos y una persona de nuestro equipo se "
+                "encargará."),
+    "French": ("Bonjour {first},\n\nMerci pour votre message au sujet de la commande {order}. "
+               "Elle a été livrée il y a {days} jours, et nous ne remboursons que jusqu'à "
+               "{window} jours après la livraison : je ne peux donc pas vous proposer de "
+               "remboursement.{warranty}",
+               " {items} : la garantie du fabricant s'applique, nous pouvons organiser une "
+               "réparation ou un remplacement ; répondez-nous et une personne de notre équipe "
+               "s'en chargera."),
+    "German": ("Hallo {first},\n\nvielen Dank für Ihre Nachricht zur Bestellung {order}. Sie "
+               "wurde vor {days} Tagen geliefert; wir erstatten nur bis {window} Tage nach der "
+               "Lieferung, daher kann ich Ihnen leider keine Erstattung anbieten.{warranty}",
+               " {items}: Hier gilt die Herstellergarantie, wir können eine Reparatur oder "
+               "einen Ersatz veranlassen; antworten Sie uns, und jemand aus unserem Team "
+               "kümmert sich darum."),
+    "Portuguese": ("Olá {first},\n\nObrigado pela sua mensagem sobre a encomenda {order}. Foi "
+                   "entregue há {days} dias e só reembolsamos até {window} dias depois da "
+                   "entrega, por isso não lhe posso oferecer um reembolso.{warranty}",
+                   " {items}: está coberto pela garantia do fabricante, por isso podemos tratar "
+                   "de uma reparação ou de uma substituição; responda-nos e uma pessoa da nossa "
+                   "equipa trata disso."),
+}
+
+
+def _past_window(conv: _Conversation, first: str, language: str, order_id: str) -> Reply | None:
+    """The order's look-up and policy facts for an email the desk cannot read, and, when they
+    settle it by dates alone (delivered, past the window), the decline in the customer's
+    language; None when they don't (a person reads it then)."""
+    lookup = conv.last("lookup_order", order_id=order_id)
+    if lookup is None or lookup["output"] is None:
+        return Reply(f"The email names order {order_id}; its dates may settle it without "
+                     "reading the rest. I'll look it up.",
+                     calls=[("lookup_order", {"order_id": order_id})])
+    if "error" in lookup["output"]:
+        return None
+    policy = conv.last("check_refund_policy", order_id=order_id)
+    if policy is None or policy["output"] is None:
+        return Reply("I have the order. Next, the policy's facts (its dates).",
+                     calls=[("check_refund_policy", {"order_id": order_id})])
+    facts = policy["output"].get("facts", {})
+    if not (facts.get("delivered") and facts.get("within_window") is False):
+        return None
+    text, warranty = PAST_WINDOW[language]
+    items = ", ".join(str(name) for name in facts.get("warranty") or [])
+    return _send(f"Order {order_id} was delivered {facts.get('days_since_delivery')} days ago, "
+                 f"past the {facts.get('window_days')}-day window: no refund whatever the email "
+                 f"says. I decline in {language}.",
+                 text.format(first=first, order=order_id, days=facts.get("days_since_delivery"),
+                             window=facts.get("window_days"),
+                             warranty=warranty.format(items=items) if items else ""))
+
+
+def _foreign(conv: _Conversation, first: str, language: str, sent: dict | None) -> Reply:
+    """An email the desk can't read: it guesses at nothing. When the one order it names was
+    delivered past the window, the dates alone settle it: declined, in the customer's language.
+    Otherwise it raises the ticket to a person (escalate, kind cannot_read) and tells the
+    customer, in their language where it has the words, that a person who reads it will
+    answer. The order number they gave is never asked for again."""
+    named = language[0].isupper()
+    ids = reader.order_ids(" ".join(_own_words(c) for c in conv.customer))
+    about = f" about order {ids[0]}" if len(ids) == 1 else ""
     if sent:
-        return Reply("I've asked the customer to write in English.",
-                     f"The customer wrote in {language if language[0].isupper() else 'a script'}"
-                     ", which the desk can't read. Asked them, in English, to write again in "
-                     "English. Nothing looked up, no refund proposed.")
-    return _send(f"The message isn't in English ({which}). I can only read English, so I "
-                 "won't guess at it; I'll ask, in English, for the request in English.",
-                 f"Hi {first},\n\nThank you for your email. I'm sorry: I can only read English, "
-                 f"and {which}, so I couldn't understand your message. Could you write to us "
-                 "again in English, with your order number? Then I'll look into it right away.")
+        return Reply("I've told the customer what happens next.",
+                     f"The customer wrote in {language if named else 'a script'}, which this "
+                     "model can't read: answered from the order's dates alone, or handed to a "
+                     "person; no refund proposed.")
+    call = conv.last("escalate", anywhere=False)
+    if call is None and len(ids) == 1 and language in PAST_WINDOW:
+        settled = _past_window(conv, first, language, ids[0])
+        if settled is not None:
+            return settled
+    if call is None:
+        reason = (f"The customer wrote in {language if named else 'a script'}{about}, which "
+                  "this model cannot read; a person who reads it should answer.")
+        return Reply(f"The message isn't in English ({language}). I won't guess at it: a "
+                     "person who reads it must take this, so I raise it first.",
+                     calls=[("escalate", {"kind": "cannot_read", "reason": reason})])
+    if _escalated(conv) and language in HANDOVER:
+        text, order = HANDOVER[language]
+        return _send(f"Raised to a person who reads {language}; I tell the customer so, in "
+                     f"{language}.", text.format(first=first, about=order.format(
+                         order=ids[0]) if len(ids) == 1 else ""))
+    which = (f"it looks like it's written in {language}" if named
+             else "it's written in a script I can't read")
+    then = ("A colleague will look at it and reply to you." if _escalated(conv) else
+            "Could you write to us again in English" + ("?" if ids else ", with your order "
+                                                        "number?"))
+    return _send(f"The message isn't in English ({which}); I can't read it myself.",
+                 f"Hi {first},\n\nThank you for your email{about}. I'm sorry: I can only read "
+                 f"English, and {which}, so I couldn't understand it myself. {then}")
 
 
 def _decline(conv: _Conversation, first: str, order_id: str, facts: dict[str, Any],

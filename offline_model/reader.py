@@ -17,6 +17,11 @@ reader works in the spirit of NegEx (Chapman et al., 2001), a clause at a time:
    belief before it ("if", "I thought", "worried") cancels it. A clause that names no item
    passes its claim to the items of the clause just before ("The vase is the issue: it arrived
    chipped"), except when it speaks of the others ("the rest are fine") or of the packaging.
+   Claim words are whole words ("incident" holds no "dent"); a word in quotation marks is
+   mentioned, not claimed; a story about another item or another time ("my old plate broke
+   last winter") claims nothing; damage the customer keeps ("I'm keeping it, no refund
+   needed") is a note, not a claim; and a later "it works now" after a correction ("turns
+   out", "actually") takes an earlier damage claim back (issue 38: when unsure, claim less).
 4. **Questions.** A question with a condition ("could I return it if ...?") is a question:
    nothing in it is a claim.
 
@@ -56,6 +61,13 @@ _AUTHORITY = re.compile(
 # positions, quadratic on a line of dots.)
 _LISTING = re.compile(r"(?:\.\.\.\s?|\s\s|\bx\s?|:\s?)\$\s?\d|\$\s?\d[\d,]*(?:\.\d{2})?\s*$"
                       r"|^\s*(?:total|subtotal|shipping|order)\b.{0,40}(?:\$\s?\d|free\s*$)", re.I)
+# The customer makes quoted or forwarded words their own.
+ADOPTS = re.compile(
+    r"\b(?:exactly right|(?:i|we) (?:fully |completely )?agree with (?:every word|all of it|this"
+    r"|(?:him|her|them)|what)|every word (?:of (?:it|this) )?is true|treat (?:it|this) as mine"
+    r"|(?:it|this) is my (?:complaint|claim|request)|same (?:here|for me)|speaks for (?:me|us)"
+    r"|on (?:my|our) behalf|please (?:sort|deal with|look into) (?:it|this)(?: out)?)\b", re.I)
+_HEADER = re.compile(r"^(?:from|sent|to|cc|date|subject):", re.I)
 _SENTENCE_END = re.compile(r"[.!?]+|\n|;")
 
 
@@ -123,16 +135,26 @@ def own_words(body: str) -> str:
                 pos = close + 1
             pieces.append(text[pos:])
             text = "".join(pieces)
-    kept = []
+    kept, quoted = [], []
+    forwarded = False
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith(">"):
+        if forwarded or stripped.startswith(">"):
+            quoted.append(stripped.lstrip("> "))
             continue
         if _QUOTE_START.match(stripped):
-            break
+            forwarded = True
+            quoted.append(stripped)
+            continue
         if _LISTING.search(stripped):
             continue
         kept.append(_drop_authority(line))
+    if quoted and ADOPTS.search("\n".join(kept)):
+        # "My partner wrote this and it's exactly right": the quoted words are theirs too
+        # (less its headers, listings and notes claiming authority).
+        kept += [_drop_authority(line) for line in quoted
+                 if not _QUOTE_START.match(line) and not _HEADER.match(line)
+                 and not _LISTING.search(line)]
     return "\n".join(kept)
 
 
@@ -140,8 +162,11 @@ def own_words(body: str) -> str:
 
 # An order number as customers write it: letters then digits, with a space, a dash or nothing
 # between ("RT 20581", "rt-20725", "B2201"), after "#", "no." or "number:" as often as not.
-_ORDER_ID = re.compile(r"(?<![\w@.])#?\s?([A-Z]{1,3})(?:-|\s)?(\d{3,8})\b(?![@.]\w)", re.I)
-_SPACED = re.compile(r"(?<![\w@.])([A-Z]{1,3}) (\d{4,8})\b(?![@.]\w)")  # capitals only
+# (Edges are ASCII letters and digits, so a number written against other scripts, "注文B2001の",
+# is still found.)
+_ORDER_ID = re.compile(r"(?<![A-Za-z0-9_@.])#?\s?([A-Z]{1,3})(?:-|\s)?(\d{3,8})(?![A-Za-z0-9_])"
+                       r"(?![@.]\w)", re.I)
+_SPACED = re.compile(r"(?<![A-Za-z0-9_@.])([A-Z]{1,3}) (\d{4,8})(?![A-Za-z0-9_])(?![@.]\w)")
 _NUMBER_DOT = re.compile(r"\b(no|nr|num|number)\.(?=[A-Za-z]{1,3}-?\d)", re.I)
 # Words that say the number is not an order: a ticket, a reference, a member or post box.
 _REFERENCE = re.compile(r"\b(?:ref|reference|ticket|case|incident|member|membership|po|p\.o"
@@ -161,7 +186,9 @@ def order_ids(text: str) -> list[str]:
                 continue   # "on 2026", "at 1030": a lower-case word then a number
             # The nearest word before the number on its line says what it is.
             before = text[max(0, match.start() - 30):match.start()].rpartition("\n")[2]
-            refs = [m.end() for m in _REFERENCE.finditer(before)]
+            # ("There was an incident with the parcel for AB1234": too far to name it.)
+            refs = [m.end() for m in _REFERENCE.finditer(before)
+                    if len(before) - m.end() <= 12]
             orders = [m.end() for m in _ORDER_WORD.finditer(before)]
             if refs and (not orders or refs[-1] > orders[-1]):
                 continue
@@ -257,6 +284,8 @@ def _aliases(lines: list[dict[str, Any]]) -> dict[str, list[_Alias]]:
     return by_first
 
 
+# What a fragment holds besides the item's name: "The tray.", "Just my mug."
+_FRAGMENT = re.compile(r"^[\W_]*(?:(?:the|my|our|your|a|an|also|just|and|only)\b[\W_]*)*$", re.I)
 _DEFINITE = {"the", "my", "your", "our", "this", "that", "these", "those", "his", "her"}
 
 
@@ -298,8 +327,9 @@ def _mentions(text: str, aliases: dict[str, list[_Alias]],
 # -- claims -------------------------------------------------------------------------------------
 
 # The item arrived damaged or does not work.
+# Each starts a word ("confidential", "incident", "evident" hold no dent; "unbroken" no break).
 DAMAGE = re.compile(
-    r"crack|broke|break|damag|defect|shatter|chip|dent|leak|torn|tore\b|\brip|faulty|scratch"
+    r"\b(?:crack|broke|break|damag|defect|shatter|chip|dent|leak|torn|tore\b|\brip|faulty|scratch"
     r"|stain|split|snap|bent\b|in pieces|in two|in half|smash|warp|rust|burn|smok|overheat"
     r"|noise|rattl|wobbl|missing (?:a )?(?:part|piece)|stops? work|stopped|not work|dead\b"
     r"|doesn.t (?:work|close|lock|seal|heat|spin|charge|open|switch|turn)"
@@ -309,7 +339,7 @@ DAMAGE = re.compile(
     r"|punctur|weeps|spilt|spilled|smeared|blurr|popped off|came off|fell off|soaked"
     r"|glued together|falling out|sticky|shreds|bleach|moth|goes blank|\bflat\b|unusable"
     r"|\btears?\b|pulled (?:out|off|apart)|coming (?:out|apart|off|loose)"
-    r"|\bfault", re.I)
+    r"|\bfault)", re.I)
 # The item is fine: undamaged, working, liked.
 FINE = re.compile(
     r"\b(?:fine|ok|okay|perfect|perfectly|great|lovely|intact|undamaged|in one piece"
@@ -321,6 +351,10 @@ FINE = re.compile(
 PROBLEM = re.compile(r"\b(?:problem|issue|damage|fault|wrong)\b", re.I)
 # The customer keeps the item.
 KEEP = re.compile(r"\bkeep(?:ing)?\b|\bstaying\b|\bhold on to\b|\bi.ll keep\b", re.I)
+# The customer says no money is wanted for it: the item is theirs to keep, whatever its state.
+NO_REFUND = re.compile(r"\bno refund(?:s)? (?:needed|necessary|required|wanted)|\b(?:don.t|do not"
+                       r"|won.t) (?:need|want|expect) (?:a |any )?refund|\bnot (?:asking|looking)"
+                       r" for (?:a |any )?refund|\bno need (?:for a refund|to refund)", re.I)
 # The customer no longer wants an item.
 CHANGE = re.compile(
     r"chang\w{0,20} (?:my|of) mind|don.t (?:want|need|like|love)|no longer (?:want|need)"
@@ -328,7 +362,7 @@ CHANGE = re.compile(
     r"|not what I expected|too (?:big|small|large|heavy|thick|thin|firm|soft|warm|hot|cold|short"
     r"|long|tight|loose|dark|light|bright)|not \w+ enough|doesn.t fit|not for me"
     r"|ordered (?:by mistake|the wrong)|wrong (?:colou?r|size|model)|regret|rather have"
-    r"|prefer|money back|decided|not the colou?rs?|after all|overestimated", re.I)
+    r"|prefer|money back|decided|not the colou?rs?|overestimated", re.I)
 # The customer says they used it.
 USED = re.compile(
     r"\bused\b|\bwore\b|\bworn\b|slept (?:in|on)|\bwashed\b|made (?:notes|\w+ with)"
@@ -358,7 +392,8 @@ NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|neither|nor|without|nowhe
                       r"|barely|nope|zero|anything but)\b|n[’']t\b", re.I)
 # Negation words that negate nothing (NegEx's pseudo-negations).
 PSEUDO_NEGATION = re.compile(r"\b(?:can.t|cannot|couldn.t) believe\b|\bnot only\b|\bno doubt\b"
-                             r"|\bno wonder\b|\bnot just\b", re.I)
+                             r"|\bno wonder\b|\bnot just\b|\bnothing (?:says|screams|beats"
+                             r"|spells)\b", re.I)
 # "Refund it as damaged": the customer naming the reason they want, not describing the item.
 AS_LABEL = re.compile(r"\bas\s+$", re.I)
 # A retraction: what follows in the sentence undoes an earlier claim.
@@ -366,8 +401,16 @@ RETRACTION = re.compile(r"\bjust kidding\b|\bjoking\b|\bfalse alarm\b|\bnever mi
                         r"|\bscratch that\b|\bmy mistake\b|\bturn(?:ed|s) out\b"
                         r"|\bignore (?:that|my last)", re.I)
 HYPOTHETICAL = re.compile(r"\b(?:if|in case|whether|thought|worried|afraid|sure|expected"
+                          r"|(?:about|going) to (?:say|tell|write)|assumed|at first"
                           r"|might|may|ever|before i|would have|could have|what happens|unless"
                           r"|until|wonder(?:ing)?|seems?|looks? like|just asking)\b", re.I)
+# "Only one of the cups survived": the rest of them arrived damaged.
+ONLY_SURVIVED = re.compile(r"\bonly (?:one|two|three|four|five|\d{1,2})\b[^.;]{0,60}?\b(?:survived"
+                           r"|made it|came through)", re.I)
+# A correction of something said earlier in the email: a later "it's fine" then wins.
+CORRECTION = re.compile(RETRACTION.pattern + r"|\bactually\b|\bcorrection\b|\bon closer look"
+                        r"|\blooked again\b|\bcounted again\b|\bi was wrong\b|\bmistaken\b"
+                        r"|\bjust needed\b", re.I)
 CONTAINER = re.compile(r"\b(?:box|boxes|parcel|package|packaging|envelope|carton|bubble wrap"
                        r"|outer|courier|delivery)\b", re.I)
 OTHERS = re.compile(r"\b(?:the rest|everything else|all else|other(?:s| \w+)?|the remaining"
@@ -394,6 +437,7 @@ class _Said:
     unused: bool = False
     request: bool = False
     missing: bool = False
+    no_refund: bool = False
 
     def any(self) -> bool:
         return any(vars(self).values())
@@ -402,6 +446,17 @@ class _Said:
         for key, value in vars(other).items():
             if value:
                 setattr(self, key, True)
+
+
+_QUOTES = "\"\u201c\u201d'\u2018\u2019"
+
+
+def _scare_quoted(clause: str, start: int, end: int) -> bool:
+    """Whether the word around ``start:end`` stands in quotation marks of its own."""
+    while end < len(clause) and clause[end].isalpha():
+        end += 1
+    return (start > 0 and clause[start - 1] in _QUOTES and end < len(clause)
+            and clause[end] in _QUOTES)
 
 
 def _first(clause: str, pattern: re.Pattern[str]) -> int:
@@ -419,6 +474,8 @@ def _claims(clause: str) -> tuple[_Said, bool]:
     condition = _first(clause, HYPOTHETICAL)
     alternative = bool(ALTERNATIVE.search(clause))
     for match in DAMAGE.finditer(clause):
+        if _scare_quoted(clause, match.start(), match.end()):
+            continue   # a "tear" in quotes is a word mentioned, not damage claimed
         if AS_LABEL.search(clause, max(0, match.start() - 4), match.start()):
             said.request = True   # "refund it as damaged" names a reason, it claims none
         elif condition <= match.start():
@@ -436,6 +493,8 @@ def _claims(clause: str) -> tuple[_Said, bool]:
     for match in KEEP.finditer(clause):
         if not negation <= match.start():
             said.keep = True
+    if NO_REFUND.search(clause):
+        said.keep = said.no_refund = True
     for match in CHANGE.finditer(clause):
         if condition <= match.start():
             hypothetical = True
@@ -485,6 +544,7 @@ class Reading:
     packaging: bool = False        # the box or parcel was damaged
     alternative: bool = False      # an exchange, a repair or a replacement asked for
     wrong_item: list[str] = field(default_factory=list)   # ordered, but something else came
+    kept_damaged: list[str] = field(default_factory=list)  # damaged, but kept: no refund asked
 
 
 # A question that asks for something ("Could you refund the vase?") rather than about something.
@@ -506,6 +566,11 @@ SELF_CAUSED = re.compile(r"\bi (?:dropped|broke|knocked|damaged|ruined|cracked|s
                          r"|\bby mistake\b", re.I)
 # A name right after one of these is the item's part or company ("its box", "with my lamp").
 _BELONGS = re.compile(r"\b(?:its|their|his|her|\w+['\u2019]s)\s+(?:own\s+)?$", re.I)
+# An item of the same kind the customer had before, not the one in this order ("my old teapot").
+_FORMER = re.compile(r"\b(?:my|our|the|an?)\s+(?:old|previous|former|last)\s+$", re.I)
+# A story from before this order ("last winter", "years ago"): its claims are not about it.
+BACKSTORY = re.compile(r"\blast (?:year|winter|summer|spring|autumn|fall|month|christmas)\b"
+                       r"|\b(?:years?|months?) ago\b|\ba while (?:ago|back)\b", re.I)
 _PREPOSITION = re.compile(r"\b(?:with|next to|beside|alongside|inside|than|like|for|near)\s+"
                           r"(?:the|my|your|a|an|our)?\s*$", re.I)
 
@@ -529,9 +594,23 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
     pending_sentence = -1
     named: list[str] = []
     previous = _Said()
+    damaged_at: dict[str, int] = {}   # the last sentence that said the item is damaged
+    fine_at: dict[str, int] = {}      # the last that said it is fine
+    corrections: list[int] = []       # sentences that correct something said before
+    loose_at, loose_said = -2, _Said()   # the last sentence with a claim that named no item
+
+    def claim(lid: str, said: _Said, number: int) -> None:
+        _merge(per[lid], said, retracting)
+        if said.damage:
+            damaged_at[lid] = number
+        if said.fine:
+            fine_at[lid] = number
+
     for number, (sentence, question) in enumerate(_sentences(text)):
         mentions = _mentions(sentence, aliases, skus)
         retracting = bool(RETRACTION.search(sentence))
+        if CORRECTION.search(sentence):
+            corrections.append(number)
         if question and not _RHETORICAL.search(sentence) and (
                 HYPOTHETICAL.search(sentence) or not REQUEST.search(sentence)
                 or not _ASKS_FOR.search(sentence)):
@@ -545,8 +624,13 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             clause = sentence[a:b]
             here = [m for m in mentions if a <= m.start < b
                     and not _BELONGS.search(sentence[max(a, m.start - 12):m.start])]
+            if BACKSTORY.search(clause) or any(
+                    _FORMER.search(sentence[max(a, m.start - 16):m.start]) for m in here):
+                continue   # "my old plate broke last winter": another plate, another time
             blanked = _blank(clause, [(m.start - a, m.end - a) for m in here])
             said, hypothetical = _claims(blanked)
+            if ONLY_SURVIVED.search(blanked) and not hypothetical:
+                said.damage, said.fine = True, False   # the others did not survive
             if hypothetical and (CHANGE.search(blanked) or REQUEST.search(blanked)):
                 reading.questions.append(clause.strip())   # "I might return it if ..."
             alternative = ALTERNATIVE.search(blanked)
@@ -571,11 +655,13 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                         if not _PREPOSITION.search(sentence[max(a, m.start - 20):m.start])]
             items = list(dict.fromkeys(m.line for m in (subjects or here)))
             previous = said
+            if items and not said.any() and loose_at == number - 1 and _FRAGMENT.match(blanked):
+                said = loose_said   # "Something arrived broken. The tray.": the tray did
             if items:
                 if not hypothetical or said.any():
                     named.extend(items)
                 for lid in items:
-                    _merge(per[lid], said, retracting)
+                    claim(lid, said, number)
                 # "The cups, which sat next to the vase, arrived broken": the cups did.
                 if not hypothetical and separator.lower().split()[-1:] != ["which"]:
                     pending, pending_sentence = items, number
@@ -592,18 +678,27 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             if EVERYTHING.search(blanked):
                 loose_everything = True
                 loose.merge(said)
-            elif pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
+                continue
+            if pending and (pending_sentence == number or _POINTS_BACK.search(blanked)):
                 pending_sentence = number   # the rest of this sentence is about them too
                 for lid in pending:
-                    _merge(per[lid], said, retracting)
+                    claim(lid, said, number)
             else:
                 loose.merge(said)
+                loose_at, loose_said = number, said   # a fragment next may name its item
     # A claim that names no item is about the whole order only when it says so, or when the
     # order has one line: "it's unused" on an order of three could be any of them.
     spread = loose_everything or len(ids) == 1
+    for lid, at in damaged_at.items():
+        # "The lamp was dead. Turns out it needed a charge; it works now": corrected.
+        if fine_at.get(lid, -1) > at and any(at <= c <= fine_at[lid] for c in corrections):
+            per[lid].damage = False
+    asked = any(s.request for s in per.values()) or loose.request
     for lid in ids:
         said = per[lid]
-        if said.damage:
+        if said.damage and (said.no_refund or said.keep and not said.request and not asked):
+            reading.kept_damaged.append(lid)   # "frayed, but I'm keeping it": no claim
+        elif said.damage:
             reading.wanted[lid] = "damaged"
         elif said.keep:
             continue
@@ -636,11 +731,13 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
     if not reading.wanted and len(ids) > 1 and not loose_everything and (
             loose.damage or reading.packaging and not reading.fine_any):
         reading.loose_damage = True
+    kept = set(reading.kept_damaged)
     reading.fine_only = (not reading.wanted and not reading.used and not reading.missing
                          and not reading.unclear and not reading.loose_damage
                          and not any(s.damage or s.change or s.request or s.missing
-                                     for s in claims)
-                         and reading.fine_any)
+                                     for lid, s in per.items() if lid not in kept)
+                         and not (loose.damage or loose.change or loose.request or loose.missing)
+                         and (reading.fine_any or bool(kept)))
     return reading
 
 
@@ -756,12 +853,13 @@ def unused_condition(policy: str) -> str:
 
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "a single": 1, "single": 1, "a couple of": 2}
-_COUNT = (r"(?:a single|a couple of|one|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}"
-          r"|both|all)")
+_COUNT = (r"(?:every single one|every one|each one|each|every|all but one|a single|a couple of|one"
+          r"|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}|both|all)")
 # "one of the four tumblers", "two tumblers", "one pair of the socks", "all three tea towels":
 # a count right before the item's name, with at most "(pair of) (of the) (four)" between.
 _COUNT_BEFORE = re.compile(
-    rf"\b({_COUNT})(?:\s+({_COUNT}))?(?:\s+pairs?)?(?:\s+of)?(?:\s+(?:the|my|your|those|these))?"
+    rf"\b({_COUNT})(?:\s+({_COUNT}))?(?:\s+pairs?)?(?:\s+out)?(?:\s+of)?"
+    rf"(?:\s+(?:the|my|your|those|these))?"
     rf"(?:\s+({_COUNT}))?(?:\s+[a-z]+){{0,2}}?\s*$", re.I)
 # "one of the two oolong tins" where the name the customer uses is not the shop's: a count of
 # a part, with no item of the order named in it.
@@ -773,12 +871,21 @@ _COUNT_AFTER = re.compile(
     rf"(?!\s+of\s+(?:the|my)\b\s+other)", re.I)
 
 
+_ONLY_COUNT = re.compile(r"\b(?:only|just)\s+(one|two|three|four|five|six|seven|eight|nine|ten"
+                         r"|\d{1,2})\b(?!\s+of\b)", re.I)
+# "Only one of the cups survived": what follows the name says the count is of those unharmed.
+_SURVIVED = re.compile(r"\s*(?:\w+\s+){0,2}?(?:survived|made it|came through|arrived (?:intact"
+                       r"|whole|unbroken|in one piece|ok|okay|fine))\b", re.I)
+
+
 def _count_value(word: str | None, quantity: int) -> int | None:
     if not word:
         return None
-    word = word.lower()
-    if word in ("both", "all"):
+    word = " ".join(word.lower().split())
+    if word in ("both", "all", "every single one", "every one", "each one", "each", "every"):
         return quantity
+    if word == "all but one":
+        return quantity - 1
     if word.isdigit():
         return int(word)
     return _NUMBER_WORDS.get(word)
@@ -814,7 +921,20 @@ def units_named(lines: list[dict[str, Any]], text: str, line_id: str,
                 if after:
                     found = _count_value(after.group(1), quantity)
             if found is not None and found >= 1:
-                counts.append(min(found, quantity))
+                survivors = _SURVIVED.match(sentence[m.end:m.end + 60])
+                if survivors and before and not before.group(2):
+                    found = quantity - found   # "only one of the cups survived": the rest didn't
+                if found >= 1:
+                    counts.append(min(found, quantity))
+    corrected = False
+    for sentence, _question in _sentences(text):
+        corrected = corrected or bool(CORRECTION.search(sentence))
+        if corrected and not any(m.line != line_id for m in _mentions(sentence, aliases, skus)):
+            # "Three arrived cracked. Correction: it is just two": the later count, if smaller.
+            for match in _ONLY_COUNT.finditer(sentence):
+                found = _count_value(match.group(1), quantity)
+                if counts and found is not None and 1 <= found:
+                    counts.append(found)
     if not counts:
         # No count on the name itself, but "one of the ..." somewhere: the customer counts
         # part of something, so the smallest such count is the most that is safe to assume.

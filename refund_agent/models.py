@@ -320,7 +320,7 @@ def order_id_in(arguments: str) -> str | None:
 
 
 # The kinds an escalation has: the agent's (the escalate tool's enum) and the desk's own.
-AGENT_KINDS = ("threat", "manager", "policy_exception")
+AGENT_KINDS = ("threat", "manager", "policy_exception", "cannot_read")
 
 
 HANDOFF = "over_limit"
@@ -339,6 +339,7 @@ CANNOT_CONTINUE = "cannot_continue"
 
 KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
                "policy_exception": "Exception the policy cannot grant",
+               "cannot_read": "Written so the agent cannot read it; a person must answer",
                HANDOFF: "Over an approver's limit",
                PROVIDER_FAILED: "Refund failed at the payment provider",
                CANNOT_CONTINUE: "The run cannot continue; a person must finish it"}

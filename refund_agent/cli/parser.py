@@ -7,7 +7,7 @@ import argparse
 import re
 
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
-from . import admin, decisions, people, tickets
+from . import admin, decisions, eval, people, tickets
 
 EPILOG = """\
 examples:
@@ -29,6 +29,7 @@ examples:
   refund-agent take --id 3 --as "Lee Park"   a lead picks up escalation 3 (first one wins)
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
+  refund-agent eval -k 3 --csv runs.csv     score the provider on the corpus (docs/EVAL.md)
   refund-agent web --server.port 8600       the helpdesk page (Streamlit's options pass on)
   refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
@@ -160,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the target, postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
                               "(default: REFUND_AGENT_DATABASE_URL)")
     migrate.set_defaults(func=admin.migrate)
+    eval.add_parser(sub)
     sub.add_parser("doctor", help="check the model provider: key, model, effort, storage, "
                    "streaming (one tiny request), or say how to switch from the stand-in"
                    ).set_defaults(func=admin.doctor)

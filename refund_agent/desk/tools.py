@@ -84,11 +84,12 @@ class SendCustomerMessage(_Args):
 
 
 class Escalate(_Args):
-    kind: Literal["threat", "manager", "policy_exception"] = Field(
+    kind: Literal["threat", "manager", "policy_exception", "cannot_read"] = Field(
         description="threat: the customer threatens a chargeback or bank dispute, a bad "
                     "review or legal action. manager: they ask for a manager or supervisor. "
                     "policy_exception: they ask for something the policy does not allow and "
-                    "you cannot grant.")
+                    "you cannot grant. cannot_read: you cannot read or handle the email "
+                    "yourself (a language you do not read), so a person must answer it.")
     reason: Annotated[str, at_most(MAX_SUMMARY_CHARS, "reason")] = Field(
         description="One sentence for the lead: what the customer said and wants.")
 

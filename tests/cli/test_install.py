@@ -85,11 +85,12 @@ def test_a_missing_shipped_shop_is_one_line_naming_the_way_out(elsewhere, tmp_pa
 
 
 def test_every_file_of_the_shipped_folders_is_in_the_package_data():
-    """A file added to data/ or .streamlit/ that no package-data glob matches would be left
-    out of the wheel, and only an installed desk would miss it."""
+    """A file added to data/, .streamlit/ or tests/corpus/ that no package-data glob matches
+    would be left out of the wheel, and only an installed desk would miss it."""
     setuptools = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["package-dir"] == {"refund_agent.sample_shop": "data",
-                                         "refund_agent.web.streamlit_config": ".streamlit"}
+                                         "refund_agent.web.streamlit_config": ".streamlit",
+                                         "refund_agent.evals.brain_corpus": "tests/corpus"}
     for package, folder in setuptools["package-dir"].items():
         assert package in setuptools["packages"]
         globs = setuptools["package-data"][package]
@@ -99,7 +100,8 @@ def test_every_file_of_the_shipped_folders_is_in_the_package_data():
                             for p in (PROJECT_ROOT / folder).iterdir()]  # no git (a tarball)
         assert files
         for name in files:
-            assert any(fnmatch.fnmatch(Path(name).name, g) for g in globs), (name, globs)
+            inside = Path(name).relative_to(folder).as_posix()   # globs are the package's
+            assert any(fnmatch.fnmatch(inside, g) for g in globs), (name, globs)
 
 
 def test_a_dotenv_in_the_folder_you_run_in_is_read(elsewhere, monkeypatch):

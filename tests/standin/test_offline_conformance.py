@@ -712,7 +712,8 @@ def desk_turns(email: str, facts: dict[str, Any], sender: str = "Ana Ruiz <ana20
     conversation: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": f"From: {sender}\nSubject: Help\n\n{email}"}]
     outputs = {"lookup_order": {"order_id": facts["order_id"], "customer": {"name": "Ana Ruiz"}},
-               "check_refund_policy": {"facts": facts}, "send_customer_message": {"status": "sent"}}
+               "check_refund_policy": {"facts": facts}, "send_customer_message": {"status": "sent"},
+               "escalate": {"status": "escalated"}}
     steps = []
     for _ in range(6):
         reply = respond(conversation, DESK_TOOLS)
@@ -768,23 +769,50 @@ def test_order_numbers_come_from_the_customers_words_never_the_address() -> None
     assert respond(conversation, DESK_TOOLS).calls == [("lookup_order", {"order_id": "C3003"})]
 
 
-@pytest.mark.parametrize(("email", "language"), [
+@pytest.mark.parametrize(("email", "language", "words"), [
     ("Hola, mi pedido B2001 llegó roto y quiero que me devuelvan el dinero, por favor.",
-     "Spanish"),
-    ("Bonjour, ma commande B2001 est arrivée cassée. Je veux être remboursé, merci.", "French"),
+     "Spanish", "sobre el pedido B2001. Lo he pasado a una persona"),
+    ("Bonjour, ma commande B2001 est arrivée cassée. Je veux être remboursé, merci.", "French",
+     "au sujet de la commande B2001. Je l'ai transmis"),
     ("Hallo, meine Bestellung B2001 ist kaputt angekommen. Ich möchte mein Geld zurück.",
-     "German"),
-    ("注文B2001の商品が壊れて届きました。返金をお願いします。", None),
+     "German", "zur Bestellung B2001. Ich habe sie an jemanden"),
+    ("Olá, o meu pedido B2001 chegou partido e quero o meu dinheiro de volta, por favor.",
+     "Portuguese", "sobre a encomenda B2001. Passei-a a uma pessoa"),
+    ("注文B2001の商品が壊れて届きました。返金をお願いします。", None,
+     "I can only read English"),
 ])
-def test_other_languages_get_a_clear_answer_in_english(email, language) -> None:
-    (step, note) = desk_turns(email, TRAY_AND_CUPS)[:2]
+def test_other_languages_go_to_a_person_and_the_customer_hears_it_in_theirs(email, language,
+                                                                            words) -> None:
+    """Issue 38: the stand-in reads only English. It guesses at nothing, raises the ticket to a
+    person (escalate, cannot_read) and tells the customer so in their own language where it
+    has the words; the order number they gave is never asked for again."""
+    steps = desk_turns(email, TRAY_AND_CUPS)
+    names = [step.calls[0][0] if step.calls else None for step in steps]
+    # (It looks the order up first where it could decline by dates alone: not here.)
+    assert names == (["lookup_order", "check_refund_policy"] if language else []) + [
+        "escalate", "send_customer_message", None]
+    (raise_, step, note) = steps[-3:]
+    [(name, args)] = raise_.calls
+    assert name == "escalate" and args["kind"] == "cannot_read"
+    assert (language or "a script") in args["reason"] and "B2001" in args["reason"]
     [(name, args)] = step.calls
-    assert name == "send_customer_message"
-    assert "I can only read English" in args["message"]
-    assert "write to us again in English" in args["message"]
-    if language:
-        assert language in args["message"]
+    assert name == "send_customer_message" and words in args["message"]
+    assert "order number" not in args["message"] and "?" not in args["message"]
     assert not note.calls and "no refund proposed" in note.text
+
+
+def test_a_request_past_the_window_is_declined_in_the_customers_language() -> None:
+    """Dates alone settle it, whatever the email says: no person needed, no question asked."""
+    late = {**TRAY_AND_CUPS, "days_since_delivery": 45, "within_window": False,
+            "warranty": ["Bamboo serving tray"]}
+    steps = desk_turns("Hallo, ich möchte das Tablett aus der Bestellung B2001 zurückgeben, es "
+                       "gefällt mir nicht. Viele Grüße", late)
+    assert [s.calls[0][0] for s in steps[:3]] == ["lookup_order", "check_refund_policy",
+                                                  "send_customer_message"]
+    message = steps[2].calls[0][1]["message"]
+    assert "vor 45 Tagen geliefert" in message and "bis 30 Tage" in message
+    assert "Bamboo serving tray: Hier gilt die Herstellergarantie" in message
+    assert "?" not in message and not steps[3].calls
 
 
 def test_english_with_a_foreign_word_or_two_is_still_english() -> None:

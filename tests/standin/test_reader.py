@@ -178,3 +178,65 @@ def test_the_used_condition_is_read_from_the_policy_text():
     assert strict.lines == [] and strict.kind == "used" and "used the wool rug" in strict.why_not
     lenient = brain._propose(facts, email, "Anything can be returned within 30 days.")
     assert [(p["line"], p["reason"]) for p in lenient.lines] == [("RUG-23", "changed_mind")]
+
+
+# -- issue 38: the patterns the 60 emails in other styles broke -----------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    # 1. Tokens, not substrings: "incident", "evident", "confidential" hold no "dent".
+    ("An incident report: the vase is cracked. The mugs? It's evident they were packed well.",
+     {"VAS-L": "damaged"}),
+    ("Confidentially, the rug is a hit. The lamp flickers and dies.", {"LMP-1": "damaged"}),
+    # 2. A claim with its scope and its later correction.
+    ("My old vase broke last winter, so I ordered this one. It arrived perfect! The rug has a "
+     "burn mark.", {"RUG-23": "damaged"}),
+    ("The shade has a \"tear\" printed on it, part of the pattern. The lamp is dented.",
+     {"LMP-1": "damaged"}),
+    ("I was about to say the lamp was dead, but it turns out it needed a bulb. It works now. "
+     "The vase is chipped.", {"VAS-L": "damaged"}),
+    ("The rug is frayed at one end, but I'm keeping it, no refund needed. The vase is smashed.",
+     {"VAS-L": "damaged"}),
+    # 4. Negation scope: "Nothing says ... like" negates nothing.
+    ("Nothing says \"quality\" like a lamp that smokes when you switch it on. The rug is fine.",
+     {"LMP-1": "damaged"}),
+])
+def test_issue_38_claims_keep_their_scope(text, expected):
+    assert wanted(text) == expected
+
+
+def test_damage_kept_without_a_refund_is_a_note_not_a_claim():
+    reading = reader.read(LINES, "The rug arrived frayed. I'm keeping it, no refund needed.")
+    assert reading.wanted == {} and reading.kept_damaged == ["RUG-23"] and reading.fine_only
+
+
+@pytest.mark.parametrize("text, units", [
+    ("Three out of 4 mugs arrived cracked.", 3),
+    ("Every single one of the four mugs arrived chipped.", 4),
+    ("Only one of the mugs survived the trip; the rest are in pieces.", 3),
+    ("All but one of the mugs arrived cracked.", 3),
+    ("Three of the mugs arrived cracked. Correction: I counted again, it is just two.", 2),
+])
+def test_counts_in_words(text, units):
+    assert wanted(text) == {"MUG-4": "damaged"}
+    assert reader.units_named(LINES, text, "MUG-4", 4) == units
+
+
+def test_a_fragment_answer_names_the_item_of_the_claim_before_it():
+    assert wanted("Something in my order arrived broken. The vase.") == {"VAS-L": "damaged"}
+    # Without a claim before it, a bare name claims nothing.
+    assert wanted("Hello. The vase.") == {}
+
+
+def test_quoted_words_count_only_when_the_customer_adopts_them():
+    quote = "\n\n> The rug arrived with a burn mark in the middle.\n"
+    assert wanted("My partner wrote this and it's exactly right:" + quote) == {
+        "RUG-23": "damaged"}
+    assert wanted("My sister got this from another shop, funny:" + quote) == {}
+    forward = ("I agree with every word below, please sort it out.\n\n---------- Forwarded "
+               "message ---------\nFrom: Sam\n\nThe vase arrived cracked.\n")
+    assert wanted(forward) == {"VAS-L": "damaged"}
+
+
+def test_a_reference_word_far_from_the_number_does_not_hide_the_order():
+    assert reader.order_ids("There was an incident with the parcel for RT20770.") == ["RT20770"]
+    assert reader.order_ids("My ticket #12345 is about order RT20770.") == ["RT20770"]
