@@ -102,6 +102,7 @@ class Dovecot:
     def __init__(self) -> None:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="dovecot-"))
+        self.dir.chmod(0o755)   # Dovecot's auth process (its own user) reads the users file
         self.proc: subprocess.Popen | None = None
 
     def config(self) -> str:

@@ -245,4 +245,4 @@ def read_mail(raw: bytes) -> Inbound:
 def reply_subject(subject: str) -> str:
     """The subject of an answer: "Re: " before it, once (never "Re: Re: ...")."""
     subject = one_line_text(subject)
-    return subject if re.match(r"^re\s*:", subject, re.IGNORECASE) else f"Re: {subject}"
+    return subject if re.match(r"^re\s*:", subject, re.IGNORECASE) else f"Re: {subject}".rstrip()
