@@ -90,6 +90,10 @@ class Mail(StoreCore):
         comes back with ``new`` False.
         """
         with self._tx() as db:
+            # Two deliveries of one message racing (an MTA's retry while the first is still
+            # being recorded): the second waits here and then finds the first's row, rather
+            # than meeting the unique index with an error. SQLite's write lock already does.
+            self.lock_order(db, f"mail {mail.message_id}")
             row = db.execute("SELECT * FROM mail WHERE message_id = ?",
                              (mail.message_id,)).fetchone()
             if row is not None:

@@ -95,7 +95,8 @@ THREAD = MailThread("run_abc", "Maya.Chen@Example.com", takes_reply=True)
 
 
 @given(st.sampled_from(["maya.chen@example.com", "MAYA.CHEN@example.com",
-                        "leo.martins@example.com", "maya.chen@example.co", "mаya.chen@example.com"]),
+                        "leo.martins@example.com", "maya.chen@example.co",
+                        "m\u0430ya.chen@example.com"]),
        st.booleans())
 def test_only_the_threads_customer_continues_its_run(sender, takes):
     read = read_mail(raw(mail(sender=sender, In_Reply_To="<first@maya.example>")))
@@ -132,3 +133,25 @@ def test_any_order_of_redeliveries_makes_one_ticket_per_message_id(deliveries):
         assert sorted(m.message_id for m in store.mail()) == sorted(set(deliveries))
         assert {r.subject for r in runs} == {f"Order {mid}" for mid in set(deliveries)}
         store.close()
+
+
+def test_the_ticket_names_attachments_and_flag_and_the_model_reads_neither(tmp_path):
+    from refund_agent.web import views
+
+    store = Store(tmp_path / "refund-agent.sqlite3")
+    first = mail(body="It broke.")
+    first.add_attachment(b"\x89PNG", maintype="image", subtype="png", filename="carafe.png")
+    ticket = take(store, raw(first), "refunds")
+    ours = "<ours@desk>"
+    lease = store.acquire(ticket.run_id, "t")
+    store.record_mail_out(lease, ours, MAYA, "Re: Cracked carafe", "<first@maya.example>", [])
+    stranger = mail(sender="leo.martins@example.com", message_id="<leo@m>", In_Reply_To=ours)
+    flagged = take(store, raw(stranger), "refunds")
+    assert flagged.kind == "flagged" and flagged.run_id != ticket.run_id
+    [email] = [b for b in views.timeline(store.steps(ticket.run_id)) if b.kind == "email"]
+    assert email.lines == ("Attachments (not read by the agent): carafe.png",)
+    assert "carafe.png" not in store.run(ticket.run_id).email   # the model's text
+    [other] = [b for b in views.timeline(store.steps(flagged.run_id)) if b.kind == "email"]
+    assert other.lines[0].startswith("Flagged: it answers the thread of " + ticket.run_id)
+    assert [e.event for e in store.audit()] == ["mail_flagged"]
+    store.close()
