@@ -8,6 +8,7 @@ decision made in a terminal or on the page is carried on by whoever made it."""
 from __future__ import annotations
 
 import argparse
+import imaplib
 import os
 import threading
 import time
@@ -111,7 +112,17 @@ def receive(args: argparse.Namespace) -> int:
     idle_since = time.monotonic()
     try:
         while True:
-            busy = poller.poll() if poller else 0
+            try:
+                busy = poller.poll() if poller else 0
+            except (OSError, imaplib.IMAP4.error) as exc:
+                # The server hung up (a restart, a network cut): what was not flagged \Seen
+                # is still unseen, so reconnecting and polling again loses nothing.
+                print(f"Lost the mailbox connection ({exc or type(exc).__name__}); "
+                      "connecting again.", flush=True)
+                assert poller is not None
+                poller.close()
+                time.sleep(1)
+                continue
             for row in agent.store.release_held():
                 print(f"{row.message_id}: the held reply was added to {row.run_id}", flush=True)
                 taken.add(row.run_id or "")
@@ -125,8 +136,11 @@ def receive(args: argparse.Namespace) -> int:
                 print(f"Nothing new for {args.idle_exit:g} s.", flush=True)
                 return 0
             if poller:
-                poller.wait(args.every if args.idle_exit is None
-                            else min(args.every, args.idle_exit))
+                try:
+                    poller.wait(args.every if args.idle_exit is None
+                                else min(args.every, args.idle_exit))
+                except (OSError, imaplib.IMAP4.error):
+                    poller.close()   # the next poll connects again
             else:
                 agent.store.wait_for_change(agent.store.change_counter(), 0.5)
     except KeyboardInterrupt:

@@ -7,11 +7,14 @@ import tempfile
 from email.message import EmailMessage
 from pathlib import Path
 
+import pytest
+from helpers.cli import run_forked as run_cli
 from helpers.mail import MAYA, mail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refund_agent.outside.mailin.decide import decide
+from refund_agent.outside.mailin.imap import mailbox_from_url
 from refund_agent.outside.mailin.intake import take
 from refund_agent.outside.mailin.parse import read_mail, reply_subject, strip_quoted
 from refund_agent.store import Store
@@ -155,3 +158,24 @@ def test_the_ticket_names_attachments_and_flag_and_the_model_reads_neither(tmp_p
     assert other.lines[0].startswith("Flagged: it answers the thread of " + ticket.run_id)
     assert [e.event for e in store.audit()] == ["mail_flagged"]
     store.close()
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (["--imap", "http://mail.example.com"], {}, "--imap takes imaps://USER@HOST"),
+    (["--imap", "imaps://mail.example.com/INBOX"], {}, "Say how to log in to the mailbox"),
+    (["--imap", "imap://u:p@127.0.0.1:1/INBOX"], {}, "Cannot reach the mailbox at 127.0.0.1:1"),
+])
+def test_a_mailbox_that_cannot_be_used_is_said_in_one_line(tmp_path, args, env, words):
+    done = run_cli(tmp_path / "out", "receive", *args, **env)
+    assert done.returncode == 1 and words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_the_password_stays_out_of_what_is_printed():
+    box = mailbox_from_url("imaps://desk:hunter2%21@mail.example.com/Support%20Inbox", {})
+    assert (box.user, box.password, box.mailbox, box.port) == ("desk", "hunter2!",
+                                                               "Support Inbox", 993)
+    assert "hunter2" not in box.shown() + repr(box)
+    from_env = mailbox_from_url("imap://mail.example.com", {
+        "REFUND_AGENT_IMAP_USER": "desk", "REFUND_AGENT_IMAP_PASSWORD": "pw"})
+    assert (from_env.user, from_env.port, from_env.mailbox) == ("desk", 143, "INBOX")

@@ -119,7 +119,8 @@ def test_mail_in_threads_out_and_back_in_once(tmp_path, outbound, backend):
 @pytest.mark.parametrize("point", ["after_mail_read", "after_mail_recorded"])
 def test_a_receiver_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path, point):
     """Killed after reading a message (not recorded) or after recording it (no 250 yet): the
-    client sees no 250 and delivers again to the restarted receiver; one ticket either way."""
+    client sees no 250 and delivers again to the restarted receiver; one ticket either way,
+    which ``refund-agent work`` then carries to the approval queue (``--no-work``)."""
     out = tmp_path / "out"
     inbound = free_port()
     first = mail()
@@ -136,4 +137,8 @@ def test_a_receiver_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path
         deliver(inbound, first)   # the MTA's retry
         deliver(inbound, first)
     assert [m.message_id for m in store.mail()] == ["<first@maya.example>"]
-    assert len(store.runs()) == 1
+    [run] = store.runs()
+    assert run.status == RunStatus.WORKING   # --no-work: left for a worker, which takes it
+    worked = run_cli(out, "work", "--idle-exit", "1")
+    assert worked.returncode == 0, worked.stdout + worked.stderr
+    assert store.run(run.id).status == RunStatus.WAITING

@@ -13,6 +13,7 @@ never printed.
 
 from __future__ import annotations
 
+import contextlib
 import imaplib
 import re
 import select
@@ -153,7 +154,8 @@ class Poller:
             try:
                 self._conn.logout()
             except (OSError, imaplib.IMAP4.error):
-                pass
+                with contextlib.suppress(OSError):
+                    self._conn.shutdown()
             self._conn = None
 
     def _need(self) -> imaplib.IMAP4:
