@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import smtplib
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,20 @@ def answer(to: EmailMessage, body: str, message_id: str, sender: str = f"Maya Ch
     return mail(sender=sender, subject=f"Re: {to['Subject'].removeprefix('Re: ')}",
                 body=f"{body}\n\nOn Fri, 4 Dec 2026, Juniper & Pine wrote:\n{quoted}\n",
                 message_id=message_id, In_Reply_To=to["Message-ID"], References=refs)
+
+
+def chain(out: Path, response_id: str | None) -> list[str]:
+    """The offline model's previous_response_id links from ``response_id`` back to the start
+    (its state file in the output folder)."""
+    db = sqlite3.connect(out / "offline-model.sqlite3")
+    ids = []
+    while response_id:
+        ids.append(response_id)
+        row = db.execute("SELECT previous_response_id FROM responses WHERE id = ?",
+                         (response_id,)).fetchone()
+        response_id = row[0] if row else None
+    db.close()
+    return ids
 
 
 def deliver(port: int, message: EmailMessage) -> None:

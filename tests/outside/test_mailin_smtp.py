@@ -10,11 +10,10 @@ loses nothing and takes nothing twice.
 from __future__ import annotations
 
 import smtplib
-import sqlite3
 
 import pytest
 from helpers.cli import run_cli
-from helpers.mail import MAYA, answer, deliver, mail, receiving, wait_until
+from helpers.mail import MAYA, answer, chain, deliver, mail, receiving, wait_until
 from helpers.outside_servers import SMTP_PASSWORD, SMTP_USER, free_port, smtp_server, wait_for
 
 pytest.importorskip("aiosmtpd")
@@ -37,19 +36,6 @@ def smtp_env(port: int) -> dict[str, str]:
 
 def open_store(out, backend) -> Store:
     return Store(backend.url(out) if backend.postgres else out / "refund-agent.sqlite3")
-
-
-def chain(out, response_id: str) -> list[str]:
-    """The offline model's previous_response_id links from ``response_id`` back to the start."""
-    db = sqlite3.connect(out / "offline-model.sqlite3")
-    ids = []
-    while response_id:
-        ids.append(response_id)
-        row = db.execute("SELECT previous_response_id FROM responses WHERE id = ?",
-                         (response_id,)).fetchone()
-        response_id = row[0] if row else None
-    db.close()
-    return ids
 
 
 def test_mail_in_threads_out_and_back_in_once(tmp_path, outbound, backend):
@@ -111,9 +97,10 @@ def test_mail_in_threads_out_and_back_in_once(tmp_path, outbound, backend):
         assert runs_in == {"<first@maya.example>": run.id, "<ooo@m>": run.id,
                            "<second@m>": run.id, "<leo@m>": flagged.run_id}
         store.close()
-    later = [m for m in box.messages[1:] if m["In-Reply-To"] == "<second@m>"]
-    for message in later:   # the agent's answer to her reply threads on it as well
-        assert {"<first@maya.example>", "<second@m>"} <= set(message["References"].split())
+    [later] = box.messages[1:]   # the agent's answer to her reply threads on it as well
+    assert later["In-Reply-To"] == "<second@m>" and later["Subject"] == "Re: Cracked carafe"
+    assert later["References"].split() == ["<first@maya.example>", sent["Message-ID"].strip(),
+                                           "<second@m>"]
 
 
 @pytest.mark.parametrize("point", ["after_mail_read", "after_mail_recorded"])
