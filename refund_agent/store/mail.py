@@ -181,15 +181,17 @@ class Mail(StoreCore):
 
     def mail_thread(self, run_id: str, limit: int = 20) -> tuple[str, tuple[str, ...]] | None:
         """(In-Reply-To, References) for the run's next message: the customer's latest message
-        it read, and the thread's ids in order (the newest ``limit``); None for a run that did
-        not come by mail."""
+        it read, and the thread's ids in order (the first and the newest, ``limit`` in all);
+        None for a run that did not come by mail."""
         rows = self._read("SELECT message_id, direction, kind FROM mail WHERE run_id = ?"
                           " ORDER BY id", (run_id,))
         taken = [r for r in rows if r["direction"] == "out" or r["kind"] in TAKEN_IN]
         last_in = [r["message_id"] for r in taken if r["direction"] == "in"]
         if not last_in:
             return None
-        return last_in[-1], tuple(r["message_id"] for r in taken)[-limit:]
+        ids = tuple(r["message_id"] for r in taken)
+        # A long thread keeps its first message and its newest ones (RFC 5322, 3.6.4).
+        return last_in[-1], ids if len(ids) <= limit else (ids[0], *ids[1 - limit:])
 
     def mail(self, run_id: str | None = None, kind: str | None = None) -> list[MailRow]:
         """Mail rows, oldest first: one run's, or of one kind, or all."""

@@ -63,3 +63,17 @@ def test_a_reply_waits_while_its_run_works_and_then_continues_it(tmp_path, backe
     assert take(store, answer.as_bytes(), "refunds").new is False
     assert store.raw_mail("<two@m>") == answer.as_bytes()   # kept as it arrived
     store.close()
+
+
+def test_a_long_threads_references_keep_its_first_message_and_its_newest(tmp_path, backend):
+    store = open_store(tmp_path, backend)
+    run_id = take(store, mail().as_bytes(), "refunds").run_id
+    lease = store.acquire(run_id, uuid.uuid4().hex)
+    for n in range(30):
+        store.record_mail_out(lease, f"<out{n}@desk>", "maya.chen@example.com", "Re: x",
+                              "<first@maya.example>", [])
+    store.record_mail_out(lease, "<out29@desk>", "x@y.z", "again", None, [])   # once per id
+    in_reply_to, refs = store.mail_thread(run_id)
+    assert in_reply_to == "<first@maya.example>"
+    assert refs == ("<first@maya.example>", *(f"<out{n}@desk>" for n in range(11, 30)))
+    store.close()
