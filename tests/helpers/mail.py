@@ -116,6 +116,7 @@ class Dovecot:
 
     def __init__(self) -> None:
         self.port = free_port()
+        self.tls_port = free_port()   # imaps, when openssl made a certificate
         self.dir = Path(tempfile.mkdtemp(prefix="dovecot-"))
         self.dir.chmod(0o755)   # Dovecot's auth process (its own user) reads the users file
         self.proc: subprocess.Popen | None = None
@@ -131,13 +132,18 @@ class Dovecot:
         mail.mkdir()
         os.chown(mail, mail_uid, mail_gid)
         (self.dir / "users").write_text(f"{IMAP_USER}:{{PLAIN}}{IMAP_PASSWORD}\n")
+        tls = self.certificate()
+        imaps = (f"address = 127.0.0.1\n    port = {self.tls_port}\n    ssl = yes"
+                 if tls else "port = 0")
+        ssl = (f"ssl = yes\nssl_cert = <{self.dir}/cert.pem\nssl_key = <{self.dir}/key.pem"
+               if tls else "ssl = no")
         return f"""
 base_dir = {self.dir}/run
 state_dir = {self.dir}/state
 log_path = {self.dir}/dovecot.log
 protocols = imap
 listen = 127.0.0.1
-ssl = no
+{ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 default_login_user = {login}
@@ -160,13 +166,27 @@ service imap-login {{
     port = {self.port}
   }}
   inet_listener imaps {{
-    port = 0
+    {imaps}
   }}
 }}
 service anvil {{
   chroot =
 }}
 """
+
+    def certificate(self) -> bool:
+        """A self-signed certificate for 127.0.0.1 (cert.pem, key.pem); False without openssl."""
+        if shutil.which("openssl") is None:
+            return False
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(self.dir / "key.pem"), "-out", str(self.dir / "cert.pem")],
+                       check=True, capture_output=True)
+        return True
+
+    @property
+    def tls(self) -> bool:
+        return (self.dir / "cert.pem").exists()
 
     def start(self) -> Dovecot:
         for sub in ("run", "state"):
@@ -188,8 +208,9 @@ service anvil {{
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def url(self) -> str:
-        return f"imap://{IMAP_USER}:{IMAP_PASSWORD.replace(' ', '%20')}@127.0.0.1:{self.port}/INBOX"
+    def url(self, tls: bool = False) -> str:
+        scheme, port = ("imaps", self.tls_port) if tls else ("imap", self.port)
+        return f"{scheme}://{IMAP_USER}:{IMAP_PASSWORD.replace(' ', '%20')}@127.0.0.1:{port}/INBOX"
 
     @contextmanager
     def client(self) -> Iterator[imaplib.IMAP4]:

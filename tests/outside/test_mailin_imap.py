@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers.cli import run_cli
-from helpers.mail import DOVECOT, Dovecot, answer, chain, mail, receiving
+from helpers.cli import run_forked
+from helpers.mail import DOVECOT, IMAP_PASSWORD, Dovecot, answer, chain, mail
 from helpers.outside_servers import SMTP_PASSWORD, SMTP_USER, smtp_server
 
 pytest.importorskip("aiosmtpd")
@@ -41,12 +41,13 @@ def smtp_env(port: int) -> dict[str, str]:
             "SMTP_USER": SMTP_USER, "SMTP_PASSWORD": SMTP_PASSWORD, "SMTP_SECURITY": "none"}
 
 
-def receive_once(out, dovecot: Dovecot, **env: str) -> subprocess.CompletedProcess | int:
-    """``receive --imap`` until it has had nothing new for a second; its output."""
-    with receiving(out, "--imap", dovecot.url(), "--idle-exit", "1", **env) as proc:
-        output, _ = proc.communicate(timeout=120)
-    assert proc.returncode in (0, -9), output
-    return subprocess.CompletedProcess(proc.args, proc.returncode, output)
+def receive_once(out, dovecot: Dovecot, tls: bool = False, **env: str
+                 ) -> subprocess.CompletedProcess:
+    """``receive --imap`` (a new process, forked warm) until it has had nothing new for a
+    second: its exit code and output."""
+    done = run_forked(out, "receive", "--imap", dovecot.url(tls), "--idle-exit", "1",
+                      timeout=120, **env)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout + done.stderr)
 
 
 def test_a_mailbox_makes_one_ticket_per_message_and_threads_the_answer(tmp_path, dovecot,
@@ -68,7 +69,7 @@ def test_a_mailbox_makes_one_ticket_per_message_and_threads_the_answer(tmp_path,
     assert run.status == RunStatus.WAITING and dovecot.unseen() == 0
     assert [m.kind for m in store.mail()] == ["ticket", "auto"]
 
-    approved = run_cli(out, "approve", "--as", "Dana Kim", **env)
+    approved = run_forked(out, "approve", "--as", "Dana Kim", **env)
     assert approved.returncode == 0, approved.stdout + approved.stderr
     [sent] = box.messages
     assert sent["In-Reply-To"] == "<first@maya.example>"
@@ -103,3 +104,21 @@ def test_a_poller_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path, 
     [run] = store.runs()
     assert run.status == RunStatus.WAITING   # the recorded ticket was carried on
     store.close()
+
+
+def test_imaps_verifies_the_servers_certificate(tmp_path, dovecot):
+    """TLS from the first byte (imaps://): a certificate the client trusts (here through
+    SSL_CERT_FILE, as a private CA would be) reads the mailbox; an unknown one is refused in
+    one line, and nothing is read."""
+    if not dovecot.tls:
+        pytest.skip("openssl is missing, so Dovecot has no certificate for imaps")
+    dovecot.clear()
+    dovecot.append(mail())
+    out = tmp_path / "out"
+    refused = receive_once(out, dovecot, tls=True)
+    assert refused.returncode == 1 and "certificate verify failed" in refused.stdout
+    assert "Traceback" not in refused.stdout and dovecot.unseen() == 1
+    done = receive_once(out, dovecot, tls=True, SSL_CERT_FILE=str(dovecot.dir / "cert.pem"))
+    assert done.returncode == 0, done.stdout
+    assert IMAP_PASSWORD not in done.stdout and "imaps://desk@127.0.0.1" in done.stdout
+    assert dovecot.unseen() == 0 and len(Store(out / "refund-agent.sqlite3").runs()) == 1

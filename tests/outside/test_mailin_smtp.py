@@ -12,7 +12,7 @@ from __future__ import annotations
 import smtplib
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_forked as run_cli  # new processes, forked warm
 from helpers.mail import MAYA, answer, chain, deliver, mail, receiving, wait_until
 from helpers.outside_servers import SMTP_PASSWORD, SMTP_USER, free_port, smtp_server, wait_for
 
