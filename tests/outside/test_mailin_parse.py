@@ -58,7 +58,10 @@ def test_quoted_earlier_messages_are_not_read_as_new_claims():
 
 
 def test_robots_are_told_apart_from_people():
-    people = [mail(), mail(Auto_Submitted="no"), mail(subject="Re: office chair broken")]
+    people = [mail(), mail(Auto_Submitted="no"), mail(subject="Re: office chair broken"),
+              mail(subject="Undelivered order A1043"), mail(subject="Absence of my refund"),
+              mail(subject="Out of stock item arrived broken"),
+              mail(X_Auto_Response_Suppress="All")]
     robots = {
         "auto": [mail(Auto_Submitted="auto-replied"), mail(Precedence="bulk"),
                  mail(Precedence="junk"), mail(Precedence="list"),
@@ -73,7 +76,7 @@ def test_robots_are_told_apart_from_people():
     report.replace_header("Content-Type", 'multipart/report; report-type=delivery-status; '
                           f'boundary="{report.get_boundary()}"')
     robots["bounce"].append(report)
-    assert [read_mail(raw(m)).robot for m in people] == [None, None, None]
+    assert [read_mail(raw(m)).robot for m in people] == [None] * len(people)
     for kind, messages in robots.items():
         for message in messages:
             read = read_mail(raw(message))
@@ -179,3 +182,14 @@ def test_the_password_stays_out_of_what_is_printed():
     from_env = mailbox_from_url("imap://mail.example.com", {
         "REFUND_AGENT_IMAP_USER": "desk", "REFUND_AGENT_IMAP_PASSWORD": "pw"})
     assert (from_env.user, from_env.port, from_env.mailbox) == ("desk", 143, "INBOX")
+
+
+@given(st.from_regex(r"auto-[a-z-]{1,12}(; owner-email=\"x@y\.z\")?", fullmatch=True),
+       st.text(min_size=1, max_size=200), st.booleans())
+def test_any_auto_submitted_mail_is_never_fed_to_the_agent(value, body, threaded):
+    """RFC 3834: every Auto-Submitted value but "no" is a robot, whatever it says, on a thread
+    or not: recorded, never a ticket or a reply."""
+    extra = {"In_Reply_To": "<first@maya.example>"} if threaded else {}
+    read = read_mail(raw(mail(body=body, Auto_Submitted=value, **extra)))
+    assert read.robot == "auto"
+    assert decide(read, THREAD if threaded else None)[0] == "auto"

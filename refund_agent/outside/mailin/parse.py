@@ -25,11 +25,13 @@ from ...intake import MAX_EMAIL_CHARS
 _MSG_ID = re.compile(r"<[^<>\s]+>")
 # Subjects that out-of-office and other automatic answers use (the header checks come first;
 # many such answers carry no header at all).
+# Only the robots' own phrasings: a customer's "Undelivered order" or "Absence of a refund"
+# must still reach the desk.
 _AUTO_SUBJECT = re.compile(
-    r"^\s*(auto(matic)?[ -]?(reply|response|answer)|out of (the )?office|abwesenheit|"
-    r"absence|r[ée]ponse automatique|respuesta autom[áa]tica|on vacation|vacation reply|"
-    r"delivery status notification|undeliver(ed|able)|mail delivery (failed|failure)|"
-    r"returned mail|failure notice)\b", re.IGNORECASE)
+    r"^\s*(auto(matic)?[ -]?(reply|response|answer)\b|out of (the )?office\b|"
+    r"abwesenheitsnotiz|r[ée]ponse automatique|respuesta autom[áa]tica|vacation reply\b|"
+    r"delivery status notification|undeliverable:|undelivered mail returned to sender|"
+    r"mail delivery (failed|failure)|returned mail:|failure notice\b)", re.IGNORECASE)
 _ROBOT_SENDER = re.compile(r"^(mailer-daemon|postmaster)@", re.IGNORECASE)
 # The line a mail client writes above the message it quotes: "On <date>, <who> wrote:" (it may
 # wrap onto a second line), and Outlook's separator.
@@ -155,9 +157,10 @@ def robot_reason(message: EmailMessage) -> tuple[str, str] | None:
     precedence = one_line_text(message.get("Precedence")).lower()
     if precedence in ("bulk", "junk", "list", "auto_reply"):
         return "auto", f"Precedence: {precedence}"
-    for header in ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress"):
+    # Not X-Auto-Response-Suppress: Outlook puts it on some mail people write, too.
+    for header in ("X-Autoreply", "X-Autorespond"):
         value = one_line_text(message.get(header)).lower()
-        if value and (header != "X-Auto-Response-Suppress" or "all" in value or "oof" in value):
+        if value:
             return "auto", f"{header}: {value}"
     if message.get("List-Id") or message.get("List-Unsubscribe"):
         return "auto", "it is list mail (List-Id / List-Unsubscribe)"
