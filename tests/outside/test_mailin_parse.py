@@ -193,3 +193,15 @@ def test_any_auto_submitted_mail_is_never_fed_to_the_agent(value, body, threaded
     read = read_mail(raw(mail(body=body, Auto_Submitted=value, **extra)))
     assert read.robot == "auto"
     assert decide(read, THREAD if threaded else None)[0] == "auto"
+
+
+def test_without_aiosmtpd_receive_smtp_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """aiosmtpd is the [mail] extra: a plain install gets one line naming it, no traceback."""
+    import sys
+
+    from refund_agent.cli import main
+    monkeypatch.setitem(sys.modules, "aiosmtpd.controller", None)   # the import now fails
+    monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(tmp_path))
+    assert main(["receive", "--smtp", "127.0.0.1:2525"]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'refund-agent[mail]'" in err and "Traceback" not in err
