@@ -330,6 +330,10 @@ class JsonStateStore:
     def held_lines(self, order_id: str, except_id: str | None = None) -> dict[str, Held]:
         return self._held(order_id, except_id)
 
+    def mail_thread(self, run_id: str) -> None:
+        """No mail in or out here (schema 14's table is the real store's): plain answers."""
+        return None
+
     def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
                        summary: str, customer: str,
                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:

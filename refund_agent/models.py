@@ -64,7 +64,7 @@ class ApprovalStatus(StrEnum):
 class Run(BaseModel):
     id: str
     created_at: float
-    kind: str                  # the sample key, or "custom"
+    kind: str                  # the sample key, "custom", or "email" (came by mail)
     sender: str
     sender_name: str
     subject: str

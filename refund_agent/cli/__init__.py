@@ -22,6 +22,7 @@ module per area:
     decisions.py  approve, reject, ask, handoff, take, queue, expire
     people.py     users add | list | remove, and signing a decision as an account
     admin.py      doctor, audit, work, web, webhooks, migrate
+    mail.py       receive (customers' mail in, by SMTP or IMAP)
 """
 
 from __future__ import annotations

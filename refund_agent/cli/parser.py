@@ -7,7 +7,7 @@ import argparse
 import re
 
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
-from . import admin, decisions, eval, people, tickets
+from . import admin, decisions, eval, mail, people, tickets
 
 EPILOG = """\
 examples:
@@ -32,6 +32,7 @@ examples:
   refund-agent eval -k 3 --csv runs.csv     score the provider on the corpus (docs/EVAL.md)
   refund-agent web --server.port 8600       the helpdesk page (Streamlit's options pass on)
   refund-agent webhooks --port 8790         Stripe's refund.failed/updated onto the desk
+  refund-agent receive --smtp 127.0.0.1:2525   customers' mail in (or --imap imaps://...)
   refund-agent migrate --to postgresql://...   copy the SQLite store into an empty PostgreSQL
   refund-agent users add "Dana Kim" --role approver --limit 100    an account (asks a password)
   refund-agent users list | users remove NAME
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                       help="exit after this long with nothing to do (default: never)")
     work.set_defaults(func=admin.work)
+    mail.add_parser(sub)
     migrate = sub.add_parser(
         "migrate", help="copy the SQLite store in the output folder, with its refunds.log and "
                         "outbox.log, into an empty PostgreSQL database")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import PaymentUncertain
-from ..models import CANNOT_CONTINUE, Approval, ApprovalStatus, StepKind
+from ..models import CANNOT_CONTINUE, Approval, ApprovalStatus, Run, StepKind
 from ..outside import Outbox, Payments, with_signature
+from ..outside.mailin.parse import reply_subject
 from ..providers.stored import HANDED_OVER
 from ..store import Lease, Store
 from ..tools import CallContext, Outcome, toolset
@@ -191,13 +193,28 @@ def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
     run = ctx.run
     body = with_signature(args.message, ctx.shop.info.signature)
     ctx.fence()   # a process that lost the run sends nothing
-    record, reused = ctx.outbox.send(ctx.call.key, run.sender, f"Re: {run.subject}", body)
+    record, reused = send_on_thread(ctx.store, ctx.lease, ctx.outbox, ctx.call.key, run, body)
     ctx.crash("after_email")
     output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
     step = {"to": run.sender, "body": body, "reused": reused}
     if record.get("resent"):   # SMTP after a crash between record and send (outside/smtp.py)
         step["resent"] = True
     return Outcome(output, [(StepKind.MESSAGE, step)])
+
+
+def send_on_thread(store: Store, lease: Lease, outbox: Outbox, key: str, run: Run, body: str
+                   ) -> tuple[dict[str, Any], bool]:
+    """Email the run's customer once per ``key``; a run that came by mail is answered on its
+    thread (In-Reply-To, References, "Re: " once) and the message's id is recorded there, so
+    the customer's answer to it finds this run (store/mail.py)."""
+    thread = store.mail_thread(run.id)
+    if thread is None:
+        return outbox.send(key, run.sender, f"Re: {run.subject}", body)
+    subject = reply_subject(run.subject)
+    record, reused = outbox.send(key, run.sender, subject, body, thread=thread)
+    store.record_mail_out(lease, record["message_id"], run.sender, subject,
+                          record.get("in_reply_to"), record.get("references") or ())
+    return record, reused
 
 
 def hand_over(store: Store, shop: Shop, outbox: Outbox, run_id: str, lease: Lease,
@@ -224,7 +241,7 @@ def hand_over(store: Store, shop: Shop, outbox: Outbox, run_id: str, lease: Leas
         "up with you personally.", shop.info.signature)
     # Fenced: a process that lost the run raises nothing and sends nothing.
     store.escalate_run(lease, CANNOT_CONTINUE, why)
-    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}", body)
+    _record, reused = send_on_thread(store, lease, outbox, f"{run_id}/follow-up", run, body)
     told = "was already told" if reused else "was told"
     return (f"{why} {HANDED_OVER}: the customer ({run.sender}) {told} by email that a person "
             "will follow up.")

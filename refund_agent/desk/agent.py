@@ -19,6 +19,7 @@ from ..intake import MAX_EMAIL_CHARS, MAX_NOTE_CHARS
 from ..loop import Loop
 from ..models import Approval, Call, Escalation, Run, StepKind
 from ..outside import OUTSIDE_CRASH_POINTS, open_email, open_payments
+from ..outside.mailin import MAILIN_CRASH_POINTS
 from ..providers.client import ModelAccess
 from ..store import Lease
 from ..streaming import Cancel, LiveEvent, OnEvent
@@ -47,7 +48,7 @@ class Agent(Loop):
 
     agent_name = "refunds"
     tools = REFUND_TOOLS
-    crash_points = {**CRASH_POINTS, **OUTSIDE_CRASH_POINTS}
+    crash_points = {**CRASH_POINTS, **OUTSIDE_CRASH_POINTS, **MAILIN_CRASH_POINTS}
     held_back = HELD_BACK
     default_subject = "Refund request"
 

@@ -38,13 +38,27 @@ def with_signature(message: str, signature: str) -> str:
     return f"{body}\n\n{sig}"
 
 
+# (In-Reply-To, References): the message an email answers and its thread's ids, in order.
+Thread = tuple[str, tuple[str, ...]]
+
+
+def thread_fields(thread: Thread | None) -> dict[str, Any]:
+    """What an outbox record keeps of the thread it answers (nothing for a run not mailed)."""
+    if thread is None:
+        return {}
+    return {"in_reply_to": thread[0], "references": list(thread[1])}
+
+
 class Outbox(Protocol):
     """What the agent needs of an email service."""
 
     log: IdempotentLog | StoreLog
 
-    def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
-        """Send once per ``key``; returns (record with ``message_id``, reused)."""
+    def send(self, key: str, to: str, subject: str, body: str, *,
+             thread: Thread | None = None) -> tuple[dict[str, Any], bool]:
+        """Send once per ``key``; returns (record with ``message_id``, reused). ``thread``:
+        (In-Reply-To, References) of the customer's mail it answers (kept in the record the
+        first attempt makes, so every attempt carries the same)."""
         ...
 
     def messages(self) -> list[dict[str, Any]]: ...
@@ -83,11 +97,13 @@ class StandInOutbox:
         self.log = ledger_for(output_dir, store, "outbox")
         self._output_dir, self._store = Path(output_dir), store
 
-    def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
+    def send(self, key: str, to: str, subject: str, body: str, *,
+             thread: Thread | None = None) -> tuple[dict[str, Any], bool]:
         check_headers(to, subject)
         request = {"to": to, "subject": subject, "body": body}
         record, reused = self.log.once(
-            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})
+            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16],
+                                   **thread_fields(thread)})
         if reused and recorded_for_smtp(record) and self._sent_marks().find(key) is None:
             raise ConfigError(unsent_for_the_stand_in(key, record))
         return record, reused

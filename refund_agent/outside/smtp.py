@@ -28,7 +28,7 @@ from typing import Any
 from ..crash import crash_point
 from ..errors import EmailNotSent
 from .config import OutsideSettings
-from .email import check_headers, recorded_for_smtp
+from .email import Thread, check_headers, recorded_for_smtp, thread_fields
 from .payments import ledger_for
 
 # What a Message-ID's left part may hold (RFC 5322 dot-atom text); anything else becomes "-".
@@ -54,6 +54,9 @@ def build_message(record: dict[str, Any], sender: str) -> EmailMessage:
     message["Subject"] = request["subject"]
     message["Message-ID"] = record["message_id"]
     message["Date"] = formatdate(record.get("created_at") or time.time(), usegmt=True)
+    if record.get("in_reply_to"):   # an answer to the customer's mail: it threads
+        message["In-Reply-To"] = record["in_reply_to"]
+        message["References"] = " ".join(record.get("references") or [record["in_reply_to"]])
     message.set_content(request["body"])
     return message
 
@@ -76,8 +79,9 @@ class SmtpOutbox:
         self.sender = settings.smtp_from or default_from
         self._crash = crash_at
 
-    def send(self, key: str, to: str, subject: str, body: str) -> tuple[dict[str, Any], bool]:
-        """Send once per ``key``; returns (record, reused).
+    def send(self, key: str, to: str, subject: str, body: str, *,
+             thread: Thread | None = None) -> tuple[dict[str, Any], bool]:
+        """Send once per ``key``; returns (record, reused); ``thread`` as in Outbox.send.
 
         Raises:
             EmailNotSent: the server could not be reached or refused it (nothing marked sent).
@@ -85,7 +89,8 @@ class SmtpOutbox:
         check_headers(to, subject)
         request = {"to": to, "subject": subject, "body": body}
         record, recorded_before = self.log.once(
-            key, request, lambda: {"message_id": message_id(key, self.sender)})
+            key, request, lambda: {"message_id": message_id(key, self.sender),
+                                   **thread_fields(thread)})
         crash_point("email_recorded", self._crash)
         if self.sent.find(key) is not None:
             return record, True

@@ -4,7 +4,7 @@ Each public write method is one transaction, and each is one of the durable boun
 agent relies on: a process killed between two of them leaves the store consistent, and the run
 can be picked up from what was committed. The methods live by concern (runs, leases,
 responses and calls, approvals, replies, accounts, the audit log, the ledger, provider
-events, the desk's records); what the two
+events, the desk's records, mail in and out); what the two
 engines do differently lives in their classes, :class:`~refund_agent.store.sqlite.SQLiteStore`
 and :class:`~refund_agent.store.postgres.PostgresStore`.
 """
@@ -20,6 +20,7 @@ from .core import LEASE_STALE_SECONDS
 from .escalations import DeskInbox, DeskRecords
 from .leases import Leases
 from .ledger import Ledger
+from .mail import Mail
 from .outside import ProviderEvents
 from .replies import Replies
 from .responses import Responses
@@ -32,7 +33,7 @@ def is_postgres_url(target: object) -> bool:
 
 
 class Store(Runs, Leases, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
-            DeskRecords, DeskInbox):
+            DeskRecords, DeskInbox, Mail):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from ..errors import NotFound, RunNotReady
 from ..models import Reply, RunStatus, Step
@@ -39,16 +40,23 @@ class Replies(StoreCore):
                     raise RunNotReady(
                         f"Run {run_id} is {row['status']}; a customer can write back once the "
                         "agent has finished. The reply was not saved; send it again then.")
-            cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)"
-                             " RETURNING id", (run_id, time.time(), text, int(simulated)))
-            reply_id = cur.fetchone()[0]
-            self._step(db, run_id, "reply", {"text": text, "simulated": simulated})
-            # The run has work again; marking it working lets a resume find it after a crash.
-            self._touch(db, run_id, status=RunStatus.WORKING)
-            if simulated:
-                db.execute("UPDATE runs SET simulated_replies = simulated_replies + 1"
-                           " WHERE id = ?", (run_id,))
+            reply_id = self._insert_reply(db, run_id, text, simulated)
         return self.replies(run_id, reply_id=reply_id)[0]
+
+    def _insert_reply(self, db: Any, run_id: str, text: str, simulated: bool,
+                      extra: dict[str, Any] | None = None) -> int:
+        """add_reply's rows, in ``db``'s transaction (a mailed reply is taken in its own);
+        ``extra``: more facts for the reply's timeline step."""
+        cur = db.execute("INSERT INTO replies(run_id, at, text, simulated) VALUES (?,?,?,?)"
+                         " RETURNING id", (run_id, time.time(), text, int(simulated)))
+        reply_id = cur.fetchone()[0]
+        self._step(db, run_id, "reply", {"text": text, "simulated": simulated, **(extra or {})})
+        # The run has work again; marking it working lets a resume find it after a crash.
+        self._touch(db, run_id, status=RunStatus.WORKING)
+        if simulated:
+            db.execute("UPDATE runs SET simulated_replies = simulated_replies + 1"
+                       " WHERE id = ?", (run_id,))
+        return reply_id
 
     def replies(self, run_id: str, unsent_only: bool = False,
                 reply_id: int | None = None) -> list[Reply]:

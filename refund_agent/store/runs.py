@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection
+from typing import Any
 
 from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
@@ -23,21 +24,31 @@ class Runs(StoreCore):
         ``raised_by`` is the desk account that typed the ticket in, if any; ``agent`` the
         agent that makes the run (Loop.agent_name), the only one that advances or decides it.
         """
+        with self._tx() as db:
+            run_id = self._insert_run(db, sender=sender, sender_name=sender_name,
+                                      subject=subject, email=email, kind=kind,
+                                      raised_by=raised_by, agent=agent)
+        return self.run(run_id)
+
+    def _insert_run(self, db: Any, *, sender: str, sender_name: str, subject: str, email: str,
+                    kind: str, raised_by: str | None, agent: str,
+                    extra: dict[str, Any] | None = None) -> str:
+        """create_run's rows, in ``db``'s transaction (mail intake makes a run in its own);
+        ``extra``: more facts for the email's timeline step (a mailed ticket's attachments)."""
         run_id = "run_" + uuid.uuid4().hex[:12]
         now = time.time()
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
-                " status, updated_at, last_pid, transcript_complete, agent)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,1,?)",
-                (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
-                 self.pid, agent))
-            if raised_by:
-                db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
-                           (run_id, raised_by))
-            self._step(db, run_id, "email", {"from": sender, "name": sender_name,
-                                             "subject": subject, "body": email})
-        return self.run(run_id)
+        db.execute(
+            "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
+            " status, updated_at, last_pid, transcript_complete, agent)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,1,?)",
+            (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
+             self.pid, agent))
+        if raised_by:
+            db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
+                       (run_id, raised_by))
+        self._step(db, run_id, "email", {"from": sender, "name": sender_name,
+                                         "subject": subject, "body": email, **(extra or {})})
+        return run_id
 
     def run(self, run_id: str) -> Run:
         rows = self._read("SELECT * FROM runs WHERE id = ?", (run_id,))

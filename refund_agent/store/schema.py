@@ -74,6 +74,11 @@ SCHEMA_HISTORY: dict[int, str] = {
         "ticket, kind and refund (a unique index on the open ones): a second raise, a second "
         "webhook about one failed refund, is the first one; open duplicates from before are "
         "closed as merged into the oldest.",
+    14: "mail: one row per email in or out, keyed by its Message-ID (unique), so a message "
+        "delivered again, retried or polled again is taken once; its run, what intake made of "
+        "it (ticket, reply, held, flagged, auto, bounce, refused; sent for the desk's own), "
+        "the thread ids (In-Reply-To, References), attachment names, its text and the raw "
+        "message (a new table only).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -201,5 +206,5 @@ TABLES: dict[str, str] = {
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
     "sign_in_failures": "id", "provider_events": "id", "escalations": "id",
-    "signoffs": "approval_id", "raised_by": "run_id",
+    "signoffs": "approval_id", "raised_by": "run_id", "mail": "id",
 }

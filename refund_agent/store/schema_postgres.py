@@ -78,6 +78,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
               "DO $$ BEGIN IF to_regclass('escalations') IS NOT NULL THEN "
               f"{MERGE_OPEN_ESCALATIONS}; END IF; END $$"),
          data=_data_v13),
+    Step(14, ()),   # the mail table only: the schema makes it
 )
 
 
@@ -176,6 +177,13 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     """CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
     ON escalations(run_id, kind, COALESCE(approval_id, '')) WHERE taken_by IS NULL""",
     "CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS mail (
+    id BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, run_id TEXT,
+    direction TEXT NOT NULL, kind TEXT NOT NULL, sender TEXT, recipient TEXT, subject TEXT,
+    in_reply_to TEXT, refs TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    attachments TEXT NOT NULL, note TEXT, reply_id BIGINT, text TEXT, raw BYTEA)""",
+    "CREATE INDEX IF NOT EXISTS mail_by_run ON mail(run_id, id)",
+    "CREATE INDEX IF NOT EXISTS mail_held ON mail(id) WHERE kind = 'held'",
     """CREATE TABLE IF NOT EXISTS signoffs (
     approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
     amount_cents BIGINT NOT NULL, keep TEXT NOT NULL, note TEXT)""",

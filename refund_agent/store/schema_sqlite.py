@@ -45,6 +45,7 @@ SQLITE_STEPS: tuple[Step, ...] = (
     Step(13, ("ALTER TABLE runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'refunds'",
               MERGE_OPEN_ESCALATIONS),
          data=_data_v13, adds=(("runs", "agent"),), updates=("escalations",)),
+    Step(14, ()),   # the mail table only: the schema makes it
 )
 
 
@@ -205,6 +206,17 @@ CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
 -- The desk account that typed a ticket in (none for emails and samples): it may not approve
 -- that ticket's refund.
 CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL);
+-- Every email in or out (schema 14), once per Message-ID: a redelivery finds its row and makes
+-- nothing new. kind: what intake made of it (store/mail.py); text: what the model may read;
+-- raw: the message exactly as it arrived.
+CREATE TABLE IF NOT EXISTS mail (
+    id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, run_id TEXT,
+    direction TEXT NOT NULL, kind TEXT NOT NULL, sender TEXT, recipient TEXT, subject TEXT,
+    in_reply_to TEXT, refs TEXT NOT NULL, at REAL NOT NULL, attachments TEXT NOT NULL,
+    note TEXT, reply_id INTEGER, text TEXT, raw BLOB
+);
+CREATE INDEX IF NOT EXISTS mail_by_run ON mail(run_id, id);
+CREATE INDEX IF NOT EXISTS mail_held ON mail(id) WHERE kind = 'held';
 -- The first of two approvals a refund above the shop's two-person amount needs.
 CREATE TABLE IF NOT EXISTS signoffs (
     approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at REAL NOT NULL,

@@ -123,13 +123,13 @@ def render_block(block: views.Block) -> None:
     if kind == "email":
         with st.chat_message("customer", avatar=":material/person:"):
             st.markdown(f"**{title}** · {when}  \n*{md(block.subtitle)}*")
-            st.markdown(body)
+            st.markdown(body + bullets(block.lines))
     elif kind == "reply":
         with st.chat_message("customer", avatar=":material/person:"):
             badge = (" :violet-badge[:material/smart_toy: written by the model]"
                      if block.simulated else "")
             st.markdown(f"**{title}**{badge} · {when}")
-            st.markdown(body)
+            st.markdown(body + bullets(block.lines))
     elif kind == "message":
         with st.chat_message("support", avatar=":material/support_agent:"):
             st.markdown(f"**{title}** · {when}")

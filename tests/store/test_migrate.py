@@ -416,3 +416,24 @@ def test_mail_sent_over_smtp_stays_marked_sent_after_the_move(tmp_path, new_db):
         assert len(taken) == sent   # nothing sent twice on the new database
     finally:
         server.stop()
+
+
+def test_mail_taken_before_the_move_is_still_taken_once_after_it(agent, settings, new_db):
+    """The mail table (schema 14) moves byte for byte: a redelivery after the move is found by
+    its Message-ID, and new mail gets ids past the copied ones."""
+    from helpers.mail import mail
+
+    from refund_agent.outside.mailin.intake import take
+
+    raw = mail(body="Ça s'est cassé.").as_bytes() + b"\n\xff trailing byte, not UTF-8\n"
+    first = take(agent.store, raw, "refunds")
+    url = new_db()
+    proc = run_cli(settings.output_dir, "migrate", "--to", url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    target = Store(url)
+    assert target.raw_mail(first.message_id) == raw
+    again = take(target, raw, "refunds")
+    assert (again.new, again.run_id) == (False, first.run_id)
+    later = take(target, mail(message_id="<later@m>").as_bytes(), "refunds")
+    assert later.new and later.id > first.id and len(target.runs()) == 2
+    target.close()

@@ -14,6 +14,7 @@ and audited; an account; a ledger record), and that the database itself refuses 
 holding more units of a line than it has (schema 11's guard, on both engines). Schema 13: a
 closure run from before is the closure agent's, every other run the desk's, and open duplicate
 escalations (9 on) are merged into the oldest, leaving one open per ticket, kind and refund.
+Schema 14: every upgraded store takes mail once per Message-ID (the new mail table).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import StoreError
 from refund_agent.models import RunStatus
+from refund_agent.outside.mailin.intake import take
 from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
@@ -294,6 +296,15 @@ def check_takes_new_work(store: Store) -> None:
     store.sign_in_failed("lee park", "terminal", 300.0, "lee park", "wrong password")
     record, reused = store.ledger_once("outbox", "key_new", {"to": LEO}, lambda: {"id": "m1"})
     assert not reused and store.ledger_find("outbox", "key_new") == record
+    # Schema 14: a mailed ticket, taken once by its Message-ID, and its auto-reply audited.
+    message = (f"From: {LEO}\r\nSubject: Split\r\nMessage-ID: <up@leo>\r\n\r\n"
+               "The board arrived split.\r\n").encode()
+    first, again = take(store, message, "refunds"), take(store, message, "refunds")
+    assert (first.kind, first.new, again.new, again.run_id) == ("ticket", True, False,
+                                                                first.run_id)
+    auto = message.replace(b"<up@leo>", b"<ooo@leo>").replace(
+        b"Subject:", b"Auto-Submitted: auto-replied\r\nSubject:")
+    assert take(store, auto, "refunds").kind == "auto"
     assert store.verify_audit() is None
 
 

@@ -38,7 +38,7 @@ class Block:
         result: a tool call's output once it ran, else None.
         result_below: the call's result is its own block further down (a refund that waited).
         lines: plain-text rows shown as a list: a proposal's or a refund's order lines, what a
-            decision paid and declined.
+            decision paid and declined, a mailed email's attachments and flag.
         simulated: for replies: written by the model playing the customer.
         tone: for decisions: the message box it is shown in (see DECISIONS).
         at: when the step was committed.
@@ -206,6 +206,17 @@ def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None
     t.add(Block("refund", title, d.get("note") or "", lines=tuple(rows), **base))
 
 
+def mail_lines(d: dict[str, Any]) -> tuple[str, ...]:
+    """What a mailed email or reply's step adds (store/mail.py): why it was flagged, and the
+    attachments it came with, named only (the agent never reads them)."""
+    rows = []
+    if d.get("flagged"):
+        rows.append(f"Flagged: {d['flagged']}")
+    if d.get("attachments"):
+        rows.append("Attachments (not read by the agent): " + ", ".join(d["attachments"]))
+    return tuple(rows)
+
+
 _Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
 
 # The page's one table of step kinds: how each becomes a timeline block.
@@ -213,7 +224,7 @@ _Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
 STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.EMAIL: lambda t, d, base: t.add(Block(
         "email", sender_line(d.get("name"), d["from"]), d["body"],
-        subtitle=d.get("subject", ""), **base)),
+        subtitle=d.get("subject", ""), lines=mail_lines(d), **base)),
     StepKind.REASONING: lambda t, d, base: t.add(Block("reasoning", "Reasoning", d["text"],
                                                        **base)),
     StepKind.CALL: _call_block,
@@ -231,7 +242,7 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
     # Who wrote a simulated reply is shown once, as a badge (see the page).
     StepKind.REPLY: lambda t, d, base: t.add(Block("reply", "Customer replied", d["text"],
                                                    simulated=bool(d.get("simulated")),
-                                                   **base)),
+                                                   lines=mail_lines(d), **base)),
     StepKind.RESTART: lambda t, d, base: t.add(Block(
         "restart", f"Server restarted: process {d['pid']} picked up the run (it was last "
         f"advanced by process {d['previous_pid']})", **base)),

@@ -1,0 +1,38 @@
+"""What intake makes of a received message, decided from the message and the run its thread
+ids name: a pure function the store calls inside the intake's transaction (store/mail.py)."""
+
+from __future__ import annotations
+
+from ...intake import address_problem, same_address, sender_problem
+from ...store.mail import MailThread
+from .parse import Inbound
+
+# Every kind a received message can become (store/mail.py keeps it on the message's row).
+TICKET, REPLY, HELD, FLAGGED = "ticket", "reply", "held", "flagged"
+AUTO, BOUNCE, REFUSED = "auto", "bounce", "refused"
+NO_RUN = (AUTO, BOUNCE, REFUSED)
+
+
+def decide(mail: Inbound, thread: MailThread | None) -> tuple[str, str]:
+    """(kind, why) for ``mail``, whose thread ids name ``thread``'s run (None: none known).
+
+    Mail no person wrote is never fed to the agent (two robots would mail each other
+    forever); a sender the desk cannot answer is refused; an unknown thread is a new ticket;
+    a reply from anyone but the thread's customer never continues that run: it is a new
+    ticket, flagged; the customer's own reply continues the run, or waits (held) while the
+    run works or waits on a person.
+    """
+    if mail.robot:
+        return (BOUNCE if mail.robot == BOUNCE else AUTO), mail.robot_why
+    if problem := sender_problem(mail.sender) or address_problem(mail.sender):
+        return REFUSED, f"it cannot be answered: {problem}"
+    if thread is None:
+        return TICKET, ""
+    if not same_address(mail.sender, thread.sender):
+        return FLAGGED, (f"it answers the thread of {thread.run_id}, whose customer is "
+                         f"{thread.sender}, but comes from {mail.sender}: a new ticket, so "
+                         "it cannot continue someone else's conversation")
+    if thread.takes_reply:
+        return REPLY, ""
+    return HELD, (f"{thread.run_id} is not finished yet; the reply is added once it can "
+                  "take one")
