@@ -49,6 +49,7 @@ class StepKind(StrEnum):
     ESCALATION = "escalation"   # the agent raised the ticket to a team lead (escalate)
     HANDOFF = "handoff"         # an approver over their limit sent the refund to a lead
     SIGNOFF = "signoff"         # the first of two approvals above the two-person amount
+    OWNER = "owner"             # the ticket was assigned, claimed or released (schema 15)
 
 
 class ApprovalStatus(StrEnum):
@@ -85,6 +86,9 @@ class Run(BaseModel):
     transcript_bytes: int = 0       # their size as stored JSON, in bytes
     transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
     agent: str = "refunds"          # the agent that made it, and alone advances it (schema 13)
+    # What happened, for the desk (desk/status.DeskStatus; kept on the row since schema 12):
+    # a finished run reads "rejected" or "paid" here where its status says only "done".
+    desk_status: str | None = None
 
     @property
     def cost_usd(self) -> float:

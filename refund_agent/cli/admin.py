@@ -13,6 +13,7 @@ from typing import Any
 from ..config import load_settings
 from ..desk.agent import Agent
 from ..desk.reconcile import email_notes, log_names, provider_problems, reconcile
+from ..desk.status import amount_is, amount_label
 from ..errors import LeaseLost, MigrationRefused, RunBusy
 from ..outside import stripe_missing
 from ..store import Store
@@ -37,11 +38,18 @@ def audit(args: argparse.Namespace) -> int:
     agent = Agent()
     if args.verify:
         return _verify(agent)
-    for e in agent.store.audit(limit=args.limit):
-        amount = f"${e.amount:.2f}" if e.amount is not None else ""
+    entries = agent.store.audit(limit=args.limit)
+    if not entries:
+        print("The audit log is empty.")
+        return 0
+    print(f"{'TIME':19}  {'EVENT':9} {'BY':14} {'PID':11} {'ORDER':6} {'AMOUNT':>20}  "
+          "LINES  NOTE")
+    for e in entries:
+        # An amount that moved no money (requested, asked, rejected, ...) says so.
+        amount = amount_label(e.amount, amount_is(event=e.event))
         lines = " ".join(f"{line['line']}:{line['reason']}" for line in e.lines or [])
         print(f"{time_text(e.at)}  {e.event:9} {e.actor:14} pid {e.pid:<7} {e.order_id or '':6} "
-              f"{amount:>9}  {lines + '  ' if lines else ''}{e.note or ''}")
+              f"{amount:>20}  {lines + '  ' if lines else ''}{e.note or ''}")
     return 0
 
 
@@ -71,6 +79,7 @@ def work(args: argparse.Namespace) -> int:
     One line per run: a worker is meant to run unattended, several of them on several hosts.
     """
     agent, _printer = at_work()
+    agent.store.front = "worker"
     idle_exit: float | None = args.idle_exit
     quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
     idle_since, done = time.monotonic(), 0

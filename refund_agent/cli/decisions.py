@@ -256,11 +256,23 @@ def take(args: argparse.Namespace) -> int:
 
 def _open_escalation(agent: Agent, run_id: str | None) -> Escalation:
     """The escalation ``take`` is about when none is named: the only open one (of the run, if
-    named); several open is refused with the list, as a decision without an id is."""
+    named); several open is refused with the list, as a decision without an id is.
+
+    With none open but exactly one there (on the run, if named), that one: two leads racing
+    for the only escalation, the second is told who took it first (exit 3; 0 for the lead who
+    did), as with ``--id``. With several taken, which one this take was after cannot be known:
+    nothing is open (exit 4), and the message names the one taken last.
+    """
     open_ = agent.store.escalations(open_only=True, run_id=run_id)
     if not open_:
+        taken = [e for e in agent.store.escalations(run_id=run_id, limit=-1) if e.taken_at]
+        if len(taken) == 1:
+            return taken[0]
         where = f" on run {run_id}" if run_id else ""
-        raise NothingToDecide(f"No escalation is open{where}.")
+        last = max(taken, key=lambda e: (e.taken_at or 0, e.id), default=None)
+        before = (f" (the last one, {last.id}, was taken by {last.taken_by} at "
+                  f"{time_text(last.taken_at)})" if last else "")
+        raise NothingToDecide(f"No escalation is open{where}{before}.")
     if len(open_) > 1:
         listing = "\n".join(f"  {_escalation_line(e)}" for e in open_[:20])
         raise DecisionRefused(f"{len(open_)} escalations are open; name one with --id:\n"

@@ -21,6 +21,7 @@ from .escalations import DeskInbox, DeskRecords
 from .leases import Leases
 from .ledger import Ledger
 from .outside import ProviderEvents
+from .owners import Owners
 from .replies import Replies
 from .responses import Responses
 from .runs import Runs
@@ -32,7 +33,7 @@ def is_postgres_url(target: object) -> bool:
 
 
 class Store(Runs, Leases, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
-            DeskRecords, DeskInbox):
+            DeskRecords, DeskInbox, Owners):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..desk.rules import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..models import HANDOFF, Escalation
-from .core import StoreCore
+from .core import StoreCore, no_limit
 from .leases import Lease
 
 
@@ -91,7 +91,8 @@ class DeskRecords(StoreCore):
             args.append(run_id)
         sql = ("SELECT * FROM escalations" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY raised_at, id LIMIT ?")
-        return [Escalation.model_validate(dict(r)) for r in self._read(sql, (*args, limit))]
+        return [Escalation.model_validate(dict(r))
+                for r in self._read(sql, (*args, no_limit(limit)))]
 
     def open_escalation(self, run_id: str, kind: str,
                         approval_id: str | None = None) -> Escalation | None:
@@ -131,8 +132,14 @@ class DeskRecords(StoreCore):
                 late = None
                 db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE id = ?"
                            " AND taken_by IS NULL", (by, time.time(), escalation_id))
+                # The refund it is about, if any, so the row reads as the others do (the
+                # amount is proposed: taking an escalation pays nothing).
+                refund = db.execute("SELECT order_id, amount_cents FROM approvals WHERE id = ?",
+                                    (found.approval_id,)).fetchone() if found.approval_id else None
                 self._audit(db, "taken", by, run_id=found.run_id,
                             approval_id=found.approval_id,
+                            order_id=refund["order_id"] if refund else None,
+                            amount=refund["amount_cents"] / 100 if refund else None,
                             note=f"took the escalation ({found.kind}): {found.reason}")
         if late:
             raise late

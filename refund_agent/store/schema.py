@@ -74,6 +74,11 @@ SCHEMA_HISTORY: dict[int, str] = {
         "ticket, kind and refund (a unique index on the open ones): a second raise, a second "
         "webhook about one failed refund, is the first one; open duplicates from before are "
         "closed as merged into the oldest.",
+    15: "People: owners (one row per ticket that has an owner, so at most one; who assigned "
+        "it), timeout_steps (each step of the shop's timeout policy, once per approval: the "
+        "primary key makes a second remind or escalate a no-op under races and restarts) and "
+        "runs.last_front (what kind of process last took the run: page, terminal or worker, so "
+        "the ticket says 'Server restarted' only when a page's server picked it up again).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 

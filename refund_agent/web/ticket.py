@@ -10,7 +10,7 @@ from ..desk.status import run_desk_status
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views
-from .session import notify, permitted, select, selected_run_id, show_notice
+from .session import acting_as, notify, permitted, select, selected_run_id, show_notice
 from .views import md
 from .worker import Worker
 
@@ -18,7 +18,7 @@ from .worker import Worker
 def on_stop(worker: Worker, run_id: str) -> None:
     if not permitted(worker, "ticket"):
         return
-    if worker.stop(run_id):
+    if worker.stop(run_id, acting_as(worker)):
         notify("ticket")
     else:
         notify("ticket", "warning", "This run is not being advanced by this server; nothing "
@@ -168,6 +168,8 @@ def render_block(block: views.Block) -> None:
         st.error(f"**{title}** · {when}  \n{body}", icon=":material/priority_high:")
     elif kind == "text":
         st.caption(body)
+    elif kind == "owner":
+        st.caption(f":material/person: {md(title)} · {when}")
     elif kind in ("restart", "resent"):
         st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
     elif kind == "error":

@@ -156,7 +156,7 @@ def test_take_names_one_of_several_and_a_decision_closes_a_hand_off(out):
     assert [(e.run_id, e.taken_by) for e in store(out).escalations()] == [
         (maya.run_id, "Kai Moss"), (priya.run_id, "Lee Park")]
     none_left = as_(out, "Lee Park", "take")
-    assert none_left.returncode == 4 and "No escalation is open." in none_left.stderr
+    assert none_left.returncode == 4 and "No escalation is open (the last one" in none_left.stderr
     missing = as_(out, "Lee Park", "take", "--id", "99")
     assert missing.returncode == 1 and "No escalation 99." in missing.stderr
     assert run_cli(out, "take", "--id", "one", "--as", "Lee Park").returncode == 2
@@ -227,3 +227,36 @@ def test_a_hand_off_is_for_a_refund_above_the_senders_limit():
         "$25.00 is within Ana Ruiz's approval limit of $30.00: approve, reject or ask the "
         "customer; a hand-off is for refunds above it.")
     assert "has no approval limit" in handoff_problem("Lee Park", 10**6, None)
+
+
+def test_what_the_lead_saw_that_was_wrong(out):
+    """Issue 36, item 9, from the terminal. On the old code: a second `take` without --id
+    exited 4 "No escalation is open" (the docs promise 3, "already taken"); the `taken` audit
+    row had no order or amount; `runs` printed no header and called the rejected ticket
+    "done"; and the ticket's timeline said "Server restarted" though only commands drove it."""
+    from refund_agent.web import views
+
+    assert run_cli(out).returncode == 0                  # Maya's coffee maker, $48.00
+    assert as_(out, "Ana Ruiz", "handoff", "--note", "Over my limit").returncode == 0
+    assert as_(out, "Lee Park", "take").returncode == 0
+    late = as_(out, "Kai Moss", "take")                  # no --id: the one taken last
+    assert late.returncode == 3, late.stderr
+    assert late.stderr.startswith("error: Escalation 1 was already taken by Lee Park at ")
+    again = as_(out, "Lee Park", "take")
+    assert again.returncode == 0 and "You already took escalation 1 at" in again.stdout
+    taken = next(e for e in store(out).audit() if e.event == "taken")
+    assert (taken.order_id, taken.amount) == ("A1043", 48.0)
+
+    assert as_(out, "Lee Park", "reject", "--note", "The carafe was used").returncode == 0
+    header, row = run_cli(out, "runs").stdout.splitlines()
+    assert header.split()[:3] == ["RUN", "STATUS", "CREATED"]
+    assert row.split()[1] == "rejected"
+    audit = run_cli(out, "audit").stdout
+    assert "$48.00 (proposed)" in audit.splitlines()[-1]   # the rejection paid nothing
+
+    run_id = row.split()[0]
+    restarts = [s for s in store(out).steps(run_id) if s.kind == "restart"]
+    assert restarts and all(s.data["front"] == "terminal" for s in restarts)
+    titles = [b.title for b in views.timeline(store(out).steps(run_id))]
+    assert not [t for t in titles if "Server restarted" in t]
+    assert [t for t in titles if t.startswith("Continued by a terminal command: process")]

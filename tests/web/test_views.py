@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -94,7 +95,8 @@ def test_every_status_has_a_label_and_badge():
 def test_run_label_and_cost_line():
     run = make_run()
     label = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800), now=NOW)
-    assert label.startswith("**Maya Chen** · A1043 · \\$48\\.00  \n")
+    # Waiting: the amount is what was proposed, not money paid (issue 36).
+    assert label.startswith("**Maya Chen** · A1043 · \\$48\\.00 \\(proposed\\)  \n")
     assert "Waiting for approval" in label and "2 min ago" in label
     assert label.endswith("Coffee maker arrived cracked")
     # Nothing proposed yet: no order or amount to show, and none made up.
@@ -456,3 +458,47 @@ def test_the_views_stay_pure_and_the_package_names_what_it_exports():
             assert not [n for n in names if n.startswith(("streamlit", "store"))
                         or ".store" in n], (path.name, names)
     assert {name for name in views.__all__ if not hasattr(views, name)} == set()
+
+
+def test_an_amount_that_moved_no_money_says_proposed_in_the_inbox_table_and_csv():
+    """Issue 36: the audit's `asked` row and a rejected ticket's inbox entry showed $48.00 as
+    if it was paid (old code: "$48.00" in both, no word about it being only proposed)."""
+    run = make_run(status="done", desk_status="rejected")
+    rejected = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800,
+                                        desk="rejected"), now=NOW)
+    assert "\\$48\\.00 \\(proposed\\)" in rejected
+    paid = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800, desk="paid"),
+                           now=NOW)
+    assert "\\$48\\.00  \n" in paid and "proposed" not in paid
+    entries = [amount_entry(1, "requested", 48.0), amount_entry(2, "asked", 48.0),
+               amount_entry(3, "approved", 48.0), amount_entry(4, "issued", 48.0),
+               amount_entry(5, "account_added", None)]
+    frame = views.audit_frame(entries)
+    assert dict(zip(frame["Event"], frame["Amount"], strict=True)) == {
+        "requested": "$48.00 (proposed)", "asked": "$48.00 (proposed)",
+        "approved": "$48.00", "issued": "$48.00", "account_added": ""}
+    rows = list(csv.DictReader(io.StringIO(views.audit_csv(entries).decode())))
+    assert {r["event"]: (r["amount"], r["amount_is"]) for r in rows} == {
+        "requested": ("48.0", "proposed"), "asked": ("48.0", "proposed"),
+        "approved": ("48.0", "paid"), "issued": ("48.0", "paid"), "account_added": ("", "")}
+
+
+def amount_entry(i: int, event: str, amount: float | None) -> AuditEntry:
+    return AuditEntry(id=i, at=NOW, event=event, actor="Dana", pid=1, run_id="run_1",
+                      approval_id="a", order_id="A1043", amount=amount, note=None,
+                      prev_hash="", hash="")
+
+
+def test_server_restarted_only_when_a_page_server_took_over_from_a_page_server():
+    """Issue 36: a ticket only terminal commands drove said "Server restarted" (old code: the
+    words for every change of process)."""
+    def title(**d):
+        (block,) = views.timeline([step(1, "restart", previous_pid=100, pid=200, **d)])
+        return block.title
+    assert title(front="page", previous_front="page").startswith("Server restarted: process 200")
+    by_terminal = title(front="terminal", previous_front="terminal")
+    assert "Server restarted" not in by_terminal
+    assert by_terminal.startswith("Continued by a terminal command: process 200 picked up")
+    assert "Server restarted" not in title(front="terminal", previous_front="page")
+    assert "Server restarted" not in title(front="page", previous_front="terminal")
+    assert title().startswith("Server restarted")   # a step from before schema 15

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ...desk.status import DeskStatus, customer_name
+from ...desk.status import DeskStatus, amount_is, amount_label, customer_name
 from ...models import InboxRow, RunStatus
-from .format import ago, md, money, shorten
+from .format import ago, md, shorten
 from .status import ESCALATED, desk_view, status_view
 
 
@@ -23,7 +23,10 @@ def run_label(row: InboxRow, now: float | None = None,
     known = (names or {}).get(run.sender.casefold())
     who = md(customer_name(known or run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
-    amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    # A rejected, expired or still-waiting proposal paid nothing: its amount says so.
+    paid = amount_is(desk=row.desk or row.run.desk_status)
+    amount = (f" · {md(amount_label(row.amount_cents / 100, paid))}"
+              if row.amount_cents is not None else "")
     badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
     escalated = f" {ESCALATED.badge}" if row.escalations else ""
     return (f"**{who}**{order}{amount}  \n"

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...desk.owners import owner_text
 from ...models import KIND_LABELS, ApprovalStatus, Run, Step, StepKind
 from ...outside import RESENT_EMAIL
 from ...text import parse_bounded, sender_line, size_text, transcript_text
@@ -194,6 +195,30 @@ def _decision_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> No
                 lines=tuple(rows), tone=view.tone, **base))
 
 
+# Who took a run over, in the ticket's words (the store's Store.front values).
+FRONT_WORDS = {"page": "the page's server", "terminal": "a terminal command",
+               "worker": "a worker (`refund-agent work`)"}
+
+
+def restart_title(d: Mapping[str, Any]) -> str:
+    """The line where another process took a run over.
+
+    "Server restarted" only when a page's server took it from a page's server (a restart of
+    the page, the case the words name); a terminal command carrying the run on (``approve``,
+    ``resume``) or a worker taking it says so. Steps from before schema 15 name no kinds and
+    keep the old words.
+    """
+    pids = f"process {d['pid']} picked up the run (it was last advanced by process " \
+           f"{d['previous_pid']}"
+    if "front" not in d:
+        return f"Server restarted: {pids})"
+    if d["front"] == "page" and d.get("previous_front") == "page":
+        return f"Server restarted: {pids})"
+    was = FRONT_WORDS.get(d.get("previous_front") or "", "another process")
+    return (f"Continued by {FRONT_WORDS.get(d['front'], 'another process')}: {pids}, "
+            f"{was})")
+
+
 def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
     title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
     if d.get("reused"):
@@ -232,9 +257,7 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.REPLY: lambda t, d, base: t.add(Block("reply", "Customer replied", d["text"],
                                                    simulated=bool(d.get("simulated")),
                                                    **base)),
-    StepKind.RESTART: lambda t, d, base: t.add(Block(
-        "restart", f"Server restarted: process {d['pid']} picked up the run (it was last "
-        f"advanced by process {d['previous_pid']})", **base)),
+    StepKind.RESTART: lambda t, d, base: t.add(Block("restart", restart_title(d), **base)),
     StepKind.RESENT: lambda t, d, base: t.add(Block("resent", resent_text(d), **base)),
     StepKind.ERROR: lambda t, d, base: t.add(Block("error", d.get("message", "Error"),
                                                    **base)),
@@ -248,6 +271,7 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
         **base)),
     StepKind.HANDOFF: lambda t, d, base: t.add(Block(
         "escalation", f"Sent to a lead by {d.get('by')}", d.get("reason", ""), **base)),
+    StepKind.OWNER: lambda t, d, base: t.add(Block("owner", owner_text(d), **base)),
     StepKind.SIGNOFF: lambda t, d, base: t.add(Block(
         "decision", f"First sign-off by {d.get('by')}: {money(d.get('amount'))} for "
         f"{', '.join(d.get('keep') or []) or 'the shipping'}; a second person must approve",

@@ -1,0 +1,88 @@
+"""Who has a ticket (schema 15): its owner, assigned, claimed and released, each change audited
+and signed by the account that made it; and who stopped a run. The rules (who may do what) are
+``desk/owners.py``'s, applied here under the row's lock so that two people acting at once
+leave one owner and two audit lines that agree with it."""
+
+from __future__ import annotations
+
+import time
+
+from ..desk.owners import OwnerChange, owner_problem
+from ..errors import DecisionRefused, NotFound
+from .core import StoreCore
+
+
+def owner_condition(owner: str | None = None, unassigned: bool = False
+                    ) -> tuple[str, tuple[str, ...]]:
+    """The inbox's owner filter as one SQL condition on ``runs`` (empty: no filter): the
+    tickets ``owner`` has, or those nobody has. Kept apart from the inbox's own query, which
+    it is ANDed onto."""
+    if owner is not None:
+        return "id IN (SELECT run_id FROM owners WHERE account = ?)", (owner,)
+    if unassigned:
+        return "id NOT IN (SELECT run_id FROM owners)", ()
+    return "", ()
+
+
+class Owners(StoreCore):
+    """Tickets' owners, and the audit lines people leave on a ticket (stop)."""
+
+    def owner(self, run_id: str) -> str | None:
+        """The account that has the ticket, or None."""
+        rows = self._read("SELECT account FROM owners WHERE run_id = ?", (run_id,))
+        return rows[0][0] if rows else None
+
+    def owners(self, run_ids: list[str] | None = None) -> dict[str, str]:
+        """Run id -> owner, for ``run_ids`` (None: every owned ticket)."""
+        if run_ids is None:
+            return {r[0]: r[1] for r in self._read("SELECT run_id, account FROM owners")}
+        if not run_ids:
+            return {}
+        ids = sorted(set(run_ids))
+        return {r[0]: r[1] for r in self._read(
+            f"SELECT run_id, account FROM owners WHERE run_id IN ({','.join('?' * len(ids))})",
+            tuple(ids))}
+
+    def change_owner(self, change: OwnerChange) -> bool:
+        """Assign, claim or release a ticket: the rule checked against the owner as it is now,
+        under the run's row lock, and the change audited in the same transaction. Returns
+        False when it changed nothing (already so: the same click twice).
+
+        Raises:
+            NotFound: no such ticket.
+            DecisionRefused: the rule refuses it (the message says why and what to do).
+        """
+        with self._tx() as db:
+            run = db.execute("SELECT id FROM runs WHERE id = ?" + self.lock_row,
+                             (change.run_id,)).fetchone()
+            if run is None:
+                raise NotFound(f"No ticket with id {change.run_id!r}.")
+            row = db.execute("SELECT account FROM owners WHERE run_id = ?",
+                             (change.run_id,)).fetchone()
+            current = row[0] if row else None
+            if problem := owner_problem(change, current):
+                raise DecisionRefused(problem)
+            target = change.new_owner
+            if current == target:
+                return False
+            if target is None:
+                db.execute("DELETE FROM owners WHERE run_id = ?", (change.run_id,))
+            else:
+                db.execute("INSERT INTO owners(run_id, account, since, assigned_by)"
+                           " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
+                           " account = excluded.account, since = excluded.since,"
+                           " assigned_by = excluded.assigned_by",
+                           (change.run_id, target, time.time(), change.by))
+            self._audit(db, change.event, change.by, run_id=change.run_id,
+                        note=change.note(current))
+            self._step(db, change.run_id, "owner", {"event": change.event, "by": change.by,
+                                                    "owner": target, "was": current})
+        return True
+
+    def record_stop(self, run_id: str, by: str) -> None:
+        """Who pressed *Stop* on a run, in the audit (the run's own step says only that it
+        stopped, when its thread ends)."""
+        with self._tx() as db:
+            self._audit(db, "stopped", by, run_id=run_id,
+                        note="stopped the run; Resume continues it from its last stored "
+                             "response")
