@@ -216,6 +216,33 @@ class Accounts:
         self.store.add_account(name, role, cents, hash_password(password), by or _operator())
         return self.current(name)
 
+    def change_owner(self, run_id: str, action: str, by: str, to: str | None = None) -> bool:
+        """Assign (to ``to``), claim or release a ticket as the account ``by`` (who signed in);
+        False when it was already so. Only an account owns a ticket, so in the demo (no
+        accounts) nobody does. The rules are desk/owners.py's, checked in the store against
+        the owner as it is when the change commits.
+
+        Raises:
+            DecisionRefused: no accounts, an unknown account, or a rule refuses it.
+            NotFound: no such ticket.
+        """
+        from .owners import OwnerChange
+        if not self.exist():
+            raise DecisionRefused("Tickets have owners once accounts exist (only someone "
+                                  "signed in owns one): `refund-agent users add` makes one.")
+        actor = self.get(by)
+        if actor is None:
+            raise DecisionRefused(f"No account named {by!r}.")
+        target = None
+        if action == "assign":
+            account = self.get(to or "")
+            if account is None:
+                raise DecisionRefused(f"No account named {to!r}: only an account owns a "
+                                      "ticket (`refund-agent users list`).")
+            target = account.name
+        return self.store.change_owner(OwnerChange(run_id, action, actor.name,  # type: ignore[arg-type]
+                                                   actor.limit is None, target))
+
     def remove(self, name: str, by: str | None = None) -> None:
         rows = self._rows(name.strip()) if name.strip() else []
         self.store.remove_account(rows[0]["name"] if rows else name.strip(), by or _operator())

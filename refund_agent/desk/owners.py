@@ -51,7 +51,8 @@ class OwnerChange:
         """The audit line's note: who has it now, and who had it."""
         before = f" (was {was})" if was and was != self.new_owner else ""
         if self.action == "release":
-            return f"released the ticket{before}; nobody owns it now"
+            theirs = f" ({was}'s)" if was and was != self.by else ""
+            return f"released the ticket{theirs}; nobody owns it now"
         if self.action == "claim":
             return f"claimed the ticket{before}"
         return f"assigned the ticket to {self.to}{before}"

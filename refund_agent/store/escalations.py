@@ -226,11 +226,13 @@ class DeskInbox(StoreCore):
             "SELECT id, desk_status, desk_escalations, created_at FROM runs"
             f" {where} ORDER BY created_at DESC, id", args)]
 
-    def desk_groups(self, search: str = "") -> list[tuple[Any, int, int]]:
+    def desk_groups(self, search: str = "", *, owner: str | None = None,
+                    unassigned: bool = False) -> list[tuple[Any, int, int]]:
         """How many runs matching ``search`` have each (DeskStatus, open escalations > 0):
-        a dozen rows at most, however many tickets there are (counted from an index)."""
+        a dozen rows at most, however many tickets there are (counted from an index).
+        ``owner``/``unassigned``: only that account's tickets, or nobody's."""
         from ..desk.status import DeskStatus
-        where, args = self._inbox_filter(search, ())
+        where, args = self._inbox_filter(search, (), owner=owner, unassigned=unassigned)
         counts: dict[tuple[Any, int], int] = {}
         for status, escalations, n in self._read(
                 "SELECT desk_status, desk_escalations, COUNT(*) FROM runs"
@@ -240,12 +242,13 @@ class DeskInbox(StoreCore):
         return [(status, escalated, n) for (status, escalated), n in counts.items()]
 
     def desk_page(self, search: str, statuses: Collection[Any] | None, or_escalated: bool,
-                  offset: int, limit: int) -> list[str]:
+                  offset: int, limit: int, *, owner: str | None = None,
+                  unassigned: bool = False) -> list[str]:
         """The ids of one page of runs matching ``search`` whose desk status is one of
         ``statuses`` (None: any) or, with ``or_escalated``, that have an open escalation;
         newest first. Each part reads its own index (a UNION, not an OR the planner would
-        answer by scanning every run)."""
-        where, args = self._inbox_filter(search, ())
+        answer by scanning every run). ``owner``/``unassigned`` as for :meth:`desk_groups`."""
+        where, args = self._inbox_filter(search, (), owner=owner, unassigned=unassigned)
         also = f"{where} AND" if where else "WHERE"
         parts: list[tuple[str, tuple]] = []
         if statuses:

@@ -6,11 +6,21 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from ..desk.accounts import Accounts
 from ..desk.status import run_desk_status
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views
-from .session import acting_as, notify, permitted, select, selected_run_id, show_notice
+from .session import (
+    acting_as,
+    notify,
+    permitted,
+    select,
+    selected_run_id,
+    show_notice,
+    signed_in,
+    signer,
+)
 from .views import md
 from .worker import Worker
 
@@ -23,6 +33,52 @@ def on_stop(worker: Worker, run_id: str) -> None:
     else:
         notify("ticket", "warning", "This run is not being advanced by this server; nothing "
                                     "to stop here.")
+
+
+def on_owner(worker: Worker, run_id: str, action: str) -> None:
+    """Claim, release or assign (to the account picked beside the button) the ticket, as
+    the account signed in here; the store checks the rule against the owner as it is now."""
+    signed = signer(worker, "owner")
+    if signed is None:
+        return
+    notify("owner")
+    to = st.session_state.get("owner_assign_to") if action == "assign" else None
+    try:
+        changed = Accounts(worker.agent.store).change_owner(run_id, action, signed[0], to)
+    except RefundAgentError as exc:
+        notify("owner", "error", str(exc))
+        return
+    if not changed:
+        notify("owner", "info", "Nothing changed: it already was so.")
+
+
+def render_owner(worker: Worker, run_id: str) -> None:
+    """Who owns the ticket, and the buttons to change it (only with accounts: an owner is
+    someone who signs in). A lead may assign it to anyone and release anyone's."""
+    accounts = Accounts(worker.agent.store)
+    if not accounts.exist():
+        return
+    me = signed_in(accounts)
+    owner = worker.agent.store.owner(run_id)
+    lead = me is not None and me.limit is None
+    mine = me is not None and owner == me.name
+    who, actions = st.columns([2, 3], vertical_alignment="center")
+    who.markdown(f":material/person: Owner: **{md(owner)}**" if owner else
+                 ":material/person_off: Nobody owns this ticket")
+    with actions.container(horizontal=True, horizontal_alignment="right"):
+        st.button("Claim", key="owner_claim", icon=":material/front_hand:", on_click=on_owner,
+                  args=(worker, run_id, "claim"),
+                  disabled=me is None or mine or (owner is not None and not lead))
+        st.button("Release", key="owner_release", icon=":material/logout:", on_click=on_owner,
+                  args=(worker, run_id, "release"),
+                  disabled=owner is None or not (mine or lead))
+        if lead:
+            names = [a.name for a in accounts.all()]
+            st.selectbox("Assign to", names, key="owner_assign_to",
+                         label_visibility="collapsed", width=180)
+            st.button("Assign", key="owner_assign", icon=":material/assignment_ind:",
+                      on_click=on_owner, args=(worker, run_id, "assign"))
+    show_notice("owner")
 
 
 def on_resume(worker: Worker, run_id: str) -> None:
@@ -83,6 +139,7 @@ def render_ticket(worker: Worker) -> None:
             run.status == RunStatus.WORKING and not active)
         st.button("Resume", key="resume", icon=":material/play_arrow:", on_click=on_resume,
                   args=(worker, run.id), disabled=not resumable)
+    render_owner(worker, run.id)
     st.caption(f":material/payments: {views.cost_line(run)}")
     show_notice("ticket")
     problem = worker.problem(run.id)

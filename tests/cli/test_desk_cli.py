@@ -260,3 +260,36 @@ def test_what_the_lead_saw_that_was_wrong(out):
     titles = [b.title for b in views.timeline(store(out).steps(run_id))]
     assert not [t for t in titles if "Server restarted" in t]
     assert [t for t in titles if t.startswith("Continued by a terminal command: process")]
+
+
+def test_owners_from_the_terminal(out):
+    """Issue 36, item 5: claim, assign, release and `tickets --mine/--unassigned`, each signed
+    by an account and audited (none of these commands existed)."""
+    assert run_cli(out).returncode == 0
+    run_id = store(out).runs()[0].id
+    listed = run_cli(out, "tickets", "--unassigned").stdout.splitlines()
+    assert listed[0].split()[:3] == ["RUN", "STATUS", "OWNER"] and listed[1].startswith(run_id)
+    claimed = as_(out, "Ana Ruiz", "claim", run_id)
+    assert claimed.returncode == 0, claimed.stderr
+    assert claimed.stdout.startswith(f"Claimed {run_id} (maya.chen@example.com")
+    assert "Ana Ruiz" in run_cli(out, "tickets", "--mine", "--as", "ana ruiz").stdout
+    assert run_cli(out, "tickets", "--unassigned").stdout == "No tickets without an owner.\n"
+    stolen = as_(out, "Sam Cho", "claim", run_id)
+    assert stolen.returncode == 1 and "already Ana Ruiz's" in stolen.stderr
+    other = as_(out, "Sam Cho", "release", run_id)
+    assert other.returncode == 1 and "releasing someone else's ticket is a lead's act" \
+        in other.stderr
+    given = as_(out, "Ana Ruiz", "assign", run_id, "--to", "Sam Cho")
+    assert given.returncode == 1 and "Only a lead assigns" in given.stderr
+    nobody = as_(out, "Lee Park", "assign", run_id, "--to", "Nobody Here")
+    assert nobody.returncode == 1 and "only an account owns a ticket" in nobody.stderr
+    assert as_(out, "Lee Park", "assign", run_id, "--to", "Sam Cho").returncode == 0
+    assert as_(out, "Sam Cho", "release", run_id).returncode == 0
+    again = as_(out, "Sam Cho", "release", run_id)
+    assert again.returncode == 0 and again.stdout == f"Nobody owns {run_id}; nothing changed.\n"
+    assert [(e, who) for e, who in events(out) if e in ("claimed", "assigned", "released")] == [
+        ("claimed", "Ana Ruiz"), ("assigned", "Lee Park"), ("released", "Sam Cho")]
+    shown = run_cli(out, "show", run_id).stdout
+    assert "-- Assigned to Sam Cho by Lee Park (was Ana Ruiz's) --" in shown
+    wrong = run_cli(out, "claim", run_id, "--as", "Ana Ruiz", REFUND_AGENT_PASSWORD="wrong")
+    assert wrong.returncode == 1 and store(out).owner(run_id) is None

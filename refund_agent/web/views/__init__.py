@@ -36,6 +36,7 @@ from .format import ago, clock, line_text, lines_text, md, money, shorten
 from .inbox import (
     DESK_FILTERS,
     INBOX_FILTERS,
+    OWNER_FILTERS,
     desk_counts,
     filter_label,
     page_range,
@@ -60,6 +61,7 @@ __all__ = [
     "DESK_FILTERS",
     "ESCALATED",
     "INBOX_FILTERS",
+    "OWNER_FILTERS",
     "STATUS",
     "STEP_BLOCKS",
     "Block",

@@ -12,7 +12,7 @@ from .status import ESCALATED, desk_view, status_view
 
 
 def run_label(row: InboxRow, now: float | None = None,
-              names: Mapping[str, str] | None = None) -> str:
+              names: Mapping[str, str] | None = None, owner: str | None = None) -> str:
     """The inbox entry for a run: who, which order and how much, status, age (Markdown).
 
     The order and amount come first after the name: a customer with a dozen tickets about the
@@ -29,9 +29,14 @@ def run_label(row: InboxRow, now: float | None = None,
               if row.amount_cents is not None else "")
     badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
     escalated = f" {ESCALATED.badge}" if row.escalations else ""
+    owned = f" · :material/person: {md(owner)}" if owner else ""
     return (f"**{who}**{order}{amount}  \n"
-            f"{badge}{escalated} · {ago(run.created_at, now)} · "
+            f"{badge}{escalated}{owned} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
+
+
+# Whose tickets the inbox shows, once people sign in: (key, label).
+OWNER_FILTERS = (("everyone", "Everyone's"), ("mine", "Mine"), ("unassigned", "Unassigned"))
 
 
 @dataclass(frozen=True)
