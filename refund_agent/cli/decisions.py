@@ -292,6 +292,11 @@ def queue(args: argparse.Namespace) -> int:
     pending = agent.store.approvals("pending")
     handed_off = agent.store.handed_off()
     reader = _reader(agent, args.by)
+    # Read for an account: what it can decide first, and for the rest who can (offers.py).
+    offered = {o.approval_id: o for o in (Accounts(agent.store).offers(pending, reader.name)
+                                          if reader else [])}
+    if offered:
+        pending = sorted(pending, key=lambda a: not offered[a.id].mine)
     for a in pending:
         print(f"{_describe(a)}  {a.summary}")
         print(fingerprint_line(a.fingerprint, "    "))
@@ -299,6 +304,8 @@ def queue(args: argparse.Namespace) -> int:
             print(f"    {line_text(line.model_dump())}  {line.name}")
         for flag in _queue_flags(agent, a, handed_off, reader):
             print(f"    ** {flag}")
+        if a.id in offered and not offered[a.id].mine:
+            print(f"    ** {offered[a.id].others_text(reader.name if reader else None)}")
     print(f"{len(pending)} waiting for approval.")
     open_ = agent.store.escalations(open_only=True)
     if open_:

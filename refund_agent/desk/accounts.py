@@ -243,6 +243,17 @@ class Accounts:
         return self.store.change_owner(OwnerChange(run_id, action, actor.name,  # type: ignore[arg-type]
                                                    actor.limit is None, target))
 
+    def offers(self, waiting: list, reader: str | None = None) -> list:
+        """The waiting refunds (Approval rows) as ``reader``'s queue shows them: each with who
+        it is offered to (desk/offers.py), what the reader can decide first."""
+        from .offers import Decider, offers
+        people = [Decider(a.name, a.limit_cents) for a in self.all()]
+        me = self.get(reader) if reader else None
+        raised = self.store.raised_by_of([a.run_id for a in waiting])
+        return offers(Decider(me.name, me.limit_cents) if me else None,
+                      [(a.id, a.order_id, a.amount_cents, raised.get(a.run_id))
+                       for a in waiting], people, self.store.approved_by_on)
+
     def remove(self, name: str, by: str | None = None) -> None:
         rows = self._rows(name.strip()) if name.strip() else []
         self.store.remove_account(rows[0]["name"] if rows else name.strip(), by or _operator())

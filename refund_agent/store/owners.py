@@ -86,3 +86,23 @@ class Owners(StoreCore):
             self._audit(db, "stopped", by, run_id=run_id,
                         note="stopped the run; Resume continues it from its last stored "
                              "response")
+
+    # -- who a waiting refund is offered to (desk/offers.py) ---------------------------------
+
+    def approved_by_on(self, order_id: str) -> dict[str, int]:
+        """Name -> what that person approved on the order so far, in cents (every ticket)."""
+        totals: dict[str, int] = {}
+        for name, cents in self._read("SELECT decided_by, amount_cents FROM approvals"
+                                      " WHERE order_id = ? AND status = 'approved'",
+                                      (order_id,)):
+            totals[name or ""] = totals.get(name or "", 0) + int(cents)
+        return totals
+
+    def raised_by_of(self, run_ids: list[str]) -> dict[str, str]:
+        """Run id -> the desk account that typed the ticket in (tickets that have one)."""
+        if not run_ids:
+            return {}
+        ids = sorted(set(run_ids))
+        return {r[0]: r[1] for r in self._read(
+            f"SELECT run_id, account FROM raised_by WHERE run_id IN ({','.join('?' * len(ids))})",
+            tuple(ids))}

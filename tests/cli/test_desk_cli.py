@@ -293,3 +293,25 @@ def test_owners_from_the_terminal(out):
     assert "-- Assigned to Sam Cho by Lee Park (was Ana Ruiz's) --" in shown
     wrong = run_cli(out, "claim", run_id, "--as", "Ana Ruiz", REFUND_AGENT_PASSWORD="wrong")
     assert wrong.returncode == 1 and store(out).owner(run_id) is None
+
+
+def test_a_refund_above_an_approvers_limit_is_offered_to_one_whose_limit_covers_it(out):
+    """Issue 36, item 6: `queue --as` lists first what the account can decide and names who
+    can decide the rest; that approver then approves it with no hand-off. On the old code the
+    queue kept its order and only said "Needs a lead" for Maya's $48.00."""
+    added = run_cli(out, "users", "add", "Kim Vo", "--role", "approver", "--limit", "40",
+                    REFUND_AGENT_NEW_PASSWORD="kim-password")
+    assert added.returncode == 0, added.stderr
+    assert run_cli(out).returncode == 0                  # Maya's coffee maker, $48.00 (older)
+    assert run_cli(out, "angry").returncode == 0         # Priya's skillet, $31.50
+    kim = run_cli(out, "queue", "--as", "Kim Vo").stdout
+    assert kim.index("order A1066") < kim.index("order A1043")      # hers first
+    assert "** Can decide: Kai Moss (lead), Lee Park (lead)" in kim   # Maya: above $40 for Kim
+    ana = run_cli(out, "queue", "--as", "Ana Ruiz").stdout
+    assert "** Can decide: Kim Vo (up to $40.00), Kai Moss (lead), Lee Park (lead)" in ana
+    priya = next(a for a in store(out).approvals("pending") if a.order_id == "A1066")
+    approved = run_cli(out, "approve", "--id", priya.id, "--as", "Kim Vo",
+                       REFUND_AGENT_PASSWORD="kim-password")
+    assert approved.returncode == 0, approved.stderr
+    assert "handed_off" not in [e for e, _who in events(out)]   # no hand-off was needed
+    assert store(out).approval(priya.id).decided_by == "Kim Vo"
