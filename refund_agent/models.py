@@ -50,6 +50,7 @@ class StepKind(StrEnum):
     HANDOFF = "handoff"         # an approver over their limit sent the refund to a lead
     SIGNOFF = "signoff"         # the first of two approvals above the two-person amount
     OWNER = "owner"             # the ticket was assigned, claimed or released (schema 15)
+    TIMEOUT = "timeout"         # a step of the shop's timeout policy: reminded, escalated
 
 
 class ApprovalStatus(StrEnum):
@@ -345,7 +346,8 @@ KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks 
                "policy_exception": "Exception the policy cannot grant",
                HANDOFF: "Over an approver's limit",
                PROVIDER_FAILED: "Refund failed at the payment provider",
-               CANNOT_CONTINUE: "The run cannot continue; a person must finish it"}
+               CANNOT_CONTINUE: "The run cannot continue; a person must finish it",
+               "timeout": "Waiting too long for a decision"}
 
 
 class Escalation(BaseModel):

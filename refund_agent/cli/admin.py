@@ -72,6 +72,9 @@ def _verify(agent: Agent) -> int:
     return 1 if problem else 0
 
 
+SWEEP_EVERY = 60.0   # seconds between a worker's sweeps of the timeouts and the expiry
+
+
 def work(args: argparse.Namespace) -> int:
     """``refund-agent work``: claim runs (new, decided, or left by a dead process on any host)
     and advance each.
@@ -83,9 +86,18 @@ def work(args: argparse.Namespace) -> int:
     idle_exit: float | None = args.idle_exit
     quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
     idle_since, done = time.monotonic(), 0
+    swept = -SWEEP_EVERY
     print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
           flush=True)
     while True:
+        if time.monotonic() - swept >= SWEEP_EVERY:
+            # The shop's timeouts and the expiry, as the page's worker sweeps them: each step
+            # once per refund whoever else applies it (an expired run is then claimed below).
+            swept = time.monotonic()
+            for approval_id, step in agent.apply_timeouts():
+                print(f"{approval_id}: {step}", flush=True)
+            for approval in agent.expire():
+                print(f"{approval.id}: expired", flush=True)
         run_id = agent.claim()
         if run_id is None:
             if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:

@@ -356,6 +356,8 @@ def expire(_args: argparse.Namespace) -> int:
     """``refund-agent expire``: expire what waited too long and finish those runs (for cron;
     exit 0 with nothing due)."""
     agent, printer = at_work()
+    for approval_id, step in agent.apply_timeouts():   # shop.json "timeouts", once each
+        print(f"Timeout policy: {step} on {approval_id}.")
     expired = agent.expire()
     for approval in expired:
         print(f"Expired {approval.id} ({approval.customer}, order {approval.order_id}, "

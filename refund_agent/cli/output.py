@@ -123,6 +123,8 @@ STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
                                      "must approve"),
     StepKind.CUSTOMER_DONE: lambda _p, _d: None,
     StepKind.OWNER: lambda _p, d: f"  -- {owner_text(d)} --",
+    StepKind.TIMEOUT: lambda _p, d: ("  !! " + ("Escalated" if d.get("step") == "escalate"
+                                                else "Reminder") + f": {d.get('note', '')}"),
 }
 
 

@@ -106,6 +106,7 @@ class Worker:
 
     def expire(self) -> list[Approval]:
         """Expire the approvals nobody decided in time and let their runs tell the customer."""
+        self.agent.apply_timeouts()   # remind, then escalate, before the expiry (once each)
         expired = self.agent.expire()
         for approval in expired:
             self._launch(approval.run_id)

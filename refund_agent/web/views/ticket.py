@@ -272,6 +272,10 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.HANDOFF: lambda t, d, base: t.add(Block(
         "escalation", f"Sent to a lead by {d.get('by')}", d.get("reason", ""), **base)),
     StepKind.OWNER: lambda t, d, base: t.add(Block("owner", owner_text(d), **base)),
+    StepKind.TIMEOUT: lambda t, d, base: t.add(Block(
+        "escalation" if d.get("step") == "escalate" else "owner",
+        ("Escalated: " if d.get("step") == "escalate" else "Reminder: ")
+        + str(d.get("note", "")), **base)),
     StepKind.SIGNOFF: lambda t, d, base: t.add(Block(
         "decision", f"First sign-off by {d.get('by')}: {money(d.get('amount'))} for "
         f"{', '.join(d.get('keep') or []) or 'the shipping'}; a second person must approve",
