@@ -144,7 +144,7 @@ def render_tickets(worker: Worker) -> None:
     owners = store.owners([row.run.id for row in rows])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
     if not rows:
-        st.caption("No tickets match." if search or chosen != "all" else
+        st.caption("No tickets match." if search or chosen != "all" or whose else
                    "No tickets yet. Send a sample to start one.")
     selected = selected_run_id()
     names = store.customer_names([row.run.sender for row in rows])

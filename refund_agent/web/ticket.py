@@ -146,8 +146,14 @@ def render_ticket(worker: Worker) -> None:
     if problem:
         st.warning(md(problem), icon=":material/warning:")
 
-    for block in views.timeline(store.steps(run.id)):
-        render_block(block)
+    blocks = views.timeline(store.steps(run.id))
+    if st.toggle("Every step in order", key="every_step",
+                 help="The agent's steps as they happened, unfolded (the thread folds them "
+                      "under each email)"):
+        for block in blocks:
+            render_block(block)
+    else:
+        render_thread(blocks)
 
     if active:
         with st.status("The agent is working…", state="running", expanded=True):
@@ -173,7 +179,22 @@ def render_ticket(worker: Worker) -> None:
                                   args=(worker, run.id), icon=":material/reply:")
 
 
-def render_block(block: views.Block) -> None:
+def render_thread(blocks: Sequence[views.Block]) -> None:
+    """The ticket as a thread: each email in, the agent's steps folded under it, then the
+    emails out and what a person decided, in order (views.thread)."""
+    for turn in views.thread(blocks):
+        if turn.opening is not None:
+            render_block(turn.opening)
+        if turn.steps:
+            # Streamlit draws no expander inside another: the steps' own folds open flat here.
+            with st.expander(md(turn.summary()), icon=":material/account_tree:"):
+                for block in turn.steps:
+                    render_block(block, flat=True)
+        for block in turn.shown:
+            render_block(block)
+
+
+def render_block(block: views.Block, flat: bool = False) -> None:
     """One timeline entry; customer text always goes through md() so it stays plain text."""
     kind, title, body = block.kind, md(block.title), md(block.body)
     when = views.clock(block.at)
@@ -192,11 +213,16 @@ def render_block(block: views.Block) -> None:
             st.markdown(f"**{title}** · {when}")
             st.markdown(body)
     elif kind == "reasoning":
-        with st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
-                         icon=":material/psychology:"):
+        with (st.container() if flat else
+              st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
+                          icon=":material/psychology:")):
+            if flat:
+                st.caption(":material/psychology: Reasoning")
             st.markdown(body)
     elif kind in ("tool", "result"):
-        with st.expander(title, icon=":material/build:"):
+        if flat:
+            st.markdown(f":material/build: **{title}**")
+        with st.container() if flat else st.expander(title, icon=":material/build:"):
             if block.arguments is not None:
                 st.caption("Arguments")
                 show_json(block.arguments, expanded=True)

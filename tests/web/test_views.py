@@ -502,3 +502,31 @@ def test_server_restarted_only_when_a_page_server_took_over_from_a_page_server()
     assert "Server restarted" not in title(front="terminal", previous_front="page")
     assert "Server restarted" not in title(front="page", previous_front="terminal")
     assert title().startswith("Server restarted")   # a step from before schema 15
+
+
+def test_the_thread_folds_the_agents_steps_under_each_email_in():
+    """Issue 36, item 10: the ticket as a thread. Each email in opens a turn; the agent's
+    reasoning, calls, results and model responses fold under it; the emails out, proposals,
+    decisions and the latest note stay in view, in order."""
+    blocks = views.timeline([
+        step(1, "email", **{"from": "maya@example.com"}, name="Maya", subject="Cracked",
+             body="It arrived cracked."),
+        step(2, "reasoning", text="Look the order up."),
+        step(3, "call", call_id="c1", name="lookup_order", arguments='{"order_id": "A1043"}'),
+        step(4, "result", call_id="c1", name="lookup_order", output='{"ok": true}'),
+        step(5, "response", response_id="r1", input_tokens=10, cached_tokens=0,
+             output_tokens=5, cost_ticks=0, seconds=1.0),
+        step(6, "message", to="maya@example.com", body="Sorry to hear that."),
+        step(7, "note", text="Asked for a photo."),
+        step(8, "reply", text="Here is the photo.", simulated=False),
+        step(9, "reasoning", text="Refund it."),
+        step(10, "note", text="Refund proposed."),
+    ])
+    first, second = views.thread(blocks)
+    assert first.opening.kind == "email" and second.opening.kind == "reply"
+    assert [b.kind for b in first.steps] == ["reasoning", "tool", "response", "note"]
+    assert [b.kind for b in first.shown] == ["message"]
+    assert [b.kind for b in second.steps] == ["reasoning"]
+    assert [b.kind for b in second.shown] == ["note"]     # the latest note stays in view
+    assert first.summary() == ("Agent's steps: 1 reasoning, 1 tool call, 1 model response, "
+                               "1 note")

@@ -45,16 +45,22 @@ from .inbox import (
 from .status import DECISIONS, ESCALATED, STATUS, desk_view, status_view
 from .ticket import (
     STEP_BLOCKS,
+    THREAD_SHOWN,
     Block,
     LiveSegment,
+    Turn,
     call_summary,
     cost_line,
     live_title,
     result_summary,
+    thread,
     timeline,
 )
 
 __all__ = [
+    "THREAD_SHOWN",
+    "Turn",
+    "thread",
     "AUDIT_COLUMNS",
     "CSV_FIRST",
     "DECISIONS",

@@ -298,6 +298,67 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
     return t.blocks
 
 
+# -- the thread: the emails in and out, the agent's steps folded under each turn ------------
+
+# What stays in view in the thread: the emails, what a person decided or must know, and the
+# one-line marks (a restart, an owner, a timeout). The agent's working (reasoning, tool calls
+# and results, model responses, commentary) folds under its turn: a resolved angry-customer
+# ticket drawn step by step was over 4,000 px tall (issue 36).
+THREAD_SHOWN = frozenset({"email", "reply", "message", "proposal", "decision", "refund",
+                          "escalation", "error", "stopped", "note", "restart", "resent",
+                          "owner", "customer_done"})
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a ticket's thread: the customer's email (or reply) that opened it, the
+    agent's steps it led to (folded), and what stays in view after them, in order."""
+
+    opening: Block | None          # None: steps before any email (none, in practice)
+    steps: tuple[Block, ...] = ()
+    shown: tuple[Block, ...] = ()
+
+    def summary(self) -> str:
+        """``Agent's steps: 3 tool calls, 2 model responses, reasoning``."""
+        counts: dict[str, int] = {}
+        for block in self.steps:
+            counts[block.kind] = counts.get(block.kind, 0) + 1
+        words = {"tool": ("tool call", "tool calls"), "result": ("result", "results"),
+                 "response": ("model response", "model responses"),
+                 "reasoning": ("reasoning", "reasoning"), "note": ("note", "notes"),
+                 "text": ("comment", "comments")}
+        parts = [f"{n} {words[k][n != 1]}" if k in words else f"{n} {k}"
+                 for k, n in counts.items()]
+        return "Agent's steps: " + ", ".join(parts)
+
+
+def thread(blocks: Iterable[Block]) -> list[Turn]:
+    """The timeline as a thread: a new turn at each email in (the first email, each reply)."""
+    turns: list[Turn] = []
+    opening: Block | None = None
+    steps: list[Block] = []
+    shown: list[Block] = []
+
+    def close() -> None:
+        if opening is not None or steps or shown:
+            turns.append(Turn(opening, tuple(steps), tuple(shown)))
+
+    for block in blocks:
+        if block.kind in ("email", "reply"):
+            close()
+            opening, steps, shown = block, [], []
+        elif block.kind in THREAD_SHOWN:
+            shown.append(block)
+        else:
+            steps.append(block)
+    close()
+    # The team's note of an earlier turn is history: it folds with that turn's steps; the
+    # latest turn's stays in view (what the agent left the team last).
+    return [replace(t, steps=t.steps + tuple(b for b in t.shown if b.kind == "note"),
+                    shown=tuple(b for b in t.shown if b.kind != "note"))
+            for t in turns[:-1]] + turns[-1:]
+
+
 def resent_text(data: Mapping[str, Any]) -> str:
     """The timeline's line for a turn sent from the run's own transcript."""
     return (f"The stored response {data.get('missing')} was gone (expired or deleted): sent the "
