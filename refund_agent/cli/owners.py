@@ -6,6 +6,7 @@ lock, and audits each change signed by the account."""
 from __future__ import annotations
 
 import argparse
+from datetime import datetime, timedelta
 
 from ..desk.accounts import Accounts
 from ..desk.agent import Agent
@@ -79,4 +80,43 @@ def tickets(args: argparse.Namespace) -> int:
         r = row.run
         print(f"{r.id:16}  {row.desk or r.status.value:11}  {owners.get(r.id, '-'):16}  "
               f"{time_text(r.created_at):19}  {r.sender:28}  {r.subject}")
+    return 0
+
+
+def _until(text: str) -> float:
+    """``--until``: a date (the end of that day, local time) or a date and time."""
+    for fmt, end_of_day in (("%Y-%m-%d", True), ("%Y-%m-%d %H:%M", False),
+                            ("%Y-%m-%dT%H:%M", False)):
+        try:
+            when = datetime.strptime(text.strip(), fmt)
+        except ValueError:
+            continue
+        return (when + timedelta(days=1)).timestamp() if end_of_day else when.timestamp()
+    raise DecisionRefused(f"--until takes a date as YYYY-MM-DD (or YYYY-MM-DD HH:MM), not "
+                          f"{text!r}.")
+
+
+def away(args: argparse.Namespace) -> int:
+    """``refund-agent away --to NAME --until DATE --as NAME``: out of office; your tickets and
+    approvals go to NAME until then (audited, naming both)."""
+    agent = Agent()
+    accounts = Accounts(agent.store)
+    if not accounts.exist():
+        raise DecisionRefused("Out of office is for accounts: `refund-agent users add` makes "
+                              "one.")
+    until = _until(args.until)   # a bad date before any password is asked for
+    by, _limit = signer(agent, args.by)
+    delegate = accounts.go_away(by, args.to, until)
+    print(f"{by} is away until {time_text(until)}: tickets and approvals go to {delegate}.")
+    return 0
+
+
+def back(args: argparse.Namespace) -> int:
+    """``refund-agent back --as NAME``: back in the office."""
+    agent = Agent()
+    if not Accounts(agent.store).exist():
+        raise DecisionRefused("Out of office is for accounts: `refund-agent users add` makes "
+                              "one.")
+    by, _limit = signer(agent, args.by)
+    print(f"Welcome back, {by}." if agent.store.set_back(by) else f"{by} was not away.")
     return 0

@@ -152,6 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "assign":
             p.add_argument("--to", required=True, metavar="NAME",
                            help="the account that will own it")
+    away = sub.add_parser("away", help="out of office: your tickets and approvals go to a "
+                          "delegate until a date")
+    away.add_argument("--to", required=True, metavar="NAME", help="the delegate's account")
+    away.add_argument("--until", required=True, metavar="DATE",
+                      help="YYYY-MM-DD (to the end of that day) or YYYY-MM-DD HH:MM")
+    away.add_argument("--as", dest="by", metavar="NAME", help="your account (signed)")
+    away.set_defaults(func=owners.away)
+    back = sub.add_parser("back", help="back in the office: your work is yours again")
+    back.add_argument("--as", dest="by", metavar="NAME", help="your account (signed)")
+    back.set_defaults(func=owners.back)
     listing = sub.add_parser("tickets", help="list tickets with their owners, newest first")
     whose = listing.add_mutually_exclusive_group()
     whose.add_argument("--mine", action="store_true", help="only the --as account's tickets")

@@ -35,6 +35,7 @@ class OwnerChange:
     by: str
     by_lead: bool
     to: str | None = None
+    instead_of: str | None = None    # assigned to ``to`` for this account, who is away
 
     @property
     def event(self) -> str:
@@ -55,7 +56,8 @@ class OwnerChange:
             return f"released the ticket{theirs}; nobody owns it now"
         if self.action == "claim":
             return f"claimed the ticket{before}"
-        return f"assigned the ticket to {self.to}{before}"
+        away = f" for {self.instead_of}, who is away" if self.instead_of else ""
+        return f"assigned the ticket to {self.to}{away}{before}"
 
 
 def owner_problem(change: OwnerChange, current: str | None) -> str | None:
@@ -102,3 +104,45 @@ def at_most_one_owner(events: list[tuple[str, str | None]]) -> str | None:
     for event, new_owner in events:
         owner = None if event == "released" else new_owner
     return owner
+
+
+# -- out of office ---------------------------------------------------------------------------
+#
+# An account away until a time names a delegate: while it is away its tickets are the
+# delegate's to work (the delegate's "mine" lists them), a ticket assigned to it goes to the
+# delegate, a timeout reminder reaches the delegate, and the refunds offered to it are offered
+# to the delegate instead (who decides them within their own limit). The audit names both.
+
+
+def stand_in(account: str | None, away: dict[str, str]) -> str | None:
+    """Who acts for ``account`` now: itself, or its delegate (a delegate away too hands on to
+    theirs; a circle of people all away ends at the last one before it closes).
+
+    ``away``: account -> delegate, for the accounts away right now."""
+    seen: list[str] = []
+    current = account
+    while current is not None and current in away and current not in seen:
+        seen.append(current)
+        nxt = away[current]
+        if nxt in seen:
+            break
+        current = nxt
+    return current
+
+
+def away_problem(account: str, delegate: str | None, until: float, now: float) -> str | None:
+    """Why ``account`` may not be away until ``until`` with ``delegate``, or None."""
+    if not delegate:
+        return "Name the account that takes your tickets and approvals (--to NAME)."
+    if delegate.casefold() == account.casefold():
+        return "Name someone else: your tickets and approvals go to the delegate."
+    if until <= now:
+        return "The date you are away until has passed; give one in the future."
+    return None
+
+
+def for_whom(owner: str | None, acting: str | None) -> str:
+    """``Kim Vo (for Ana Ruiz, away)`` when someone acts for the owner, else the owner."""
+    if owner is None or acting is None or acting == owner:
+        return owner or ""
+    return f"{acting} (for {owner}, away)"

@@ -6,19 +6,23 @@ leave one owner and two audit lines that agree with it."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from ..desk.owners import OwnerChange, owner_problem
 from ..errors import DecisionRefused, NotFound
 from .core import StoreCore
 
 
-def owner_condition(owner: str | None = None, unassigned: bool = False
+def owner_condition(owner: str | None = None, unassigned: bool = False, now: str = "0"
                     ) -> tuple[str, tuple[str, ...]]:
     """The inbox's owner filter as one SQL condition on ``runs`` (empty: no filter): the
-    tickets ``owner`` has, or those nobody has. Kept apart from the inbox's own query, which
-    it is ANDed onto."""
+    tickets ``owner`` has (with those of the accounts away that named ``owner`` their
+    delegate; ``now`` is the engine's clock), or those nobody has. Kept apart from the inbox's
+    own query, which it is ANDed onto."""
     if owner is not None:
-        return "id IN (SELECT run_id FROM owners WHERE account = ?)", (owner,)
+        return ("id IN (SELECT run_id FROM owners WHERE account = ? OR account IN"
+                f" (SELECT account FROM delegates WHERE delegate = ? AND until > {now}))",
+                (owner, owner))
     if unassigned:
         return "id NOT IN (SELECT run_id FROM owners)", ()
     return "", ()
@@ -106,3 +110,44 @@ class Owners(StoreCore):
         return {r[0]: r[1] for r in self._read(
             f"SELECT run_id, account FROM raised_by WHERE run_id IN ({','.join('?' * len(ids))})",
             tuple(ids))}
+
+    # -- out of office (desk/owners.py) ------------------------------------------------------
+
+    def away(self) -> dict[str, str]:
+        """Account -> delegate, for the accounts away right now (by the database's clock)."""
+        return {r[0]: r[1] for r in self._read(
+            f"SELECT account, delegate FROM delegates WHERE until > {self.now}")}
+
+    def away_until(self, account: str) -> tuple[str, float] | None:
+        """(delegate, until) while ``account`` is away, else None."""
+        rows = self._read(f"SELECT delegate, until FROM delegates WHERE account = ?"
+                          f" AND until > {self.now}", (account,))
+        return (rows[0][0], float(rows[0][1])) if rows else None
+
+    def set_away(self, account: str, delegate: str, until: float) -> None:
+        """``account`` is away until ``until``: its tickets and approvals go to ``delegate``
+        (audited, signed by the account, naming both)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO delegates(account, delegate, until, at) VALUES (?,?,?,?)"
+                       " ON CONFLICT (account) DO UPDATE SET delegate = excluded.delegate,"
+                       " until = excluded.until, at = excluded.at",
+                       (account, delegate, until, time.time()))
+            self._audit(db, "away", account,
+                        note=f"{account} is away until {_day(until)}: tickets and approvals go "
+                             f"to {delegate}")
+
+    def set_back(self, account: str) -> bool:
+        """``account`` is back: False when it was not away."""
+        with self._tx() as db:
+            row = db.execute("SELECT delegate FROM delegates WHERE account = ?",
+                             (account,)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM delegates WHERE account = ?", (account,))
+            self._audit(db, "back", account,
+                        note=f"{account} is back; {row[0]} no longer acts for them")
+        return True
+
+
+def _day(ts: float) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")

@@ -91,7 +91,7 @@ class Runs(StoreCore):
                       ) -> tuple[str, tuple]:
         clauses, args = [], []
         # Whose tickets (store/owners.py): one condition of its own, ANDed on.
-        mine, mine_args = owner_condition(owner, unassigned)
+        mine, mine_args = owner_condition(owner, unassigned, self.now)
         if mine:
             clauses.append(mine)
             args += list(mine_args)

@@ -76,7 +76,8 @@ SCHEMA_HISTORY: dict[int, str] = {
         "closed as merged into the oldest.",
     15: "People: owners (one row per ticket that has an owner, so at most one; who assigned "
         "it), timeout_steps (each step of the shop's timeout policy, once per approval: the "
-        "primary key makes a second remind or escalate a no-op under races and restarts) and "
+        "primary key makes a second remind or escalate a no-op under races and restarts), "
+        "delegates (an account away until a time names who takes its tickets and approvals) and "
         "runs.last_front (what kind of process last took the run: page, terminal or worker, so "
         "the ticket says 'Server restarted' only when a page's server picked it up again).",
 }
@@ -207,4 +208,5 @@ TABLES: dict[str, str] = {
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
     "sign_in_failures": "id", "provider_events": "id", "escalations": "id",
     "signoffs": "approval_id", "raised_by": "run_id",
+    "owners": "run_id", "timeout_steps": "approval_id, step", "delegates": "account",
 }

@@ -188,6 +188,9 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS timeout_steps (
     approval_id TEXT NOT NULL, step TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (approval_id, step))""",
+    """CREATE TABLE IF NOT EXISTS delegates (
+    account TEXT PRIMARY KEY, delegate TEXT NOT NULL, until DOUBLE PRECISION NOT NULL,
+    at DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS store_moved (
     id BIGINT PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL)""",

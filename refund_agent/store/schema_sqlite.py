@@ -225,6 +225,11 @@ CREATE TABLE IF NOT EXISTS timeout_steps (
     approval_id TEXT NOT NULL, step TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (approval_id, step)
 );
+-- Out of office (schema 15): while ``until`` (by the database's clock) has not passed, the
+-- account's tickets and the refunds offered to it go to ``delegate``.
+CREATE TABLE IF NOT EXISTS delegates (
+    account TEXT PRIMARY KEY, delegate TEXT NOT NULL, until REAL NOT NULL, at REAL NOT NULL
+);
 -- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
 -- store then refuses every write, naming the database it moved to (its URL without password).
 CREATE TABLE IF NOT EXISTS store_moved (

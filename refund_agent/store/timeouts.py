@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ..desk.owners import for_whom, stand_in
 from ..desk.timeouts import ESCALATE, TIMEOUT, TimeoutPolicy, step_note
 from .core import StoreCore
 from .escalations import raise_escalation
@@ -54,9 +55,13 @@ class Timeouts(StoreCore):
                               (approval_id, step, time.time())).rowcount:
                 return False   # another process took this step first
             run_id = approval["run_id"]
-            owner = db.execute("SELECT account FROM owners WHERE run_id = ?",
-                               (run_id,)).fetchone()
-            note = step_note(step, waited, owner[0] if owner else None)
+            row = db.execute("SELECT account FROM owners WHERE run_id = ?",
+                             (run_id,)).fetchone()
+            owner = row[0] if row else None
+            # An owner away: the reminder reaches their delegate, and says for whom.
+            away = {r[0]: r[1] for r in db.execute(
+                f"SELECT account, delegate FROM delegates WHERE until > {self.now}").fetchall()}
+            note = step_note(step, waited, for_whom(owner, stand_in(owner, away)) or None)
             if step == ESCALATE:
                 raise_escalation(db, f"timeout:{approval_id}", run_id, TIMEOUT,
                                  f"A refund has been {note}.", "timeouts", approval_id)
@@ -65,5 +70,5 @@ class Timeouts(StoreCore):
                         note=note)
             self._step(db, run_id, "timeout", {"step": step, "approval_id": approval_id,
                                                "note": note,
-                                               "owner": owner[0] if owner else None})
+                                               "owner": owner})
         return True

@@ -315,3 +315,23 @@ def test_a_refund_above_an_approvers_limit_is_offered_to_one_whose_limit_covers_
     assert approved.returncode == 0, approved.stderr
     assert "handed_off" not in [e for e, _who in events(out)]   # no hand-off was needed
     assert store(out).approval(priya.id).decided_by == "Kim Vo"
+
+
+def test_out_of_office_from_the_terminal(out):
+    """Issue 36, item 8: `away --to NAME --until DATE` and `back`, signed and audited; the
+    delegate's `tickets --mine` lists the tickets of the one away."""
+    assert run_cli(out).returncode == 0
+    run_id = store(out).runs()[0].id
+    assert as_(out, "Ana Ruiz", "claim", run_id).returncode == 0
+    bad = as_(out, "Ana Ruiz", "away", "--to", "Sam Cho", "--until", "next week")
+    assert bad.returncode == 1 and "--until takes a date as YYYY-MM-DD" in bad.stderr
+    gone = as_(out, "Ana Ruiz", "away", "--to", "sam cho", "--until", "2999-01-31")
+    assert gone.returncode == 0, gone.stderr
+    assert "Ana Ruiz is away until 2999-02-01 00:00:00: tickets and approvals go to Sam Cho." \
+        in gone.stdout
+    assert run_id in run_cli(out, "tickets", "--mine", "--as", "Sam Cho").stdout
+    assert as_(out, "Ana Ruiz", "back").stdout == "Welcome back, Ana Ruiz.\n"
+    assert "No tickets owned by Sam Cho." in run_cli(out, "tickets", "--mine", "--as",
+                                                     "Sam Cho").stdout
+    assert [(e, who) for e, who in events(out) if e in ("away", "back")] == [
+        ("away", "Ana Ruiz"), ("back", "Ana Ruiz")]

@@ -168,3 +168,50 @@ def test_a_ticket_has_at_most_one_owner_and_the_audit_agrees(history):
             assert audit == [(d["event"], d["by"]) for d in steps]   # each one signed
     finally:
         store.close()
+
+
+def test_out_of_office_hands_tickets_reminders_and_offers_to_the_delegate(tmp_path):
+    """Issue 36, item 8: an account away until a date names a delegate; its tickets list as
+    the delegate's, a ticket assigned to it goes to the delegate, a timeout reminder reaches
+    the delegate, offers skip the account away, and the audit names both."""
+    import time
+
+    from refund_agent.desk.accounts import Accounts
+    from refund_agent.desk.owners import stand_in
+    from refund_agent.desk.timeouts import TimeoutPolicy
+
+    assert stand_in("a", {"a": "b", "b": "c"}) == "c"            # a delegate away hands on
+    assert stand_in("a", {"a": "b", "b": "a"}) == "b"            # a circle ends
+    assert stand_in("a", {}) == "a" and stand_in(None, {"a": "b"}) is None
+
+    store = store_with_accounts(tmp_path)
+    accounts = Accounts(store)
+    ana, other = new_ticket(store), new_ticket(store)
+    store.change_owner(change(ana, "claim", ANA))
+    with pytest.raises(DecisionRefused, match="someone else"):
+        accounts.go_away(ANA, "ana ruiz", time.time() + 86400)
+    with pytest.raises(DecisionRefused, match="has passed"):
+        accounts.go_away(ANA, SAM, time.time() - 1)
+    assert accounts.go_away(ANA, "sam cho", time.time() + 86400) == SAM
+    assert store.away() == {ANA: SAM}
+    assert set(store.desk_page("", None, False, 0, 50, owner=SAM)) == {ana}   # Sam's "mine"
+    accounts.change_owner(other, "assign", LEE, ANA)
+    assert store.owner(other) == SAM
+    (assigned,) = [e for e in store.audit() if e.event == "assigned"]
+    assert assigned.note == "assigned the ticket to Sam Cho for Ana Ruiz, who is away"
+    (away,) = [e for e in store.audit() if e.event == "away"]
+    assert away.actor == ANA and away.note.endswith("tickets and approvals go to Sam Cho")
+    assert sorted(d.name for d in accounts.offers_people()) == [LEE, SAM]   # not Ana
+
+    # A reminder about Ana's ticket reaches Sam, and says for whom.
+    from test_timeouts import waiting_refund
+    run_id, approval_id = waiting_refund(store)
+    store.change_owner(change(run_id, "assign", LEE, ANA))
+    store.execute("UPDATE approvals SET requested_at = requested_at - 18000 WHERE id = ?",
+                  (approval_id,))
+    store.apply_timeouts(TimeoutPolicy(4 * 3600, None))
+    (reminded,) = [e for e in store.audit() if e.event == "reminded"]
+    assert reminded.note == ("waiting 5 h for a decision: reminded Sam Cho (for Ana Ruiz, "
+                             "away), who owns the ticket")
+    assert store.set_back(ANA) and not store.set_back(ANA)
+    assert store.away() == {} and [e.event for e in store.audit()][-1] == "back"
