@@ -98,3 +98,14 @@ def test_owners_mine_and_unassigned_and_work_offered(context, app_server: AppSer
     page.get_by_text("Nobody owns this ticket").wait_for()
     assert [(e.event, e.actor) for e in store.audit() if e.event in ("claimed", "released")] == [
         ("claimed", "Ana Ruiz"), ("released", "Ana Ruiz")]
+    # Out of office (item 8): the work goes to a delegate until the end of the chosen day.
+    page.get_by_role("button", name="Out of office").click()
+    page.get_by_role("button", name="Hand over my work").click()
+    page.get_by_text("your work goes to", exact=False).first.wait_for()
+    (delegate,) = store.away().values()
+    assert delegate in ("Kim Vo", "Lee Park")
+    assert [e.note for e in store.audit() if e.event == "away"][0].endswith(
+        f"tickets and approvals go to {delegate}")
+    page.get_by_role("button", name="I'm back").click()
+    page.get_by_role("button", name="Out of office").wait_for()
+    assert store.away() == {}

@@ -32,7 +32,7 @@ from .approvals import (
     review_action,
 )
 from .audit import AUDIT_COLUMNS, CSV_FIRST, audit_csv, audit_frame, csv_cell
-from .format import ago, clock, line_text, lines_text, md, money, shorten
+from .format import ago, clock, clock_day, line_text, lines_text, md, money, shorten
 from .inbox import (
     DESK_FILTERS,
     INBOX_FILTERS,
@@ -81,6 +81,7 @@ __all__ = [
     "call_summary",
     "card_approve_label",
     "clock",
+    "clock_day",
     "cost_line",
     "csv_cell",
     "customer_name",
