@@ -49,6 +49,8 @@ class StepKind(StrEnum):
     ESCALATION = "escalation"   # the agent raised the ticket to a team lead (escalate)
     HANDOFF = "handoff"         # an approver over their limit sent the refund to a lead
     SIGNOFF = "signoff"         # the first of two approvals above the two-person amount
+    OWNER = "owner"             # the ticket was assigned, claimed or released (schema 15)
+    TIMEOUT = "timeout"         # a step of the shop's timeout policy: reminded, escalated
 
 
 class ApprovalStatus(StrEnum):
@@ -85,6 +87,9 @@ class Run(BaseModel):
     transcript_bytes: int = 0       # their size as stored JSON, in bytes
     transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
     agent: str = "refunds"          # the agent that made it, and alone advances it (schema 13)
+    # What happened, for the desk (desk/status.DeskStatus; kept on the row since schema 12):
+    # a finished run reads "rejected" or "paid" here where its status says only "done".
+    desk_status: str | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -342,7 +347,8 @@ KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks 
                "cannot_read": "Written so the agent cannot read it; a person must answer",
                HANDOFF: "Over an approver's limit",
                PROVIDER_FAILED: "Refund failed at the payment provider",
-               CANNOT_CONTINUE: "The run cannot continue; a person must finish it"}
+               CANNOT_CONTINUE: "The run cannot continue; a person must finish it",
+               "timeout": "Waiting too long for a decision"}
 
 
 class Escalation(BaseModel):

@@ -13,6 +13,7 @@ from typing import Any
 from ..config import load_settings
 from ..desk.agent import Agent
 from ..desk.reconcile import email_notes, log_names, provider_problems, reconcile
+from ..desk.status import amount_is, amount_label
 from ..errors import LeaseLost, MigrationRefused, RunBusy
 from ..outside import stripe_missing
 from ..store import Store
@@ -37,11 +38,18 @@ def audit(args: argparse.Namespace) -> int:
     agent = Agent()
     if args.verify:
         return _verify(agent)
-    for e in agent.store.audit(limit=args.limit):
-        amount = f"${e.amount:.2f}" if e.amount is not None else ""
+    entries = agent.store.audit(limit=args.limit)
+    if not entries:
+        print("The audit log is empty.")
+        return 0
+    print(f"{'TIME':19}  {'EVENT':9} {'BY':14} {'PID':11} {'ORDER':6} {'AMOUNT':>20}  "
+          "LINES  NOTE")
+    for e in entries:
+        # An amount that moved no money (requested, asked, rejected, ...) says so.
+        amount = amount_label(e.amount, amount_is(event=e.event))
         lines = " ".join(f"{line['line']}:{line['reason']}" for line in e.lines or [])
         print(f"{time_text(e.at)}  {e.event:9} {e.actor:14} pid {e.pid:<7} {e.order_id or '':6} "
-              f"{amount:>9}  {lines + '  ' if lines else ''}{e.note or ''}")
+              f"{amount:>20}  {lines + '  ' if lines else ''}{e.note or ''}")
     return 0
 
 
@@ -64,6 +72,9 @@ def _verify(agent: Agent) -> int:
     return 1 if problem else 0
 
 
+SWEEP_EVERY = 60.0   # seconds between a worker's sweeps of the timeouts and the expiry
+
+
 def work(args: argparse.Namespace) -> int:
     """``refund-agent work``: claim runs (new, decided, or left by a dead process on any host)
     and advance each.
@@ -71,12 +82,22 @@ def work(args: argparse.Namespace) -> int:
     One line per run: a worker is meant to run unattended, several of them on several hosts.
     """
     agent, _printer = at_work()
+    agent.store.front = "worker"
     idle_exit: float | None = args.idle_exit
     quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
     idle_since, done = time.monotonic(), 0
+    swept = -SWEEP_EVERY
     print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
           flush=True)
     while True:
+        if time.monotonic() - swept >= SWEEP_EVERY:
+            # The shop's timeouts and the expiry, as the page's worker sweeps them: each step
+            # once per refund whoever else applies it (an expired run is then claimed below).
+            swept = time.monotonic()
+            for approval_id, step in agent.apply_timeouts():
+                print(f"{approval_id}: {step}", flush=True)
+            for approval in agent.expire():
+                print(f"{approval.id}: expired", flush=True)
         run_id = agent.claim()
         if run_id is None:
             if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:

@@ -256,11 +256,23 @@ def take(args: argparse.Namespace) -> int:
 
 def _open_escalation(agent: Agent, run_id: str | None) -> Escalation:
     """The escalation ``take`` is about when none is named: the only open one (of the run, if
-    named); several open is refused with the list, as a decision without an id is."""
+    named); several open is refused with the list, as a decision without an id is.
+
+    With none open but exactly one there (on the run, if named), that one: two leads racing
+    for the only escalation, the second is told who took it first (exit 3; 0 for the lead who
+    did), as with ``--id``. With several taken, which one this take was after cannot be known:
+    nothing is open (exit 4), and the message names the one taken last.
+    """
     open_ = agent.store.escalations(open_only=True, run_id=run_id)
     if not open_:
+        taken = [e for e in agent.store.escalations(run_id=run_id, limit=-1) if e.taken_at]
+        if len(taken) == 1:
+            return taken[0]
         where = f" on run {run_id}" if run_id else ""
-        raise NothingToDecide(f"No escalation is open{where}.")
+        last = max(taken, key=lambda e: (e.taken_at or 0, e.id), default=None)
+        before = (f" (the last one, {last.id}, was taken by {last.taken_by} at "
+                  f"{time_text(last.taken_at)})" if last else "")
+        raise NothingToDecide(f"No escalation is open{where}{before}.")
     if len(open_) > 1:
         listing = "\n".join(f"  {_escalation_line(e)}" for e in open_[:20])
         raise DecisionRefused(f"{len(open_)} escalations are open; name one with --id:\n"
@@ -280,6 +292,11 @@ def queue(args: argparse.Namespace) -> int:
     pending = agent.store.approvals("pending")
     handed_off = agent.store.handed_off()
     reader = _reader(agent, args.by)
+    # Read for an account: what it can decide first, and for the rest who can (offers.py).
+    offered = {o.approval_id: o for o in (Accounts(agent.store).offers(pending, reader.name)
+                                          if reader else [])}
+    if offered:
+        pending = sorted(pending, key=lambda a: not offered[a.id].mine)
     for a in pending:
         print(f"{_describe(a)}  {a.summary}")
         print(fingerprint_line(a.fingerprint, "    "))
@@ -287,6 +304,8 @@ def queue(args: argparse.Namespace) -> int:
             print(f"    {line_text(line.model_dump())}  {line.name}")
         for flag in _queue_flags(agent, a, handed_off, reader):
             print(f"    ** {flag}")
+        if a.id in offered and not offered[a.id].mine:
+            print(f"    ** {offered[a.id].others_text(reader.name if reader else None)}")
     print(f"{len(pending)} waiting for approval.")
     open_ = agent.store.escalations(open_only=True)
     if open_:
@@ -337,6 +356,8 @@ def expire(_args: argparse.Namespace) -> int:
     """``refund-agent expire``: expire what waited too long and finish those runs (for cron;
     exit 0 with nothing due)."""
     agent, printer = at_work()
+    for approval_id, step in agent.apply_timeouts():   # shop.json "timeouts", once each
+        print(f"Timeout policy: {step} on {approval_id}.")
     expired = agent.expire()
     for approval in expired:
         print(f"Expired {approval.id} ({approval.customer}, order {approval.order_id}, "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
+from ..desk.owners import owner_text
 from ..errors import AlreadyDecided, NothingToDecide
 from ..models import ApprovalStatus, Run, RunStatus, Step, StepKind
 from ..outside import RESENT_EMAIL
@@ -121,6 +122,9 @@ STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
                                      f"${float(d.get('amount') or 0):.2f}; a second person "
                                      "must approve"),
     StepKind.CUSTOMER_DONE: lambda _p, _d: None,
+    StepKind.OWNER: lambda _p, d: f"  -- {owner_text(d)} --",
+    StepKind.TIMEOUT: lambda _p, d: ("  !! " + ("Escalated" if d.get("step") == "escalate"
+                                                else "Reminder") + f": {d.get('note', '')}"),
 }
 
 

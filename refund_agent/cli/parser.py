@@ -7,7 +7,7 @@ import argparse
 import re
 
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
-from . import admin, decisions, eval, mail, people, tickets
+from . import admin, decisions, eval, mail, owners, people, tickets
 
 EPILOG = """\
 examples:
@@ -27,6 +27,8 @@ examples:
   refund-agent resume                       continue the last stopped, failed or crashed run
   refund-agent handoff --as "Ana Ruiz" --note "Over my limit"   send it to a lead instead
   refund-agent take --id 3 --as "Lee Park"   a lead picks up escalation 3 (first one wins)
+  refund-agent claim RUN --as "Ana Ruiz"     own a ticket (assign RUN --to NAME, release RUN)
+  refund-agent tickets --mine --as "Ana Ruiz"   your tickets (--unassigned: nobody's)
   refund-agent queue | runs | show RUN | audit [--verify]
   refund-agent doctor                       does the model provider work? (one tiny request)
   refund-agent eval -k 3 --csv runs.csv     score the provider on the corpus (docs/EVAL.md)
@@ -139,6 +141,37 @@ def build_parser() -> argparse.ArgumentParser:
                        "(needed when more than one is open)")
     which.add_argument("--run", help="take the open escalation on this run")
     take.set_defaults(func=decisions.take)
+    for name, func, help_text in (
+            ("assign", owners.assign, "give a ticket to an account (a lead: to anyone; "
+                                      "anyone else: to themselves)"),
+            ("claim", owners.claim, "take a ticket nobody owns (a lead: any ticket)"),
+            ("release", owners.release, "give up your ticket (someone else's: a lead)")):
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument("run", help="the ticket's run id, as `runs` or `tickets` lists it")
+        p.add_argument("--as", dest="by", metavar="NAME",
+                       help="your account (signed as approve is)")
+        if name == "assign":
+            p.add_argument("--to", required=True, metavar="NAME",
+                           help="the account that will own it")
+    away = sub.add_parser("away", help="out of office: your tickets and approvals go to a "
+                          "delegate until a date")
+    away.add_argument("--to", required=True, metavar="NAME", help="the delegate's account")
+    away.add_argument("--until", required=True, metavar="DATE",
+                      help="YYYY-MM-DD (to the end of that day) or YYYY-MM-DD HH:MM")
+    away.add_argument("--as", dest="by", metavar="NAME", help="your account (signed)")
+    away.set_defaults(func=owners.away)
+    back = sub.add_parser("back", help="back in the office: your work is yours again")
+    back.add_argument("--as", dest="by", metavar="NAME", help="your account (signed)")
+    back.set_defaults(func=owners.back)
+    listing = sub.add_parser("tickets", help="list tickets with their owners, newest first")
+    whose = listing.add_mutually_exclusive_group()
+    whose.add_argument("--mine", action="store_true", help="only the --as account's tickets")
+    whose.add_argument("--unassigned", action="store_true", help="only tickets nobody owns")
+    listing.add_argument("--as", dest="by", metavar="NAME",
+                         help="whose tickets --mine lists (no password: it only lists)")
+    listing.add_argument("--limit", type=_how_many, default=50, help="how many (default 50)")
+    listing.set_defaults(func=owners.tickets)
     sub.add_parser("expire", help="expire refunds nobody decided within "
                                   "REFUND_AGENT_APPROVAL_DAYS (default 7) and tell those "
                                   "customers; for cron").set_defaults(func=decisions.expire)

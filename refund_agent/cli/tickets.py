@@ -123,10 +123,17 @@ def _reply_target(agent: Agent, run_id: str | None) -> Run:
 def runs(args: argparse.Namespace) -> int:
     """``refund-agent runs [--limit N]``: the runs, newest first."""
     agent = Agent()
-    for r in agent.store.runs(limit=args.limit):
-        print(f"{r.id}  {r.status.value:8}  {time_text(r.created_at)}  {r.sender:28}  "
-              f"{r.requests:2} req  ${r.cost_usd:.4f}  {size_text(r.transcript_bytes):>8}  "
-              f"{r.subject}")
+    found = agent.store.runs(limit=args.limit)
+    if not found:
+        print("No runs yet.")
+        return 0
+    # The desk's status, not the run's: a rejected or expired ticket is "done" to the loop.
+    print(f"{'RUN':16}  {'STATUS':11}  {'CREATED':19}  {'CUSTOMER':28}  {'REQUESTS':8}  "
+          f"{'COST':7}  {'KEPT':>8}  SUBJECT")
+    for r in found:
+        print(f"{r.id:16}  {r.desk_status or r.status.value:11}  {time_text(r.created_at):19}  "
+              f"{r.sender:28}  {r.requests:2} req    ${r.cost_usd:.4f}  "
+              f"{size_text(r.transcript_bytes):>8}  {r.subject}")
     return 0
 
 

@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -215,6 +216,68 @@ class Accounts:
             raise DecisionRefused(f"The password needs at least {MIN_PASSWORD} characters.")
         self.store.add_account(name, role, cents, hash_password(password), by or _operator())
         return self.current(name)
+
+    def change_owner(self, run_id: str, action: str, by: str, to: str | None = None) -> bool:
+        """Assign (to ``to``), claim or release a ticket as the account ``by`` (who signed in);
+        False when it was already so. Only an account owns a ticket, so in the demo (no
+        accounts) nobody does. The rules are desk/owners.py's, checked in the store against
+        the owner as it is when the change commits.
+
+        Raises:
+            DecisionRefused: no accounts, an unknown account, or a rule refuses it.
+            NotFound: no such ticket.
+        """
+        from .owners import OwnerChange, stand_in
+        if not self.exist():
+            raise DecisionRefused("Tickets have owners once accounts exist (only someone "
+                                  "signed in owns one): `refund-agent users add` makes one.")
+        actor = self.get(by)
+        if actor is None:
+            raise DecisionRefused(f"No account named {by!r}.")
+        target, instead_of = None, None
+        if action == "assign":
+            account = self.get(to or "")
+            if account is None:
+                raise DecisionRefused(f"No account named {to!r}: only an account owns a "
+                                      "ticket (`refund-agent users list`).")
+            # Out of office: a ticket given to someone away goes to their delegate.
+            target = stand_in(account.name, self.store.away())
+            instead_of = account.name if target != account.name else None
+        return self.store.change_owner(OwnerChange(run_id, action, actor.name,  # type: ignore[arg-type]
+                                                   actor.limit is None, target, instead_of))
+
+    def go_away(self, account: str, delegate: str, until: float) -> str:
+        """``account`` is away until ``until`` (seconds since 1970); its tickets and approvals
+        go to ``delegate`` (an account). Returns the delegate's name as stored."""
+        from .owners import away_problem
+        me, other = self.get(account), self.get(delegate)
+        if me is None:
+            raise DecisionRefused(f"No account named {account!r}.")
+        if other is None:
+            raise DecisionRefused(f"No account named {delegate!r}: a delegate is an account "
+                                  "(`refund-agent users list`).")
+        if problem := away_problem(me.name, other.name, until, time.time()):
+            raise DecisionRefused(problem)
+        self.store.set_away(me.name, other.name, until)
+        return other.name
+
+    def offers_people(self) -> list:
+        """The accounts work is offered to (desk/offers.Decider): nobody away; their delegate
+        is, within the delegate's own limit."""
+        from .offers import Decider
+        away = self.store.away()
+        return [Decider(a.name, a.limit_cents) for a in self.all() if a.name not in away]
+
+    def offers(self, waiting: list, reader: str | None = None) -> list:
+        """The waiting refunds (Approval rows) as ``reader``'s queue shows them: each with who
+        it is offered to (desk/offers.py), what the reader can decide first."""
+        from .offers import Decider, offers
+        people = self.offers_people()
+        me = self.get(reader) if reader else None
+        raised = self.store.raised_by_of([a.run_id for a in waiting])
+        return offers(Decider(me.name, me.limit_cents) if me else None,
+                      [(a.id, a.order_id, a.amount_cents, raised.get(a.run_id))
+                       for a in waiting], people, self.store.approved_by_on)
 
     def remove(self, name: str, by: str | None = None) -> None:
         rows = self._rows(name.strip()) if name.strip() else []

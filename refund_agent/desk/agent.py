@@ -84,6 +84,12 @@ class Agent(Loop):
         self._own(self.store.approval(approval_id).run_id, "hand off", DecisionRefused)
         return self.store.hand_off(approval_id, *intake.checked_handoff(by, note))
 
+    def apply_timeouts(self) -> list[tuple[str, str]]:
+        """Take the steps of the shop's timeout policy (shop.json "timeouts", read fresh) that
+        are due on this agent's waiting refunds, each once however many processes call this;
+        returns (approval id, step) for those this call took. Expiry is :meth:`expire`."""
+        return self.store.apply_timeouts(self.shop.info.timeouts.policy(), agent=self.agent_name)
+
     def take(self, escalation_id: int, by: str) -> Escalation:
         """A lead picks up an escalation (compare-and-set, audited); AlreadyDecided if
         someone took it first."""

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from ..errors import ConfigError
+from .timeouts import TimeoutPolicy
 
 Reason = Literal["damaged", "changed_mind"]
 #: The largest price or total the shop accepts, in dollars: far above any real order, far below
@@ -209,12 +210,26 @@ class DeskRules(_Data):
         return None if self.two_person_above is None else round(self.two_person_above * 100)
 
 
+class Timeouts(_Data):
+    """What happens to a refund nobody decides (shop.json "timeouts", desk/timeouts.py): the
+    owner is reminded after one wait, a lead brought in after a longer one (None: never). The
+    expiry stays the approval window (REFUND_AGENT_APPROVAL_DAYS)."""
+
+    remind_owner_after_hours: float | None = Field(default=None, gt=0, le=24 * 3650)
+    escalate_after_hours: float | None = Field(default=None, gt=0, le=24 * 3650)
+
+    def policy(self) -> TimeoutPolicy:
+        hours = (self.remind_owner_after_hours, self.escalate_after_hours)
+        return TimeoutPolicy(*(None if h is None else h * 3600 for h in hours))
+
+
 class ShopInfo(_Data):
     name: str
     support_email: str
     signature: str
     policy: PolicyTerms
     desk: DeskRules = DeskRules()
+    timeouts: Timeouts = Timeouts()
 
 
 class Sample(BaseModel):

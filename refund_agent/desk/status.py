@@ -72,6 +72,30 @@ def run_desk_status(run: Run, approvals: Sequence[Approval]) -> DeskStatus:
     return desk_status(run.status, ApprovalFacts.of(latest) if latest else None)
 
 
+# Audit events whose amount is money a person approved or the payment provider paid out. Every
+# other event's amount (requested, asked, rejected, expired, handed_off, taken, ...) is only
+# what was proposed: shown plain, it read as if the customer had been paid.
+PAYING_EVENTS = frozenset({"approved", "issued", "reused"})
+# The tickets whose amount was paid (the others show what the latest proposal asked for).
+PAID_STATUSES = frozenset({DeskStatus.PAID, DeskStatus.PARTLY_PAID})
+PROPOSED = "proposed"   # how an amount that moved no money is marked, in every front end
+PAID = "paid"
+
+
+def amount_is(*, event: str | None = None, desk: str | None = None) -> str:
+    """``paid`` or ``proposed``: whether an audit event's (or a ticket's) amount moved money."""
+    if event is not None:
+        return PAID if event in PAYING_EVENTS else PROPOSED
+    return PAID if desk in PAID_STATUSES else PROPOSED
+
+
+def amount_label(amount: float | None, is_: str) -> str:
+    """``$48.00`` when it was paid, ``$48.00 (proposed)`` when no money moved; empty for None."""
+    if amount is None:
+        return ""
+    return f"${amount:,.2f}" + ("" if is_ == PAID else f" ({PROPOSED})")
+
+
 # What puts a ticket in front of a person: nobody decided it, the run cannot go on alone, or
 # the agent (or an approver over their limit) asked for a lead.
 NEEDS_PERSON = frozenset({DeskStatus.EXPIRED, DeskStatus.FAILED, DeskStatus.STOPPED})

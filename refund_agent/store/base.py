@@ -22,9 +22,11 @@ from .leases import Leases
 from .ledger import Ledger
 from .mail import Mail
 from .outside import ProviderEvents
+from .owners import Owners
 from .replies import Replies
 from .responses import Responses
 from .runs import Runs
+from .timeouts import Timeouts
 
 
 def is_postgres_url(target: object) -> bool:
@@ -33,7 +35,7 @@ def is_postgres_url(target: object) -> bool:
 
 
 class Store(Runs, Leases, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
-            DeskRecords, DeskInbox, Mail):
+            DeskRecords, DeskInbox, Mail, Owners, Timeouts):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

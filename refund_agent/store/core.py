@@ -94,6 +94,9 @@ class StoreCore:
     pushes_changes: bool = False  # change_counter moves by itself (NOTIFY): reading it is free
 
     path: Any                     # where the store is, for messages (file, or URL w/o password)
+    # What kind of process this is, as a run's lease records it (runs.last_front): "terminal"
+    # (one command), "page" (the page's server sets it) or "worker" (`refund-agent work`).
+    front: str = "terminal"
 
     def __init__(self, target: Path | str, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
         self.pid = os.getpid()

@@ -13,7 +13,7 @@ from typing import Any
 from ..desk.rules import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..models import HANDOFF, Escalation
-from .core import StoreCore
+from .core import StoreCore, no_limit
 from .leases import Lease
 
 
@@ -91,7 +91,8 @@ class DeskRecords(StoreCore):
             args.append(run_id)
         sql = ("SELECT * FROM escalations" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY raised_at, id LIMIT ?")
-        return [Escalation.model_validate(dict(r)) for r in self._read(sql, (*args, limit))]
+        return [Escalation.model_validate(dict(r))
+                for r in self._read(sql, (*args, no_limit(limit)))]
 
     def open_escalation(self, run_id: str, kind: str,
                         approval_id: str | None = None) -> Escalation | None:
@@ -131,8 +132,14 @@ class DeskRecords(StoreCore):
                 late = None
                 db.execute("UPDATE escalations SET taken_by = ?, taken_at = ? WHERE id = ?"
                            " AND taken_by IS NULL", (by, time.time(), escalation_id))
+                # The refund it is about, if any, so the row reads as the others do (the
+                # amount is proposed: taking an escalation pays nothing).
+                refund = db.execute("SELECT order_id, amount_cents FROM approvals WHERE id = ?",
+                                    (found.approval_id,)).fetchone() if found.approval_id else None
                 self._audit(db, "taken", by, run_id=found.run_id,
                             approval_id=found.approval_id,
+                            order_id=refund["order_id"] if refund else None,
+                            amount=refund["amount_cents"] / 100 if refund else None,
                             note=f"took the escalation ({found.kind}): {found.reason}")
         if late:
             raise late
@@ -219,11 +226,13 @@ class DeskInbox(StoreCore):
             "SELECT id, desk_status, desk_escalations, created_at FROM runs"
             f" {where} ORDER BY created_at DESC, id", args)]
 
-    def desk_groups(self, search: str = "") -> list[tuple[Any, int, int]]:
+    def desk_groups(self, search: str = "", *, owner: str | None = None,
+                    unassigned: bool = False) -> list[tuple[Any, int, int]]:
         """How many runs matching ``search`` have each (DeskStatus, open escalations > 0):
-        a dozen rows at most, however many tickets there are (counted from an index)."""
+        a dozen rows at most, however many tickets there are (counted from an index).
+        ``owner``/``unassigned``: only that account's tickets, or nobody's."""
         from ..desk.status import DeskStatus
-        where, args = self._inbox_filter(search, ())
+        where, args = self._inbox_filter(search, (), owner=owner, unassigned=unassigned)
         counts: dict[tuple[Any, int], int] = {}
         for status, escalations, n in self._read(
                 "SELECT desk_status, desk_escalations, COUNT(*) FROM runs"
@@ -233,12 +242,13 @@ class DeskInbox(StoreCore):
         return [(status, escalated, n) for (status, escalated), n in counts.items()]
 
     def desk_page(self, search: str, statuses: Collection[Any] | None, or_escalated: bool,
-                  offset: int, limit: int) -> list[str]:
+                  offset: int, limit: int, *, owner: str | None = None,
+                  unassigned: bool = False) -> list[str]:
         """The ids of one page of runs matching ``search`` whose desk status is one of
         ``statuses`` (None: any) or, with ``or_escalated``, that have an open escalation;
         newest first. Each part reads its own index (a UNION, not an OR the planner would
-        answer by scanning every run)."""
-        where, args = self._inbox_filter(search, ())
+        answer by scanning every run). ``owner``/``unassigned`` as for :meth:`desk_groups`."""
+        where, args = self._inbox_filter(search, (), owner=owner, unassigned=unassigned)
         also = f"{where} AND" if where else "WHERE"
         parts: list[tuple[str, tuple]] = []
         if statuses:

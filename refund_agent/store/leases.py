@@ -59,14 +59,19 @@ class Leases(StoreCore):
         run_id = row["id"]
         if row["last_pid"] is not None and (row["last_pid"] != self.pid
                                             or row.get("lease_host") not in (None, self.host)):
+            # What kind of process took it, and from what (schema 15): the ticket says "Server
+            # restarted" only when a page's server took over from a page's server, not when a
+            # terminal command carried on where the page (or another command) left off.
             self._step(db, run_id, "restart", {"previous_pid": row["last_pid"],
-                                               "pid": self.pid})
+                                               "pid": self.pid, "front": self.front,
+                                               "previous_front": row.get("last_front"),
+                                               "cut_off": row["lease_token"] is not None})
         epoch = row["lease_epoch"] + 1
         db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {self.now},"
                    " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
-                   " updated_at = ?, lease_host = ? WHERE id = ?",
+                   " updated_at = ?, lease_host = ?, last_front = ? WHERE id = ?",
                    (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), self.host,
-                    run_id))
+                    self.front, run_id))
         return Lease(run_id, token, epoch)
 
     def claim(self, token: str, agent: str | None = None) -> Lease | None:

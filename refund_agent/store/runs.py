@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
 from .core import StoreCore, no_limit
+from .owners import owner_condition
 
 
 class Runs(StoreCore):
@@ -96,8 +97,15 @@ class Runs(StoreCore):
             counts[RunStatus(status)] = n
         return counts
 
-    def _inbox_filter(self, search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
+    def _inbox_filter(self, search: str, statuses: Collection[RunStatus], *,
+                      owner: str | None = None, unassigned: bool = False
+                      ) -> tuple[str, tuple]:
         clauses, args = [], []
+        # Whose tickets (store/owners.py): one condition of its own, ANDed on.
+        mine, mine_args = owner_condition(owner, unassigned, self.now)
+        if mine:
+            clauses.append(mine)
+            args += list(mine_args)
         like = f" {self.like} ? ESCAPE '\\'"
         for word in search.split():   # every word must match somewhere
             pattern = ("%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

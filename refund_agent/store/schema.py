@@ -79,6 +79,12 @@ SCHEMA_HISTORY: dict[int, str] = {
         "it (ticket, reply, held, flagged, auto, bounce, refused; sent for the desk's own), "
         "the thread ids (In-Reply-To, References), attachment names, its text and the raw "
         "message (a new table only).",
+    15: "People: owners (one row per ticket that has an owner, so at most one; who assigned "
+        "it), timeout_steps (each step of the shop's timeout policy, once per approval: the "
+        "primary key makes a second remind or escalate a no-op under races and restarts), "
+        "delegates (an account away until a time names who takes its tickets and approvals) and "
+        "runs.last_front (what kind of process last took the run: page, terminal or worker, so "
+        "the ticket says 'Server restarted' only when a page's server picked it up again).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -207,4 +213,5 @@ TABLES: dict[str, str] = {
     "audit": "id", "audit_anchor": "id", "accounts": "name", "ledger": "id",
     "sign_in_failures": "id", "provider_events": "id", "escalations": "id",
     "signoffs": "approval_id", "raised_by": "run_id", "mail": "id",
+    "owners": "run_id", "timeout_steps": "approval_id, step", "delegates": "account",
 }

@@ -79,6 +79,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
               f"{MERGE_OPEN_ESCALATIONS}; END IF; END $$"),
          data=_data_v13),
     Step(14, ()),   # the mail table only: the schema makes it
+    Step(15, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS last_front TEXT",)),
 )
 
 
@@ -104,7 +105,8 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     transcript_items BIGINT NOT NULL DEFAULT 0, transcript_bytes BIGINT NOT NULL DEFAULT 0,
     transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT,
     desk_status TEXT, desk_escalations BIGINT NOT NULL DEFAULT 0,
-    desk_dirty BIGINT NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds')""",
+    desk_dirty BIGINT NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds',
+    last_front TEXT)""",
     "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at)",
     """CREATE TABLE IF NOT EXISTS steps (
@@ -187,6 +189,16 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS signoffs (
     approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
     amount_cents BIGINT NOT NULL, keep TEXT NOT NULL, note TEXT)""",
+    """CREATE TABLE IF NOT EXISTS owners (
+    run_id TEXT PRIMARY KEY, account TEXT NOT NULL, since DOUBLE PRECISION NOT NULL,
+    assigned_by TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS owners_by_account ON owners(account)",
+    """CREATE TABLE IF NOT EXISTS timeout_steps (
+    approval_id TEXT NOT NULL, step TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (approval_id, step))""",
+    """CREATE TABLE IF NOT EXISTS delegates (
+    account TEXT PRIMARY KEY, delegate TEXT NOT NULL, until DOUBLE PRECISION NOT NULL,
+    at DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS store_moved (
     id BIGINT PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL)""",

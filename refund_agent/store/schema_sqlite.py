@@ -46,6 +46,7 @@ SQLITE_STEPS: tuple[Step, ...] = (
               MERGE_OPEN_ESCALATIONS),
          data=_data_v13, adds=(("runs", "agent"),), updates=("escalations",)),
     Step(14, ()),   # the mail table only: the schema makes it
+    Step(15, ("ALTER TABLE runs ADD COLUMN last_front TEXT",), adds=(("runs", "last_front"),)),
 )
 
 
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS runs (
     transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
     transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT,
     desk_status TEXT, desk_escalations INTEGER NOT NULL DEFAULT 0,
-    desk_dirty INTEGER NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds'
+    desk_dirty INTEGER NOT NULL DEFAULT 1, agent TEXT NOT NULL DEFAULT 'refunds',
+    last_front TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
@@ -221,6 +223,24 @@ CREATE INDEX IF NOT EXISTS mail_held ON mail(id) WHERE kind = 'held';
 CREATE TABLE IF NOT EXISTS signoffs (
     approval_id TEXT PRIMARY KEY, signed_by TEXT NOT NULL, at REAL NOT NULL,
     amount_cents INTEGER NOT NULL, keep TEXT NOT NULL, note TEXT
+);
+-- A ticket's owner (schema 15): one row per ticket at most (the key), so two claims racing
+-- leave one owner; released is the row deleted. assigned_by: the owner, on a claim.
+CREATE TABLE IF NOT EXISTS owners (
+    run_id TEXT PRIMARY KEY, account TEXT NOT NULL, since REAL NOT NULL,
+    assigned_by TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS owners_by_account ON owners(account);
+-- Each step of the shop's timeout policy (remind, escalate), once per approval (schema 15):
+-- the key makes a second worker's (or a restarted one's) attempt a no-op.
+CREATE TABLE IF NOT EXISTS timeout_steps (
+    approval_id TEXT NOT NULL, step TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (approval_id, step)
+);
+-- Out of office (schema 15): while ``until`` (by the database's clock) has not passed, the
+-- account's tickets and the refunds offered to it go to ``delegate``.
+CREATE TABLE IF NOT EXISTS delegates (
+    account TEXT PRIMARY KEY, delegate TEXT NOT NULL, until REAL NOT NULL, at REAL NOT NULL
 );
 -- Written by `refund-agent migrate` once the store was copied to PostgreSQL (SQLite only): the
 -- store then refuses every write, naming the database it moved to (its URL without password).

@@ -72,8 +72,19 @@ def render_queue(worker: Worker) -> None:
     show_notice("queue")
     if not pending:
         st.caption("Nothing waiting. Refunds the agent proposes show up here.")
+    # Signed in: what this account can decide first; the rest say who can (desk/offers.py),
+    # so a refund above an approver's limit reaches someone whose limit covers it.
+    accounts = Accounts(store)
+    account = signed_in(accounts) if accounts.exist() else None
+    offered = {o.approval_id: o for o in (accounts.offers(pending, account.name)
+                                          if account else [])}
+    if offered:
+        pending = sorted(pending, key=lambda a: not offered[a.id].mine)
     for approval in pending:
-        render_card(worker, approval)
+        offer = offered.get(approval.id)
+        render_card(worker, approval,
+                    offer.others_text(account.name) if offer and not offer.mine and account
+                    else None)
     if total > len(pending):
         st.button(f"Show {min(QUEUE_PAGE, total - len(pending))} more "
                   f"({total - len(pending)} not shown)", key="queue_more", type="tertiary",
@@ -169,8 +180,9 @@ def _show_more(shown: int) -> None:
     st.session_state["queue_shown"] = shown + QUEUE_PAGE
 
 
-def render_card(worker: Worker, approval: Approval) -> None:
-    """A compact card: enough to pick it up, the decision itself is made in the review."""
+def render_card(worker: Worker, approval: Approval, deciders: str | None = None) -> None:
+    """A compact card: enough to pick it up, the decision itself is made in the review.
+    ``deciders``: who can decide it, on a card the signed-in account cannot."""
     card = views.approval_card(approval, {}, None)
     flags = card_flags(worker, approval)
     store = worker.agent.store
@@ -184,6 +196,8 @@ def render_card(worker: Worker, approval: Approval) -> None:
                     + "".join(f" {flag}" for flag in flags) + "  \n"
                     f":material/person: {md(card.customer)}")
         st.markdown("\n".join(f"- {md(line.summary)}" for line in card.lines))
+        if deciders:
+            st.caption(f":material/group: {md(deciders)}")
         with st.container(horizontal=True, gap="small"):
             st.button(approve_label, key=f"approve_{card.approval_id}", type="primary",
                       icon=":material/check:", on_click=open_review,

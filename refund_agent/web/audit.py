@@ -45,7 +45,7 @@ def render_audit(worker: Worker) -> None:
                                "Note", "PID"],
                  column_config={"Time": text(width=120), "Event": text(width=120),
                                 "By": text(width=110), "Customer": text(width=150),
-                                "Order": text(width=70), "Amount": text(width=75),
+                                "Order": text(width=70), "Amount": text(width=130),
                                 "Lines": text(width="medium"), "Note": text(width="large"),
                                 "PID": text(width=65)})
     base_url = page_url()

@@ -7,7 +7,7 @@ import streamlit as st
 from ..desk.accounts import Accounts
 from ..errors import RefundAgentError
 from .session import notify, permitted, select, selected_run_id, show_notice
-from .views import DESK_FILTERS, desk_counts, md, page_range, run_label
+from .views import DESK_FILTERS, OWNER_FILTERS, desk_counts, md, page_range, run_label
 from .worker import Worker
 
 PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" away
@@ -101,6 +101,24 @@ def lead_session(worker: Worker) -> bool:
     return account is not None and account.limit is None
 
 
+def _owner_filter(worker: Worker) -> dict:
+    """Whose tickets to list (Store.desk_page's ``owner``/``unassigned``): with someone signed
+    in, a choice of everyone's, theirs, or nobody's; in the demo, everyone's."""
+    from .session import signed_in
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    if account is None:
+        return {}
+    labels = dict(OWNER_FILTERS)
+    whose = st.segmented_control("Whose tickets", list(labels), format_func=labels.__getitem__,
+                                 key="inbox_owner", default="everyone",
+                                 on_change=on_filter_change, label_visibility="collapsed",
+                                 width="stretch") or "everyone"
+    if whose == "mine":
+        return {"owner": account.name}
+    return {"unassigned": True} if whose == "unassigned" else {}
+
+
 def render_tickets(worker: Worker) -> None:
     """Search, status filters with counts, and one page of tickets, newest first."""
     store = worker.agent.store
@@ -109,7 +127,8 @@ def render_tickets(worker: Worker) -> None:
                            label_visibility="collapsed", icon=":material/search:")
     # Each ticket's status is what happened to it (desk/status.py), kept on its row, so every
     # filter's count is one grouped query and a page is one more, with 10 tickets or 100,000.
-    counts = desk_counts(store.desk_groups(search))
+    whose = _owner_filter(worker)
+    counts = desk_counts(store.desk_groups(search, **whose))
     labels = {f.key: f"{f.label} {counts[f.key]}" for f in DESK_FILTERS}
     if "inbox_filter" not in st.session_state:
         # A lead's first screen is what needs a person; everyone else starts with every ticket.
@@ -120,16 +139,19 @@ def render_tickets(worker: Worker) -> None:
     shown = next(f for f in DESK_FILTERS if f.key == chosen)
     total = counts[shown.key]
     offset = min(st.session_state.get("inbox_offset", 0), max(0, total - 1))
-    rows = store.inbox_rows(store.desk_page(search, *shown.selection(), offset, PAGE_SIZE))
+    rows = store.inbox_rows(store.desk_page(search, *shown.selection(), offset, PAGE_SIZE,
+                                            **whose))
+    owners = store.owners([row.run.id for row in rows])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
     if not rows:
-        st.caption("No tickets match." if search or chosen != "all" else
+        st.caption("No tickets match." if search or chosen != "all" or whose else
                    "No tickets yet. Send a sample to start one.")
     selected = selected_run_id()
     names = store.customer_names([row.run.sender for row in rows])
     for row in rows:
-        st.button(run_label(row, names=names), key=f"run_{row.run.id}", on_click=on_select,
-                  args=(row.run.id,), width="stretch",
+        st.button(run_label(row, names=names, owner=owners.get(row.run.id)),
+                  key=f"run_{row.run.id}", on_click=on_select, args=(row.run.id,),
+                  width="stretch",
                   type="primary" if row.run.id == selected else "secondary")
     if total > PAGE_SIZE:
         newer, older = st.columns(2)

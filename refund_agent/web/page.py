@@ -61,7 +61,9 @@ def page_settings() -> Settings:
                    on_release=lambda worker: worker.shutdown())
 def shared_worker(key: str, _settings: Settings) -> Worker:
     """The process's worker for these settings (``key`` names them; the key is never in it)."""
-    worker = Worker(Agent(_settings))
+    agent = Agent(_settings)
+    agent.store.front = "page"   # a run this server takes is marked as the page's (restarts)
+    worker = Worker(agent)
     worker.start()
     return worker
 

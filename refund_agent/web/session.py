@@ -141,6 +141,14 @@ def permitted(worker: Worker, area: str) -> bool:
     return False
 
 
+def acting_as(worker: Worker) -> str:
+    """Who this session acts as, for an audit line that is not a decision (Stop): the
+    signed-in account; in the demo the typed name, else the browser's address."""
+    accounts = Accounts(worker.agent.store)
+    account = signed_in(accounts) if accounts.exist() else None
+    return account.name if account else (approver() or client())
+
+
 def signer(worker: Worker, area: str = "queue") -> tuple[str, int | None] | None:
     """Who signs a decision from this session and their limit in cents, or None (told why)."""
     accounts = Accounts(worker.agent.store)

@@ -7,10 +7,13 @@ or in the demo from this form, and the store audits it with every decision.
 
 from __future__ import annotations
 
+from datetime import date, datetime, timedelta
+
 import streamlit as st
 
 from ..desk.accounts import Accounts
 from ..errors import RefundAgentError
+from . import views
 from .session import (
     approver,
     client,
@@ -121,6 +124,48 @@ def write_name_cookie() -> None:
             unsafe_allow_javascript=True, width="content")
 
 
+def on_away(worker: Worker, name: str) -> None:
+    """Out of office until the end of the chosen day; the delegate takes the work."""
+    if signed_in(Accounts(worker.agent.store)) is None:
+        return
+    day = st.session_state.get("away_until")
+    until = datetime.combine(day, datetime.min.time()) + timedelta(days=1) if day else None
+    try:
+        delegate = Accounts(worker.agent.store).go_away(
+            name, st.session_state.get("away_to") or "", until.timestamp() if until else 0.0)
+    except RefundAgentError as exc:
+        notify("away", "error", str(exc))
+        return
+    notify("away", "success", f"Away until {day}: your tickets and approvals go to "
+                              f"{delegate}.")
+
+
+def on_back(worker: Worker, name: str) -> None:
+    if signed_in(Accounts(worker.agent.store)) is not None:
+        worker.agent.store.set_back(name)
+        notify("away", "success", "Welcome back: your work is yours again.")
+
+
+def render_away(worker: Worker, accounts: Accounts, name: str) -> None:
+    """Out of office: who takes this account's tickets and approvals, until when."""
+    away = worker.agent.store.away_until(name)
+    if away:
+        line, back = st.columns([3, 1], vertical_alignment="center")
+        line.caption(f":material/flight_takeoff: Away until "
+                     f"{views.clock_day(away[1])}: your work goes to {md(away[0])}")
+        back.button("I'm back", key="away_back", on_click=on_back, args=(worker, name),
+                    type="tertiary")
+    else:
+        with st.popover("Out of office", icon=":material/flight_takeoff:"):
+            others = [a.name for a in accounts.all() if a.name != name]
+            st.selectbox("Delegate", others, key="away_to")
+            st.date_input("Away until (the end of that day)", key="away_until",
+                          min_value=date.today())
+            st.button("Hand over my work", key="away_go", on_click=on_away,
+                      args=(worker, name), type="primary")
+    show_notice("away")
+
+
 def render_sign_in(worker: Worker, accounts: Accounts) -> None:
     account = signed_in(accounts)
     if account:
@@ -129,6 +174,7 @@ def render_sign_in(worker: Worker, accounts: Accounts) -> None:
                       + ("lead, no limit" if account.limit is None else
                          f"approver, up to {money(account.limit)}"))
         out.button("Sign out", key="sign_out", on_click=on_sign_out, type="tertiary")
+        render_away(worker, accounts, account.name)
         return
     # A form, so the password travels once, on submit, and is cleared from the session after.
     with st.form("sign_in_form", border=True):

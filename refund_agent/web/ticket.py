@@ -6,11 +6,21 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from ..desk.accounts import Accounts
 from ..desk.status import run_desk_status
 from ..errors import NotFound, RefundAgentError
 from ..models import RunStatus
 from . import views
-from .session import notify, permitted, select, selected_run_id, show_notice
+from .session import (
+    acting_as,
+    notify,
+    permitted,
+    select,
+    selected_run_id,
+    show_notice,
+    signed_in,
+    signer,
+)
 from .views import md
 from .worker import Worker
 
@@ -18,11 +28,57 @@ from .worker import Worker
 def on_stop(worker: Worker, run_id: str) -> None:
     if not permitted(worker, "ticket"):
         return
-    if worker.stop(run_id):
+    if worker.stop(run_id, acting_as(worker)):
         notify("ticket")
     else:
         notify("ticket", "warning", "This run is not being advanced by this server; nothing "
                                     "to stop here.")
+
+
+def on_owner(worker: Worker, run_id: str, action: str) -> None:
+    """Claim, release or assign (to the account picked beside the button) the ticket, as
+    the account signed in here; the store checks the rule against the owner as it is now."""
+    signed = signer(worker, "owner")
+    if signed is None:
+        return
+    notify("owner")
+    to = st.session_state.get("owner_assign_to") if action == "assign" else None
+    try:
+        changed = Accounts(worker.agent.store).change_owner(run_id, action, signed[0], to)
+    except RefundAgentError as exc:
+        notify("owner", "error", str(exc))
+        return
+    if not changed:
+        notify("owner", "info", "Nothing changed: it already was so.")
+
+
+def render_owner(worker: Worker, run_id: str) -> None:
+    """Who owns the ticket, and the buttons to change it (only with accounts: an owner is
+    someone who signs in). A lead may assign it to anyone and release anyone's."""
+    accounts = Accounts(worker.agent.store)
+    if not accounts.exist():
+        return
+    me = signed_in(accounts)
+    owner = worker.agent.store.owner(run_id)
+    lead = me is not None and me.limit is None
+    mine = me is not None and owner == me.name
+    who, actions = st.columns([2, 3], vertical_alignment="center")
+    who.markdown(f":material/person: Owner: **{md(owner)}**" if owner else
+                 ":material/person_off: Nobody owns this ticket")
+    with actions.container(horizontal=True, horizontal_alignment="right"):
+        st.button("Claim", key="owner_claim", icon=":material/front_hand:", on_click=on_owner,
+                  args=(worker, run_id, "claim"),
+                  disabled=me is None or mine or (owner is not None and not lead))
+        st.button("Release", key="owner_release", icon=":material/logout:", on_click=on_owner,
+                  args=(worker, run_id, "release"),
+                  disabled=owner is None or not (mine or lead))
+        if lead:
+            names = [a.name for a in accounts.all()]
+            st.selectbox("Assign to", names, key="owner_assign_to",
+                         label_visibility="collapsed", width=180)
+            st.button("Assign", key="owner_assign", icon=":material/assignment_ind:",
+                      on_click=on_owner, args=(worker, run_id, "assign"))
+    show_notice("owner")
 
 
 def on_resume(worker: Worker, run_id: str) -> None:
@@ -83,14 +139,21 @@ def render_ticket(worker: Worker) -> None:
             run.status == RunStatus.WORKING and not active)
         st.button("Resume", key="resume", icon=":material/play_arrow:", on_click=on_resume,
                   args=(worker, run.id), disabled=not resumable)
+    render_owner(worker, run.id)
     st.caption(f":material/payments: {views.cost_line(run)}")
     show_notice("ticket")
     problem = worker.problem(run.id)
     if problem:
         st.warning(md(problem), icon=":material/warning:")
 
-    for block in views.timeline(store.steps(run.id)):
-        render_block(block)
+    blocks = views.timeline(store.steps(run.id))
+    if st.toggle("Every step in order", key="every_step",
+                 help="The agent's steps as they happened, unfolded (the thread folds them "
+                      "under each email)"):
+        for block in blocks:
+            render_block(block)
+    else:
+        render_thread(blocks)
 
     if active:
         with st.status("The agent is working…", state="running", expanded=True):
@@ -116,7 +179,22 @@ def render_ticket(worker: Worker) -> None:
                                   args=(worker, run.id), icon=":material/reply:")
 
 
-def render_block(block: views.Block) -> None:
+def render_thread(blocks: Sequence[views.Block]) -> None:
+    """The ticket as a thread: each email in, the agent's steps folded under it, then the
+    emails out and what a person decided, in order (views.thread)."""
+    for turn in views.thread(blocks):
+        if turn.opening is not None:
+            render_block(turn.opening)
+        if turn.steps:
+            # Streamlit draws no expander inside another: the steps' own folds open flat here.
+            with st.expander(md(turn.summary()), icon=":material/account_tree:"):
+                for block in turn.steps:
+                    render_block(block, flat=True)
+        for block in turn.shown:
+            render_block(block)
+
+
+def render_block(block: views.Block, flat: bool = False) -> None:
     """One timeline entry; customer text always goes through md() so it stays plain text."""
     kind, title, body = block.kind, md(block.title), md(block.body)
     when = views.clock(block.at)
@@ -135,11 +213,16 @@ def render_block(block: views.Block) -> None:
             st.markdown(f"**{title}** · {when}")
             st.markdown(body)
     elif kind == "reasoning":
-        with st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
-                         icon=":material/psychology:"):
+        with (st.container() if flat else
+              st.expander(f"Reasoning: {md(views.shorten(block.body, 90))}",
+                          icon=":material/psychology:")):
+            if flat:
+                st.caption(":material/psychology: Reasoning")
             st.markdown(body)
     elif kind in ("tool", "result"):
-        with st.expander(title, icon=":material/build:"):
+        if flat:
+            st.markdown(f":material/build: **{title}**")
+        with st.container() if flat else st.expander(title, icon=":material/build:"):
             if block.arguments is not None:
                 st.caption("Arguments")
                 show_json(block.arguments, expanded=True)
@@ -168,6 +251,8 @@ def render_block(block: views.Block) -> None:
         st.error(f"**{title}** · {when}  \n{body}", icon=":material/priority_high:")
     elif kind == "text":
         st.caption(body)
+    elif kind == "owner":
+        st.caption(f":material/person: {md(title)} · {when}")
     elif kind in ("restart", "resent"):
         st.info(f"**{title}** · {when}", icon=":material/restart_alt:")
     elif kind == "error":

@@ -106,6 +106,7 @@ class Worker:
 
     def expire(self) -> list[Approval]:
         """Expire the approvals nobody decided in time and let their runs tell the customer."""
+        self.agent.apply_timeouts()   # remind, then escalate, before the expiry (once each)
         expired = self.agent.expire()
         for approval in expired:
             self._launch(approval.run_id)
@@ -215,14 +216,17 @@ class Worker:
         """A lead picks up an escalation."""
         return self.agent.take(escalation_id, by)
 
-    def stop(self, run_id: str) -> bool:
-        """Abort the run's in-flight model request; True if this process was advancing it."""
+    def stop(self, run_id: str, by: str | None = None) -> bool:
+        """Abort the run's in-flight model request; True if this process was advancing it.
+        ``by``: who pressed Stop, for the audit (the run's step says only that it stopped)."""
         with self._lock:
             job = self._jobs.get(run_id)
             if job is None or not job.alive():
                 return False
             job.again = None  # a stop also cancels a pending go-again
         job.cancel.set()
+        if by:
+            self.agent.store.record_stop(run_id, by)
         return True
 
     def resume(self, run_id: str) -> bool:

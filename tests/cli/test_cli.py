@@ -39,8 +39,10 @@ def test_the_guide_flow_across_processes(tmp_path):
     assert nothing.returncode == 4 and "Nothing is waiting for approval." in nothing.stderr
     assert "was approved by" in nothing.stderr      # and who decided the last one, when
 
-    audit = run_cli(out, "audit").stdout.splitlines()
+    header, *audit = run_cli(out, "audit").stdout.splitlines()
+    assert header.split()[:4] == ["TIME", "EVENT", "BY", "PID"]   # issue 36: no header before
     assert [line.split()[2] for line in audit] == ["requested", "approved", "issued"]
+    assert "$48.00 (proposed)" in audit[0] and "(proposed)" not in audit[2]
     pids = [re.search(r"pid (\d+)", line).group(1) for line in audit]
     assert pids[0] != pids[1] == pids[2]  # requested by the old process, approved by the new
     assert run_cli(out, "audit", "--verify").returncode == 0
@@ -57,7 +59,7 @@ def test_crash_after_refund_then_resume_reuses_the_refund(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "reused, not repeated" in resumed.stdout and "done" in resumed.stdout
     assert len(refunds(out)) == 1
-    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()]
+    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()[1:]]
     assert events == ["requested", "approved", "reused"]
 
 
@@ -177,7 +179,7 @@ def test_a_decision_without_an_id_is_refused_when_several_refunds_wait(tmp_path)
         assert "Traceback" not in result.stderr
     # Nothing was decided by the refused commands.
     assert _queue(out) == waiting and refunds(out) == []
-    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()]
+    events = [line.split()[2] for line in run_cli(out, "audit").stdout.splitlines()[1:]]
     assert events == ["requested", "requested"]
 
     # Named, it is decided; with exactly one left, a decision without an id takes that one.
@@ -205,7 +207,7 @@ def test_approve_only_some_lines_with_a_note(tmp_path):
     assert "Approved $48.00 for A1043" in approved.stdout
     assert "POUR-GLS-01 approved, MUG-STN-2 declined" in approved.stdout
     assert "Our team could not refund the stoneware mugs" in approved.stdout
-    run_id = run_cli(out, "runs").stdout.split()[0]
+    run_id = run_cli(out, "runs").stdout.splitlines()[1].split()[0]
     shown = run_cli(out, "show", run_id).stdout
     assert "** Approved by Dana (declined MUG-STN-2): The mugs were used." in shown
     (refund,) = refunds(out)

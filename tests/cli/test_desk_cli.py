@@ -156,7 +156,7 @@ def test_take_names_one_of_several_and_a_decision_closes_a_hand_off(out):
     assert [(e.run_id, e.taken_by) for e in store(out).escalations()] == [
         (maya.run_id, "Kai Moss"), (priya.run_id, "Lee Park")]
     none_left = as_(out, "Lee Park", "take")
-    assert none_left.returncode == 4 and "No escalation is open." in none_left.stderr
+    assert none_left.returncode == 4 and "No escalation is open (the last one" in none_left.stderr
     missing = as_(out, "Lee Park", "take", "--id", "99")
     assert missing.returncode == 1 and "No escalation 99." in missing.stderr
     assert run_cli(out, "take", "--id", "one", "--as", "Lee Park").returncode == 2
@@ -227,3 +227,111 @@ def test_a_hand_off_is_for_a_refund_above_the_senders_limit():
         "$25.00 is within Ana Ruiz's approval limit of $30.00: approve, reject or ask the "
         "customer; a hand-off is for refunds above it.")
     assert "has no approval limit" in handoff_problem("Lee Park", 10**6, None)
+
+
+def test_what_the_lead_saw_that_was_wrong(out):
+    """Issue 36, item 9, from the terminal. On the old code: a second `take` without --id
+    exited 4 "No escalation is open" (the docs promise 3, "already taken"); the `taken` audit
+    row had no order or amount; `runs` printed no header and called the rejected ticket
+    "done"; and the ticket's timeline said "Server restarted" though only commands drove it."""
+    from refund_agent.web import views
+
+    assert run_cli(out).returncode == 0                  # Maya's coffee maker, $48.00
+    assert as_(out, "Ana Ruiz", "handoff", "--note", "Over my limit").returncode == 0
+    assert as_(out, "Lee Park", "take").returncode == 0
+    late = as_(out, "Kai Moss", "take")                  # no --id: the one taken last
+    assert late.returncode == 3, late.stderr
+    assert late.stderr.startswith("error: Escalation 1 was already taken by Lee Park at ")
+    again = as_(out, "Lee Park", "take")
+    assert again.returncode == 0 and "You already took escalation 1 at" in again.stdout
+    taken = next(e for e in store(out).audit() if e.event == "taken")
+    assert (taken.order_id, taken.amount) == ("A1043", 48.0)
+
+    assert as_(out, "Lee Park", "reject", "--note", "The carafe was used").returncode == 0
+    header, row = run_cli(out, "runs").stdout.splitlines()
+    assert header.split()[:3] == ["RUN", "STATUS", "CREATED"]
+    assert row.split()[1] == "rejected"
+    audit = run_cli(out, "audit").stdout
+    assert "$48.00 (proposed)" in audit.splitlines()[-1]   # the rejection paid nothing
+
+    run_id = row.split()[0]
+    restarts = [s for s in store(out).steps(run_id) if s.kind == "restart"]
+    assert restarts and all(s.data["front"] == "terminal" for s in restarts)
+    titles = [b.title for b in views.timeline(store(out).steps(run_id))]
+    assert not [t for t in titles if "Server restarted" in t]
+    assert [t for t in titles if t.startswith("Continued by a terminal command: process")]
+
+
+def test_owners_from_the_terminal(out):
+    """Issue 36, item 5: claim, assign, release and `tickets --mine/--unassigned`, each signed
+    by an account and audited (none of these commands existed)."""
+    assert run_cli(out).returncode == 0
+    run_id = store(out).runs()[0].id
+    listed = run_cli(out, "tickets", "--unassigned").stdout.splitlines()
+    assert listed[0].split()[:3] == ["RUN", "STATUS", "OWNER"] and listed[1].startswith(run_id)
+    claimed = as_(out, "Ana Ruiz", "claim", run_id)
+    assert claimed.returncode == 0, claimed.stderr
+    assert claimed.stdout.startswith(f"Claimed {run_id} (maya.chen@example.com")
+    assert "Ana Ruiz" in run_cli(out, "tickets", "--mine", "--as", "ana ruiz").stdout
+    assert run_cli(out, "tickets", "--unassigned").stdout == "No tickets without an owner.\n"
+    stolen = as_(out, "Sam Cho", "claim", run_id)
+    assert stolen.returncode == 1 and "already Ana Ruiz's" in stolen.stderr
+    other = as_(out, "Sam Cho", "release", run_id)
+    assert other.returncode == 1 and "releasing someone else's ticket is a lead's act" \
+        in other.stderr
+    given = as_(out, "Ana Ruiz", "assign", run_id, "--to", "Sam Cho")
+    assert given.returncode == 1 and "Only a lead assigns" in given.stderr
+    nobody = as_(out, "Lee Park", "assign", run_id, "--to", "Nobody Here")
+    assert nobody.returncode == 1 and "only an account owns a ticket" in nobody.stderr
+    assert as_(out, "Lee Park", "assign", run_id, "--to", "Sam Cho").returncode == 0
+    assert as_(out, "Sam Cho", "release", run_id).returncode == 0
+    again = as_(out, "Sam Cho", "release", run_id)
+    assert again.returncode == 0 and again.stdout == f"Nobody owns {run_id}; nothing changed.\n"
+    assert [(e, who) for e, who in events(out) if e in ("claimed", "assigned", "released")] == [
+        ("claimed", "Ana Ruiz"), ("assigned", "Lee Park"), ("released", "Sam Cho")]
+    shown = run_cli(out, "show", run_id).stdout
+    assert "-- Assigned to Sam Cho by Lee Park (was Ana Ruiz's) --" in shown
+    wrong = run_cli(out, "claim", run_id, "--as", "Ana Ruiz", REFUND_AGENT_PASSWORD="wrong")
+    assert wrong.returncode == 1 and store(out).owner(run_id) is None
+
+
+def test_a_refund_above_an_approvers_limit_is_offered_to_one_whose_limit_covers_it(out):
+    """Issue 36, item 6: `queue --as` lists first what the account can decide and names who
+    can decide the rest; that approver then approves it with no hand-off. On the old code the
+    queue kept its order and only said "Needs a lead" for Maya's $48.00."""
+    added = run_cli(out, "users", "add", "Kim Vo", "--role", "approver", "--limit", "40",
+                    REFUND_AGENT_NEW_PASSWORD="kim-password")
+    assert added.returncode == 0, added.stderr
+    assert run_cli(out).returncode == 0                  # Maya's coffee maker, $48.00 (older)
+    assert run_cli(out, "angry").returncode == 0         # Priya's skillet, $31.50
+    kim = run_cli(out, "queue", "--as", "Kim Vo").stdout
+    assert kim.index("order A1066") < kim.index("order A1043")      # hers first
+    assert "** Can decide: Kai Moss (lead), Lee Park (lead)" in kim   # Maya: above $40 for Kim
+    ana = run_cli(out, "queue", "--as", "Ana Ruiz").stdout
+    assert "** Can decide: Kim Vo (up to $40.00), Kai Moss (lead), Lee Park (lead)" in ana
+    priya = next(a for a in store(out).approvals("pending") if a.order_id == "A1066")
+    approved = run_cli(out, "approve", "--id", priya.id, "--as", "Kim Vo",
+                       REFUND_AGENT_PASSWORD="kim-password")
+    assert approved.returncode == 0, approved.stderr
+    assert "handed_off" not in [e for e, _who in events(out)]   # no hand-off was needed
+    assert store(out).approval(priya.id).decided_by == "Kim Vo"
+
+
+def test_out_of_office_from_the_terminal(out):
+    """Issue 36, item 8: `away --to NAME --until DATE` and `back`, signed and audited; the
+    delegate's `tickets --mine` lists the tickets of the one away."""
+    assert run_cli(out).returncode == 0
+    run_id = store(out).runs()[0].id
+    assert as_(out, "Ana Ruiz", "claim", run_id).returncode == 0
+    bad = as_(out, "Ana Ruiz", "away", "--to", "Sam Cho", "--until", "next week")
+    assert bad.returncode == 1 and "--until takes a date as YYYY-MM-DD" in bad.stderr
+    gone = as_(out, "Ana Ruiz", "away", "--to", "sam cho", "--until", "2999-01-31")
+    assert gone.returncode == 0, gone.stderr
+    assert "Ana Ruiz is away until 2999-02-01 00:00:00: tickets and approvals go to Sam Cho." \
+        in gone.stdout
+    assert run_id in run_cli(out, "tickets", "--mine", "--as", "Sam Cho").stdout
+    assert as_(out, "Ana Ruiz", "back").stdout == "Welcome back, Ana Ruiz.\n"
+    assert "No tickets owned by Sam Cho." in run_cli(out, "tickets", "--mine", "--as",
+                                                     "Sam Cho").stdout
+    assert [(e, who) for e, who in events(out) if e in ("away", "back")] == [
+        ("away", "Ana Ruiz"), ("back", "Ana Ruiz")]

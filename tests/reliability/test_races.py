@@ -335,7 +335,10 @@ def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(work
     assert taken["ok"] and taken["status"] == "waiting" and taken["requests"] == 3
     store = Store(holder.backend.target(output))
     restarts = [s.data for s in store.steps(run_id) if s.kind == "restart"]
-    assert restarts[-1] == {"previous_pid": holder_pid, "pid": other.pids[0]}
+    # Schema 15: what kind of process took it over, from what, and that the holder died
+    # holding it (cut off), so the ticket words it as a takeover, not a server restart.
+    assert restarts[-1] == {"previous_pid": holder_pid, "pid": other.pids[0],
+                            "front": "terminal", "previous_front": "terminal", "cut_off": True}
     record("races", case="live lease blocks, dead holder taken over", rounds=1, racers=2,
            advanced_per_round=1, duplicate_requests=0, backend=holder.backend.name)
 

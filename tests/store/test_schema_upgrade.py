@@ -15,6 +15,7 @@ holding more units of a line than it has (schema 11's guard, on both engines). S
 closure run from before is the closure agent's, every other run the desk's, and open duplicate
 escalations (9 on) are merged into the oldest, leaving one open per ticket, kind and refund.
 Schema 14: every upgraded store takes mail once per Message-ID (the new mail table).
+Schema 15: no ticket has an owner until one is claimed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import DATA
 
+from refund_agent.desk.owners import OwnerChange
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import StoreError
@@ -292,6 +294,10 @@ def check_takes_new_work(store: Store) -> None:
     assert not isinstance(approval, str), approval
     store.release(lease, RunStatus.WAITING)
     assert store.decide(approval.id, True, "Dana Kim", None).status == "approved"
+    # Schema 15: tickets have owners (none from before), and a lease records its front.
+    assert "last_front" in store.columns("runs") and store.owners() == {}
+    assert store.change_owner(OwnerChange(run_id, "claim", "Dana Kim", by_lead=False))
+    assert store.owners() == {run_id: "Dana Kim"}
     store.add_account("Lee Park", "approver", 5000, "scrypt$new", by="Dana Kim")
     store.sign_in_failed("lee park", "terminal", 300.0, "lee park", "wrong password")
     record, reused = store.ledger_once("outbox", "key_new", {"to": LEO}, lambda: {"id": "m1"})

@@ -462,3 +462,40 @@ def test_each_run_keeps_its_desk_status_through_its_life(store):
     assert kept() == (DeskStatus.PARTLY_PAID, 0)
     assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 0, 500)
     assert desk_drift(store) == []
+
+
+def test_owners_timeouts_and_delegates_behave_alike(made):
+    """Issue 36 (schema 15) on both engines: a ticket's owner changed under its lock and
+    audited, the owner filter with a delegate (the engine's clock), each timeout step once,
+    and what each person approved on an order."""
+    from refund_agent.desk.owners import OwnerChange
+    from refund_agent.desk.timeouts import TimeoutPolicy
+
+    store = made("people")
+    for name, limit in (("Ana Ruiz", 3000), ("Sam Cho", 2000), ("Lee Park", None)):
+        store.add_account(name, "lead" if limit is None else "approver", limit, "scrypt$x",
+                          by="test")
+    run_id, _lease, approval = queue(store, ("POUR-GLS-01",))
+    assert store.change_owner(OwnerChange(run_id, "claim", "Ana Ruiz", False))
+    assert not store.change_owner(OwnerChange(run_id, "claim", "Ana Ruiz", False))
+    with pytest.raises(DecisionRefused):
+        store.change_owner(OwnerChange(run_id, "claim", "Sam Cho", False))
+    assert store.change_owner(OwnerChange(run_id, "assign", "Lee Park", True, "Sam Cho"))
+    assert store.owners([run_id]) == {run_id: "Sam Cho"}
+    store.set_away("Sam Cho", "Ana Ruiz", time.time() + 3600)
+    assert store.away() == {"Sam Cho": "Ana Ruiz"}
+    assert store.desk_page("", None, False, 0, 10, owner="Ana Ruiz") == [run_id]
+    assert store.desk_page("", None, False, 0, 10, unassigned=True) == []
+    assert store.set_back("Sam Cho") and store.away() == {}
+    assert store.desk_page("", None, False, 0, 10, owner="Ana Ruiz") == []
+
+    store.execute("UPDATE approvals SET requested_at = requested_at - 90000 WHERE id = ?",
+                  (approval.id,))
+    policy = TimeoutPolicy(4 * 3600, 24 * 3600)
+    assert store.apply_timeouts(policy) == [(approval.id, "remind"), (approval.id, "escalate")]
+    assert store.apply_timeouts(policy) == []
+    assert [e.kind for e in store.escalations(open_only=True)] == ["timeout"]
+    store.decide(approval.id, True, "Lee Park", None)
+    assert store.approved_by_on("A1043") == {"Lee Park": 4800}
+    assert [e.event for e in store.audit() if e.run_id == run_id] == [
+        "requested", "claimed", "assigned", "reminded", "timed_out", "approved"]

@@ -434,8 +434,11 @@ def test_worker_streams_live_deltas_and_stops_mid_request(settings: Settings, tm
         run = worker.submit_sample("damaged")
         segments = eventually(lambda: worker.live(run.id), what="streamed deltas")
         assert segments[0].kind == "reasoning" and segments[0].text
-        assert worker.stop(run.id)
+        assert worker.stop(run.id, "Dana Kim")
         wait_status(slow.store, run.id, RunStatus.STOPPED)
+        # Who stopped it is in the audit, signed (issue 36: Stop left no audit line at all).
+        assert [(e.event, e.actor, e.run_id) for e in slow.store.audit()] == [
+            ("stopped", "Dana Kim", run.id)]
         settle(worker, run.id)
         assert worker.live(run.id) == [] and slow.store.run(run.id).requests == 0
         assert slow.store.steps(run.id)[-1].kind == "stopped"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -94,7 +95,8 @@ def test_every_status_has_a_label_and_badge():
 def test_run_label_and_cost_line():
     run = make_run()
     label = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800), now=NOW)
-    assert label.startswith("**Maya Chen** · A1043 · \\$48\\.00  \n")
+    # Waiting: the amount is what was proposed, not money paid (issue 36).
+    assert label.startswith("**Maya Chen** · A1043 · \\$48\\.00 \\(proposed\\)  \n")
     assert "Waiting for approval" in label and "2 min ago" in label
     assert label.endswith("Coffee maker arrived cracked")
     # Nothing proposed yet: no order or amount to show, and none made up.
@@ -456,3 +458,75 @@ def test_the_views_stay_pure_and_the_package_names_what_it_exports():
             assert not [n for n in names if n.startswith(("streamlit", "store"))
                         or ".store" in n], (path.name, names)
     assert {name for name in views.__all__ if not hasattr(views, name)} == set()
+
+
+def test_an_amount_that_moved_no_money_says_proposed_in_the_inbox_table_and_csv():
+    """Issue 36: the audit's `asked` row and a rejected ticket's inbox entry showed $48.00 as
+    if it was paid (old code: "$48.00" in both, no word about it being only proposed)."""
+    run = make_run(status="done", desk_status="rejected")
+    rejected = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800,
+                                        desk="rejected"), now=NOW)
+    assert "\\$48\\.00 \\(proposed\\)" in rejected
+    paid = views.run_label(InboxRow(run=run, order_id="A1043", amount_cents=4800, desk="paid"),
+                           now=NOW)
+    assert "\\$48\\.00  \n" in paid and "proposed" not in paid
+    entries = [amount_entry(1, "requested", 48.0), amount_entry(2, "asked", 48.0),
+               amount_entry(3, "approved", 48.0), amount_entry(4, "issued", 48.0),
+               amount_entry(5, "account_added", None)]
+    frame = views.audit_frame(entries)
+    assert dict(zip(frame["Event"], frame["Amount"], strict=True)) == {
+        "requested": "$48.00 (proposed)", "asked": "$48.00 (proposed)",
+        "approved": "$48.00", "issued": "$48.00", "account_added": ""}
+    rows = list(csv.DictReader(io.StringIO(views.audit_csv(entries).decode())))
+    assert {r["event"]: (r["amount"], r["amount_is"]) for r in rows} == {
+        "requested": ("48.0", "proposed"), "asked": ("48.0", "proposed"),
+        "approved": ("48.0", "paid"), "issued": ("48.0", "paid"), "account_added": ("", "")}
+
+
+def amount_entry(i: int, event: str, amount: float | None) -> AuditEntry:
+    return AuditEntry(id=i, at=NOW, event=event, actor="Dana", pid=1, run_id="run_1",
+                      approval_id="a", order_id="A1043", amount=amount, note=None,
+                      prev_hash="", hash="")
+
+
+def test_server_restarted_only_when_a_page_server_took_over_from_a_page_server():
+    """Issue 36: a ticket only terminal commands drove said "Server restarted" (old code: the
+    words for every change of process)."""
+    def title(**d):
+        (block,) = views.timeline([step(1, "restart", previous_pid=100, pid=200, **d)])
+        return block.title
+    assert title(front="page", previous_front="page").startswith("Server restarted: process 200")
+    by_terminal = title(front="terminal", previous_front="terminal")
+    assert "Server restarted" not in by_terminal
+    assert by_terminal.startswith("Continued by a terminal command: process 200 picked up")
+    assert "Server restarted" not in title(front="terminal", previous_front="page")
+    assert "Server restarted" not in title(front="page", previous_front="terminal")
+    assert title().startswith("Server restarted")   # a step from before schema 15
+
+
+def test_the_thread_folds_the_agents_steps_under_each_email_in():
+    """Issue 36, item 10: the ticket as a thread. Each email in opens a turn; the agent's
+    reasoning, calls, results and model responses fold under it; the emails out, proposals,
+    decisions and the latest note stay in view, in order."""
+    blocks = views.timeline([
+        step(1, "email", **{"from": "maya@example.com"}, name="Maya", subject="Cracked",
+             body="It arrived cracked."),
+        step(2, "reasoning", text="Look the order up."),
+        step(3, "call", call_id="c1", name="lookup_order", arguments='{"order_id": "A1043"}'),
+        step(4, "result", call_id="c1", name="lookup_order", output='{"ok": true}'),
+        step(5, "response", response_id="r1", input_tokens=10, cached_tokens=0,
+             output_tokens=5, cost_ticks=0, seconds=1.0),
+        step(6, "message", to="maya@example.com", body="Sorry to hear that."),
+        step(7, "note", text="Asked for a photo."),
+        step(8, "reply", text="Here is the photo.", simulated=False),
+        step(9, "reasoning", text="Refund it."),
+        step(10, "note", text="Refund proposed."),
+    ])
+    first, second = views.thread(blocks)
+    assert first.opening.kind == "email" and second.opening.kind == "reply"
+    assert [b.kind for b in first.steps] == ["reasoning", "tool", "response", "note"]
+    assert [b.kind for b in first.shown] == ["message"]
+    assert [b.kind for b in second.steps] == ["reasoning"]
+    assert [b.kind for b in second.shown] == ["note"]     # the latest note stays in view
+    assert first.summary() == ("Agent's steps: 1 reasoning, 1 tool call, 1 model response, "
+                               "1 note")

@@ -364,7 +364,9 @@ def test_ask_the_customer_then_their_reply_brings_a_new_proposal(context, server
     page.get_by_text("Waiting on the customer: the team asked them a question").wait_for()
     expect(page.get_by_text("Sent back to the customer with a question by Dana Kim")
            ).to_be_visible()
-    expect(page.get_by_text("Could you send a photo of the crack?").first).to_be_visible()
+    # In the email out; the tool call that sent it folds under the turn (the thread view).
+    expect(page.get_by_text("Could you send a photo of the crack?").filter(visible=True).first
+           ).to_be_visible()
     expect(page.locator(CARD)).to_have_count(0)
     assert not (server.output / "refunds.log").exists()
 

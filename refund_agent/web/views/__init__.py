@@ -32,10 +32,11 @@ from .approvals import (
     review_action,
 )
 from .audit import AUDIT_COLUMNS, CSV_FIRST, audit_csv, audit_frame, csv_cell
-from .format import ago, clock, line_text, lines_text, md, money, shorten
+from .format import ago, clock, clock_day, line_text, lines_text, md, money, shorten
 from .inbox import (
     DESK_FILTERS,
     INBOX_FILTERS,
+    OWNER_FILTERS,
     desk_counts,
     filter_label,
     page_range,
@@ -44,22 +45,29 @@ from .inbox import (
 from .status import DECISIONS, ESCALATED, STATUS, desk_view, status_view
 from .ticket import (
     STEP_BLOCKS,
+    THREAD_SHOWN,
     Block,
     LiveSegment,
+    Turn,
     call_summary,
     cost_line,
     live_title,
     result_summary,
+    thread,
     timeline,
 )
 
 __all__ = [
+    "THREAD_SHOWN",
+    "Turn",
+    "thread",
     "AUDIT_COLUMNS",
     "CSV_FIRST",
     "DECISIONS",
     "DESK_FILTERS",
     "ESCALATED",
     "INBOX_FILTERS",
+    "OWNER_FILTERS",
     "STATUS",
     "STEP_BLOCKS",
     "Block",
@@ -73,6 +81,7 @@ __all__ = [
     "call_summary",
     "card_approve_label",
     "clock",
+    "clock_day",
     "cost_line",
     "csv_cell",
     "customer_name",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...desk.policy import Quote
+from ...desk.timeouts import human_duration
 from ...models import Approval
 from .format import ago, money
 
@@ -189,12 +190,13 @@ def kept_notice(card: Card, keep: Collection[str], quote: Quote | str | None,
 
 
 def reminder(requested_at: float, after_hours: float, now: float) -> str | None:
-    """``Waiting 26 h``: what a card says once a refund waited past the reminder time."""
-    hours = (now - requested_at) / 3600
-    if hours < after_hours:
+    """``Waiting 40 min``, ``Waiting 26 h``: what a card says once a refund waited past the
+    reminder time."""
+    waited = now - requested_at
+    if waited < after_hours * 3600:
         return None
-    return (f"Waiting {hours:.0f} h for approval" if hours < 48 else
-            f"Waiting {hours / 24:.0f} days for approval")
+    # In people's units: a 30-minute reminder said "Waiting 0 h" (issue 36).
+    return f"Waiting {human_duration(waited)} for approval"
 
 
 def limit_notice(amount: float, limit: float | None, before: float = 0.0) -> str | None:

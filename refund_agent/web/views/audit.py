@@ -9,8 +9,9 @@ from typing import Any
 
 import pandas as pd
 
+from ...desk.status import amount_is, amount_label
 from ...models import AuditEntry
-from .format import lines_text, money
+from .format import lines_text
 
 AUDIT_COLUMNS = ["Time", "Event", "By", "Customer", "PID", "Order", "Amount", "Lines", "Note",
                  "Run", "Approval"]
@@ -25,7 +26,8 @@ def audit_frame(entries: Sequence[AuditEntry],
              "Event": e.event, "By": e.actor,
              "Customer": customers.get(e.run_id or "", ""),
              "PID": e.pid, "Order": e.order_id or "",
-             "Amount": money(e.amount), "Lines": lines_text(e.lines), "Note": e.note or "",
+             "Amount": amount_label(e.amount, amount_is(event=e.event)),
+             "Lines": lines_text(e.lines), "Note": e.note or "",
              "Run": e.run_id or "",
              "Approval": e.approval_id or ""}
             for e in sorted(entries, key=lambda e: e.id, reverse=True)]
@@ -59,7 +61,10 @@ def ticket_url(base_url: str, run_id: str | None) -> str:
 
 # The columns a spreadsheet reader wants first; every stored field follows, ``at`` (the exact
 # Unix time the chain hashes) included.
-CSV_FIRST = ["time", "event", "actor", "customer", "order_id", "amount", "ticket", "ticket_url"]
+# ``amount_is`` says whether the amount moved money ("paid") or was only proposed ("proposed":
+# requested, asked, rejected, expired, handed off, taken), as the table and the terminal do.
+CSV_FIRST = ["time", "event", "actor", "customer", "order_id", "amount", "amount_is", "ticket",
+             "ticket_url"]
 
 
 def audit_csv(entries: Sequence[AuditEntry], customers: Mapping[str, str] | None = None,
@@ -76,7 +81,9 @@ def audit_csv(entries: Sequence[AuditEntry], customers: Mapping[str, str] | None
     for e in sorted(entries, key=lambda e: e.id, reverse=True):
         row = e.model_dump()
         row["lines"] = "" if e.lines is None else json.dumps(e.lines)
-        row.update(time=iso_time(e.at), customer=customers.get(e.run_id or "", ""),
+        row.update(time=iso_time(e.at),
+                   amount_is=amount_is(event=e.event) if e.amount is not None else "",
+                   customer=customers.get(e.run_id or "", ""),
                    ticket=e.run_id or "", ticket_url=ticket_url(base_url, e.run_id))
         rows.append({key: csv_cell(value) for key, value in row.items()})
     rest = [name for name in AuditEntry.model_fields if name not in CSV_FIRST]

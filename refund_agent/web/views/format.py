@@ -57,6 +57,11 @@ def clock(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else ""
 
 
+def clock_day(ts: float) -> str:
+    """``2026-12-24 00:00``: a day and time, for dates ahead (an absence's end)."""
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
 def shorten(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ...desk.status import DeskStatus, customer_name
+from ...desk.status import DeskStatus, amount_is, amount_label, customer_name
 from ...models import InboxRow, RunStatus
-from .format import ago, md, money, shorten
+from .format import ago, md, shorten
 from .status import ESCALATED, desk_view, status_view
 
 
 def run_label(row: InboxRow, now: float | None = None,
-              names: Mapping[str, str] | None = None) -> str:
+              names: Mapping[str, str] | None = None, owner: str | None = None) -> str:
     """The inbox entry for a run: who, which order and how much, status, age (Markdown).
 
     The order and amount come first after the name: a customer with a dozen tickets about the
@@ -23,12 +23,20 @@ def run_label(row: InboxRow, now: float | None = None,
     known = (names or {}).get(run.sender.casefold())
     who = md(customer_name(known or run.sender_name, run.sender))
     order = f" · {md(row.order_id)}" if row.order_id else ""
-    amount = f" · {md(money(row.amount_cents / 100))}" if row.amount_cents is not None else ""
+    # A rejected, expired or still-waiting proposal paid nothing: its amount says so.
+    paid = amount_is(desk=row.desk or row.run.desk_status)
+    amount = (f" · {md(amount_label(row.amount_cents / 100, paid))}"
+              if row.amount_cents is not None else "")
     badge = desk_view(row.desk).badge if row.desk else status_view(run.status).badge
     escalated = f" {ESCALATED.badge}" if row.escalations else ""
+    owned = f" · :material/person: {md(owner)}" if owner else ""
     return (f"**{who}**{order}{amount}  \n"
-            f"{badge}{escalated} · {ago(run.created_at, now)} · "
+            f"{badge}{escalated}{owned} · {ago(run.created_at, now)} · "
             f"{md(shorten(run.subject, 40))}")
+
+
+# Whose tickets the inbox shows, once people sign in: (key, label).
+OWNER_FILTERS = (("everyone", "Everyone's"), ("mine", "Mine"), ("unassigned", "Unassigned"))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...desk.owners import owner_text
 from ...models import KIND_LABELS, ApprovalStatus, Run, Step, StepKind
 from ...outside import RESENT_EMAIL
 from ...text import parse_bounded, sender_line, size_text, transcript_text
@@ -194,6 +195,30 @@ def _decision_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> No
                 lines=tuple(rows), tone=view.tone, **base))
 
 
+# Who took a run over, in the ticket's words (the store's Store.front values).
+FRONT_WORDS = {"page": "the page's server", "terminal": "a terminal command",
+               "worker": "a worker (`refund-agent work`)"}
+
+
+def restart_title(d: Mapping[str, Any]) -> str:
+    """The line where another process took a run over.
+
+    "Server restarted" only when a page's server took it from a page's server (a restart of
+    the page, the case the words name); a terminal command carrying the run on (``approve``,
+    ``resume``) or a worker taking it says so. Steps from before schema 15 name no kinds and
+    keep the old words.
+    """
+    pids = f"process {d['pid']} picked up the run (it was last advanced by process " \
+           f"{d['previous_pid']}"
+    if "front" not in d:
+        return f"Server restarted: {pids})"
+    if d["front"] == "page" and d.get("previous_front") == "page":
+        return f"Server restarted: {pids})"
+    was = FRONT_WORDS.get(d.get("previous_front") or "", "another process")
+    return (f"Continued by {FRONT_WORDS.get(d['front'], 'another process')}: {pids}, "
+            f"{was})")
+
+
 def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
     title = f"Refund {d['refund_id']} issued: {money(d['amount'])}"
     if d.get("reused"):
@@ -243,9 +268,7 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.REPLY: lambda t, d, base: t.add(Block("reply", "Customer replied", d["text"],
                                                    simulated=bool(d.get("simulated")),
                                                    lines=mail_lines(d), **base)),
-    StepKind.RESTART: lambda t, d, base: t.add(Block(
-        "restart", f"Server restarted: process {d['pid']} picked up the run (it was last "
-        f"advanced by process {d['previous_pid']})", **base)),
+    StepKind.RESTART: lambda t, d, base: t.add(Block("restart", restart_title(d), **base)),
     StepKind.RESENT: lambda t, d, base: t.add(Block("resent", resent_text(d), **base)),
     StepKind.ERROR: lambda t, d, base: t.add(Block("error", d.get("message", "Error"),
                                                    **base)),
@@ -259,6 +282,11 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
         **base)),
     StepKind.HANDOFF: lambda t, d, base: t.add(Block(
         "escalation", f"Sent to a lead by {d.get('by')}", d.get("reason", ""), **base)),
+    StepKind.OWNER: lambda t, d, base: t.add(Block("owner", owner_text(d), **base)),
+    StepKind.TIMEOUT: lambda t, d, base: t.add(Block(
+        "escalation" if d.get("step") == "escalate" else "owner",
+        ("Escalated: " if d.get("step") == "escalate" else "Reminder: ")
+        + str(d.get("note", "")), **base)),
     StepKind.SIGNOFF: lambda t, d, base: t.add(Block(
         "decision", f"First sign-off by {d.get('by')}: {money(d.get('amount'))} for "
         f"{', '.join(d.get('keep') or []) or 'the shipping'}; a second person must approve",
@@ -279,6 +307,67 @@ def timeline(steps: Iterable[Step]) -> list[Block]:
             t.open_calls.clear()   # a turn's commentary sits beside its call
         STEP_BLOCKS[step.kind](t, step.data, {"at": step.at, "pid": step.pid})
     return t.blocks
+
+
+# -- the thread: the emails in and out, the agent's steps folded under each turn ------------
+
+# What stays in view in the thread: the emails, what a person decided or must know, and the
+# one-line marks (a restart, an owner, a timeout). The agent's working (reasoning, tool calls
+# and results, model responses, commentary) folds under its turn: a resolved angry-customer
+# ticket drawn step by step was over 4,000 px tall (issue 36).
+THREAD_SHOWN = frozenset({"email", "reply", "message", "proposal", "decision", "refund",
+                          "escalation", "error", "stopped", "note", "restart", "resent",
+                          "owner", "customer_done"})
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a ticket's thread: the customer's email (or reply) that opened it, the
+    agent's steps it led to (folded), and what stays in view after them, in order."""
+
+    opening: Block | None          # None: steps before any email (none, in practice)
+    steps: tuple[Block, ...] = ()
+    shown: tuple[Block, ...] = ()
+
+    def summary(self) -> str:
+        """``Agent's steps: 3 tool calls, 2 model responses, reasoning``."""
+        counts: dict[str, int] = {}
+        for block in self.steps:
+            counts[block.kind] = counts.get(block.kind, 0) + 1
+        words = {"tool": ("tool call", "tool calls"), "result": ("result", "results"),
+                 "response": ("model response", "model responses"),
+                 "reasoning": ("reasoning", "reasoning"), "note": ("note", "notes"),
+                 "text": ("comment", "comments")}
+        parts = [f"{n} {words[k][n != 1]}" if k in words else f"{n} {k}"
+                 for k, n in counts.items()]
+        return "Agent's steps: " + ", ".join(parts)
+
+
+def thread(blocks: Iterable[Block]) -> list[Turn]:
+    """The timeline as a thread: a new turn at each email in (the first email, each reply)."""
+    turns: list[Turn] = []
+    opening: Block | None = None
+    steps: list[Block] = []
+    shown: list[Block] = []
+
+    def close() -> None:
+        if opening is not None or steps or shown:
+            turns.append(Turn(opening, tuple(steps), tuple(shown)))
+
+    for block in blocks:
+        if block.kind in ("email", "reply"):
+            close()
+            opening, steps, shown = block, [], []
+        elif block.kind in THREAD_SHOWN:
+            shown.append(block)
+        else:
+            steps.append(block)
+    close()
+    # The team's note of an earlier turn is history: it folds with that turn's steps; the
+    # latest turn's stays in view (what the agent left the team last).
+    return [replace(t, steps=t.steps + tuple(b for b in t.shown if b.kind == "note"),
+                    shown=tuple(b for b in t.shown if b.kind != "note"))
+            for t in turns[:-1]] + turns[-1:]
 
 
 def resent_text(data: Mapping[str, Any]) -> str:
