@@ -7,6 +7,8 @@ import inspect
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
 from jsonstate import JsonStateStore
 
 from refund_agent.store import Store
@@ -109,3 +111,17 @@ def test_a_throughput_worker_that_uses_up_its_orders_reports_the_window_it_measu
     assert report["ran_dry"] is True and report["done"] == 4, report
     assert 0 < report["window_s"] < 600
     assert tickets_per_second([report]) == report["done"] / report["window_s"]
+
+
+@given(st.lists(st.from_regex(r"call-[0-9a-f]{8}-[0-9]|ORD-[0-9]{4}|resp_[0-9a-f]{20}",
+                              fullmatch=True), min_size=1, max_size=12, unique=True),
+       st.integers(0, 9_999_999))
+def test_seeded_copies_of_a_paused_run_keep_distinct_ids_apart(ids, copy) -> None:
+    """bench/peers.py seeds copies of a paused run by renaming its ids; two call ids that
+    shared their last characters (``call-3212cd54-0``, ``call-9f0e1a54-0``) got one new id,
+    and the seeding died on the calls' unique key in about half the runs."""
+    from peers import copy_ids
+    renamed = copy_ids(ids, copy)
+    assert len(set(renamed.values())) == len(ids)
+    assert not set(renamed.values()) & set(ids)
+    assert set(copy_ids(ids, copy + 1).values()).isdisjoint(renamed.values())
