@@ -141,6 +141,11 @@ class StoreCore:
         """Create the schema, or bring a store at ``version`` up to date when that is safe."""
         raise NotImplementedError
 
+    def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
+        """The condition on runs (and its ``?`` values) that keeps the runs whose kept search
+        text (run_search, schema 16) holds every one of ``words`` (lower-cased, not empty)."""
+        raise NotImplementedError
+
     def lock_order(self, db: Any, order_id: str) -> None:
         """Serialise, until commit, the transactions that reserve lines of one order (or read
         what one person approved on it), so two cannot both count the old state."""

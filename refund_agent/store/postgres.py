@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import StoreError
 from .base import Store
 from .core import psycopg
+from .inbox import like_pattern
 from .schema import SCHEMA_VERSION, TABLES, due, shipped_version
 from .schema_postgres import POSTGRES_SCHEMA, POSTGRES_STEPS, POSTGRES_VERSION_TABLE
 
@@ -70,6 +71,13 @@ class PostgresStore(Store):
         self._listener: threading.Thread | None = None
         self._listening = threading.Event()
         self._stop = threading.Event()
+
+    def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
+        """Runs whose kept text holds every word (schema 16), through run_search's pg_trgm
+        index (a word under three letters has no trigram: the index is read whole)."""
+        return ("runs.id IN (SELECT run_id FROM run_search WHERE "
+                + " AND ".join(["body LIKE ? ESCAPE '\\'"] * len(words)) + ")",
+                [like_pattern(w) for w in words])
 
     # -- connections ---------------------------------------------------------------------
 

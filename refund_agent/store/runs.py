@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection
+from typing import Any
 
 from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
 from .core import StoreCore, no_limit
+from .inbox import search_words
 
 
 class Runs(StoreCore):
@@ -85,20 +87,26 @@ class Runs(StoreCore):
             counts[RunStatus(status)] = n
         return counts
 
-    def _inbox_filter(self, search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
-        clauses, args = [], []
-        like = f" {self.like} ? ESCAPE '\\'"
-        for word in search.split():   # every word must match somewhere
-            pattern = ("%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                       + "%")
-            clauses.append(f"(sender{like} OR sender_name{like} OR subject{like} OR email{like}"
-                           f" OR id{like} OR id IN (SELECT run_id FROM approvals"
-                           f" WHERE order_id{like}))")
-            args += [pattern] * 6
+    def _inbox_conditions(self, search: str, statuses: Collection[RunStatus] = ()
+                          ) -> tuple[list[str], list[Any]]:
+        """The conditions on runs (and their ``?`` values) that select the runs matching
+        ``search`` (every word somewhere; store/inbox.py) and one of ``statuses``, if given.
+        A new filter is one more condition here."""
+        conditions: list[str] = []
+        args: list[Any] = []
+        words = search_words(search)
+        if words:
+            condition, patterns = self._search_condition(words)
+            conditions.append(condition)
+            args += patterns
         if statuses:
-            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            conditions.append(f"status IN ({','.join('?' * len(statuses))})")
             args += [str(s) for s in statuses]
-        return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
+        return conditions, args
+
+    def _inbox_filter(self, search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
+        conditions, args = self._inbox_conditions(search, statuses)
+        return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
     def latest_run(self, statuses: set[RunStatus], agent: str | None = None) -> Run | None:
         """The run of one of ``statuses`` changed last (``agent``'s runs only, if named)."""

@@ -460,5 +460,5 @@ def test_each_run_keeps_its_desk_status_through_its_life(store):
     (escalation,) = store.escalations(open_only=True, run_id=run_id)
     store.take_escalation(escalation.id, "Lee Park")
     assert kept() == (DeskStatus.PARTLY_PAID, 0)
-    assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 0, 500)
+    assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 500)
     assert desk_drift(store) == []
