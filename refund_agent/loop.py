@@ -175,7 +175,8 @@ class Loop:
         """
         self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
-        before = self.store.last_step_id(run_id)
+        # Nobody listening (the terminal, a worker): the new steps are not read back at all.
+        before = self.store.last_step_id(run_id) if on_event else -1
         # A run this process claimed (see claim) is continued under the claim's token.
         lease = self.store.acquire(run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex)
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
@@ -369,6 +370,8 @@ class Loop:
         return turns.history(run, self.store.transcript(run.id), self.store.steps(run.id))
 
     def _emit_steps(self, run_id: str, after: int, emit: OnEvent) -> int:
+        if after < 0:   # no listener (see advance)
+            return after
         steps = self.store.steps(run_id, after)
         for step in steps:
             emit(LiveEvent(run_id, "step", step=step))
