@@ -99,6 +99,18 @@ int fdatasync(int fd) { static int (*real)(int);
 """
 
 
+def copy_ids(ids: list[str], copy: int) -> dict[str, str]:
+    """The ids of seeded copy number ``copy`` of a paused run: one new id per old id.
+
+    Each new id carries the old id's position among ``ids``, so no two old ids share a new
+    one (keeping a tail of the old id instead, ``old[12:]``, gave ``call-3212cd54-0`` and
+    ``call-9f0e1a54-0`` the same new id and the calls one key, in about half the runs). The
+    prefix (``run_``, ``call``, ``resp``) stays so the copies read like the original.
+    """
+    return {old: f"{old[:4]}s{copy:07d}n{j}" if len(old) > 12 else f"S{copy:07d}n{j}"
+            for j, old in enumerate(ids)}
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -364,8 +376,7 @@ class ProjectWorker(Worker):
                 "SELECT * FROM approval_lines WHERE approval_id = ?", (approval["id"],))]}
         db.execute("BEGIN IMMEDIATE")
         for i in range(n):
-            new = {old: f"{old[:4]}s{i:07d}{old[12:]}" if len(old) > 12 else f"S{i:07d}"
-                   for old in ids}
+            new = copy_ids(ids, i)
 
             def swap(v: Any, new: dict[str, str] = new) -> Any:
                 if isinstance(v, str):

@@ -179,7 +179,7 @@ class ScaleCase:
         t0 = time.perf_counter()
         counts = views.desk_counts(store.desk_groups(""))
         for shown in views.DESK_FILTERS[:2]:   # "needs" and "all"
-            rows = store.inbox_rows(store.desk_page("", *shown.selection(), 0, 50))
+            rows = store.inbox_rows(store.desk_page("", *shown.selection(), 50))
             store.customer_names([row.run.sender for row in rows])
         self.desk.append(time.perf_counter() - t0)
         assert counts["all"] >= self.n, counts

@@ -13,12 +13,12 @@ Refunds are itemized: each approval has its order lines (``approval_lines`` in S
 seeded ticket has its own order id, so no two tickets hold the same line.
 
 The SQLite store is filled with bulk inserts in one transaction, a PostgreSQL store with ``COPY``
-in one transaction (the refunds and emails going into its ``ledger`` table, where that backend
-keeps them), the JSON-file store (for the comparison) by writing its state file once; the audit
-chain is computed as the store would, and the store's chain anchor (``audit_anchor``) moved to
-the new head in the same transaction, so the seeded store verifies and accepts new audit
-entries. Seeded runs are finished and released: no lease, and the fencing epoch the template
-run ended with.
+in transactions of a thousand tickets (the refunds and emails going into its ``ledger`` table,
+where that backend keeps them), the JSON-file store (for the comparison) by writing its state
+file once; the audit chain is computed as the store would, and the store's chain anchor
+(``audit_anchor``) moved to the new head in the same transaction (each batch's, on
+PostgreSQL), so the seeded store verifies and accepts new audit entries. Seeded runs are
+finished and released: no lease, and the fencing epoch the template run ended with.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 from refund_agent.errors import StoreError
 from refund_agent.models import call_key, order_id_in
 from refund_agent.store import GENESIS_HASH, Store, audit_hash
-from refund_agent.store.inbox import refresh_stale_desk
+from refund_agent.store.inbox import desk_of, refresh_stale_desk
 
 SEP = "\x1e"
 REJECT_EVERY = 10  # every 10th seeded ticket was rejected
@@ -160,6 +160,21 @@ def history(t: Template, n: int, now: float | None = None) -> Iterator[Seeded]:
                      message_line)
 
 
+DESK_COLS = ["desk_status", "desk_escalations", "desk_dirty"]
+
+
+def seeded_desk(s: Seeded) -> tuple[str, int, int]:
+    """The desk columns of a seeded run, as ``refresh_stale_desk`` would compute them (the same
+    pure function): written with the run, so no run is left stale for a row-by-row refresh."""
+    a = s.approval
+    status, open_ = desk_of({
+        "status": s.run["status"], "latest_status": a["status"],
+        "latest_amount": a["amount_cents"], "latest_proposed": a["proposed_cents"],
+        "latest_declined": sum(line["decision"] == "declined" for line in a["lines"]),
+        "open_escalations": 0})
+    return str(status), open_, 0
+
+
 def _rejected_step(step: tuple[float, int, str, str]) -> tuple[float, int, str, str]:
     """The template's decision step, turned into a rejection (other steps unchanged)."""
     at, pid, kind, data = step
@@ -186,7 +201,8 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
     """Bulk-insert ``n`` template tickets in one transaction, plus their log lines."""
     db = store._db()  # noqa: SLF001 - bulk seeding needs the raw connection
     run_cols = list(t.run)
-    run_sql = f"INSERT INTO runs({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})"
+    run_sql = (f"INSERT INTO runs({','.join(run_cols + DESK_COLS)})"
+               f" VALUES ({','.join('?' * (len(run_cols) + len(DESK_COLS)))})")
     refunds, messages = [], []
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -202,7 +218,7 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
         batch_runs, batch_steps, batch_calls, batch_appr, batch_lines, batch_audit = (
             [], [], [], [], [], [])
         for s in history(t, n):
-            batch_runs.append(tuple(s.run[c] for c in run_cols))
+            batch_runs.append((*(s.run[c] for c in run_cols), *seeded_desk(s)))
             batch_steps += [(s.run["id"], at, pid, kind, data) for at, pid, kind, data in s.steps]
             batch_calls += [(c["call_id"], c["run_id"], c["response_id"], c["seq"], c["name"],
                              c["arguments"], c["output"], c["key"], c["order_id"])
@@ -247,8 +263,11 @@ def seed_sqlite(store: Store, output_dir: Path, t: Template, n: int) -> None:
 
 
 def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  # noqa: ANN001
-    """Insert one batch; the columns follow refund_agent/store.py's schema (version 3)."""
-    db.executemany(run_sql, runs)
+    """Insert one batch; the columns follow refund_agent/store.py's schema (version 3).
+
+    The approvals and their lines go in before their runs: the schema's triggers mark a run's
+    desk row stale when an approval or line arrives, and a run not there yet has nothing to
+    mark, so the desk columns written with the run stand (no refresh afterwards)."""
     db.executemany("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)", steps)
     db.executemany("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output,"
                    " key, order_id) VALUES (?,?,?,?,?,?,?,?,?)", calls)
@@ -259,6 +278,7 @@ def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  #
     db.executemany("INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
                    " amount_cents, allowed_cents, fee_cents, held, decision)"
                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)", lines)
+    db.executemany(run_sql, runs)
     db.executemany("INSERT INTO audit(at, event, actor, pid, run_id, approval_id, order_id,"
                    " amount, note, lines, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                    audit)
@@ -266,18 +286,23 @@ def _flush(db, run_sql, runs, steps, calls, approvals, lines, audit) -> None:  #
         batch.clear()
 
 
-def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
-    """``COPY`` ``n`` template tickets into a PostgreSQL store in one transaction.
+def seed_postgres(store: Store, t: Template, n: int, batch: int = 1000) -> None:
+    """``COPY`` ``n`` template tickets into a PostgreSQL store, ``batch`` tickets a transaction.
 
     The same rows as :func:`seed_sqlite`; the refund and email records go into the ``ledger``
     table (log ``refunds`` / ``outbox``, keyed by their idempotency key), where a PostgreSQL
-    store keeps them. Afterwards ``VACUUM ANALYZE``: a store that grew over months would have
-    been vacuumed and analyzed by autovacuum long since, as ``seed_sqlite`` checkpoints.
+    store keeps them. Each batch commits on its own, with the audit anchor moved to that batch's
+    head, so the store verifies after every commit: the units guard (schema_postgres.py) takes an
+    advisory lock per order until its transaction ends, and a stock server's lock table
+    (``max_locks_per_transaction`` 64) has room for a few thousand, not for 100,000 orders in
+    one transaction. Approvals and their lines are copied before their runs, which carry their
+    desk columns (:func:`seeded_desk`), so nothing is left stale to refresh row by row.
+    Afterwards ``VACUUM ANALYZE``: a store that grew over months would have been vacuumed and
+    analyzed by autovacuum long since, as ``seed_sqlite`` checkpoints.
     """
     conn = store._db().conn  # noqa: SLF001 - bulk seeding needs the raw psycopg connection
     run_cols = list(t.run)
     copies = {
-        "runs": run_cols,
         "steps": ["run_id", "at", "pid", "kind", "data"],
         "calls": ["call_id", "run_id", "response_id", "seq", "name", "arguments", "output", "key",
                   "order_id"],
@@ -286,20 +311,13 @@ def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
                       "requested_pid", "decided_by", "decided_at", "decided_pid", "note"],
         "approval_lines": ["approval_id", "order_id", "seq", "line", "name", "reason",
                            "amount_cents", "allowed_cents", "fee_cents", "held", "decision"],
+        "runs": run_cols + DESK_COLS,   # after the approvals: see the docstring
         "audit": ["at", "event", "actor", "pid", "run_id", "approval_id", "order_id", "amount",
                   "note", "lines", "prev_hash", "hash"],
         "ledger": ["log", "key", "record"],
     }
     rows: dict[str, list[tuple]] = {table: [] for table in copies}
-
-    def flush(cur: Any) -> None:
-        for table, cols in copies.items():
-            if rows[table]:
-                with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
-                    for row in rows[table]:
-                        copy.write_row(row)
-                rows[table].clear()
-
+    tickets = history(t, n)
     with conn.transaction(), conn.cursor() as cur:
         # The chain continues from the newest entry, which must be where the anchor says.
         cur.execute("SELECT entries, head FROM audit_anchor WHERE id = 1 FOR UPDATE")
@@ -311,37 +329,51 @@ def seed_postgres(store: Store, t: Template, n: int, batch: int = 2000) -> None:
             raise StoreError(f"The audit log in {store.path} does not end where its anchor "
                              "says; not seeding on top of it.")
         entries = anchor[0]
-        for count, s in enumerate(history(t, n), 1):
-            rows["runs"].append(tuple(int(v) if isinstance(v, bool) else v
-                                      for v in (s.run[c] for c in run_cols)))
-            rows["steps"] += [(s.run["id"], at, pid, kind, data)
-                              for at, pid, kind, data in s.steps]
-            rows["calls"] += [(c["call_id"], c["run_id"], c["response_id"], c["seq"],
-                               c["name"], c["arguments"], c["output"], c["key"], c["order_id"])
-                              for c in s.calls]
-            a = s.approval
-            rows["approvals"].append(tuple(a[c] for c in copies["approvals"]))
-            rows["approval_lines"] += [
-                (a["id"], a["order_id"], seq, line["line"], line["name"], line["reason"],
-                 line["amount_cents"], line["allowed_cents"], line["fee_cents"],
-                 int(line["held"]), line["decision"]) for seq, line in enumerate(a["lines"])]
-            for e in s.audit:
-                h = audit_hash(prev, e)
-                lines = None if e.get("lines") is None else json.dumps(e["lines"])
-                rows["audit"].append((e["at"], e["event"], e["actor"], e["pid"], e["run_id"],
-                                      e["approval_id"], e["order_id"], e["amount"], e["note"],
-                                      lines, prev, h))
-                prev = h
-                entries += 1
-            for log, line in (("refunds", s.refund_line), ("outbox", s.message_line)):
-                if line:
-                    rows["ledger"].append((log, json.loads(line)["idempotency_key"], line))
-            if count % batch == 0:
-                flush(cur)
-        flush(cur)
-        cur.execute("UPDATE audit_anchor SET entries = %s, head = %s WHERE id = 1",
-                    (entries, prev))
-        refresh_stale_desk(store._db())   # noqa: SLF001 - the same connection, ? placeholders
+    done = False
+    while not done:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT head FROM audit_anchor WHERE id = 1 FOR UPDATE")
+            if cur.fetchone()[0] != prev:
+                raise StoreError(f"The audit log in {store.path} moved while seeding.")
+            for count, s in enumerate(tickets, 1):
+                rows["runs"].append((*(int(v) if isinstance(v, bool) else v
+                                       for v in (s.run[c] for c in run_cols)), *seeded_desk(s)))
+                rows["steps"] += [(s.run["id"], at, pid, kind, data)
+                                  for at, pid, kind, data in s.steps]
+                rows["calls"] += [(c["call_id"], c["run_id"], c["response_id"], c["seq"],
+                                   c["name"], c["arguments"], c["output"], c["key"],
+                                   c["order_id"]) for c in s.calls]
+                a = s.approval
+                rows["approvals"].append(tuple(a[c] for c in copies["approvals"]))
+                rows["approval_lines"] += [
+                    (a["id"], a["order_id"], seq, line["line"], line["name"], line["reason"],
+                     line["amount_cents"], line["allowed_cents"], line["fee_cents"],
+                     int(line["held"]), line["decision"]) for seq, line in enumerate(a["lines"])]
+                for e in s.audit:
+                    h = audit_hash(prev, e)
+                    lines = None if e.get("lines") is None else json.dumps(e["lines"])
+                    rows["audit"].append((e["at"], e["event"], e["actor"], e["pid"],
+                                          e["run_id"], e["approval_id"], e["order_id"],
+                                          e["amount"], e["note"], lines, prev, h))
+                    prev = h
+                    entries += 1
+                for log, line in (("refunds", s.refund_line), ("outbox", s.message_line)):
+                    if line:
+                        rows["ledger"].append((log, json.loads(line)["idempotency_key"], line))
+                if count == batch:
+                    break
+            else:
+                done = True
+            for table, cols in copies.items():
+                if rows[table]:
+                    with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+                        for r in rows[table]:
+                            copy.write_row(r)
+                    rows[table].clear()
+            cur.execute("UPDATE audit_anchor SET entries = %s, head = %s WHERE id = 1",
+                        (entries, prev))
+            # Finds nothing stale (one look through the partial index), as a check.
+            refresh_stale_desk(store._db())  # noqa: SLF001 - the same connection
     conn.execute("VACUUM ANALYZE")
 
 

@@ -175,34 +175,38 @@ class Loop:
         """
         self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
-        before = self.store.last_step_id(run_id)
+        # Nobody listening (the terminal, a worker): the new steps are not read back at all.
+        before = self.store.last_step_id(run_id) if on_event else -1
         # A run this process claimed (see claim) is continued under the claim's token.
         lease = self.store.acquire(run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex)
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         end: turns.TurnResult | _Ending
-        try:
-            for _ in range(MAX_TURNS):
-                if cancel and cancel.is_set():
-                    raise Stopped
-                run = self.store.run(run_id)
-                end = self._next(run, lease)
-                seen = self._emit_steps(run_id, seen, emit)
-                if not isinstance(end, NextInput):
-                    break
-                self._turn(run, lease, end, emit, cancel)
-                seen = self._emit_steps(run_id, seen, emit)
-                self._crash_at("after_response")
+        # One heartbeat for the whole advance, not one per request: it renews the lease while
+        # requests stream and tools run, and closes whichever stream is open if it is lost.
+        with Heartbeat(self.store, lease) as heartbeat:
+            try:
+                for _ in range(MAX_TURNS):
+                    if cancel and cancel.is_set():
+                        raise Stopped
+                    run = self.store.run(run_id)
+                    end = self._next(run, lease)
+                    seen = self._emit_steps(run_id, seen, emit)
+                    if not isinstance(end, NextInput):
+                        break
+                    self._turn(run, lease, end, emit, cancel, heartbeat)
+                    seen = self._emit_steps(run_id, seen, emit)
+                    self._crash_at("after_response")
+                else:
+                    end = _Ending(RunStatus.FAILED, f"Stopped after {MAX_TURNS} turns without "
+                                  "finishing; resume to continue.")
+            except LeaseLost:
+                raise  # the new owner carries on; writing anything here would be refused
+            except BaseException as exc:
+                self._end(lease, self._ending(exc, run_id, lease, cancel))
+                if not isinstance(exc, Stopped | turns.NoTranscript | openai.APIError):
+                    raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
-                end = _Ending(RunStatus.FAILED, f"Stopped after {MAX_TURNS} turns without "
-                              "finishing; resume to continue.")
-        except LeaseLost:
-            raise  # the new owner carries on; writing anything here would be refused anyway
-        except BaseException as exc:
-            self._end(lease, self._ending(exc, run_id, lease, cancel))
-            if not isinstance(exc, Stopped | turns.NoTranscript | openai.APIError):
-                raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
-        else:
-            self._end(lease, end)
+                self._end(lease, end)
         self._emit_steps(run_id, seen, emit)
         return self.store.run(run_id)
 
@@ -309,7 +313,7 @@ class Loop:
         return text
 
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
-              cancel: Cancel | None) -> None:
+              cancel: Cancel | None, heartbeat: Heartbeat) -> None:
         """One streamed request; its response is committed before any of its calls run.
 
         If the stored response is gone (a 404 naming it: expired, deleted), the same turn is
@@ -324,18 +328,17 @@ class Loop:
             effort=effort_for(model, self.settings.reasoning_effort),
             history=self._history(run) if keep_nothing else None)
         resent: dict[str, Any] | None = None
-        with Heartbeat(self.store, lease) as heartbeat:
-            try:
-                response = self._stream(run.id, params, emit, cancel, heartbeat)
-            except openai.APIStatusError as exc:
-                missing = params.get("previous_response_id")
-                if not missing or not self._response_gone(exc, missing):
-                    raise  # a wrong URL or model, a refused parameter: not the stored response
-                history = self._history(run)
-                params = turns.resend_request(params, history, step.items)
-                resent = {"missing": missing, "items": len(history),
-                          "bytes": run.transcript_bytes}
-                response = self._stream(run.id, params, emit, cancel, heartbeat)
+        try:
+            response = self._stream(run.id, params, emit, cancel, heartbeat)
+        except openai.APIStatusError as exc:
+            missing = params.get("previous_response_id")
+            if not missing or not self._response_gone(exc, missing):
+                raise  # a wrong URL or model, a refused parameter: not the stored response
+            history = self._history(run)
+            params = turns.resend_request(params, history, step.items)
+            resent = {"missing": missing, "items": len(history),
+                      "bytes": run.transcript_bytes}
+            response = self._stream(run.id, params, emit, cancel, heartbeat)
         read = turns.read_response(response, step.items, model=model,
                                    seconds=time.monotonic() - started)
         self.store.record_response(lease, response_id=read.response_id, calls=read.calls,
@@ -367,6 +370,8 @@ class Loop:
         return turns.history(run, self.store.transcript(run.id), self.store.steps(run.id))
 
     def _emit_steps(self, run_id: str, after: int, emit: OnEvent) -> int:
+        if after < 0:   # no listener (see advance)
+            return after
         steps = self.store.steps(run_id, after)
         for step in steps:
             emit(LiveEvent(run_id, "step", step=step))

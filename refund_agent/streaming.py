@@ -69,10 +69,12 @@ class Cancel:
 
 
 class Heartbeat:
-    """Renews a run's lease while a model request streams, so a slow request never loses it.
+    """Renews a run's lease for one whole advance (every request it streams, every tool it
+    runs), so a slow request never loses it; one thread per advance, not one per request.
 
-    If a renewal finds the lease taken over (this process was paused past it), the stream is
-    closed and :meth:`check` raises LeaseLost, so nothing from that response is used.
+    If a renewal finds the lease taken over (this process was paused past it), the stream open
+    at the time (or the next one attached) is closed and :meth:`check` raises LeaseLost, so
+    nothing from that response is used; between requests, the next write is refused anyway.
     """
 
     def __init__(self, store: Store, lease: Lease) -> None:
@@ -91,7 +93,10 @@ class Heartbeat:
         self._thread.join()
 
     def attach(self, stream: Any) -> None:
+        """The stream a lost lease closes (None: no request is streaming)."""
         self._stream = stream
+        if stream is not None and self.lost is not None:
+            stream.close()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.store.lease_seconds / 3):
@@ -186,6 +191,7 @@ def stream_response(client: openai.OpenAI, run_id: str, params: dict[str, Any], 
             raise Stopped from None
         raise
     finally:
+        heartbeat.attach(None)
         raw.__exit__(None, None, None)
     heartbeat.check()
     if final is None:

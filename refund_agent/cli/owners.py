@@ -67,7 +67,7 @@ def tickets(args: argparse.Namespace) -> int:
         if account is None:
             raise DecisionRefused(f"No account named {args.by!r}.")
         owner = account.name
-    ids = store.desk_page("", None, False, 0, args.limit, owner=owner,
+    ids = store.desk_page("", None, False, args.limit, owner=owner,
                           unassigned=args.unassigned)
     rows = store.inbox_rows(ids)
     owners = store.owners(ids)

@@ -136,12 +136,22 @@ class StoreCore:
     def _commit(self, db: Any) -> None:
         db.execute("COMMIT")
 
+    def _desk_may_be_stale(self, db: Any) -> bool:
+        """Whether this transaction may have left a run's desk row stale (store/inbox.py); an
+        engine that cannot tell says yes, and the refresh finds nothing if nothing is."""
+        return True
+
     def _version(self) -> int:
         """The schema version the store records (0: a new, empty store)."""
         raise NotImplementedError
 
     def _upgrade(self, version: int) -> None:
         """Create the schema, or bring a store at ``version`` up to date when that is safe."""
+        raise NotImplementedError
+
+    def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
+        """The condition on runs (and its ``?`` values) that keeps the runs whose kept search
+        text (run_search, schema 16) holds every one of ``words`` (lower-cased, not empty)."""
         raise NotImplementedError
 
     def lock_order(self, db: Any, order_id: str) -> None:
@@ -197,7 +207,8 @@ class StoreCore:
         try:
             self._begin(db, durable)
             yield db
-            refresh_stale_desk(db)   # the runs this transaction changed (store/inbox.py)
+            if self._desk_may_be_stale(db):
+                refresh_stale_desk(db)   # the runs this transaction changed (store/inbox.py)
             self._commit(db)
         except DB_ERRORS as exc:
             self._rollback(db)
@@ -270,8 +281,16 @@ class StoreCore:
     # -- small helpers used inside transactions -----------------------------------------
 
     def _step(self, db: Any, run_id: str, kind: str, data: dict[str, Any]) -> None:
-        db.execute("INSERT INTO steps(run_id, at, pid, kind, data) VALUES (?,?,?,?,?)",
-                   (run_id, time.time(), self.pid, kind, json.dumps(data)))
+        self._steps(db, run_id, [(kind, data)])
+
+    def _steps(self, db: Any, run_id: str, steps: list[tuple[str, dict[str, Any]]]) -> None:
+        """Timeline steps, in order, as one statement (one round trip on PostgreSQL)."""
+        now = time.time()
+        for chunk in (steps[i:i + 100] for i in range(0, len(steps), 100)):
+            db.execute("INSERT INTO steps(run_id, at, pid, kind, data) VALUES "
+                       + ",".join(["(?,?,?,?,?)"] * len(chunk)),
+                       tuple(v for kind, data in chunk
+                             for v in (run_id, now, self.pid, kind, json.dumps(data))))
 
     def _touch(self, db: Any, run_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()

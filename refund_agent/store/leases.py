@@ -108,8 +108,7 @@ class Leases(StoreCore):
     def renew(self, lease: Lease) -> None:
         """The heartbeat: push the lease's expiry forward, if it is still ours."""
         with self._tx(durable=False) as db:
-            self._fence(db, lease)
-            db.execute(f"UPDATE runs SET lease_at = {self.now} WHERE id = ?", (lease.run_id,))
+            self._fence(db, lease, f"SET lease_at = {self.now}")
 
     def release(self, lease: Lease, status: RunStatus, error: str | None = None,
                 step: tuple[str, dict[str, Any]] | None = None) -> None:
@@ -117,20 +116,31 @@ class Leases(StoreCore):
         # The run's end (and a person's Stop) is reported to people: durable. A pause or a
         # failure lost with the power leaves an orphaned run that resume continues.
         with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
-            self._fence(db, lease)
-            db.execute("UPDATE runs SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
-                       " status = ?, error = ?, updated_at = ? WHERE id = ?",
-                       (status, error, time.time(), lease.run_id))
+            self._fence(db, lease, "SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
+                        " status = ?, error = ?, updated_at = ?", (status, error, time.time()))
             if step:
                 self._step(db, lease.run_id, *step)
 
-    def _fence(self, db: Any, lease: Lease) -> None:
-        """Refuse a write made on behalf of a run by a process that no longer holds it."""
-        # Locked until the write commits: the lease cannot change hands in between.
+    def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = ()) -> None:
+        """Refuse a write made on behalf of a run by a process that no longer holds it.
+
+        ``update`` (``SET ...`` with its ``args``): the change the transaction makes to the
+        run's row anyway, made here, on the condition that the lease is still this one: one
+        statement, not a locking read and then the update. Either way the row stays locked
+        until the write commits, so the lease cannot change hands in between.
+        """
+        if update:
+            changed = db.execute(f"UPDATE runs {update} WHERE id = ? AND lease_token = ?"
+                                 " AND lease_epoch = ?",
+                                 (*args, lease.run_id, lease.token, lease.epoch)).rowcount
+            if changed == 1:
+                return
         row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?"
                          + self.lock_row, (lease.run_id,)).fetchone()
         if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):
             raise LeaseLost(lease.run_id, row["lease_pid"] if row else None)
+        if update:   # the lease is ours, yet the update changed no row: cannot be; say so
+            raise RuntimeError(f"The update of run {lease.run_id} changed no row.")
 
     def _lease_live(self, db: Any, row: dict[str, Any]) -> bool:
         """Whether someone holds this run: a live process that renewed its lease recently."""

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import StoreError
 from .base import Store
 from .core import psycopg
+from .inbox import like_pattern
 from .schema import SCHEMA_VERSION, TABLES, due, shipped_version
 from .schema_postgres import POSTGRES_SCHEMA, POSTGRES_STEPS, POSTGRES_VERSION_TABLE
 
@@ -71,6 +72,13 @@ class PostgresStore(Store):
         self._listening = threading.Event()
         self._stop = threading.Event()
 
+    def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
+        """Runs whose kept text holds every word (schema 16), through run_search's pg_trgm
+        index (a word under three letters has no trigram: the index is read whole)."""
+        return ("runs.id IN (SELECT run_id FROM run_search WHERE "
+                + " AND ".join(["body LIKE ? ESCAPE '\\'"] * len(words)) + ")",
+                [like_pattern(w) for w in words])
+
     # -- connections ---------------------------------------------------------------------
 
     def _connect(self) -> _PgConnection:
@@ -104,12 +112,17 @@ class PostgresStore(Store):
         """``BEGIN``; not durable: with ``synchronous_commit`` off (the commit returns before
         its WAL reaches the disk; a server crash may lose it, never half of it). One round
         trip: the two statements go as one string."""
-        db.execute("BEGIN" if durable else "BEGIN; SET LOCAL synchronous_commit = off")
+        db.begin("BEGIN" if durable else "BEGIN; SET LOCAL synchronous_commit = off")
 
     def _commit(self, db: _PgConnection) -> None:
-        # Every commit notifies the listening pages; NOTIFY is delivered at COMMIT, not before.
-        # A failed NOTIFY leaves the transaction open: _tx rolls it back.
-        db.execute(f"NOTIFY {CHANNEL}; COMMIT")
+        # A commit that wrote something a page shows notifies the listening pages (NOTIFY is
+        # delivered at COMMIT, not before); a lease renewal or transcript alone does not, so an
+        # idle page is not woken for nothing. A failed NOTIFY leaves the transaction open:
+        # _tx rolls it back.
+        db.execute(f"NOTIFY {CHANNEL}; COMMIT" if db.shown else "COMMIT")
+
+    def _desk_may_be_stale(self, db: _PgConnection) -> bool:
+        return db.desk_stale
 
     def lock_order(self, db: _PgConnection, order_id: str) -> None:
         """An advisory lock on the order until commit. Two tickets about the same order would
@@ -233,6 +246,7 @@ class PostgresStore(Store):
         """
         with self._tx() as db:
             db.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+            db.desk_stale = db.shown = True   # COPY passes by execute: refresh, notify
             yield BulkLoad(self, db)
 
 
@@ -337,13 +351,41 @@ def _plain(args: Any) -> Any:
     return tuple(v.value if isinstance(v, Enum) else v for v in args)
 
 
+# The writes that may leave a run's desk row stale: those the schema's desk triggers fire on
+# (a run's status, an approval, a line, an escalation; a new run is stale until computed).
+_DESK_WRITE = re.compile(r"\s*(WITH\b|DO\b|ALTER\b"   # (these: can't tell, so yes)
+                         r"|INSERT\s+INTO\s+(runs|approvals|approval_lines|escalations)\b"
+                         r"|(UPDATE|DELETE\s+FROM)\s+(approvals|approval_lines|escalations)\b"
+                         r"|DELETE\s+FROM\s+runs\b|UPDATE\s+runs\b.*\bstatus\b)",
+                         re.IGNORECASE | re.DOTALL)
+# The writes no page shows: the lease's own columns and the transcript (never drawn).
+_UNSEEN_WRITE = re.compile(r"\s*(UPDATE\s+runs\s+SET\s+lease_at\s*=[^,]*WHERE"
+                           r"|INSERT\s+INTO\s+transcript\b"
+                           r"|UPDATE\s+runs\s+SET\s+transcript_items\b[^;]*WHERE)",
+                           re.IGNORECASE | re.DOTALL)
+_WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|WITH|DO|ALTER|CREATE|DROP|TRUNCATE|SELECT\s+setval)",
+                    re.IGNORECASE)
+
+
 class _PgConnection:
-    """A psycopg connection that takes the store's SQL with its ``?`` placeholders."""
+    """A psycopg connection that takes the store's SQL with its ``?`` placeholders.
+
+    It also notes what the open transaction wrote, so the commit refreshes desk rows only
+    after a write that may have left one stale, and notifies the pages only after a write
+    they show (``desk_stale``, ``shown``; both reset by ``begin``)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.desk_stale = self.shown = True
+
+    def begin(self, sql: str) -> None:
+        self.desk_stale = self.shown = False
+        self.conn.execute(sql)
 
     def execute(self, sql: str, args: Any = ()) -> Any:
+        if not (self.desk_stale and self.shown) and _WRITE.match(sql):
+            self.desk_stale = self.desk_stale or bool(_DESK_WRITE.match(sql))
+            self.shown = self.shown or not _UNSEEN_WRITE.match(sql)
         return self.conn.execute(pyformat(sql), _plain(args))
 
     def close(self) -> None:

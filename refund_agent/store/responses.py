@@ -40,7 +40,18 @@ class Responses(StoreCore):
         # Anything else is re-done safely (the request sent again, read-only calls re-run).
         durable = any(name in _EFFECT_CALLS for _, name, _ in calls)
         with self._tx(durable=durable) as db:
-            self._fence(db, lease)
+            texts = [(origin, _item_text(item)) for origin, item in transcript]
+            items, size = len(texts), sum(len(text.encode()) for _, text in texts)
+            self._fence(
+                db, lease,
+                "SET last_response_id = ?, requests = requests + 1,"
+                " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
+                " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
+                " transcript_items = transcript_items + ?, transcript_bytes = transcript_bytes + ?,"
+                f" lease_at = {self.now}, updated_at = ?",
+                (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
+                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), items, size,
+                 time.time()))
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
                 self._audit(db, "resent", "agent", run_id=run_id,
@@ -48,21 +59,12 @@ class Responses(StoreCore):
                                  f"or deleted); sent the run's transcript instead "
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "
                                  f"continuing as {response_id}")
-            self._append_transcript(db, run_id, response_id, transcript)
+            self._append_transcript(db, run_id, response_id, texts, counted=True)
             answered = self._save_calls(db, run_id, response_id, calls)
-            for kind, data in [*steps, *answered]:
-                self._step(db, run_id, kind, data)
+            self._steps(db, run_id, [*steps, *answered])
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
                            (response_id, reply_id))
-            db.execute(
-                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"
-                " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
-                " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
-                f" lease_at = {self.now}, updated_at = ? WHERE id = ?",
-                (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
-                 usage.get("cached_tokens", 0), usage.get("output_tokens", 0), time.time(),
-                 run_id))
 
     def _save_calls(self, db: Any, run_id: str, response_id: str,
                     calls: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
@@ -97,21 +99,24 @@ class Responses(StoreCore):
         return answered
 
     def _append_transcript(self, db: Any, run_id: str, response_id: str,
-                           entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Append items to a run's transcript and count them on the run."""
+                           entries: Sequence[tuple[str, dict[str, Any] | str]],
+                           counted: bool = False) -> None:
+        """Append items (or their stored text) to a run's transcript and count them on the
+        run (``counted``: the caller's own update of the run already counts them)."""
         if not entries:
             return
         seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE run_id = ?",
                          (run_id,)).fetchone()[0]
-        total = 0
-        for offset, (origin, item) in enumerate(entries):
-            text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
-            total += len(text.encode())
-            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item)"
-                       " VALUES (?,?,?,?,?)", (run_id, seq + offset, response_id, origin, text))
-        db.execute("UPDATE runs SET transcript_items = transcript_items + ?,"
-                   " transcript_bytes = transcript_bytes + ? WHERE id = ?",
-                   (len(entries), total, run_id))
+        rows = [(run_id, seq + offset, response_id, origin,
+                 item if isinstance(item, str) else _item_text(item))
+                for offset, (origin, item) in enumerate(entries)]
+        for chunk in (rows[i:i + 100] for i in range(0, len(rows), 100)):   # one statement each
+            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item) VALUES "
+                       + ",".join(["(?,?,?,?,?)"] * len(chunk)), tuple(v for r in chunk for v in r))
+        if not counted:
+            db.execute("UPDATE runs SET transcript_items = transcript_items + ?,"
+                       " transcript_bytes = transcript_bytes + ? WHERE id = ?",
+                       (len(rows), sum(len(r[4].encode()) for r in rows), run_id))
 
     def transcript(self, run_id: str) -> list[TranscriptEntry]:
         """A run's transcript, oldest first (empty for a run that has made no request)."""
@@ -167,13 +172,15 @@ class Responses(StoreCore):
         # Not durable: lost with the power, the call runs again and its stand-in hands back
         # what it did the first time (same idempotency key); read-only calls just re-run.
         with self._tx(durable=False) as db:
-            self._fence(db, lease)
+            self._fence(db, lease, f"SET lease_at = {self.now}, updated_at = ?", (time.time(),))
             db.execute("UPDATE calls SET output = ? WHERE run_id = ? AND call_id = ?"
                        " AND output IS NULL", (output, run_id, call_id))
-            for kind, data in steps:
-                self._step(db, run_id, kind, data)
+            self._steps(db, run_id, list(steps))
             self._raise_escalations(db, run_id, steps)
             if audit:
                 self._audit(db, run_id=run_id, **audit)
-            db.execute(f"UPDATE runs SET lease_at = {self.now}, updated_at = ? WHERE id = ?",
-                       (time.time(), run_id))
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    """A transcript item as stored: compact JSON, as the provider would read it back."""
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
 from .core import StoreCore, no_limit
+from .inbox import search_words
 from .owners import owner_condition
 
 
@@ -97,27 +98,34 @@ class Runs(StoreCore):
             counts[RunStatus(status)] = n
         return counts
 
-    def _inbox_filter(self, search: str, statuses: Collection[RunStatus], *,
-                      owner: str | None = None, unassigned: bool = False
-                      ) -> tuple[str, tuple]:
-        clauses, args = [], []
-        # Whose tickets (store/owners.py): one condition of its own, ANDed on.
+    def _inbox_conditions(self, search: str, statuses: Collection[RunStatus] = (), *,
+                          owner: str | None = None, unassigned: bool = False
+                          ) -> tuple[list[str], list[Any]]:
+        """The conditions on runs (and their ``?`` values) that select the runs matching
+        ``search`` (every word somewhere; store/inbox.py), one of ``statuses`` if given, and
+        ``owner``'s tickets or, with ``unassigned``, nobody's (store/owners.py). A new filter is
+        one more condition here."""
+        conditions: list[str] = []
+        args: list[Any] = []
         mine, mine_args = owner_condition(owner, unassigned, self.now)
         if mine:
-            clauses.append(mine)
+            conditions.append(mine)
             args += list(mine_args)
-        like = f" {self.like} ? ESCAPE '\\'"
-        for word in search.split():   # every word must match somewhere
-            pattern = ("%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                       + "%")
-            clauses.append(f"(sender{like} OR sender_name{like} OR subject{like} OR email{like}"
-                           f" OR id{like} OR id IN (SELECT run_id FROM approvals"
-                           f" WHERE order_id{like}))")
-            args += [pattern] * 6
+        words = search_words(search)
+        if words:
+            condition, patterns = self._search_condition(words)
+            conditions.append(condition)
+            args += patterns
         if statuses:
-            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            conditions.append(f"status IN ({','.join('?' * len(statuses))})")
             args += [str(s) for s in statuses]
-        return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
+        return conditions, args
+
+    def _inbox_filter(self, search: str, statuses: Collection[RunStatus], *,
+                      owner: str | None = None, unassigned: bool = False) -> tuple[str, tuple]:
+        conditions, args = self._inbox_conditions(search, statuses, owner=owner,
+                                                  unassigned=unassigned)
+        return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
     def latest_run(self, statuses: set[RunStatus], agent: str | None = None) -> Run | None:
         """The run of one of ``statuses`` changed last (``agent``'s runs only, if named)."""

@@ -85,6 +85,11 @@ SCHEMA_HISTORY: dict[int, str] = {
         "delegates (an account away until a time names who takes its tickets and approvals) and "
         "runs.last_front (what kind of process last took the run: page, terminal or worker, so "
         "the ticket says 'Server restarted' only when a page's server picked it up again).",
+    16: "Search and counts through indexes: run_search holds each run's searchable text "
+        "(sender, name, subject, email, run id, its approvals' order ids; ASCII letters "
+        "lower-cased), kept by triggers and indexed by trigrams (SQLite FTS5, PostgreSQL "
+        "pg_trgm), and desk_counts holds how many runs each (desk status, escalated) has, "
+        "kept by triggers on runs; both filled from the existing rows on upgrade.",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 
@@ -192,6 +197,22 @@ def runs_agent_v13(db: Any) -> None:
     db.execute(f"UPDATE runs SET agent = 'closure' WHERE agent = 'refunds'"
                f" AND id IN (SELECT run_id FROM calls WHERE name IN ({closure}))"
                f" AND id NOT IN (SELECT run_id FROM calls WHERE name IN ({desk}))")
+
+
+# Schema 16's data: the derived tables filled from the rows an older store holds (the
+# triggers keep them from then on). ``body`` is the engine's expression for one run's text.
+RECOUNT_DESK = ("INSERT INTO desk_counts(status, escalated, n)"
+                " SELECT COALESCE(desk_status, ''), CASE WHEN desk_escalations > 0 THEN 1"
+                " ELSE 0 END, COUNT(*) FROM runs GROUP BY 1, 2")
+
+
+def fill_search_and_counts(body: str) -> Callable[[Any], None]:
+    def fill(db: Any) -> None:
+        db.execute("DELETE FROM run_search")
+        db.execute(f"INSERT INTO run_search(run_id, body) SELECT r.id, {body} FROM runs r")
+        db.execute("DELETE FROM desk_counts")
+        db.execute(RECOUNT_DESK)
+    return fill
 
 
 def _data_v13(db: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .audit import GENESIS_HASH
 from .inbox import refresh_stale_desk
-from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6
+from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6, fill_search_and_counts
 
 # The database's own last guard on units, as SQLite's two triggers (what it refuses is said
 # there): a row held may not bring its line's held units past the line's quantity, whatever
@@ -57,6 +57,15 @@ $$""",
 )
 
 
+# One run's searchable text (schema 16; SQLite's SEARCH_BODY says why it is spelled so): the
+# same fields, one a line, with the same ASCII letters lower-cased (translate, not lower(),
+# which would fold other letters too, as SQLite's does not).
+SEARCH_BODY = ("translate(r.sender || chr(10) || r.sender_name || chr(10) || r.subject"
+               " || chr(10) || r.email || chr(10) || r.id || chr(10) || COALESCE((SELECT"
+               " string_agg(a.order_id, chr(10)) FROM approvals a WHERE a.run_id = r.id), ''),"
+               " 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')")
+
+
 # The first PostgreSQL schema was 5: its steps start at 6. Its tables change their key in place.
 POSTGRES_STEPS: tuple[Step, ...] = (
     Step(6, ("ALTER TABLE calls DROP CONSTRAINT calls_pkey",
@@ -80,6 +89,8 @@ POSTGRES_STEPS: tuple[Step, ...] = (
          data=_data_v13),
     Step(14, ()),   # the mail table only: the schema makes it
     Step(15, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS last_front TEXT",)),
+    # The extension, tables and triggers are the schema's; their rows come from the store's.
+    Step(16, (), data=fill_search_and_counts(SEARCH_BODY)),
 )
 
 
@@ -235,6 +246,78 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     ON approval_lines FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
     """CREATE OR REPLACE TRIGGER desk_on_escalation AFTER INSERT OR UPDATE OF taken_by
     ON escalations FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_stale()""",
+    # Search (schema 16; SQLite's schema says what each piece is for): run_search kept by one
+    # trigger function on runs and approvals, and a pg_trgm GIN index that answers LIKE
+    # '%word%' (pg_trgm is a trusted extension: the database's owner may create it).
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    "CREATE TABLE IF NOT EXISTS run_search (run_id TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS run_search_trigrams ON run_search USING gin (body gin_trgm_ops)",
+    f"""CREATE OR REPLACE FUNCTION refund_agent_search() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE target TEXT;
+    BEGIN
+        IF TG_TABLE_NAME = 'runs' AND TG_OP = 'DELETE' THEN
+            DELETE FROM run_search WHERE run_id = OLD.id;
+            RETURN NULL;
+        ELSIF TG_TABLE_NAME = 'runs' THEN
+            target := NEW.id;
+        ELSIF TG_OP = 'DELETE' THEN
+            target := OLD.run_id;
+        ELSE
+            target := NEW.run_id;
+        END IF;
+        INSERT INTO run_search(run_id, body) SELECT r.id, {SEARCH_BODY} FROM runs r
+         WHERE r.id = target
+        ON CONFLICT (run_id) DO UPDATE SET body = EXCLUDED.body;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE TRIGGER search_on_run
+    AFTER INSERT OR DELETE OR UPDATE OF sender, sender_name, subject, email ON runs
+    FOR EACH ROW EXECUTE FUNCTION refund_agent_search()""",
+    """CREATE OR REPLACE TRIGGER search_on_approval AFTER INSERT OR DELETE OR UPDATE OF order_id
+    ON approvals FOR EACH ROW EXECUTE FUNCTION refund_agent_search()""",
+    # The desk's counts (schema 16). The two rows a run moves between are changed in one order
+    # (by key), so two transactions moving runs between the same two rows wait, never deadlock.
+    """CREATE TABLE IF NOT EXISTS desk_counts (
+    status TEXT NOT NULL, escalated BIGINT NOT NULL, n BIGINT NOT NULL,
+    PRIMARY KEY (status, escalated))""",
+    """CREATE OR REPLACE FUNCTION refund_agent_desk_count() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        gone TEXT; gone_esc BIGINT; came TEXT; came_esc BIGINT;
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            gone := COALESCE(OLD.desk_status, '');
+            gone_esc := CASE WHEN OLD.desk_escalations > 0 THEN 1 ELSE 0 END;
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            came := COALESCE(NEW.desk_status, '');
+            came_esc := CASE WHEN NEW.desk_escalations > 0 THEN 1 ELSE 0 END;
+        END IF;
+        IF gone IS NOT DISTINCT FROM came AND gone_esc IS NOT DISTINCT FROM came_esc THEN
+            RETURN NULL;
+        END IF;
+        IF gone IS NOT NULL AND (came IS NULL OR (gone, gone_esc) < (came, came_esc)) THEN
+            UPDATE desk_counts SET n = n - 1 WHERE status = gone AND escalated = gone_esc;
+            gone := NULL;
+        END IF;
+        IF came IS NOT NULL THEN
+            INSERT INTO desk_counts(status, escalated, n) VALUES (came, came_esc, 1)
+            ON CONFLICT (status, escalated) DO UPDATE SET n = desk_counts.n + 1;
+        END IF;
+        IF gone IS NOT NULL THEN
+            UPDATE desk_counts SET n = n - 1 WHERE status = gone AND escalated = gone_esc;
+        END IF;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE TRIGGER desk_count_on_run
+    AFTER INSERT OR DELETE OR UPDATE OF desk_status, desk_escalations ON runs
+    FOR EACH ROW EXECUTE FUNCTION refund_agent_desk_count()""",
+    # Keyset pages (schema 16), as on SQLite.
+    "CREATE INDEX IF NOT EXISTS runs_page ON runs(created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_desk_page ON runs(desk_status, created_at, id)",
+    """CREATE INDEX IF NOT EXISTS runs_escalated_page ON runs(created_at, id)
+    WHERE desk_escalations > 0""",
     f"""INSERT INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '{GENESIS_HASH}')
     FROM audit ON CONFLICT DO NOTHING""",

@@ -7,12 +7,26 @@ from typing import Any
 
 from .audit import GENESIS_HASH
 from .inbox import refresh_stale_desk
-from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6
+from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6, fill_search_and_counts
 
 
 def _sqlite_calls_v6(db: Any) -> None:
     calls_v6(db, "calls_v5")
     db.execute("DROP TABLE calls_v5")
+
+
+# One run's searchable text (schema 16), for the run ``r``: every field a search looks in, one a
+# line (a search word never holds a line break, so it cannot match across two fields), ASCII
+# letters lower-cased as SQLite's lower() does (PostgreSQL's spelling folds the same letters).
+SEARCH_BODY = ("lower(r.sender || char(10) || r.sender_name || char(10) || r.subject"
+               " || char(10) || r.email || char(10) || r.id || char(10) || COALESCE((SELECT"
+               " group_concat(a.order_id, char(10)) FROM approvals a WHERE a.run_id = r.id),"
+               " ''))")
+
+
+def _text(run: str) -> str:
+    """The text of the run whose id is ``run`` (a trigger's NEW.id), as a subquery."""
+    return f"(SELECT {SEARCH_BODY} FROM runs r WHERE r.id = {run})"
 
 
 SQLITE_STEPS: tuple[Step, ...] = (
@@ -47,6 +61,8 @@ SQLITE_STEPS: tuple[Step, ...] = (
          data=_data_v13, adds=(("runs", "agent"),), updates=("escalations",)),
     Step(14, ()),   # the mail table only: the schema makes it
     Step(15, ("ALTER TABLE runs ADD COLUMN last_front TEXT",), adds=(("runs", "last_front"),)),
+    # The new tables are the schema's; their rows come from the runs and approvals already kept.
+    Step(16, (), data=fill_search_and_counts(SEARCH_BODY)),
 )
 
 
@@ -276,6 +292,70 @@ CREATE TRIGGER IF NOT EXISTS desk_on_new_escalation AFTER INSERT ON escalations
 BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
 CREATE TRIGGER IF NOT EXISTS desk_on_escalation AFTER UPDATE OF taken_by ON escalations
 BEGIN UPDATE runs SET desk_dirty = 1 WHERE id = NEW.run_id; END;
+-- Search (schema 16): each run's text (SEARCH_BODY) in run_search, kept by the triggers below
+-- as runs and approvals change, and an FTS5 trigram index over it (external content: the text
+-- is stored once, in run_search). Case-sensitive trigrams over text already lower-cased, read
+-- with GLOB, so a word matches as a substring with the case of ASCII letters ignored, exactly
+-- as on PostgreSQL; a word under three letters has no trigram and scans the index instead.
+CREATE TABLE IF NOT EXISTS run_search (
+    doc INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE, body TEXT NOT NULL
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS run_search_index USING fts5(
+    body, content='run_search', content_rowid='doc', tokenize='trigram case_sensitive 1'
+);
+CREATE TRIGGER IF NOT EXISTS run_search_added AFTER INSERT ON run_search
+BEGIN INSERT INTO run_search_index(rowid, body) VALUES (NEW.doc, NEW.body); END;
+CREATE TRIGGER IF NOT EXISTS run_search_gone AFTER DELETE ON run_search
+BEGIN INSERT INTO run_search_index(run_search_index, rowid, body)
+      VALUES ('delete', OLD.doc, OLD.body); END;
+CREATE TRIGGER IF NOT EXISTS run_search_changed AFTER UPDATE ON run_search
+BEGIN INSERT INTO run_search_index(run_search_index, rowid, body)
+      VALUES ('delete', OLD.doc, OLD.body);
+      INSERT INTO run_search_index(rowid, body) VALUES (NEW.doc, NEW.body); END;
+CREATE TRIGGER IF NOT EXISTS search_on_new_run AFTER INSERT ON runs
+BEGIN INSERT INTO run_search(run_id, body) VALUES (NEW.id, """ + _text("NEW.id") + """); END;
+CREATE TRIGGER IF NOT EXISTS search_on_run AFTER UPDATE OF sender, sender_name, subject, email
+ON runs BEGIN UPDATE run_search SET body = """ + _text("NEW.id") + """ WHERE run_id = NEW.id;
+      END;
+CREATE TRIGGER IF NOT EXISTS search_on_gone_run AFTER DELETE ON runs
+BEGIN DELETE FROM run_search WHERE run_id = OLD.id; END;
+CREATE TRIGGER IF NOT EXISTS search_on_new_approval AFTER INSERT ON approvals
+BEGIN UPDATE run_search SET body = """ + _text("NEW.run_id") + """ WHERE run_id = NEW.run_id;
+      END;
+CREATE TRIGGER IF NOT EXISTS search_on_approval AFTER UPDATE OF order_id ON approvals
+BEGIN UPDATE run_search SET body = """ + _text("NEW.run_id") + """ WHERE run_id = NEW.run_id;
+      END;
+CREATE TRIGGER IF NOT EXISTS search_on_gone_approval AFTER DELETE ON approvals
+BEGIN UPDATE run_search SET body = """ + _text("OLD.run_id") + """ WHERE run_id = OLD.run_id;
+      END;
+-- The desk's counts (schema 16): how many runs each (desk status, escalated) has, moved by one
+-- as a run is added, changes status or is removed, in the transaction that changes it, so the
+-- page reads a dozen rows instead of counting every run ('' is a run not yet computed).
+CREATE TABLE IF NOT EXISTS desk_counts (
+    status TEXT NOT NULL, escalated INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (status, escalated)
+);
+CREATE TRIGGER IF NOT EXISTS desk_count_new AFTER INSERT ON runs
+BEGIN INSERT INTO desk_counts(status, escalated, n)
+      VALUES (COALESCE(NEW.desk_status, ''), NEW.desk_escalations > 0, 1)
+      ON CONFLICT (status, escalated) DO UPDATE SET n = n + 1; END;
+CREATE TRIGGER IF NOT EXISTS desk_count_moved AFTER UPDATE OF desk_status, desk_escalations
+ON runs WHEN COALESCE(OLD.desk_status, '') <> COALESCE(NEW.desk_status, '')
+          OR (OLD.desk_escalations > 0) <> (NEW.desk_escalations > 0)
+BEGIN UPDATE desk_counts SET n = n - 1
+      WHERE status = COALESCE(OLD.desk_status, '') AND escalated = (OLD.desk_escalations > 0);
+      INSERT INTO desk_counts(status, escalated, n)
+      VALUES (COALESCE(NEW.desk_status, ''), NEW.desk_escalations > 0, 1)
+      ON CONFLICT (status, escalated) DO UPDATE SET n = n + 1; END;
+CREATE TRIGGER IF NOT EXISTS desk_count_gone AFTER DELETE ON runs
+BEGIN UPDATE desk_counts SET n = n - 1
+      WHERE status = COALESCE(OLD.desk_status, '') AND escalated = (OLD.desk_escalations > 0);
+      END;
+-- Keyset pages (schema 16): newest first by (created_at, id), of every run, of one desk
+-- status, of the escalated ones; a page starts after the last one's key, never at an offset.
+CREATE INDEX IF NOT EXISTS runs_page ON runs(created_at, id);
+CREATE INDEX IF NOT EXISTS runs_desk_page ON runs(desk_status, created_at, id);
+CREATE INDEX IF NOT EXISTS runs_escalated_page ON runs(created_at, id) WHERE desk_escalations > 0;
 INSERT OR IGNORE INTO audit_anchor(id, entries, head) SELECT 1, COUNT(*),
     COALESCE((SELECT hash FROM audit ORDER BY id DESC LIMIT 1), '""" + GENESIS_HASH + """')
     FROM audit;

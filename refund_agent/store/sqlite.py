@@ -9,6 +9,7 @@ writers off while a copy is read, and be marked moved (``refund-agent migrate``)
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -19,6 +20,7 @@ from urllib.parse import quote
 
 from ..errors import StoreError
 from .base import Store
+from .inbox import glob_pattern
 from .schema import SCHEMA_VERSION, due
 from .schema_sqlite import SQLITE_SCHEMA, SQLITE_STEPS
 
@@ -47,6 +49,22 @@ class SQLiteStore(Store):
         except OSError as exc:  # a file where the folder should be, no permission, ...
             raise StoreError(
                 f"Cannot use {self.path.parent} as the output folder: {exc}") from None
+
+    def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
+        """Runs whose kept text holds every word (schema 16): the FTS5 trigram index narrows
+        them to the runs holding each word's plain stretches of three letters or more, the
+        text itself is then read for the whole word. (The index is only asked for such
+        stretches: FTS5 3.40 finds nothing for a GLOB whose plain stretch is under three
+        letters but three bytes, such as ``1É``, or around a ``[?]``.)"""
+        exact = [glob_pattern(w) for w in words]
+        stretches = [f"*{'*'.join(parts)}*" for w in words
+                     if (parts := [p for p in re.split(r"[*?\[\]]", w) if len(p) >= 3])]
+        clauses = ["body GLOB ?"] * len(exact)
+        if stretches:
+            clauses.append("doc IN (SELECT rowid FROM run_search_index WHERE "
+                           + " AND ".join(["body GLOB ?"] * len(stretches)) + ")")
+        return (f"runs.id IN (SELECT run_id FROM run_search WHERE {' AND '.join(clauses)})",
+                exact + stretches)
 
     # -- connections ---------------------------------------------------------------------
 

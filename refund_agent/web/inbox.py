@@ -63,10 +63,15 @@ def on_select(run_id: str) -> None:
 
 def on_filter_change() -> None:
     st.session_state["inbox_offset"] = 0   # a new search starts at the newest match
+    st.session_state["inbox_after"] = None
 
 
-def on_page(step: int) -> None:
-    st.session_state["inbox_offset"] = max(0, st.session_state.get("inbox_offset", 0) + step)
+def on_page(step: int, key: tuple[float, str]) -> None:
+    """Older (``step`` > 0) or newer tickets: the page after ``key``, the last (or first) row
+    shown, a keyset page (store/inbox.py); the offset only numbers the rows in the caption."""
+    offset = max(0, st.session_state.get("inbox_offset", 0) + step)
+    st.session_state["inbox_offset"] = offset
+    st.session_state["inbox_after"] = None if offset == 0 else (step < 0, key)
 
 
 def render_new_tickets(worker: Worker) -> None:
@@ -139,8 +144,12 @@ def render_tickets(worker: Worker) -> None:
     shown = next(f for f in DESK_FILTERS if f.key == chosen)
     total = counts[shown.key]
     offset = min(st.session_state.get("inbox_offset", 0), max(0, total - 1))
-    rows = store.inbox_rows(store.desk_page(search, *shown.selection(), offset, PAGE_SIZE,
-                                            **whose))
+    backwards, key = st.session_state.get("inbox_after") or (False, None)
+    ids = store.desk_page(search, *shown.selection(), PAGE_SIZE, after=key,
+                          oldest_first=backwards, **whose)
+    if key is not None and not ids:   # the tickets around the key are gone: start again
+        offset, ids = 0, store.desk_page(search, *shown.selection(), PAGE_SIZE, **whose)
+    rows = store.inbox_rows(ids)
     owners = store.owners([row.run.id for row in rows])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
     if not rows:
@@ -155,9 +164,11 @@ def render_tickets(worker: Worker) -> None:
                   type="primary" if row.run.id == selected else "secondary")
     if total > PAGE_SIZE:
         newer, older = st.columns(2)
+        first, last = ((rows[0].run.created_at, rows[0].run.id),
+                       (rows[-1].run.created_at, rows[-1].run.id)) if rows else (None, None)
         newer.button("Newer", key="inbox_newer", icon=":material/chevron_left:",
-                     on_click=on_page, args=(-PAGE_SIZE,), disabled=offset == 0,
+                     on_click=on_page, args=(-PAGE_SIZE, first), disabled=offset == 0,
                      width="stretch")
         older.button("Older", key="inbox_older", icon=":material/chevron_right:",
-                     on_click=on_page, args=(PAGE_SIZE,),
+                     on_click=on_page, args=(PAGE_SIZE, last),
                      disabled=offset + PAGE_SIZE >= total, width="stretch")

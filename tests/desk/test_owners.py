@@ -87,7 +87,7 @@ def test_the_inbox_filters_by_mine_and_unassigned(tmp_path):
     ana, sam, nobody = new_ticket(store), new_ticket(store), new_ticket(store)
     store.change_owner(change(ana, "claim", ANA))
     store.change_owner(change(sam, "claim", SAM))
-    page = lambda **whose: set(store.desk_page("", None, False, 0, 50, **whose))  # noqa: E731
+    page = lambda **whose: set(store.desk_page("", None, False, 50, **whose))  # noqa: E731
     assert page(owner=ANA) == {ana} and page(owner=SAM) == {sam}
     assert page(unassigned=True) == {nobody} and page() == {ana, sam, nobody}
     counted = lambda **whose: sum(n for _s, _e, n in store.desk_groups("", **whose))  # noqa: E731
@@ -194,7 +194,7 @@ def test_out_of_office_hands_tickets_reminders_and_offers_to_the_delegate(tmp_pa
         accounts.go_away(ANA, SAM, time.time() - 1)
     assert accounts.go_away(ANA, "sam cho", time.time() + 86400) == SAM
     assert store.away() == {ANA: SAM}
-    assert set(store.desk_page("", None, False, 0, 50, owner=SAM)) == {ana}   # Sam's "mine"
+    assert set(store.desk_page("", None, False, 50, owner=SAM)) == {ana}   # Sam's "mine"
     accounts.change_owner(other, "assign", LEE, ANA)
     assert store.owner(other) == SAM
     (assigned,) = [e for e in store.audit() if e.event == "assigned"]

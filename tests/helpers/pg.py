@@ -50,9 +50,10 @@ class Cluster:
     that times commits wants; the tests turn both off, since they never crash the server.
     """
 
-    def __init__(self, bin_dir: Path, durable: bool = False) -> None:
+    def __init__(self, bin_dir: Path, durable: bool = False, options: str = "") -> None:
         self.bin = bin_dir
         self.durable = durable
+        self.options = options   # more server settings, e.g. a small lock table
         self.root = Path(tempfile.mkdtemp(prefix="refund-agent-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -79,6 +80,7 @@ class Cluster:
                    f"-c unix_socket_directories={self.root} -c max_connections=200")
         if not self.durable:
             options += " -c fsync=off -c full_page_writes=off"
+        options += f" {self.options}"
         started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"),
                             "-o", options, "-w", "-t", "60", "start")
         if started.returncode:

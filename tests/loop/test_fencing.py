@@ -89,6 +89,57 @@ def test_lease_expiry_reads_the_databases_clock_not_the_processes(tmp_path, monk
 
 # -- replies: accepted and stored once, or refused and not stored -------------------------------
 
+def test_one_advance_of_several_requests_starts_one_heartbeat(agent: Agent, monkeypatch):
+    """The lease heartbeat is a thread per advance, not one started and joined per model
+    request (it was one per request: 3 threads for Maya's first three requests)."""
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "lease-heartbeat":
+            started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    run = agent.advance(agent.start_sample("damaged").id)
+    assert run.status == RunStatus.WAITING and run.requests >= 3
+    assert started == ["lease-heartbeat"]
+    approval = agent.store.run_approvals(run.id)[-1]
+    agent.decide(approval.id, True, "Dana Kim")
+    started.clear()
+    run = agent.advance(run.id)
+    assert run.status == RunStatus.DONE and run.requests >= 5
+    assert started == ["lease-heartbeat"]
+
+
+def test_a_heartbeat_for_the_whole_advance_still_closes_the_stream_of_a_lost_lease(tmp_path):
+    """Renewal keeps its guarantee across requests: once a renewal finds the lease taken, the
+    stream open then, or the next one attached, is closed, and check() raises LeaseLost."""
+    from refund_agent.streaming import Heartbeat
+
+    store = Store(tmp_path / "s.sqlite3", lease_seconds=0.3)
+    run_id = store.create_run(sender="a@example.com", sender_name="A", subject="s",
+                              email="e").id
+    lease = store.acquire(run_id, "one")
+
+    class Stream:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    with Heartbeat(store, lease) as heartbeat:
+        store.execute("UPDATE runs SET lease_token = 'other', lease_epoch = lease_epoch + 1"
+                      " WHERE id = ?", (run_id,))
+        _wait_for(lambda: heartbeat.lost is not None, timeout=10)
+        later = Stream()
+        heartbeat.attach(later)
+        assert later.closed
+        with pytest.raises(LeaseLost):
+            heartbeat.check()
+    store.close()
+
+
 def test_two_replies_at_once_one_is_stored(agent: Agent):
     run = agent.advance(agent.start_sample("past-window").id)
     assert run.status == RunStatus.DONE

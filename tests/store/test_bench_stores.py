@@ -7,6 +7,9 @@ import inspect
 import sys
 from pathlib import Path
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from jsonstate import JsonStateStore
 
 from refund_agent.store import Store
@@ -109,3 +112,93 @@ def test_a_throughput_worker_that_uses_up_its_orders_reports_the_window_it_measu
     assert report["ran_dry"] is True and report["done"] == 4, report
     assert 0 < report["window_s"] < 600
     assert tickets_per_second([report]) == report["done"] / report["window_s"]
+
+
+@given(st.lists(st.from_regex(r"call-[0-9a-f]{8}-[0-9]|ORD-[0-9]{4}|resp_[0-9a-f]{20}",
+                              fullmatch=True), min_size=1, max_size=12, unique=True),
+       st.integers(0, 9_999_999))
+def test_seeded_copies_of_a_paused_run_keep_distinct_ids_apart(ids, copy) -> None:
+    """bench/peers.py seeds copies of a paused run by renaming its ids; two call ids that
+    shared their last characters (``call-3212cd54-0``, ``call-9f0e1a54-0``) got one new id,
+    and the seeding died on the calls' unique key in about half the runs."""
+    from peers import copy_ids
+    renamed = copy_ids(ids, copy)
+    assert len(set(renamed.values())) == len(ids)
+    assert not set(renamed.values()) & set(ids)
+    assert set(copy_ids(ids, copy + 1).values()).isdisjoint(renamed.values())
+
+
+def _desk_rows(store) -> dict[str, tuple]:
+    return {r["id"]: (r["desk_status"], r["desk_escalations"]) for r in store.query(
+        "SELECT id, desk_status, desk_escalations FROM runs ORDER BY id")}
+
+
+class _Undo(Exception):
+    pass
+
+
+def _recomputed_desk(store) -> dict[str, tuple]:
+    """What ``refresh_stale_desk`` makes of every run marked stale (in a transaction undone)."""
+    from refund_agent.store.inbox import refresh_stale_desk
+    try:
+        with store.transaction() as db:
+            db.execute("UPDATE runs SET desk_dirty = 1")
+            refresh_stale_desk(db)
+            raise _Undo({r["id"]: (r["desk_status"], r["desk_escalations"]) for r in db.execute(
+                "SELECT id, desk_status, desk_escalations FROM runs ORDER BY id").fetchall()})
+    except _Undo as undo:
+        return undo.args[0]
+
+
+@pytest.mark.postgres
+def test_postgresql_seeding_fits_a_stock_lock_table_and_leaves_no_desk_row_stale(tmp_path):
+    """The units guard takes an advisory lock per order until its transaction ends; seeding
+    every ticket in one transaction ran a stock server out of lock slots at 100k ("out of shared
+    memory ... max_locks_per_transaction"), then refreshed the desk row by row. A server with a
+    small lock table (10 per connection, 10 connections) stands in for a stock one at 100k."""
+    from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop
+    from helpers.pg import Cluster, find_bin
+    from seeding import read_template, seed_postgres
+
+    bin_dir = find_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl were not found")
+    data = make_bench_shop(tmp_path / "data", 2)
+    template_agent = TimedAgent(bench_settings(tmp_path / "template", data))
+    full_ticket(template_agent, OrderPool(1, 2).take())
+    run_id = template_agent.store.runs(1)[0].id
+    template = read_template(template_agent.store, run_id, tmp_path / "template")
+    cluster = Cluster(bin_dir, options="-c max_connections=10 -c max_locks_per_transaction=10"
+                      ).start()
+    try:
+        agent = TimedAgent(bench_settings(tmp_path / "output", data,
+                                          database_url=cluster.create("small_locks")))
+        seed_postgres(agent.store, template, 3000, batch=250)
+        assert agent.store.verify_audit() is None
+        [(stale,)] = agent.store.query("SELECT COUNT(*) FROM runs WHERE desk_dirty = 1")
+        assert stale == 0
+        seeded = _desk_rows(agent.store)
+        assert len(seeded) == 3000
+        assert _recomputed_desk(agent.store) == seeded
+        agent.store.close()
+    finally:
+        cluster.stop()
+
+
+def test_sqlite_seeding_writes_each_desk_row_as_the_refresh_would(tmp_path) -> None:
+    """Seeded runs carry their desk columns (no refresh one statement per row afterwards)."""
+    from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop
+    from seeding import read_template, seed_sqlite
+
+    data = make_bench_shop(tmp_path / "data", 2)
+    template_agent = TimedAgent(bench_settings(tmp_path / "template", data))
+    full_ticket(template_agent, OrderPool(1, 2).take())
+    run_id = template_agent.store.runs(1)[0].id
+    template = read_template(template_agent.store, run_id, tmp_path / "template")
+    agent = TimedAgent(bench_settings(tmp_path / "output", data))
+    seed_sqlite(agent.store, tmp_path / "output", template, 30)
+    [(stale,)] = agent.store.query("SELECT COUNT(*) FROM runs WHERE desk_dirty = 1")
+    assert stale == 0
+    seeded = _desk_rows(agent.store)
+    assert len(seeded) == 30 and _recomputed_desk(agent.store) == seeded
+    assert agent.store.verify_audit() is None

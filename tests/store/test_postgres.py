@@ -270,3 +270,40 @@ def test_three_hosts_share_one_database_under_random_kills(tmp_path, pg_url):
     print(f"\nthree hosts: {TICKETS} tickets, {sum(kills.values())} kills {dict(kills)}, "
           f"{decided['total']} decisions, {len(outcome.refunds)} refunds, "
           f"{len(outcome.emails)} emails, {seconds:.0f} s", file=sys.stderr)
+
+
+@pytest.mark.postgres
+def test_only_commits_a_page_shows_wake_the_pages(pg_cluster):
+    """Every commit used to NOTIFY, so a transaction that wrote nothing (a worker's claim that
+    found no run, a lease renewal) moved every page's change counter and redrew idle tabs
+    (issue #37: an idle PostgreSQL tab cost 3.6 % server / 18 % browser CPU). The listener
+    here counts the notifications that arrive before a marker sent after the writes."""
+    import psycopg
+
+    from refund_agent.store.postgres import CHANNEL
+
+    url = pg_cluster.create(f"notify_{uuid.uuid4().hex[:8]}")
+    store = Store(url)
+    run_id = store.create_run(sender="a@example.com", sender_name="A", subject="s",
+                              email="e").id
+    lease = store.acquire(run_id, uuid.uuid4().hex)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+
+        def heard() -> list[str]:
+            psycopg.connect(url, autocommit=True).execute(f"NOTIFY {CHANNEL}, 'marker'")
+            got = []
+            for note in listener.notifies(timeout=30):
+                if note.payload == "marker":
+                    return got
+                got.append(note.payload)
+            raise AssertionError("the marker never came")
+
+        assert store.claim(uuid.uuid4().hex) is None   # nothing to claim: writes nothing
+        store.renew(lease)                               # the lease's own column
+        with store.transaction() as db:                  # reads only
+            db.execute("SELECT COUNT(*) FROM runs")
+        assert heard() == []
+        store.release(lease, RunStatus.DONE)             # a status a page shows
+        assert heard() == [""]
+    store.close()

@@ -16,6 +16,7 @@ closure run from before is the closure agent's, every other run the desk's, and 
 escalations (9 on) are merged into the oldest, leaving one open per ticket, kind and refund.
 Schema 14: every upgraded store takes mail once per Message-ID (the new mail table).
 Schema 15: no ticket has an owner until one is claimed.
+Schema 16: every run's search text is indexed and the desk's counts are kept from the start.
 """
 
 from __future__ import annotations
@@ -243,6 +244,19 @@ def check_upgraded(store: Store, version: str, rows: dict[str, list[dict]]) -> N
     assert looked["call_look"].key == "call_look" and looked["call_look"].order_id == "A1043"
     assert looked["call_bad"].order_id is None
     assert {row.run.id: row.order_id for row in store.inbox()}[DONE] == "A1043"
+    # Schema 16: the search text and the desk's counts, filled from the rows already there.
+    [(searchable,)] = store.query("SELECT COUNT(*) FROM run_search")
+    assert searchable == counts["runs"]
+    assert DONE in store.desk_page("MAYA", None, False, 50)
+    assert DONE in [r.run.id for r in store.inbox("ChEn cRaCk")]
+    assert store.inbox("maya nowhere-to-be-found") == []
+    if has(version, 3):
+        assert DONE in store.desk_page("a1043", None, False, 50)   # its approval's order
+    kept = {(s, e): n for s, e, n in store.desk_groups()}
+    recount: dict[tuple, int] = {}
+    for _run, status, esc, _at in store.desk_index():
+        recount[(status, int(esc > 0))] = recount.get((status, int(esc > 0)), 0) + 1
+    assert kept == recount and sum(kept.values()) == counts["runs"]
     assert store.verify_audit() is None
     assert [e.hash for e in store.audit()] == [r["hash"] for r in rows["audit"]]
     if has(version, 3):

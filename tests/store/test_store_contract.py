@@ -460,7 +460,7 @@ def test_each_run_keeps_its_desk_status_through_its_life(store):
     (escalation,) = store.escalations(open_only=True, run_id=run_id)
     store.take_escalation(escalation.id, "Lee Park")
     assert kept() == (DeskStatus.PARTLY_PAID, 0)
-    assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 0, 500)
+    assert run_id in store.desk_page("", (DeskStatus.PARTLY_PAID,), False, 500)
     assert desk_drift(store) == []
 
 
@@ -484,10 +484,10 @@ def test_owners_timeouts_and_delegates_behave_alike(made):
     assert store.owners([run_id]) == {run_id: "Sam Cho"}
     store.set_away("Sam Cho", "Ana Ruiz", time.time() + 3600)
     assert store.away() == {"Sam Cho": "Ana Ruiz"}
-    assert store.desk_page("", None, False, 0, 10, owner="Ana Ruiz") == [run_id]
-    assert store.desk_page("", None, False, 0, 10, unassigned=True) == []
+    assert store.desk_page("", None, False, 10, owner="Ana Ruiz") == [run_id]
+    assert store.desk_page("", None, False, 10, unassigned=True) == []
     assert store.set_back("Sam Cho") and store.away() == {}
-    assert store.desk_page("", None, False, 0, 10, owner="Ana Ruiz") == []
+    assert store.desk_page("", None, False, 10, owner="Ana Ruiz") == []
 
     store.execute("UPDATE approvals SET requested_at = requested_at - 90000 WHERE id = ?",
                   (approval.id,))

@@ -436,6 +436,13 @@ def test_search_filters_and_pages_over_120_tickets(context, app_server: AppServe
     page.get_by_text("101–120 of 120").wait_for()
     expect(rows).to_have_count(20)
     expect(rows.last).to_contain_text("Refund request 0")
+    # Back by keyset pages (the page before the first row shown), to the newest again.
+    page.get_by_role("button", name="Newer").click()
+    page.get_by_text("51–100 of 120").wait_for()
+    expect(rows.first).to_contain_text("Refund request 69")
+    page.get_by_role("button", name="Newer").click()
+    page.get_by_text("1–50 of 120").wait_for()
+    expect(rows.first).to_contain_text("Refund request 119")
 
     # Status filters carry their counts; choosing one starts again at the newest.
     expect(page.get_by_role("radio", name="Waiting for approval 20")).to_be_visible()
