@@ -58,6 +58,8 @@ def read_template(store: Store, run_id: str, output_dir: Path) -> Template:
     # Released: no lease. The epoch is not on Run; a finished run keeps the one it ended with.
     [(epoch,)] = store._read("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,))  # noqa: SLF001
     run.update(lease_pid=None, lease_token=None, lease_at=None, lease_epoch=epoch)
+    for column in DESK_COLS:   # written per seeded ticket (seeded_desk), not copied
+        run.pop(column, None)
     steps = [{"at": s.at, "pid": s.pid, "kind": s.kind, "data": json.dumps(s.data)}
              for s in store.steps(run_id)]
     response_ids = [json.loads(s["data"])["response_id"] for s in steps if s["kind"] == "response"]
