@@ -100,9 +100,11 @@ MUTANTS = [
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
          '        record, reused = self.log.once(\n'
-         '            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16]})\n',
+         '            key, request, lambda: {"message_id": "msg_" + uuid.uuid4().hex[:16],\n'
+         '                                   **thread_fields(thread)})\n',
          '        record = {"idempotency_key": key, "request": request,  # MUTANT\n'
-         '                  "message_id": "msg_" + uuid.uuid4().hex[:16]}\n'
+         '                  "message_id": "msg_" + uuid.uuid4().hex[:16],\n'
+         '                  **thread_fields(thread)}\n'
          '        self.log.path.parent.mkdir(parents=True, exist_ok=True)\n'
          '        with open(self.log.path, "a", encoding="utf-8") as fh:\n'
          '            fh.write(json.dumps(record) + "\\n")\n'
@@ -136,11 +138,20 @@ MUTANTS = [
         "calls.py", "quantity=line.quantity)\n        for line in approval.kept])",
         "quantity=line.quantity)\n        for line in approval.lines])  # MUTANT"),),
         notebook="beyond", claim="the payment holds the kept line only"),
-    Mutant("fencing_removed", "writes no longer check the lease's epoch", ((
-        "store/core.py",
-        '        if row is None or (row["lease_token"], row["lease_epoch"]) != '
-        "(lease.token, lease.epoch):\n",
-        "        if row is None:  # MUTANT\n"),),
+    Mutant("fencing_removed", "writes no longer check the lease's epoch", (
+        ("store/leases.py",
+         '        if row is None or (row["lease_token"], row["lease_epoch"]) != '
+         "(lease.token, lease.epoch):\n",
+         "        if row is None:  # MUTANT\n"),
+        # The write that carries its own fence (one UPDATE ... WHERE the lease is still ours).
+        ("store/leases.py",
+         '            changed = db.execute(f"UPDATE runs {update} WHERE id = ?'
+         ' AND lease_token = ?"\n'
+         '                                 " AND lease_epoch = ?",\n'
+         "                                 (*args, lease.run_id, lease.token,"
+         " lease.epoch)).rowcount\n",
+         '            changed = db.execute(f"UPDATE runs {update} WHERE id = ?",  # MUTANT\n'
+         "                                 (*args, lease.run_id)).rowcount\n")),
         notebook="beyond", claim="epoch"),
     Mutant("saved_outputs_rerun", "a resumed run runs calls whose output was saved again", ((
         "agent.py", "                if call.output is not None:\n                    output = "
@@ -167,7 +178,12 @@ MUTANTS = [
                            "    ctx.fence()   # a process that lost the run sends nothing\n"
                            "    record, reused = ctx.outbox.send(",
                            "    pass  # MUTANT: the lease is not checked before emailing\n"
-                           "    record, reused = ctx.outbox.send("),),)),
+                           "    record, reused = ctx.outbox.send("),),
+                         (("desk/actions.py",
+                           "    ctx.fence()   # a process that lost the run sends nothing\n"
+                           "    record, reused = send_on_thread(",
+                           "    pass  # MUTANT: the lease is not checked before emailing\n"
+                           "    record, reused = send_on_thread("),),)),
     Mutant("decision_not_repriced", "a decision pays the proposal's line amounts, not a new quote",
            (("agent.py", "requote=requote if approve else None,",
              "requote=None,  # MUTANT"),),
@@ -235,7 +251,10 @@ MUTANTS = [
                "agent.py",
                "                if not missing or not self._response_gone(exc, missing):\n",
                "                if True:  # MUTANT: no fallback to the transcript\n"),),
-           claim="the gone response was replaced by the transcript"),
+           claim="the gone response was replaced by the transcript",
+           alternatives=((("loop.py",
+               "            if not missing or not self._response_gone(exc, missing):\n",
+               "            if True:  # MUTANT: no fallback to the transcript\n"),),)),
     # -- each durable boundary broken the way a careless change would (issue 35) --------------
     Mutant("run_and_email_split", "boundary 1: the customer's email saved in a transaction of its "
            "own, after the run", ((
@@ -247,7 +266,20 @@ MUTANTS = [
                '            self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
                '                                             "subject": subject, "body": email})\n'
                '        return self.run(run_id)\n'),),
-           claim="1. the run and its email: one transaction"),
+           claim="1. the run and its email: one transaction",
+           alternatives=((("store/runs.py",
+               '        self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
+               '                                         "subject": subject, "body": email,'
+               ' **(extra or {})})\n        return run_id\n',
+               '        return run_id  # MUTANT: the email is written apart, below\n'),
+              ("store/runs.py",
+               '                                      raised_by=raised_by, agent=agent)\n'
+               '        return self.run(run_id)\n',
+               '                                      raised_by=raised_by, agent=agent)\n'
+               '        with self._tx() as db:  # MUTANT: the email in a transaction of its own\n'
+               '            self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
+               '                                             "subject": subject, "body": email})\n'
+               '        return self.run(run_id)\n')),)),
     Mutant("response_and_calls_split", "boundary 2: the run's pointer to the response committed "
            "apart from the response's calls", ((
                "store/responses.py",
@@ -257,7 +289,12 @@ MUTANTS = [
                '            db.execute(\n'
                '                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"\n'
                ),),
-           claim="2. each response and its calls: one transaction"),
+           claim="2. each response and its calls: one transaction",
+           alternatives=((("store/responses.py",
+               "                 time.time()))\n            if resent is not None:\n",
+               "                 time.time()))\n"
+               "        with self._tx() as db:  # MUTANT: the calls in a transaction of their own\n"
+               "            if resent is not None:\n"),),)),
     Mutant("approval_and_waiting_split", "boundary 4: the pending approval and the run's waiting "
            "status written in two transactions", ((
                "store/approvals.py",
@@ -300,7 +337,14 @@ MUTANTS = [
         '    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}",'
         " body)\n"
         "    store.escalate_run(lease, CANNOT_CONTINUE, why)  # MUTANT: fenced after sending\n"),),
-        claim="nor can it hand the run over"),
+        claim="nor can it hand the run over",
+           alternatives=((("desk/actions.py",
+        "    store.escalate_run(lease, CANNOT_CONTINUE, why)\n"
+        '    _record, reused = send_on_thread(store, lease, outbox, f"{run_id}/follow-up", run,'
+        " body)\n",
+        '    _record, reused = send_on_thread(store, lease, outbox, f"{run_id}/follow-up", run,'
+        " body)\n"
+        "    store.escalate_run(lease, CANNOT_CONTINUE, why)  # MUTANT: fenced after\n"),),)),
     Mutant("expiry_by_process_clock", "expiry reads this process's clock, not the database's", ((
         "store/approvals.py",
         "requested_at < {self.now} - ?{mine}",
