@@ -24,12 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from .cli import PROJECT_ROOT, cli_env
-from .outside_servers import free_port, wait_for
+from .outside_servers import SMTP_PASSWORD, SMTP_USER, free_port, wait_for
 
 DOVECOT = Path("/usr/sbin/dovecot")
 IMAP_USER, IMAP_PASSWORD = "desk", "imap pass"
 DESK = "help@juniperpine.example"
 MAYA = "maya.chen@example.com"
+
+
+def smtp_env(port: int) -> dict[str, str]:
+    """The settings that send the desk's mail through the aiosmtpd server on ``port``."""
+    return {"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
+            "SMTP_USER": SMTP_USER, "SMTP_PASSWORD": SMTP_PASSWORD, "SMTP_SECURITY": "none"}
 
 
 def mail(sender: str = f"Maya Chen <{MAYA}>", subject: str = "Cracked carafe",

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 from helpers.cli import run_forked
-from helpers.mail import DOVECOT, IMAP_PASSWORD, Dovecot, answer, chain, mail
-from helpers.outside_servers import SMTP_PASSWORD, SMTP_USER, smtp_server
+from helpers.mail import DOVECOT, IMAP_PASSWORD, Dovecot, answer, chain, mail, smtp_env
+from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
 
@@ -34,11 +34,6 @@ def dovecot():
 def outbound():
     with smtp_server() as found:
         yield found
-
-
-def smtp_env(port: int) -> dict[str, str]:
-    return {"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
-            "SMTP_USER": SMTP_USER, "SMTP_PASSWORD": SMTP_PASSWORD, "SMTP_SECURITY": "none"}
 
 
 def receive_once(out, dovecot: Dovecot, tls: bool = False, **env: str

@@ -13,8 +13,17 @@ import smtplib
 
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm
-from helpers.mail import MAYA, answer, chain, deliver, mail, receiving, wait_until
-from helpers.outside_servers import SMTP_PASSWORD, SMTP_USER, free_port, smtp_server, wait_for
+from helpers.mail import (
+    MAYA,
+    answer,
+    chain,
+    deliver,
+    mail,
+    receiving,
+    smtp_env,
+    wait_until,
+)
+from helpers.outside_servers import free_port, smtp_server, wait_for
 
 pytest.importorskip("aiosmtpd")
 
@@ -27,11 +36,6 @@ def outbound():
     """The desk's outgoing mail server (aiosmtpd, login required): (port, mailbox)."""
     with smtp_server() as found:
         yield found
-
-
-def smtp_env(port: int) -> dict[str, str]:
-    return {"REFUND_AGENT_EMAIL": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
-            "SMTP_USER": SMTP_USER, "SMTP_PASSWORD": SMTP_PASSWORD, "SMTP_SECURITY": "none"}
 
 
 def open_store(out, backend) -> Store:
