@@ -103,19 +103,27 @@ def provider_problems(payments: Any, store: Store) -> list[str]:
 
 def email_notes(outbox: Any) -> tuple[list[str], list[str]]:
     """(problems, notes) about SMTP mail: messages recorded but never marked sent (a crash
-    between the record and the send, or a refusal: resume sends them), and messages sent again
-    after such a gap (the customer may have them twice). Nothing for the stand-in."""
+    between the record and the send, or a refusal: resume sends them), messages sent again
+    after such a gap (the customer may have them twice), and messages the server refused at
+    every earlier attempt, then took (sent once). Nothing for the stand-in."""
     unsent = getattr(outbox, "unsent", None)
     if unsent is None:
         return [], []
-    problems = [f"The email for call {r['idempotency_key']} to {r['request']['to']} is recorded "
-                f"in the outbox but was never marked sent (Message-ID {r['message_id']}): the "
-                "process stopped between the record and the send, or the server refused it. "
-                "`refund-agent resume` sends it; the customer may then have it twice."
-                for r in unsent()]
+    refusals = outbox.refusals()
+    problems = [f"The email for call {r['idempotency_key']} to {r['request']['to']} is "
+                f"recorded in the outbox but was never marked sent (Message-ID "
+                f"{r['message_id']}): " + (
+                    f"the mail server refused it ({refusals[r['idempotency_key']]}). "
+                    "`refund-agent resume` sends it again." if r["idempotency_key"] in refusals
+                    else "the process stopped between the record and the send, or the server "
+                    "refused it. `refund-agent resume` sends it; the customer may then have it "
+                    "twice.") for r in unsent()]
     notes = [f"Note: the email for call {r['idempotency_key']} was sent again after a crash "
              f"between its record and its send (Message-ID {r['request']['message_id']}): the "
              "customer may have it twice." for r in outbox.resent()]
+    notes += [f"Note: the email for call {r['idempotency_key']} was refused by the server "
+              f"({r['refused_before']}x), then sent (Message-ID {r['request']['message_id']}): "
+              "the customer has it once." for r in outbox.refused_then_sent()]
     return problems, notes
 
 

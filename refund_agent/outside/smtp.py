@@ -9,6 +9,13 @@ it, so it sends it again and says so (the record and the run's step carry ``rese
 at most one duplicate, in that window only, and never a lost email: a message is never marked
 sent before the server accepted it.
 
+A refusal is different: when the server answers an attempt with an error (a 4xx or 5xx to the
+login, the sender, the recipient or the data), that attempt certainly delivered nothing. Each
+such refusal is written to the sent-marks log under its own key (``<key>#refused<n>``), and
+each retry of a recorded message writes its start there first (``<key>#try<n>``), so a crash
+inside a retry is still an attempt that may have gone out. A message is reported sent again
+only when some earlier attempt was not refused; refused, then sent, is said as that.
+
 Every message carries a ``Message-ID`` derived from the call key, the same on every attempt, so
 a duplicate is recognisable as one (mail clients and many servers drop a repeated id).
 """
@@ -95,14 +102,35 @@ class SmtpOutbox:
         if self.sent.find(key) is not None:
             return record, True
         # Recorded by an earlier attempt but never marked sent: that attempt died between the
-        # two (or the server refused it). Whether the server got it cannot be known, so it is
-        # sent again, with the same Message-ID, and the record says so.
-        resent = recorded_before
-        self._deliver(build_message(record, self.sender))
+        # two, or the server refused it. A refusal is recorded; any other earlier attempt may
+        # have reached the server, so the message is sent again (same Message-ID) and says so.
+        attempt = self._start_attempt(key, record) if recorded_before else 1
+        refused = sum(self.sent.find(f"{key}#refused{n}") is not None for n in range(1, attempt))
+        resent = refused < attempt - 1
+        try:
+            self._deliver(build_message(record, self.sender))
+        except _Refused as exc:
+            answer = exc.answer
+            self.sent.once(f"{key}#refused{attempt}", {"message_id": record["message_id"]},
+                           lambda: {"kind": "refused", "answer": answer, "at": time.time()})
+            raise EmailNotSent(str(exc)) from None
         crash_point("after_smtp_send", self._crash)
         self.sent.once(key, {"message_id": record["message_id"]},
-                       lambda: {"sent_at": time.time(), "resent": resent})
+                       lambda: {"sent_at": time.time(), "resent": resent,
+                                **({"refused_before": refused} if refused else {})})
         return ({**record, "resent": True} if resent else record), False
+
+    def _start_attempt(self, key: str, record: dict[str, Any]) -> int:
+        """Write down a retry's start before it is handed over; returns its number (2, 3...).
+        The first attempt's start is the outbox record itself."""
+        attempt = 2
+        while True:
+            _, taken = self.sent.once(f"{key}#try{attempt}",
+                                      {"message_id": record["message_id"]},
+                                      lambda: {"kind": "attempt", "at": time.time()})
+            if not taken:
+                return attempt
+            attempt += 1
 
     def messages(self) -> list[dict[str, Any]]:
         return self.log.records()
@@ -113,7 +141,7 @@ class SmtpOutbox:
         Only this outbox's own records: the stand-in's (from before SMTP was switched on) were
         never meant for a server, and are not waiting to be sent.
         """
-        marked = {r.get("idempotency_key") for r in self.sent.records()}
+        marked = {r.get("idempotency_key") for r in self.sent.records() if not r.get("kind")}
         return [r for r in self.log.records()
                 if recorded_for_smtp(r) and r.get("idempotency_key") not in marked]
 
@@ -121,38 +149,98 @@ class SmtpOutbox:
         """Sent marks of messages sent again after such a gap (perhaps delivered twice)."""
         return [r for r in self.sent.records() if r.get("resent")]
 
+    def refused_then_sent(self) -> list[dict[str, Any]]:
+        """Sent marks of messages the server refused at every earlier attempt (sent once)."""
+        return [r for r in self.sent.records()
+                if r.get("refused_before") and not r.get("resent")]
+
+    def refusals(self) -> dict[str, str]:
+        """The server's answer per message key whose latest attempt it refused (an attempt
+        that started after a refusal, and was cut off, may have been delivered: not here)."""
+        latest: dict[str, int] = {}
+        refused: dict[str, tuple[int, str]] = {}
+        for r in self.sent.records():
+            kind = r.get("kind")
+            if kind in ("attempt", "refused"):
+                base, _, number = r["idempotency_key"].rpartition(
+                    "#try" if kind == "attempt" else "#refused")
+                latest[base] = max(latest.get(base, 1), int(number))
+                if kind == "refused":
+                    refused[base] = (int(number), r.get("answer", ""))
+        return {key: answer for key, (n, answer) in refused.items() if n == latest[key]}
+
     def _deliver(self, message: EmailMessage) -> None:
+        """Hand ``message`` to the server.
+
+        Raises:
+            _Refused: the server answered with an error before taking it (nothing delivered).
+            EmailNotSent: anything else (the connection, TLS): it may or may not have arrived.
+        """
         s = self.settings
         where = f"{s.smtp_host}:{s.port}"
         context = ssl.create_default_context(cafile=s.smtp_ca_file or None)
+        server: smtplib.SMTP | None = None
         try:
             if s.smtp_security == "tls":
-                server: smtplib.SMTP = smtplib.SMTP_SSL(s.smtp_host, s.port, timeout=s.smtp_timeout,
-                                                        context=context)
+                server = smtplib.SMTP_SSL(s.smtp_host, s.port, timeout=s.smtp_timeout,
+                                          context=context)
             else:
                 server = smtplib.SMTP(s.smtp_host, s.port, timeout=s.smtp_timeout)
-            with server:
-                if s.smtp_security == "starttls":
-                    server.starttls(context=context)
-                if s.smtp_user:
-                    server.login(s.smtp_user, s.smtp_password)
-                server.send_message(message)
-        except smtplib.SMTPAuthenticationError:
-            raise EmailNotSent(
+            if s.smtp_security == "starttls":
+                server.starttls(context=context)
+            if s.smtp_user:
+                server.login(s.smtp_user, s.smtp_password)
+            server.send_message(message)
+        except smtplib.SMTPAuthenticationError as exc:
+            raise _Refused(
                 f"The mail server {where} refused the login for SMTP_USER {s.smtp_user!r} "
                 "(check SMTP_USER and SMTP_PASSWORD). The email is recorded and not sent; "
-                "resume sends it.") from None
+                "resume sends it.", _answer(exc)) from None
         except smtplib.SMTPNotSupportedError as exc:
-            raise EmailNotSent(
+            raise _Refused(
                 f"The mail server {where} does not support what SMTP_SECURITY="
-                f"{s.smtp_security} needs ({exc}). The email is recorded and not sent.") from None
+                f"{s.smtp_security} needs ({exc}). The email is recorded and not sent.",
+                str(exc)) from None
         except smtplib.SMTPRecipientsRefused as exc:
             refused = ", ".join(exc.recipients)
-            raise EmailNotSent(
+            raise _Refused(
                 f"The mail server {where} refused the recipient {refused}. The email is "
-                "recorded and not sent; a person needs to reach the customer.") from None
+                "recorded and not sent; a person needs to reach the customer.",
+                "; ".join(_answer(a) for a in exc.recipients.values())) from None
+        except smtplib.SMTPResponseException as exc:   # the sender or the data refused
+            raise _Refused(
+                f"The mail server {where} refused the email ({_answer(exc)}). It is recorded "
+                "and not sent; resume sends it.", _answer(exc)) from None
         except (smtplib.SMTPException, ssl.SSLError, OSError) as exc:
             raise EmailNotSent(
                 f"Could not send the email through {where}: {exc or type(exc).__name__}. It is "
                 "recorded and not marked sent; resume sends it (if the server took it before "
                 "the failure, the customer gets it twice, with the same Message-ID).") from None
+        finally:
+            if server is not None:
+                _close(server)
+
+
+class _Refused(EmailNotSent):
+    """The server answered an attempt with an error: that attempt delivered nothing."""
+
+    def __init__(self, message: str, answer: str) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
+def _answer(refusal: Any) -> str:
+    """The server's answer ("550 no such user") from smtplib's exception or (code, text)."""
+    code, text = ((refusal.smtp_code, refusal.smtp_error) if hasattr(refusal, "smtp_code")
+                  else refusal)
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    return f"{code} {' '.join(text.split())}"
+
+
+def _close(server: smtplib.SMTP) -> None:
+    """Say QUIT and close; an error here changes nothing (the message was taken or refused
+    already), so it is not raised over what happened before it."""
+    try:
+        server.quit()
+    except (smtplib.SMTPException, OSError):
+        server.close()

@@ -119,14 +119,26 @@ def order_totals() -> dict[str, int]:
 # -- aiosmtpd ------------------------------------------------------------------------------------
 
 class Mailbox:
-    """aiosmtpd's handler: keeps each accepted message, with who logged in to send it."""
+    """aiosmtpd's handler: keeps each accepted message, with who logged in to send it.
+    ``refuse_rcpt`` / ``refuse_data``: answers ("550 ...") given, one each, to the next
+    recipients / messages instead of taking them, as a real server refuses."""
 
     def __init__(self) -> None:
         self.messages: list[email.message.Message] = []
         self.logins: list[str | None] = []
+        self.refuse_rcpt: list[str] = []
+        self.refuse_data: list[str] = []
+
+    async def handle_RCPT(self, server, session, envelope, address, options):  # noqa: N802
+        if self.refuse_rcpt:
+            return self.refuse_rcpt.pop(0)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
         from aiosmtpd.smtp import LoginPassword
+        if self.refuse_data:
+            return self.refuse_data.pop(0)
         # policy.default unfolds headers as a mail client does (a long Message-ID is folded
         # before its "<", which RFC 5322 allows).
         self.messages.append(email.message_from_bytes(envelope.original_content,
@@ -138,6 +150,8 @@ class Mailbox:
     def clear(self) -> None:
         self.messages.clear()
         self.logins.clear()
+        self.refuse_rcpt.clear()
+        self.refuse_data.clear()
 
 
 def authenticate(server, session, envelope, mechanism, auth_data) -> Any:

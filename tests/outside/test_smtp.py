@@ -193,6 +193,49 @@ def test_mail_the_stand_in_recorded_before_smtp_was_switched_on_is_not_unsent(tm
     assert box.messages == []
 
 
+@pytest.mark.parametrize("where", ["rcpt", "data"])
+def test_a_refused_send_then_a_resend_is_not_reported_as_a_crash(tmp_path, servers, where):
+    """The server answers the first attempt 550 (at RCPT or after the data): that attempt
+    delivered nothing, so the resend is one email, not "sent again after a crash"; audit
+    --verify's notes say it was refused, then sent. A retry cut off after a refusal (the
+    connection lost mid-send) may have reached the server: the next send says so again."""
+    from refund_agent.desk.reconcile import email_notes
+    port, box = servers["none"]
+    box.clear()
+    getattr(box, f"refuse_{where}").append("550 5.7.1 Not today")
+    outbox = SmtpOutbox(tmp_path, None, smtp_settings(port), FROM)
+    with pytest.raises(EmailNotSent, match="refused"):
+        outbox.send("run_8-call_i", "maya.chen@example.com", "Re: x", "Hi")
+    problems, _ = email_notes(outbox)
+    assert box.messages == [] and len(problems) == 1 and "550 5.7.1 Not today" in problems[0]
+    record, reused = outbox.send("run_8-call_i", "maya.chen@example.com", "Re: x", "Hi")
+    assert not reused and not record.get("resent")
+    assert outbox.resent() == [] and len(box.messages) == 1
+    problems, notes = email_notes(outbox)
+    assert problems == [] and len(notes) == 1 and "refused by the server (1x), then sent" in \
+        notes[0] and "twice" not in notes[0]
+    assert outbox.send("run_8-call_i", "maya.chen@example.com", "Re: x", "Hi")[1]   # reused
+
+    # Refused, then an attempt that may have gone out: the third send is a possible duplicate.
+    box.refuse_data.append("451 4.3.0 Try later")
+    with pytest.raises(EmailNotSent, match="451"):
+        outbox.send("run_9-call_j", "maya.chen@example.com", "Re: y", "Hi")
+    real = outbox._deliver
+
+    def cut_off(message):
+        real(message)
+        raise EmailNotSent("the connection dropped before the server answered")
+    outbox._deliver = cut_off
+    with pytest.raises(EmailNotSent):
+        outbox.send("run_9-call_j", "maya.chen@example.com", "Re: y", "Hi")
+    assert "may then have it twice" in email_notes(outbox)[0][0]   # no longer "refused"
+    outbox._deliver = real
+    record, _ = outbox.send("run_9-call_j", "maya.chen@example.com", "Re: y", "Hi")
+    assert record.get("resent") and [r["idempotency_key"] for r in outbox.resent()] == \
+        ["run_9-call_j"]
+    assert len(box.messages) == 3   # run_8 once, run_9 twice (the cut-off one arrived)
+
+
 # -- the crash matrix, over SMTP ----------------------------------------------------------------
 
 def smtp_env(port: int) -> dict[str, str]:
