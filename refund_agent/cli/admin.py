@@ -16,6 +16,7 @@ from ..desk.reconcile import email_notes, log_names, provider_problems, reconcil
 from ..desk.status import amount_is, amount_label
 from ..errors import LeaseLost, MigrationRefused, RunBusy
 from ..outside import stripe_missing
+from ..outside.mailin.intake import release_held
 from ..store import Store
 from ..store.migrate import migrate as migrate_store
 from ..text import plural
@@ -85,6 +86,7 @@ def work(args: argparse.Namespace) -> int:
     agent.store.front = "worker"
     idle_exit: float | None = args.idle_exit
     quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
+    say: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     idle_since, done = time.monotonic(), 0
     swept = -SWEEP_EVERY
     print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
@@ -98,6 +100,9 @@ def work(args: argparse.Namespace) -> int:
                 print(f"{approval_id}: {step}", flush=True)
             for approval in agent.expire():
                 print(f"{approval.id}: expired", flush=True)
+            # Customers' replies held while their run worked or waited: a run a terminal
+            # command finished takes them now (each is then claimed below like a new run).
+            release_held(agent.store, say)
         run_id = agent.claim()
         if run_id is None:
             if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
@@ -113,6 +118,7 @@ def work(args: argparse.Namespace) -> int:
         done += 1
         idle_since = time.monotonic()
         print(f"{run_id}: {run.status.value}", flush=True)
+        release_held(agent.store, say)   # a reply that came while this run worked
 
 
 def web(args: argparse.Namespace) -> int:

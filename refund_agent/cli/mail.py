@@ -19,7 +19,7 @@ from typing import Any
 from ..desk.agent import Agent
 from ..errors import ConfigError, LeaseLost, RefundAgentError, RunBusy
 from ..outside.mailin.imap import Poller, mailbox_from_url
-from ..outside.mailin.intake import describe, take
+from ..outside.mailin.intake import describe, release_held, take
 from ..store.mail import MailRow
 from .tickets import drive
 
@@ -123,9 +123,8 @@ def receive(args: argparse.Namespace) -> int:
                 poller.close()
                 time.sleep(1)
                 continue
-            for row in agent.store.release_held():
-                print(f"{row.message_id}: the held reply was added to {row.run_id}", flush=True)
-                taken.add(row.run_id or "")
+            for run_id in release_held(agent.store, partial(print, flush=True)):
+                taken.add(run_id)
                 busy += 1
             runs = [r for r in taken.pop_all() if r]
             if not args.no_work:

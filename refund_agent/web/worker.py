@@ -23,6 +23,7 @@ from ..desk.agent import Agent
 from ..desk.customer import converse
 from ..errors import RefundAgentError, RunNotReady
 from ..models import Approval, Escalation, Run, RunStatus
+from ..outside.mailin.intake import release_held
 from ..streaming import Cancel, LiveEvent
 from .integrity import IntegrityWatch
 from .views import LiveSegment
@@ -112,6 +113,16 @@ class Worker:
             self._launch(approval.run_id)
         return expired
 
+    def release_held(self) -> list[str]:
+        """Continue the runs whose customers' replies were held (they came while the run
+        worked or waited on a person) and that can take them now; a receiver need not run."""
+        if not self._running:   # shutting down: a later worker claims what is released
+            return []
+        released = release_held(self.agent.store, log.info)
+        for run_id in released:
+            self._launch(run_id, simulate=False)
+        return released
+
     def _sweep(self) -> None:
         """Every SWEEP_EVERY seconds: expire what waited too long, and pick up runs whose owner
         died since this server started (a terminal killed mid-turn, another host on
@@ -120,6 +131,7 @@ class Worker:
         while True:
             try:
                 self.expire()
+                self.release_held()
                 for run in [] if first else self.agent.store.orphaned_runs(
                         self.agent.agent_name):
                     self._launch(run.id)
@@ -345,3 +357,7 @@ class Worker:
                 self.version += 1
             if again is not None and not job.cancel.is_set():
                 self._launch(run_id, simulate=again)
+            try:   # a reply that came while this run worked can be taken now
+                self.release_held()
+            except RefundAgentError:
+                log.exception("Releasing held replies failed (the next sweep tries again)")

@@ -9,6 +9,7 @@ Message-ID.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from ...crash import crash_point
@@ -44,6 +45,19 @@ def take(store: Store, raw: bytes, agent: str, crash_at: frozenset[str] = frozen
     row = store.take_mail(stored_form(mail), partial(decide, mail), agent)
     crash_point("after_mail_recorded", crash_at)
     return row
+
+
+def release_held(store: Store, say: Callable[[str], None]) -> list[str]:
+    """Add the customers' replies held while their runs worked or waited on a person, now
+    that those runs can take them; returns the runs' ids (each now marked working, so any
+    worker claims it). Every worker calls this (``receive``, ``refund-agent work``, the page's),
+    so a held reply does not wait for a receiver to be running."""
+    runs: list[str] = []
+    for row in store.release_held():
+        say(f"{row.message_id}: the held reply was added to {row.run_id}")
+        if row.run_id and row.run_id not in runs:
+            runs.append(row.run_id)
+    return runs
 
 
 def describe(row: MailRow) -> str:
