@@ -99,13 +99,21 @@ def receive(args: argparse.Namespace) -> int:
         print(f"Reading customers' mail from {box.shown()}"
               f"{' (IDLE)' if poller.idles else f', every {args.every:g} s'}.", flush=True)
     else:
-        from ..outside.mailin.smtp import serve
+        from ..outside.mailin.smtp import desk_addresses, serve
         host, port = args.smtp
+        outside = agent.settings.outside
+        desk = desk_addresses(agent.shop.info.support_email, outside.smtp_from,
+                              *outside.receive_addresses)
+        login = (outside.receive_user, outside.receive_password) if outside.receive_user \
+            else None
         try:
-            server = serve(host, port, taker, taken)
+            server = serve(host, port, taker, taken, desk, login,
+                           say=partial(print, flush=True))
         except OSError as exc:
             raise ConfigError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
-        print(f"Receiving customers' mail by SMTP on {host}:{port}.", flush=True)
+        print(f"Receiving customers' mail by SMTP on {host}:{port} for "
+              f"{', '.join(sorted(desk))}"
+              f"{f' (login required: {outside.receive_user})' if login else ''}.", flush=True)
     print("The tickets and replies it takes are advanced here." if not args.no_work else
           "The tickets and replies it takes are left to the page's worker or "
           "`refund-agent work`.", flush=True)

@@ -40,6 +40,12 @@ class OutsideSettings:
         smtp_from: the From address (REFUND_AGENT_SMTP_FROM); empty: the shop's support email.
         smtp_ca_file: a CA bundle to trust for the server's certificate (SMTP_CA_FILE), for a
             server whose certificate a private CA signed; empty: the system's CAs.
+        receive_addresses: more addresses ``receive --smtp`` takes mail for besides the shop's
+            support email and smtp_from (REFUND_AGENT_RECEIVE_ADDRESSES, comma-separated;
+            ``@domain`` takes a whole domain); any other recipient is refused with 550.
+        receive_user, receive_password: the login ``receive --smtp`` requires of whoever
+            delivers to it (REFUND_AGENT_RECEIVE_USER and REFUND_AGENT_RECEIVE_PASSWORD); no
+            login when the user is empty.
     """
 
     payments: str = STAND_IN
@@ -56,6 +62,9 @@ class OutsideSettings:
     smtp_from: str = ""
     smtp_timeout: float = 30.0
     smtp_ca_file: str = ""
+    receive_addresses: tuple[str, ...] = ()
+    receive_user: str = ""
+    receive_password: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.payments not in (STAND_IN, STRIPE):
@@ -73,6 +82,12 @@ class OutsideSettings:
         if self.email == SMTP and not self.smtp_host:
             raise ConfigError("REFUND_AGENT_EMAIL=smtp needs SMTP_HOST (and usually SMTP_USER "
                               "and SMTP_PASSWORD).")
+        if bad := [a for a in self.receive_addresses if "@" not in a or " " in a]:
+            raise ConfigError("REFUND_AGENT_RECEIVE_ADDRESSES must be addresses or @domains "
+                              f"separated by commas, got {bad[0]!r}.")
+        if self.receive_user and not self.receive_password:
+            raise ConfigError("REFUND_AGENT_RECEIVE_USER needs REFUND_AGENT_RECEIVE_PASSWORD "
+                              "(the password senders must log in with).")
 
     @property
     def port(self) -> int:
@@ -119,4 +134,8 @@ def outside_settings(env: Mapping[str, str]) -> OutsideSettings:
         smtp_from=get("REFUND_AGENT_SMTP_FROM"),
         smtp_timeout=seconds("SMTP_TIMEOUT_SECONDS", 30.0),
         smtp_ca_file=get("SMTP_CA_FILE"),
+        receive_addresses=tuple(a.strip() for a in get("REFUND_AGENT_RECEIVE_ADDRESSES")
+                                .split(",") if a.strip()),
+        receive_user=get("REFUND_AGENT_RECEIVE_USER"),
+        receive_password=env.get("REFUND_AGENT_RECEIVE_PASSWORD", ""),
     )

@@ -14,6 +14,7 @@ import smtplib
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm
 from helpers.mail import (
+    DESK,
     MAYA,
     answer,
     chain,
@@ -133,3 +134,36 @@ def test_a_receiver_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path
     worked = run_cli(out, "work", "--idle-exit", "1")
     assert worked.returncode == 0, worked.stdout + worked.stderr
     assert store.run(run.id).status == RunStatus.WAITING
+
+
+def test_the_listener_takes_mail_only_for_the_desk_and_only_after_its_login(tmp_path):
+    """``receive --smtp`` is nobody's relay: a recipient that is not one of the desk's
+    addresses (the shop's support email, REFUND_AGENT_RECEIVE_ADDRESSES) is refused with 550
+    at RCPT; with REFUND_AGENT_RECEIVE_USER set, nothing is taken before a good login, and the
+    password is never printed."""
+    out, inbound, secret = tmp_path / "out", free_port(), "listener pass 7f3a"
+    alias, stranger = "Refunds@JuniperPine.example", "someone@elsewhere.example"
+    with receiving(out, "--smtp", f"127.0.0.1:{inbound}", "--no-work",
+                   REFUND_AGENT_RECEIVE_ADDRESSES="refunds@juniperpine.example, @returns.example",
+                   REFUND_AGENT_RECEIVE_USER="mta", REFUND_AGENT_RECEIVE_PASSWORD=secret) as proc:
+        wait_for(inbound, proc, "refund-agent receive --smtp")
+        with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
+            with pytest.raises(smtplib.SMTPSenderRefused) as no_login:
+                client.sendmail(MAYA, [DESK], bytes(mail()))
+            assert no_login.value.smtp_code == 530
+            with pytest.raises(smtplib.SMTPAuthenticationError):
+                client.login("mta", "wrong")
+        with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
+            client.login("mta", secret)
+            with pytest.raises(smtplib.SMTPRecipientsRefused) as elsewhere:
+                client.sendmail(MAYA, [stranger], bytes(mail(message_id="<x@m>")))
+            assert elsewhere.value.recipients[stranger][0] == 550
+            refused = client.sendmail(MAYA, [stranger, DESK.upper(), alias, "desk@returns.example"],
+                                      bytes(mail()))
+            assert list(refused) == [stranger] and refused[stranger][0] == 550
+        store = Store(out / "refund-agent.sqlite3")
+        assert [m.message_id for m in store.mail()] == ["<first@maya.example>"]
+        store.close()
+    printed = proc.stdout.read()
+    assert f"Refused mail for {stranger}" in printed and "login required: mta" in printed
+    assert secret not in printed and "Traceback" not in printed

@@ -294,6 +294,10 @@ def test_a_crash_around_the_send_loses_no_email_and_is_never_silent(tmp_path, se
     ({"SMTP_PORT": "99999"}, "SMTP_PORT must be a port number"),
     ({"REFUND_AGENT_PAYMENTS": "stripe"}, "REFUND_AGENT_PAYMENTS=stripe needs STRIPE_API_KEY"),
     ({"REFUND_AGENT_PAYMENTS": "paypal"}, "REFUND_AGENT_PAYMENTS must be stand-in or stripe"),
+    ({"REFUND_AGENT_RECEIVE_ADDRESSES": "help@shop.example, refunds"},
+     "REFUND_AGENT_RECEIVE_ADDRESSES must be addresses or @domains"),
+    ({"REFUND_AGENT_RECEIVE_USER": "mta"}, "REFUND_AGENT_RECEIVE_USER needs "
+                                           "REFUND_AGENT_RECEIVE_PASSWORD"),
 ])
 def test_outside_settings_refused_in_one_line(monkeypatch, env, words):
     from refund_agent.config import load_settings
@@ -313,6 +317,8 @@ def test_the_secrets_stay_out_of_the_settings_repr(monkeypatch):
     monkeypatch.setenv("REFUND_AGENT_PAYMENTS", "stripe")
     monkeypatch.setenv("STRIPE_API_KEY", "sk_live_hunter2")
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_hunter2")
+    monkeypatch.setenv("REFUND_AGENT_RECEIVE_USER", "mta")
+    monkeypatch.setenv("REFUND_AGENT_RECEIVE_PASSWORD", "hunter2-listener")
     settings = load_settings()
     assert settings.outside.port == 587 and settings.outside.smtp_password == "hunter2-smtp"
     shown = repr(settings)
