@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from refund_agent.outside.mailin.decide import decide
 from refund_agent.outside.mailin.imap import mailbox_from_url
 from refund_agent.outside.mailin.intake import take
-from refund_agent.outside.mailin.parse import read_mail, reply_subject, strip_quoted
+from refund_agent.outside.mailin.parse import html_text, read_mail, reply_subject, strip_quoted
 from refund_agent.store import Store
 from refund_agent.store.mail import MailThread
 
@@ -35,6 +35,46 @@ def test_html_only_mail_is_read_as_text_without_its_markup_scripts_or_quote():
         "</body></html>", subtype="html")
     read = read_mail(raw(message))
     assert read.text == "My order A1043 arrived cracked.\n\nPlease help."
+
+
+# Gmail's own markup for a reply: its quote block holds the attribution and a blockquote.
+GMAIL_QUOTE = ('<div class="gmail_quote gmail_quote_container"><div dir="ltr" '
+               'class="gmail_attr">On Fri, Dec 4, 2026 at 9:12 AM Juniper &amp; Pine &lt;'
+               'help@juniperpine.example&gt; wrote:<br></div><blockquote class="gmail_quote" '
+               'style="margin:0px 0px 0px 0.8ex"><div dir="ltr"><p>{quoted}<br>Warmly,'
+               '</div></blockquote></div>')
+
+
+def test_text_after_gmails_quote_block_is_the_customers():
+    """Gmail's ``<div class="gmail_quote">`` ends at its closing tag: a bottom-posted answer
+    and the signature after it are read; the quote (with an unclosed <p> inside) is not."""
+    html = ('<div dir="ltr">Top line.</div><br>'
+            + GMAIL_QUOTE.format(quoted="We can refund the carafe.")
+            + '<div>Yes please, to my card.</div><br clear="all"><div><br></div>-- <br>'
+            '<div dir="ltr" class="gmail_signature">Maya Chen<br>+1 555 0100</div>')
+    text = html_text(html)
+    assert [line for line in text.split("\n") if line] == [
+        "Top line.", "Yes please, to my card.", "--", "Maya Chen", "+1 555 0100"]
+    assert "refund the carafe" not in text and "wrote:" not in text
+
+
+_WORDS = st.text(st.sampled_from("abcdefgh XYZ.,!"), min_size=1, max_size=30).map(
+    lambda t: " ".join(t.split())).filter(bool)
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=_WORDS, after=_WORDS, quoted=_WORDS,
+       wrapper=st.sampled_from(["{}", "<div>{}</div>", "<p>{}", "<blockquote>{}</blockquote>"]),
+       nested=st.booleans())
+def test_a_gmail_quote_hides_only_itself(before, after, quoted, wrapper, nested):
+    """Whatever the customer writes before and after a quote block, and however the quote is
+    built inside (nested blocks, a <p> left open), the quote is left out and both sides kept."""
+    inner = wrapper.format("QUOTE " + quoted)
+    if nested:
+        inner = f'<div class="gmail_quote">{inner}</div>'
+    text = html_text(f'<div>{before}</div><div class="gmail_quote">{inner}</div>'
+                     f'<div>{after}</div>')
+    assert text.split("\n\n") == [before, after]
 
 
 def test_attachments_are_named_and_never_read():

@@ -78,32 +78,47 @@ def one_line_text(value: str | None) -> str:
 
 
 class _TextOfHtml(HTMLParser):
-    """The readable text of an HTML body: blocks on their own lines, scripts and styles out."""
+    """The readable text of an HTML body: blocks on their own lines, scripts and styles out,
+    and what a mail client quotes (a <blockquote>, or Gmail's ``<div class="gmail_quote">``)
+    left out up to its own closing tag only: a signature or an answer written below the quote
+    is the customer's."""
 
     _BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "table",
                "blockquote", "section", "article", "ul", "ol", "hr"}
     _HIDDEN = {"script", "style", "head", "title"}
+    # Elements that never have a closing tag, so never stay open.
+    _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+             "source", "track", "wbr"}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._hidden = 0
         self._quoted = 0
+        # The open elements, each with whether it began a quote: a closing tag closes its own
+        # element and any left unclosed inside it (HTML mail often leaves a <p> open).
+        self._open: list[tuple[str, bool]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in self._HIDDEN:
             self._hidden += 1
-        # Mail clients put the message they quote in a <blockquote> (Gmail: class gmail_quote).
-        if tag == "blockquote" or any(v and "gmail_quote" in v for k, v in attrs if k == "class"):
-            self._quoted += 1
+        if tag not in self._VOID:
+            quotes = tag == "blockquote" or any(
+                v and "gmail_quote" in v.split() for k, v in attrs if k == "class")
+            self._open.append((tag, quotes))
+            self._quoted += quotes
         if tag in self._BLOCKS:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in self._HIDDEN and self._hidden:
             self._hidden -= 1
-        if tag == "blockquote" and self._quoted:
-            self._quoted -= 1
+        if any(name == tag for name, _ in self._open):   # a stray closing tag closes nothing
+            while self._open:
+                name, quotes = self._open.pop()
+                self._quoted -= quotes
+                if name == tag:
+                    break
         if tag in self._BLOCKS:
             self.parts.append("\n")
 
