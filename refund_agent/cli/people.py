@@ -11,6 +11,7 @@ import sys
 from ..desk.accounts import MIN_PASSWORD, Accounts
 from ..desk.agent import Agent
 from ..errors import DecisionRefused, SignInFailed
+from ..text import plural
 
 
 def signer(agent: Agent, name: str | None) -> tuple[str, int | None]:
@@ -88,10 +89,14 @@ def users_add(args: argparse.Namespace) -> int:
 def users_remove(args: argparse.Namespace) -> int:
     """``refund-agent users remove NAME``."""
     accounts = Accounts(Agent().store)
-    accounts.remove(args.name)
+    released, ended = accounts.remove(args.name)
     left = len(accounts.all())
-    print(f"Removed {args.name}. " + (f"{left} account{'s' if left != 1 else ''} left." if
-          left else "No accounts left: the desk is back in single-user demo mode."))
+    freed = ", ".join(part for part in (
+        released and f"{plural(released, 'ticket')} released (nobody owns them now)",
+        ended and f"{plural(ended, 'delegation')} to or from it ended") if part)
+    print(f"Removed {args.name}. " + (f"{freed}. " if freed else "")
+          + (f"{plural(left, 'account')} left." if left else
+             "No accounts left: the desk is back in single-user demo mode."))
     return 0
 
 

@@ -279,9 +279,12 @@ class Accounts:
                       [(a.id, a.order_id, a.amount_cents, raised.get(a.run_id))
                        for a in waiting], people, self.store.approved_by_on)
 
-    def remove(self, name: str, by: str | None = None) -> None:
+    def remove(self, name: str, by: str | None = None) -> tuple[int, int]:
+        """Remove the account (its tickets released, delegations to and from it ended);
+        returns (tickets released, delegations ended)."""
         rows = self._rows(name.strip()) if name.strip() else []
-        self.store.remove_account(rows[0]["name"] if rows else name.strip(), by or _operator())
+        return self.store.remove_account(rows[0]["name"] if rows else name.strip(),
+                                         by or _operator())
 
     def sign_in(self, name: str, password: str, client: str = "terminal") -> Account:
         """The account, if ``password`` is its password; SignInFailed otherwise.

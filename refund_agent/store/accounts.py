@@ -37,11 +37,32 @@ class Accounts(StoreCore):
             limit = "no limit" if limit_cents is None else f"up to ${limit_cents / 100:,.2f}"
             self._audit(db, "account_added", by, note=f"{name}: {role}, {limit}")
 
-    def remove_account(self, name: str, by: str) -> None:
+    def remove_account(self, name: str, by: str) -> tuple[int, int]:
+        """Remove an account and, in the same transaction, what named it: its tickets are
+        released (each audited and on its ticket, as a lead's release is) and the delegations
+        to and from it end (audited), so no ticket is owned by, and no work handed to, an
+        account that no longer exists. Returns (tickets released, delegations ended)."""
         with self._tx() as db:
             if not db.execute("DELETE FROM accounts WHERE name = ?", (name,)).rowcount:
                 raise NotFound(f"No account named {name!r}.")
             self._audit(db, "account_removed", by, note=name)
+            owned = db.execute("DELETE FROM owners WHERE account = ? RETURNING run_id",
+                               (name,)).fetchall()
+            for (run_id,) in sorted(map(tuple, owned)):
+                self._audit(db, "released", by, run_id=run_id,
+                            note=f"released the ticket ({name}'s): the account {name} was "
+                                 "removed; nobody owns it now")
+                self._step(db, run_id, "owner", {"event": "released", "by": by, "owner": None,
+                                                 "was": name})
+            ended = db.execute("DELETE FROM delegates WHERE account = ? OR delegate = ?"
+                               " RETURNING account, delegate", (name, name)).fetchall()
+            for account, delegate in sorted(map(tuple, ended)):
+                self._audit(db, "back", by, note=(
+                    f"the account {name} was removed; {delegate} no longer acts for them"
+                    if account == name else
+                    f"the account {name} was removed: it no longer acts for {account}, whose "
+                    "tickets and approvals are theirs again"))
+        return len(owned), len(ended)
 
     def account_rows(self, name: str | None = None) -> list[dict[str, Any]]:
         """Accounts as plain rows (name, role, limit_cents, password, created_at), by name."""

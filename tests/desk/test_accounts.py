@@ -14,6 +14,7 @@ from refund_agent.desk.accounts import (
     host_allowed,
     host_name,
 )
+from refund_agent.desk.owners import OwnerChange
 from refund_agent.errors import DecisionRefused, RefundAgentError, SignInFailed
 from refund_agent.store import Store
 
@@ -63,8 +64,15 @@ def test_users_add_list_remove(tmp_path):
     bad_role = run_cli(out, "users", "add", "Sam", "--role", "admin",
                        REFUND_AGENT_NEW_PASSWORD=ANA)
     assert bad_role.returncode == 2
+    store = store_of(out)   # Ana owns a ticket and acts for Lee: both end with her account
+    run_id = store.create_run(sender="maya@example.com", sender_name="Maya", subject="Cracked",
+                              email="A1043 arrived cracked").id
+    store.change_owner(OwnerChange(run_id, "claim", "Ana Ruiz", False))
+    store.set_away("Lee Park", "Ana Ruiz", 4_000_000_000)
     removed = run_cli(out, "users", "remove", "Ana Ruiz")
     assert removed.returncode == 0 and "1 account left" in removed.stdout
+    assert "1 ticket released (nobody owns them now), 1 delegation to or from it ended" in \
+        removed.stdout and store.owners() == {} and store.away() == {}
     missing = run_cli(out, "users", "remove", "Ana Ruiz")
     assert missing.returncode == 1 and "No account named 'Ana Ruiz'" in missing.stderr
     last = run_cli(out, "users", "remove", "Lee Park")

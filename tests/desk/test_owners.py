@@ -215,3 +215,42 @@ def test_out_of_office_hands_tickets_reminders_and_offers_to_the_delegate(tmp_pa
                              "away), who owns the ticket")
     assert store.set_back(ANA) and not store.set_back(ANA)
     assert store.away() == {} and [e.event for e in store.audit()][-1] == "back"
+
+
+def test_removing_an_account_releases_its_tickets_and_ends_its_delegations(tmp_path, backend):
+    """Nothing names an account once it is removed: its tickets are released (audited, by
+    whoever removed it, and on each ticket's timeline), the delegation it made ends, and so
+    does one that named it (that account's work is its own again); the others stay."""
+    import time
+
+    from refund_agent.desk.accounts import Accounts
+    backend.prepare(tmp_path)
+    store = Store(backend.target(tmp_path))
+    for name, limit in ((ANA, 3000), (SAM, 2000), (LEE, None), ("Kim Vo", 4000)):
+        store.add_account(name, "lead" if limit is None else "approver", limit, "scrypt$x",
+                          by="test")
+    first, second, kept = new_ticket(store), new_ticket(store), new_ticket(store)
+    store.change_owner(change(first, "claim", ANA))
+    store.change_owner(change(second, "claim", ANA))
+    store.change_owner(change(kept, "claim", SAM))
+    until = time.time() + 86400
+    store.set_away(ANA, SAM, until)         # Ana away, Sam acting for her
+    store.set_away(LEE, ANA, until)         # Lee away, Ana acting for him
+    store.set_away("Kim Vo", SAM, until)    # unrelated: stays
+
+    Accounts(store).remove("ana ruiz", by="ops (login)")
+    assert store.owners() == {kept: SAM}
+    assert store.away() == {"Kim Vo": SAM}
+    released = [(e.run_id, e.actor, e.note) for e in store.audit() if e.event == "released"]
+    assert sorted(released) == sorted(
+        (run_id, "ops (login)", "released the ticket (Ana Ruiz's): the account Ana Ruiz was "
+                                "removed; nobody owns it now") for run_id in (first, second))
+    for run_id in (first, second):
+        [step] = [s.data for s in store.steps(run_id) if s.data.get("event") == "released"]
+        assert (step["owner"], step["was"], step["by"]) == (None, ANA, "ops (login)")
+    ended = sorted(e.note for e in store.audit() if e.event == "back")
+    assert ended == ["the account Ana Ruiz was removed: it no longer acts for Lee Park, whose "
+                     "tickets and approvals are theirs again",
+                     "the account Ana Ruiz was removed; Sam Cho no longer acts for them"]
+    assert store.verify_audit() is None
+    store.close()
