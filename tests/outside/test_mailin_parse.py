@@ -245,3 +245,16 @@ def test_without_aiosmtpd_receive_smtp_says_how_to_install_it(tmp_path, monkeypa
     assert main(["receive", "--smtp", "127.0.0.1:2525"]) == 1
     err = capsys.readouterr().err
     assert "pip install 'refund-agent[mail]'" in err and "Traceback" not in err
+
+
+@given(st.sampled_from(["help@juniperpine.example", "HELP@JuniperPine.example",
+                        "<help@juniperpine.example>", "x@returns.example", "X@RETURNS.example"]),
+       st.sampled_from(["help@juniperpine.example.evil", "help@other.example", "returns.example",
+                        "x@sub.returns.example", "help@juniperpine"]))
+def test_the_listener_takes_only_the_desks_addresses_whatever_their_case(ours, theirs):
+    """Pure: the desk's addresses (a display name dropped) and @domains match whole and
+    casefolded; a longer domain, another domain or a bare domain never does."""
+    from refund_agent.outside.mailin.smtp import desk_addresses, for_the_desk
+    desk = desk_addresses("Juniper & Pine <help@juniperpine.example>", "", "@returns.example")
+    assert desk == {"help@juniperpine.example", "@returns.example"}
+    assert for_the_desk(ours, desk) and not for_the_desk(theirs, desk)

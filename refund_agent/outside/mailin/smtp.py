@@ -17,6 +17,7 @@ import hmac
 import logging
 import warnings
 from collections.abc import Callable, Collection
+from email.utils import parseaddr
 from typing import Any
 
 from ...errors import ConfigError
@@ -35,15 +36,18 @@ def aiosmtpd_missing() -> ConfigError:
 
 def desk_addresses(*addresses: str) -> frozenset[str]:
     """The addresses (and ``@domain``s) the listener takes mail for, compared casefolded;
-    empty entries left out."""
-    return frozenset(a.strip().strip("<>").casefold() for a in addresses if a.strip())
+    a display name around one ("Juniper & Pine <help@shop.example>") dropped, empty ones
+    left out."""
+    found = (parseaddr(a)[1] if "<" in a else a.strip() for a in addresses)
+    return frozenset(a.casefold() for a in found if a)
 
 
 def for_the_desk(recipient: str, desk: Collection[str]) -> bool:
     """Whether mail to ``recipient`` is the desk's: one of its addresses, or at one of its
     ``@domain``s (an address is compared whole, casefolded: mail systems treat case alike)."""
     address = recipient.strip().strip("<>").casefold()
-    return address in desk or "@" + address.rpartition("@")[2] in desk
+    local, at, domain = address.rpartition("@")
+    return bool(local and at) and (address in desk or at + domain in desk)
 
 
 class _Handler:
