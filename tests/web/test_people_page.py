@@ -8,9 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 from helpers import browser
-from helpers.browser import CARD, AppServer, sign_in
+from helpers.browser import CARD, AppServer, open_ticket, sign_in
 from helpers.cli import cli_env
 from playwright.sync_api import expect
 
@@ -66,10 +65,6 @@ def test_the_angry_customer_reads_as_a_thread(context, app_server: AppServer):
     expect(folds.first.get_by_text("lookup_order", exact=False).first).to_be_visible()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "Open in #36: after the merges of session 9 the ticket's owner line does not always render "
-    "after the inbox click (failed 2 of 3 runs, passed in the first clean-clone CI); the store "
-    "side of owners is covered by tests/desk/test_owners.py and the store contract"))
 def test_owners_mine_and_unassigned_and_work_offered(context, app_server: AppServer):
     store = Store(app_server.output / "refund-agent.sqlite3")
     accounts = Accounts(store)
@@ -87,7 +82,7 @@ def test_owners_mine_and_unassigned_and_work_offered(context, app_server: AppSer
     expect(card.get_by_text("Can decide: Kim Vo (up to $60.00), Lee Park (lead)")
            ).to_be_visible()
 
-    page.locator("[class*='st-key-run_']").first.click()
+    open_ticket(page)
     page.get_by_text("Nobody owns this ticket").wait_for()
     page.get_by_role("button", name="Claim").click()
     page.get_by_text("Owner: Ana Ruiz").wait_for()
@@ -98,7 +93,7 @@ def test_owners_mine_and_unassigned_and_work_offered(context, app_server: AppSer
     page.get_by_text("No tickets match.").wait_for()
     expect(page.locator("[class*='st-key-run_']")).to_have_count(0)
     page.get_by_role("radio", name="Everyone's").click()
-    page.locator("[class*='st-key-run_']").first.click()
+    open_ticket(page)
     page.get_by_role("button", name="Release").click()
     page.get_by_text("Nobody owns this ticket").wait_for()
     assert [(e.event, e.actor) for e in store.audit() if e.event in ("claimed", "released")] == [
