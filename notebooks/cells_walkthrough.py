@@ -209,7 +209,7 @@ committed on its own), and each check fails.
 code('''
 from unittest import mock
 from refund_agent import Store
-from tutorial import one_transaction, transactions
+from tutorial import no_transactions, one_transaction, transactions
 
 def boundaries_hold(name):
     desk = Agent(agent.settings.with_(output_dir=OUTPUT / name))
@@ -227,9 +227,7 @@ def boundaries_hold(name):
     return run
 
 boundaries_hold("boundaries")
-engine = type(agent.store)          # SQLiteStore
-with mock.patch.object(engine, "_begin", lambda *_: None), \\
-     mock.patch.object(engine, "_commit", lambda *_: None):   # autocommit: no transactions
+with no_transactions():             # SQLite drops BEGIN and COMMIT: each statement alone
     failed = fails(lambda: boundaries_hold("no-transactions"))
 check("without transactions, the first check fails", failed.startswith("1."))
 '''),
@@ -352,8 +350,7 @@ from refund_agent import LeaseLost
 fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.05))
 run = fenced.advance(fenced.start_sample("damaged").id)
 fenced.decide(fenced.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
-epoch = lambda: sqlite3.connect(fenced.settings.db_path).execute(
-    "SELECT lease_epoch FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
+epoch = lambda: fenced.store.lease_epoch(run.id)      # the fencing token, as stored
 stalled, before = fenced.store.acquire(run.id, token="stalled owner"), epoch()
 time.sleep(0.1)                                  # it stalls: no renewal for longer than a lease
 claimed = fenced.claim()
