@@ -427,6 +427,8 @@ wrote them: a host whose clock runs a week ahead expires nothing early. We age o
 editing its row, and move this process's clock with `mock`.
 """),
 code('''
+from refund_agent.config import APPROVAL_DAYS   # the default, one constant
+
 late = Agent(agent.settings.with_(output_dir=OUTPUT / "expiry"))
 run = late.advance(late.start_sample("damaged").id)
 age = lambda days: sqlite3.connect(late.settings.db_path, isolation_level=None).execute(
@@ -435,8 +437,8 @@ ahead = time.time() + 8 * 86400
 with mock.patch("time.time", lambda: ahead):
     check("a process clock 8 days ahead expires nothing", late.expire() == [])
 age(6.9)
-check("7 days by default: at 6.9 days it waits", late.settings.approval_days == 7
-      and late.expire() == [])
+check("7 days by default: at 6.9 days it waits", late.settings.approval_days == APPROVAL_DAYS
+      == 7 and late.expire() == [])
 age(0.2)
 check("at 7.1 days it expires", [a.status for a in late.expire()] == ["expired"])
 run = late.advance(run.id)

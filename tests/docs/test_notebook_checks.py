@@ -149,3 +149,32 @@ def test_the_notebooks_use_only_the_public_api() -> None:
     reached = [f"{where}: {use}" for where, source in sources.items()
                for use in _private_uses(source)]
     assert not reached, "private names of the package reached:\n" + "\n".join(reached)
+
+
+def test_the_seven_days_default_is_the_settings_constant() -> None:
+    """The approval window's default lives in one constant (config.APPROVAL_DAYS): the
+    walkthrough's "7 days by default" check compares the desk's setting with that constant,
+    and every number of days the notebook and the docs give as the default is its value."""
+    from refund_agent.config import APPROVAL_DAYS
+
+    days = f"{APPROVAL_DAYS:g}"
+    cells = ["".join(c["source"]) for c in _cells(NOTEBOOKS["walkthrough"])]
+    [cell] = [c for c in cells if "days by default" in c and "check(" in c]
+    tree = ast.parse(cell)
+    imported = [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "refund_agent.config" for a in node.names]
+    assert "APPROVAL_DAYS" in imported, "the expiry cell does not read config.APPROVAL_DAYS"
+    [claim] = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+               and ast.unparse(node.func) == "check" and "by default" in ast.unparse(node.args[0])]
+    compared = ast.unparse(claim.args[1])
+    assert re.search(r"settings\.approval_days == APPROVAL_DAYS\b", compared), compared
+    stated = re.findall(r"(\d+(?:\.\d+)?) days by default", ast.unparse(claim.args[0]))
+    stated += re.findall(r"`approval_days`, (\d+(?:\.\d+)?) by\s+default", "\n".join(cells))
+    # The docs: the sentences naming the variable with a number of days, and the settings
+    # table's default column (its range, "one second to 365 days", is not a default).
+    for doc, pattern in (("DESK.md", r"(\d+) days"), ("TOUR.md", r"(\d+) days"),
+                         ("CONFIGURATION.md", r"^\| `REFUND_AGENT_APPROVAL_DAYS` \| `(\d+)` \|")):
+        stated += [found for line in (ROOT / "docs" / doc).read_text().splitlines()
+                   if "REFUND_AGENT_APPROVAL_DAYS" in line for found in re.findall(pattern, line)]
+    assert len(stated) >= 4 and set(stated) == {days}, (
+        f"days stated as the default: {stated}; config.APPROVAL_DAYS is {days}")
