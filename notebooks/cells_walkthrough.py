@@ -49,8 +49,8 @@ tools = ShopTools(agent.shop, email.sender, lambda order_id, **_: {})  # look-up
 db = sqlite3.connect(OUTPUT / "plain.sqlite3", isolation_level=None)
 db.executescript("CREATE TABLE waiting(run_id PRIMARY KEY, response_id, call_id, arguments);"
                  "CREATE TABLE effects(key PRIMARY KEY, name, output);")
-check("nothing waits, nothing was done", db.execute(
-      "SELECT (SELECT COUNT(*) FROM waiting) + (SELECT COUNT(*) FROM effects)").fetchone() == (0,))
+check("effects: one row per idempotency key, the table's primary key", db.execute(
+      "SELECT pk FROM pragma_table_info('effects') WHERE name = 'key'").fetchone() == (1,))
 '''),
 md("""
 The whole loop. Look-ups run at once; an effect runs once per **idempotency key**, the run id
@@ -164,7 +164,7 @@ maya = agent.advance(maya.id, on_event=trace())
 resume = requests[sent_before]
 print()
 check("the resume continues the response that made the call",
-      resume["previous_response_id"] == approval.response_id)
+      resume.get("previous_response_id") == approval.response_id)
 check("its input is the call's output, with the decision",
       [i["type"] for i in resume["input"]] == ["function_call_output"]
       and resume["input"][0]["call_id"] == approval.call_id
@@ -389,7 +389,7 @@ agent.add_reply(maya.id, "Thank you, that was quick!")
 sent_before = len(requests)
 maya = agent.advance(maya.id)
 body = requests[sent_before]
-check("the reply continues the last stored response", body["previous_response_id"] == last)
+check("the reply continues the last stored response", body.get("previous_response_id") == last)
 check("and is the only input", [i.get("role") for i in body["input"]] == ["user"])
 check("the answer went to Maya only", agent.outbox.messages()[-1]["request"]["to"]
       == "maya.chen@example.com")
@@ -412,7 +412,7 @@ priya = converse(agent, priya.id)
 thread = emails(agent, priya.id)
 playing = [r for r in requests[sent_before:] if not r.get("tools")]   # the customer's model
 paid = [r for r in agent.payments.refunds() if r["request"]["order_id"] == "A1066"]
-check(f"{priya.simulated_replies} simulated replies (at most 3), still one refund of $31.50",
+check(f"at most 3 simulated replies ({priya.simulated_replies}), still one refund of $31.50",
       1 <= priya.simulated_replies <= 3 and [r["request"]["amount_cents"] for r in paid] == [3150])
 check("the simulated customer read the emails, never the team's note", playing
       and not any("TEAM ONLY" in json.dumps(r["input"]) for r in playing))

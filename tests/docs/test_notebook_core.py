@@ -41,6 +41,8 @@ BREAKS = [
           "three values saved; nothing paid before approval"),
     Break("key_without_run_id", 'key = f"{run_id}-{call_id}"', "key = call_id",
           "paid once, keyed by the run id and the call id"),
+    Break("effects_without_key", "CREATE TABLE effects(key PRIMARY KEY,",
+          "CREATE TABLE effects(key,", "effects: one row per idempotency key"),
     Break("payment_not_idempotent", "INSERT OR IGNORE INTO effects",
           "INSERT OR REPLACE INTO effects", "a retry gets the first refund back"),
     Break("parallel_calls", "parallel_tool_calls=False", "parallel_tool_calls=True",
@@ -147,34 +149,19 @@ def test_each_break_fails_its_check(broken: Break, outcomes: dict[str, str]) -> 
 # leave the list.
 NOT_YET_BROKEN = {
     "walkthrough": [
-        "nothing waits, nothing was done",
-        "the run waits, and no process holds it",
-        "the resume continues the response that made the call",
-        "without transactions, the first check fails",
-        "it paid, but never saved that it did",
-        "a resume would pick the run up",
-        "6. still one refund for the call",
+        # The end of a scenario whose every step has its own check and break already.
         "the run pays once",
-        "the broken store fails the check",
-        "the stalled owner's write is refused",
         "the new owner finishes and pays once",
-        "the reply continues the last stored response",
-        "and is the only input",
+        # Sent by the same call as the rejection's email, whose check names the address.
         "the answer went to Maya only",
-        "proposed exactly what the policy computes",
-        "2 simulated replies (at most 3), still one refund of $31.50",
-        "the run told the customer and paid nothing",
         "the run finished and paid once",
-        "the second click is refused, naming the first",
-        "xAI refuses instructions with previous_response_id, OpenAI accepts them",
     ],
     "beyond": [
-        "the run waits on the customer, question sent",
         "the reply brings a new proposal, nothing paid yet",
         "the new owner finishes: one refund, one email",
-        "this desk's books agree",
+        # The stand-in proposes nothing after a lookup that found nothing, whatever the tools
+        # would allow: the lookup's own check is the one that can fail.
         "no refund was proposed to the stranger",
-        "a wrong password is refused",
         "this desk runs on SQLite",
         "the store is chosen by the settings alone",
     ],
