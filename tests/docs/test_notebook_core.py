@@ -157,7 +157,6 @@ NOT_YET_BROKEN = {
         "the run finished and paid once",
     ],
     "beyond": [
-        "the reply brings a new proposal, nothing paid yet",
         "the new owner finishes: one refund, one email",
         # The stand-in proposes nothing after a lookup that found nothing, whatever the tools
         # would allow: the lookup's own check is the one that can fail.

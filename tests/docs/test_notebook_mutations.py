@@ -530,6 +530,15 @@ MUTANTS = [
         "desk/actions.py", '"question": approval.note or "", "lines": lines,',
         '"question": "", "lines": lines,  # MUTANT'),),
         notebook="beyond", claim="the run waits on the customer, question sent"),
+    Mutant("asked_lines_stay_held", "a proposal sent back with a question keeps its lines "
+           "reserved", ((
+               "store/approvals.py",
+               '        db.execute("UPDATE approval_lines SET held = 0, decision = ? WHERE '
+               'approval_id = ?",\n                   (status, approval.id))\n',
+               "        db.execute(\"UPDATE approval_lines SET held = (? = 'asked'), decision = ?\""
+               "  # MUTANT\n"
+               '                   " WHERE approval_id = ?", (status, status, approval.id))\n'),),
+           notebook="beyond", claim="the reply brings a new proposal, nothing paid yet"),
     Mutant("any_password_signs_in", "a wrong password signs in", ((
         "desk/accounts.py", "    return hmac.compare_digest(got, expected)\n",
         "    return True  # MUTANT: any password signs in\n"),),
