@@ -706,7 +706,10 @@ def _code_cells(notebook: Path) -> dict[str, str]:
 def outcomes() -> Iterator[dict[str, Outcome]]:
     scratch = Path(tempfile.mkdtemp(prefix="refund-agent-mutants-"))
     try:
-        todo = [CONTROL, *_selected()]
+        # Longest first (the walkthrough's later cells run crashed processes), so the two
+        # workers finish together instead of one waiting on a long run started last.
+        todo = [CONTROL, *sorted(_selected(), key=lambda m: (
+            m.notebook != "walkthrough", -_last_cell(m.notebook, m.claim)))]
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
             results = {o.mutant.name: o for o in pool.map(lambda m: _run(m, scratch), todo)}
