@@ -15,7 +15,7 @@ the way. The unbroken copy must pass both notebooks, which shows that the copy i
 The cells run as one plain Python process (notebook_runner.py), not under a Jupyter kernel and
 nbval: CI runs the real notebooks under strict nbval anyway, and here only the first failing
 check matters, so each run stops at the cell of its mutant's check. That halved the CPU time of
-the 44 mutants there were when the runner replaced nbval (305 s to 161 s in one run each).
+the 44 mutants there were when the runner replaced nbval (305 s to 162 s, one run each).
 
 A mutant whose target text moved (other work reshapes the package) fails loudly, naming the text
 to re-point: an edit's ``old`` text must occur exactly once in its file, or, when the file no
