@@ -49,8 +49,8 @@ tools = ShopTools(agent.shop, email.sender, lambda order_id, **_: {})  # look-up
 db = sqlite3.connect(OUTPUT / "plain.sqlite3", isolation_level=None)
 db.executescript("CREATE TABLE waiting(run_id PRIMARY KEY, response_id, call_id, arguments);"
                  "CREATE TABLE effects(key PRIMARY KEY, name, output);")
-check("nothing waits, nothing was done", db.execute(
-      "SELECT (SELECT COUNT(*) FROM waiting) + (SELECT COUNT(*) FROM effects)").fetchone() == (0,))
+check("effects: one row per idempotency key, the table's primary key", db.execute(
+      "SELECT pk FROM pragma_table_info('effects') WHERE name = 'key'").fetchone() == (1,))
 '''),
 md("""
 The whole loop. Look-ups run at once; an effect runs once per **idempotency key**, the run id
@@ -164,7 +164,7 @@ maya = agent.advance(maya.id, on_event=trace())
 resume = requests[sent_before]
 print()
 check("the resume continues the response that made the call",
-      resume["previous_response_id"] == approval.response_id)
+      resume.get("previous_response_id") == approval.response_id)
 check("its input is the call's output, with the decision",
       [i["type"] for i in resume["input"]] == ["function_call_output"]
       and resume["input"][0]["call_id"] == approval.call_id
@@ -209,7 +209,7 @@ committed on its own), and each check fails.
 code('''
 from unittest import mock
 from refund_agent import Store
-from tutorial import one_transaction, transactions
+from tutorial import no_transactions, one_transaction, transactions
 
 def boundaries_hold(name):
     desk = Agent(agent.settings.with_(output_dir=OUTPUT / name))
@@ -227,9 +227,7 @@ def boundaries_hold(name):
     return run
 
 boundaries_hold("boundaries")
-engine = type(agent.store)          # SQLiteStore
-with mock.patch.object(engine, "_begin", lambda *_: None), \\
-     mock.patch.object(engine, "_commit", lambda *_: None):   # autocommit: no transactions
+with no_transactions():             # SQLite drops BEGIN and COMMIT: each statement alone
     failed = fails(lambda: boundaries_hold("no-transactions"))
 check("without transactions, the first check fails", failed.startswith("1."))
 '''),
@@ -352,8 +350,7 @@ from refund_agent import LeaseLost
 fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.05))
 run = fenced.advance(fenced.start_sample("damaged").id)
 fenced.decide(fenced.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
-epoch = lambda: sqlite3.connect(fenced.settings.db_path).execute(
-    "SELECT lease_epoch FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
+epoch = lambda: fenced.store.lease_epoch(run.id)      # the fencing token, as stored
 stalled, before = fenced.store.acquire(run.id, token="stalled owner"), epoch()
 time.sleep(0.1)                                  # it stalls: no renewal for longer than a lease
 claimed = fenced.claim()
@@ -392,7 +389,7 @@ agent.add_reply(maya.id, "Thank you, that was quick!")
 sent_before = len(requests)
 maya = agent.advance(maya.id)
 body = requests[sent_before]
-check("the reply continues the last stored response", body["previous_response_id"] == last)
+check("the reply continues the last stored response", body.get("previous_response_id") == last)
 check("and is the only input", [i.get("role") for i in body["input"]] == ["user"])
 check("the answer went to Maya only", agent.outbox.messages()[-1]["request"]["to"]
       == "maya.chen@example.com")
@@ -415,7 +412,7 @@ priya = converse(agent, priya.id)
 thread = emails(agent, priya.id)
 playing = [r for r in requests[sent_before:] if not r.get("tools")]   # the customer's model
 paid = [r for r in agent.payments.refunds() if r["request"]["order_id"] == "A1066"]
-check(f"{priya.simulated_replies} simulated replies (at most 3), still one refund of $31.50",
+check(f"at most 3 simulated replies ({priya.simulated_replies}), still one refund of $31.50",
       1 <= priya.simulated_replies <= 3 and [r["request"]["amount_cents"] for r in paid] == [3150])
 check("the simulated customer read the emails, never the team's note", playing
       and not any("TEAM ONLY" in json.dumps(r["input"]) for r in playing))
@@ -430,6 +427,8 @@ wrote them: a host whose clock runs a week ahead expires nothing early. We age o
 editing its row, and move this process's clock with `mock`.
 """),
 code('''
+from refund_agent.config import APPROVAL_DAYS   # the default, one constant
+
 late = Agent(agent.settings.with_(output_dir=OUTPUT / "expiry"))
 run = late.advance(late.start_sample("damaged").id)
 age = lambda days: sqlite3.connect(late.settings.db_path, isolation_level=None).execute(
@@ -438,8 +437,8 @@ ahead = time.time() + 8 * 86400
 with mock.patch("time.time", lambda: ahead):
     check("a process clock 8 days ahead expires nothing", late.expire() == [])
 age(6.9)
-check("7 days by default: at 6.9 days it waits", late.settings.approval_days == 7
-      and late.expire() == [])
+check("7 days by default: at 6.9 days it waits", late.settings.approval_days == APPROVAL_DAYS
+      == 7 and late.expire() == [])
 age(0.2)
 check("at 7.1 days it expires", [a.status for a in late.expire()] == ["expired"])
 run = late.advance(run.id)

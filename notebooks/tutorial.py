@@ -1,7 +1,9 @@
 """What the notebooks print with, kept out of their first cells: ``check``, the trace printer
-cut to the page, ``cli`` (the terminal command in a new process), and two helpers of the
+cut to the page, ``cli`` (the terminal command in a new process), and the helpers of the
 "break it on purpose" cells: ``transactions`` (the SQL the store commits, grouped by
-transaction) and ``fails`` (run a check that must fail, and show how it failed).
+transaction), ``no_transactions`` (stores opened inside commit each statement alone) and
+``fails`` (run a check that must fail, and show how it failed). Only the package's public API is
+used here and in the notebooks (tests/docs/test_notebook_checks.py checks it).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import contextlib
 import io
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 from refund_agent.cli import Printer   # the terminal's own trace printer
 
@@ -139,12 +143,32 @@ def transactions(store: Any) -> Iterator[list[list[str]]]:
             else:
                 current.append(sql)
 
-    db = store._db()          # the store's connection for this thread
+    db = store.connection()   # the store's connection for this thread (public: Store API)
     db.set_trace_callback(seen)
     try:
         yield found
     finally:
         db.set_trace_callback(None)
+
+
+class Autocommit(sqlite3.Connection):
+    "A SQLite connection that ignores BEGIN, COMMIT and ROLLBACK: each statement commits alone."
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql.split(None, 1)[0].upper() in ("BEGIN", "COMMIT", "ROLLBACK"):
+            return self.cursor()
+        return super().execute(sql, *args)
+
+
+@contextmanager
+def no_transactions() -> Iterator[None]:
+    """The break of the boundaries cell: SQLite connections opened inside (a new store's) drop
+    their transactions, as a store written without them would. Only ``sqlite3`` is patched,
+    not the package: the store is broken from the outside, through the library it uses."""
+    connect = sqlite3.connect
+    with mock.patch("sqlite3.connect", lambda *args, **kwargs: connect(
+            *args, factory=Autocommit, **kwargs)):
+        yield
 
 
 def one_transaction(found: list[list[str]], first: str, *others: str) -> bool:

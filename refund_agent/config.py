@@ -97,6 +97,12 @@ class _Range:
         return f"{kind} of {self.unit} from {low} to {self.high:g}"
 
 
+# How long a proposed refund waits for a decision before it expires, unless
+# REFUND_AGENT_APPROVAL_DAYS says otherwise: one constant for the Settings field, load_settings
+# and what the docs and the walkthrough say (tests/docs/test_notebook_checks.py compares them).
+APPROVAL_DAYS = 7.0
+
+
 # Every numeric setting and what it allows. The bounds keep the desk working rather than
 # encode a policy: a lease under a second would make the heartbeat renew it in a busy loop
 # (0 spins), a wait for approval of 0, a negative or NaN number of days expires every refund
@@ -195,7 +201,7 @@ class Settings:
     crash_at: frozenset[str] = field(default_factory=frozenset)
     lease_seconds: float = 15 * 60
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
-    approval_days: float = 7.0
+    approval_days: float = APPROVAL_DAYS
     zero_retention: bool = False
     database_url: str = ""
     offline_url: str = ""
@@ -295,7 +301,7 @@ def load_settings(env_file: Path | None = None) -> Settings:
         offline_latency=_setting("REFUND_AGENT_OFFLINE_LATENCY", 0.0),
         crash_at=frozenset(crash),
         lease_seconds=_setting("REFUND_AGENT_LEASE_SECONDS", 15 * 60),
-        approval_days=_setting("REFUND_AGENT_APPROVAL_DAYS", 7.0),
+        approval_days=_setting("REFUND_AGENT_APPROVAL_DAYS", APPROVAL_DAYS),
         allowed_hosts=frozenset(h.strip().lower().rstrip(".") for h in
                                 env.get("REFUND_AGENT_ALLOWED_HOSTS", "").split(",")
                                 if h.strip()),

@@ -100,6 +100,14 @@ class Leases(StoreCore):
                     return self._take(db, row, token)
         return None
 
+    def lease_epoch(self, run_id: str) -> int:
+        """The run's fencing token as stored: how many times its lease was taken (0: never).
+        A lease taken now gets one more; a holder whose ``Lease.epoch`` is lower lost the run."""
+        rows = self._read("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"No run with id {run_id!r}.")
+        return int(rows[0][0])
+
     def check_lease(self, lease: Lease) -> None:
         """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
         with self._errors():

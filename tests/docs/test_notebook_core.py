@@ -41,6 +41,8 @@ BREAKS = [
           "three values saved; nothing paid before approval"),
     Break("key_without_run_id", 'key = f"{run_id}-{call_id}"', "key = call_id",
           "paid once, keyed by the run id and the call id"),
+    Break("effects_without_key", "CREATE TABLE effects(key PRIMARY KEY,",
+          "CREATE TABLE effects(key,", "effects: one row per idempotency key"),
     Break("payment_not_idempotent", "INSERT OR IGNORE INTO effects",
           "INSERT OR REPLACE INTO effects", "a retry gets the first refund back"),
     Break("parallel_calls", "parallel_tool_calls=False", "parallel_tool_calls=True",
@@ -142,39 +144,27 @@ def test_each_break_fails_its_check(broken: Break, outcomes: dict[str, str]) -> 
 
 
 # Checks no break fails yet: each needs a mutant (test_notebook_mutations.py) or a break here.
-# Most are caught indirectly (a mutant that breaks them fails an earlier check first); the list
-# may only shrink: a new check must come with its break, and a listed one that gets a break must
-# leave the list.
+# Each is failed by some break, but a check before it fails first, and no realistic break was
+# found that fails it alone (why, beside each). The list may only shrink: a new check must come
+# with its break, and a listed one that gets a break must leave the list.
 NOT_YET_BROKEN = {
     "walkthrough": [
-        "nothing waits, nothing was done",
-        "the run waits, and no process holds it",
-        "the resume continues the response that made the call",
-        "without transactions, the first check fails",
-        "it paid, but never saved that it did",
-        "a resume would pick the run up",
-        "6. still one refund for the call",
+        # Ends of scenarios whose every step has a check and a break of its own: a double
+        # payment or a run left unfinished there is caught by an earlier step's check first
+        # (one click won; the stalled owner's write refused; the transcript resent, chained).
         "the run pays once",
-        "the broken store fails the check",
-        "the stalled owner's write is refused",
         "the new owner finishes and pays once",
-        "the reply continues the last stored response",
-        "and is the only input",
+        # Sent by the same call as the rejection's email, whose check names the address.
         "the answer went to Maya only",
-        "proposed exactly what the policy computes",
-        "2 simulated replies (at most 3), still one refund of $31.50",
-        "the run told the customer and paid nothing",
         "the run finished and paid once",
-        "the second click is refused, naming the first",
-        "xAI refuses instructions with previous_response_id, OpenAI accepts them",
     ],
     "beyond": [
-        "the run waits on the customer, question sent",
-        "the reply brings a new proposal, nothing paid yet",
+        # As above: the takeovers before it have their own checks and breaks.
         "the new owner finishes: one refund, one email",
-        "this desk's books agree",
+        # The stand-in proposes nothing after a lookup that found nothing, whatever the tools
+        # would allow: the lookup's own check is the one that can fail.
         "no refund was proposed to the stranger",
-        "a wrong password is refused",
+        # What the prose says of the settings; no other engine is started in the notebook.
         "this desk runs on SQLite",
         "the store is chosen by the settings alone",
     ],

@@ -24,7 +24,7 @@ from helpers.crash import record
 
 from refund_agent import Agent
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.errors import LeaseLost, RunBusy, RunNotReady
+from refund_agent.errors import LeaseLost, NotFound, RunBusy, RunNotReady
 from refund_agent.models import RunStatus
 from refund_agent.store import Store
 
@@ -74,6 +74,23 @@ def test_every_write_of_a_replaced_owner_is_refused(tmp_path):
     store.renew(new)
     store.release(new, RunStatus.DONE)
     assert store.run(run.id).status == RunStatus.DONE
+
+
+def test_lease_epoch_reads_the_stored_fencing_token(tmp_path):
+    """Store.lease_epoch is the public reader the walkthrough's fencing cell checks a claim
+    with: it follows every taking of the lease (acquire, claim) and outlives a release."""
+    store = Store(tmp_path / "s.sqlite3", lease_seconds=0.05)
+    run = store.create_run(sender="a@example.com", sender_name="A", subject="s", email="e")
+    assert store.lease_epoch(run.id) == 0
+    first = store.acquire(run.id, "first")
+    assert store.lease_epoch(run.id) == first.epoch == 1
+    time.sleep(0.1)
+    claimed = store.claim("second")
+    assert claimed is not None and store.lease_epoch(run.id) == claimed.epoch == 2
+    store.release(claimed, RunStatus.DONE)
+    assert store.lease_epoch(run.id) == 2
+    with pytest.raises(NotFound):
+        store.lease_epoch("run_missing")
 
 
 def test_lease_expiry_reads_the_databases_clock_not_the_processes(tmp_path, monkeypatch):

@@ -115,3 +115,12 @@ def test_the_terminal_names_the_bad_character_in_one_line(tmp_path, command):
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: XAI_API_KEY") and "position 1" in line and "U+201C" in line
     assert "k3y" not in result.stdout + result.stderr
+
+
+def test_the_approval_window_default_is_one_constant(monkeypatch):
+    """Settings made in code and settings read from an environment without the variable get
+    the same window: config.APPROVAL_DAYS, not two literals that can drift apart."""
+    from refund_agent.config import APPROVAL_DAYS
+
+    monkeypatch.delenv("REFUND_AGENT_APPROVAL_DAYS", raising=False)
+    assert Settings().approval_days == load_settings().approval_days == APPROVAL_DAYS
