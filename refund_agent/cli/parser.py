@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..config import APPROVAL_DAYS
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
 from . import admin, decisions, eval, mail, owners, people, tickets
 
@@ -18,7 +19,7 @@ examples:
   refund-agent reject --note "Used item"    reject it instead
   refund-agent ask "Could you send a photo of the damage?"   ask the customer first
   refund-agent approve --id ID --fingerprint FP   only if it is still what queue/show printed
-  refund-agent expire                       expire refunds older than 7 days (for cron)
+  refund-agent expire                       expire refunds past the approval window (for cron)
   refund-agent sample past-window           a request the policy declines without a person
   refund-agent angry                        the angry customer, played by the model
   refund-agent send "My order A1058 ..." --from leo.martins@example.com
@@ -172,9 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="whose tickets --mine lists (no password: it only lists)")
     listing.add_argument("--limit", type=_how_many, default=50, help="how many (default 50)")
     listing.set_defaults(func=owners.tickets)
-    sub.add_parser("expire", help="expire refunds nobody decided within "
-                                  "REFUND_AGENT_APPROVAL_DAYS (default 7) and tell those "
-                                  "customers; for cron").set_defaults(func=decisions.expire)
+    sub.add_parser("expire", help=f"expire refunds nobody decided within "
+                                  f"REFUND_AGENT_APPROVAL_DAYS (default {APPROVAL_DAYS:g}) and "
+                                  "tell those customers; for cron").set_defaults(
+                                      func=decisions.expire)
     resume = sub.add_parser("resume", help="continue a stopped, failed or crashed run")
     resume.add_argument("--run", help="run id (default: the last one that needs it)")
     resume.set_defaults(func=tickets.resume)

@@ -253,7 +253,8 @@ class StoreCore:
             yield db
 
     def connection(self) -> Any:
-        """This thread's connection (made on first use), for tests of connection handling.
+        """This thread's connection (made on first use): for reading the tables directly, as the
+        tutorial's transaction checks do, and for tests of connection handling.
 
         Statements through it commit on their own unless it is inside a transaction; one
         left open holds other writers off, as any open transaction does.
