@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="whose tickets --mine lists (no password: it only lists)")
     listing.add_argument("--limit", type=_how_many, default=50, help="how many (default 50)")
     listing.set_defaults(func=owners.tickets)
-    sub.add_parser("expire", help=f"expire refunds nobody decided within "
+    sub.add_parser("expire", help="expire refunds nobody decided within "
                                   f"REFUND_AGENT_APPROVAL_DAYS (default {APPROVAL_DAYS:g}) and "
                                   "tell those customers; for cron").set_defaults(
                                       func=decisions.expire)
