@@ -80,11 +80,12 @@ COLUMNS = ("emails", "right", "over", "$ over", "under", "asked", "declined", "f
            "leaked", "pass^1", "pass^k", "$/email", "s/email")
 
 
-def _row(name: str, s: Summary) -> str:
+def _row(name: str, s: Summary, k: int) -> str:
     c = s.counts
+    pass_k = f" {s.pass_k:>6.1%}" if k > 1 else ""   # with one run, pass^k is pass^1
     return (f"{name:10} {s.emails:>6} {c['right']:>5} {c['over']:>4} {s.over_cents / 100:>8.2f} "
             f"{c['under']:>5} {c['asked']:>5} {c['declined']:>8} {c['failed']:>6} {s.leaks:>6} "
-            f"{s.pass_1:>6.1%} {s.pass_k:>6.1%} {s.cost_usd:>8.4f} {s.seconds:>7.2f}")
+            f"{s.pass_1:>6.1%}{pass_k} {s.cost_usd:>8.4f} {s.seconds:>7.2f}")
 
 
 def same_every_run(results: Results) -> bool:
@@ -101,8 +102,9 @@ def table(results: Results, emails: Sequence[dict[str, Any]], k: int,
     pass^k equals pass^1 there; the table says so, or says that the runs differed (then the
     offline URL is not the stand-in as shipped)."""
     header = (f"{'part':10} {'emails':>6} {'right':>5} {'over':>4} {'$ over':>8} {'under':>5} "
-              f"{'asked':>5} {'declined':>8} {'failed':>6} {'leaked':>6} {'pass^1':>6} "
-              f"{'pass^' + str(k):>6} {'$/email':>8} {'s/email':>7}")
+              f"{'asked':>5} {'declined':>8} {'failed':>6} {'leaked':>6} {'pass^1':>6}"
+              f"{' ' + format('pass^' + str(k), '>6') if k > 1 else ''} "
+              f"{'$/email':>8} {'s/email':>7}")
     rows = [header, "-" * len(header)]
     parts = {}
     for part in ("tuning", "held-out"):
@@ -111,10 +113,14 @@ def table(results: Results, emails: Sequence[dict[str, Any]], k: int,
             parts[part] = summarize({i: results[i] for i in ids}, k)
     if len(parts) != 1:
         parts["all"] = summarize(results, k)
-    rows += [_row(name, s) for name, s in parts.items()]
-    rows.append(f"Counts are runs ({k} per email); pass^k counts an email only when all {k} of "
-                f"its runs were right (τ-bench); $ and s are per run, from the run's usage.")
-    if offline and same_every_run(results):
+    rows += [_row(name, s, k) for name, s in parts.items()]
+    if k > 1:
+        rows.append(f"Counts are runs ({k} per email); pass^k counts an email only when all "
+                    f"{k} of its runs were right (τ-bench); $ and s are per run, from its usage.")
+    else:
+        rows.append("One run per email (--k 1), so pass^k is pass^1; $ and s are per run, from "
+                    "its usage.")
+    if offline and k > 1 and same_every_run(results):
         rows.append("The offline stand-in is deterministic: every run of an email ended the "
                     "same, so pass^k equals pass^1.")
     elif offline:

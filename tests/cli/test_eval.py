@@ -189,6 +189,10 @@ def test_a_folder_without_a_shop_is_about_the_desks_own_shop(tmp_path, offline_e
     out = capsys.readouterr().out
     assert next(line for line in out.splitlines() if line.startswith("held-out")).split()[
         :3] == ["held-out", "1", "1"]
+    # One run per email: one pass column, named once (it printed "pass^1 pass^1").
+    header = next(line for line in out.splitlines() if line.startswith("part"))
+    assert [c for c in header.split() if c.startswith("pass^")] == ["pass^1"]
+    assert "One run per email (--k 1), so pass^k is pass^1" in out
     wrong = {**ask, "expect": {"outcome": "propose", "order": "ZZ999", "shipping": False,
                                "lines": [{"sku": "X", "reason": "damaged"}]}}
     (tmp_path / "emails.json").write_text(json.dumps({"emails": [wrong]}))
