@@ -11,7 +11,7 @@ from ..desk.identity import same_person
 from ..desk.policy import SHIPPING, Held, Quote
 from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
-from ..models import Approval, RunStatus, call_key
+from ..models import Approval, Run, RunStatus, call_key
 from .audit import audit_lines
 from .core import StoreCore, no_limit
 from .leases import Lease
@@ -103,6 +103,21 @@ class Approvals(StoreCore):
         if not found:
             raise NotFound(f"No approval with id {approval_id!r}.")
         return found[0]
+
+    def approval_run(self, approval_id: str) -> Run:
+        """The run an approval was proposed on, in one read."""
+        rows = self._read("SELECT runs.* FROM approvals JOIN runs ON runs.id = approvals.run_id"
+                          " WHERE approvals.id = ?", (approval_id,))
+        if not rows:
+            raise NotFound(f"No approval with id {approval_id!r}.")
+        return Run.model_validate(dict(rows[0]))
+
+    def latest_decision(self, run_id: str) -> tuple[str, float | None] | None:
+        """The status and decision time of the run's latest proposal (None: it made none),
+        without its lines."""
+        rows = self._read("SELECT status, decided_at FROM approvals WHERE run_id = ?"
+                          " ORDER BY requested_at DESC, id DESC LIMIT 1", (run_id,))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def find_approval(self, key: str) -> Approval | None:
         """The approval an issue_refund call queued, by the call's key (Call.key), or None."""
