@@ -45,19 +45,24 @@ class Approvals(StoreCore):
                 return quote
             # Requested by the database's clock, as expiry reads it: a host whose clock runs
             # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
-            db.execute(
+            # The rows come back as written (RETURNING), so the approval is not read again.
+            approval = dict(db.execute(
                 "INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount_cents,"
                 " proposed_cents, summary, customer, status, requested_at, requested_pid)"
-                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {self.now}, ?)",
+                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {self.now}, ?) RETURNING *",
                 (approval_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
-                 quote.total_cents, summary, customer, self.pid))
-            for seq, q in enumerate(quote.lines):
-                db.execute(
+                 quote.total_cents, summary, customer, self.pid)).fetchall()[0])
+            written: list[dict[str, Any]] = []
+            numbered = list(enumerate(quote.lines))
+            for chunk in (numbered[i:i + 100] for i in range(0, len(numbered), 100)):
+                written += map(dict, db.execute(   # the lines in one statement, as steps are
                     "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
-                    " amount_cents, allowed_cents, fee_cents, held, units, quantity)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,1,?,?)",
-                    (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
-                     q.allowed_cents, q.fee_cents, q.units, q.quantity))
+                    " amount_cents, allowed_cents, fee_cents, held, units, quantity) VALUES "
+                    + ",".join(["(?,?,?,?,?,?,?,?,?,1,?,?)"] * len(chunk)) + " RETURNING *",
+                    tuple(v for seq, q in chunk
+                          for v in (approval_id, quote.order_id, seq, q.line, q.name, q.reason,
+                                    q.amount_cents, q.allowed_cents, q.fee_cents, q.units,
+                                    q.quantity))).fetchall())
             lines = audit_lines(quote.lines)
             self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
@@ -66,7 +71,8 @@ class Approvals(StoreCore):
                                                 "amount": quote.amount, "summary": summary,
                                                 "lines": lines})
             self._touch(db, run_id, status=RunStatus.WAITING)
-        return self.approval(approval_id)
+        return Approval.model_validate(
+            {**approval, "lines": sorted(written, key=lambda line: line["seq"])})
 
     def _held(self, db: Any, order_id: str, except_id: str | None = None,
               lock: bool = True) -> dict[str, list[Held]]:

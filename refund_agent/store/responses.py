@@ -90,31 +90,28 @@ class Responses(StoreCore):
         is saved with an error for its output and no key, so it never runs: running it would
         reach the approval, refund or email of the call that had the id first.
         """
-        ids = list({call_id for call_id, _, _ in calls})
-        used: set[str] = set()
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            marks = ",".join("?" * len(chunk))
-            used.update(r[0] for r in db.execute(
-                f"SELECT call_id FROM calls WHERE run_id = ? AND call_id IN ({marks})",
-                (run_id, *chunk)))
         answered, saved = [], []
         for seq, (call_id, name, arguments) in enumerate(calls):
-            key, output = call_key(run_id, call_id), None
-            if call_id in used:
-                key, error = None, (f"This call repeats call id {call_id!r} of an earlier call "
-                                    "in this run, so it was not run. Make the call again.")
-                output = json.dumps({"error": error})
+            error = (f"This call repeats call id {call_id!r} of an earlier call in this run, so "
+                     "it was not run. Make the call again.")
+            # One statement: the call is a repeat when its id is already saved in the run (an
+            # earlier response, or earlier in this one: each INSERT sees the ones before it);
+            # a repeat is saved with the error for its output and no key.
+            key = db.execute(
+                "INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output,"
+                " key, order_id) SELECT ?, ?, ?, ?, ?, ?, CASE WHEN r.again THEN ? END,"
+                " CASE WHEN r.again THEN NULL ELSE ? END, ? FROM (SELECT EXISTS (SELECT 1 FROM"
+                " calls WHERE run_id = ? AND call_id = ?) AS again) AS r RETURNING key",
+                (call_id, run_id, response_id, seq, name, arguments, json.dumps({"error": error}),
+                 call_key(run_id, call_id), order_id_in(arguments), run_id,
+                 call_id)).fetchall()[0][0]
+            output = None if key is not None else json.dumps({"error": error})
+            if key is None:
                 answered.append(("result", {"call_id": call_id, "name": name,
                                             "output": {"error": error}}))
-            used.add(call_id)
-            call = Call(call_id=call_id, run_id=run_id, response_id=response_id, name=name,
-                        arguments=arguments, output=output, key=key,
-                        order_id=order_id_in(arguments))
-            db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments,"
-                       " output, key, order_id) VALUES (?,?,?,?,?,?,?,?,?)",
-                       (call_id, run_id, response_id, seq, name, arguments, output, key,
-                        call.order_id))
-            saved.append(call)
+            saved.append(Call(call_id=call_id, run_id=run_id, response_id=response_id, name=name,
+                              arguments=arguments, output=output, key=key,
+                              order_id=order_id_in(arguments)))
         return saved, answered
 
     def _append_transcript(self, db: Any, run_id: str, response_id: str,
