@@ -17,6 +17,15 @@ from .core import StoreCore, no_limit
 from .leases import Lease
 
 
+class _NotQueued(Exception):  # noqa: N818 - not an error: the answer, with nothing written
+    """queue_approval's answer when it queues nothing (the approval was there already, or the
+    policy refused): raised to roll its transaction back."""
+
+    def __init__(self, answer: Approval | str) -> None:
+        super().__init__()
+        self.answer = answer
+
+
 class Approvals(StoreCore):
     """Queueing refunds for a person, and their decisions: approve, reject, ask, expire."""
 
@@ -29,20 +38,34 @@ class Approvals(StoreCore):
         order, so two tickets cannot both reserve the same line. Returns the approval, or the
         reason ``price`` gave (nothing is written then: the caller records the refusal).
         """
+        try:
+            return self._queue_approval(lease, response_id, call_id, order_id, summary,
+                                        customer, price)
+        except _NotQueued as not_queued:   # rolled back: the run's pause too
+            return not_queued.answer
+
+    def _queue_approval(self, lease: Lease, response_id: str, call_id: str, order_id: str,
+                        summary: str, customer: str,
+                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval:
         run_id = lease.run_id
         with self._tx() as db:
-            self._fence(db, lease)
+            # The run's pause, made by the lease's check itself (one statement), first: the
+            # run's row is locked before the order's lines, as everywhere. Undone (_NotQueued)
+            # when nothing is queued.
+            self._fence(db, lease, "SET status = ?, updated_at = ?",
+                        (RunStatus.WAITING, time.time()))
             # The approval's id is the call's key (see models.py (call_key)): calls saved before
             # schema 6 keep their call id as key, so their approvals keep their ids.
-            row = db.execute("SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
-                             " AND call_id = ? AND key IS NOT NULL",
-                             (run_id, response_id, call_id)).fetchone()
-            approval_id = row[0] if row else call_key(run_id, call_id)
-            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (approval_id,)).fetchone():
-                return self.approval(approval_id, db)
+            approval_id, queued = db.execute(
+                "SELECT k.id, EXISTS (SELECT 1 FROM approvals WHERE approvals.id = k.id) FROM"
+                " (SELECT COALESCE((SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
+                " AND call_id = ? AND key IS NOT NULL), ?) AS id) AS k",
+                (run_id, response_id, call_id, call_key(run_id, call_id))).fetchone()
+            if queued:
+                raise _NotQueued(self.approval(approval_id, db))
             quote = price(self._held(db, order_id))
             if isinstance(quote, str):
-                return quote
+                raise _NotQueued(quote)
             # Requested by the database's clock, as expiry reads it: a host whose clock runs
             # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
             # The rows come back as written (RETURNING), so the approval is not read again.
@@ -70,7 +93,6 @@ class Approvals(StoreCore):
                                                 "order_id": quote.order_id,
                                                 "amount": quote.amount, "summary": summary,
                                                 "lines": lines})
-            self._touch(db, run_id, status=RunStatus.WAITING)
         return Approval.model_validate(
             {**approval, "lines": sorted(written, key=lambda line: line["seq"])})
 
