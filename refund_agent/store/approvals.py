@@ -10,20 +10,11 @@ from typing import Any
 from ..desk.identity import same_person
 from ..desk.policy import SHIPPING, Held, Quote
 from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
-from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
+from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError, Undone
 from ..models import Approval, Run, RunStatus, call_key
 from .audit import audit_lines
 from .core import StoreCore, no_limit
 from .leases import Lease
-
-
-class _NotQueued(Exception):  # noqa: N818 - not an error: the answer, with nothing written
-    """queue_approval's answer when it queues nothing (the approval was there already, or the
-    policy refused): raised to roll its transaction back."""
-
-    def __init__(self, answer: Approval | str) -> None:
-        super().__init__()
-        self.answer = answer
 
 
 class Approvals(StoreCore):
@@ -41,8 +32,8 @@ class Approvals(StoreCore):
         try:
             return self._queue_approval(lease, response_id, call_id, order_id, summary,
                                         customer, price)
-        except _NotQueued as not_queued:   # rolled back: the run's pause too
-            return not_queued.answer
+        except Undone as not_queued:   # rolled back: the run's pause too
+            return not_queued.answer  # type: ignore[return-value]
 
     def _queue_approval(self, lease: Lease, response_id: str, call_id: str, order_id: str,
                         summary: str, customer: str,
@@ -50,7 +41,7 @@ class Approvals(StoreCore):
         run_id = lease.run_id
         with self._tx() as db:
             # The run's pause, made by the lease's check itself (one statement), first: the
-            # run's row is locked before the order's lines, as everywhere. Undone (_NotQueued)
+            # run's row is locked before the order's lines, as everywhere. Undone
             # when nothing is queued.
             self._fence(db, lease, "SET status = ?, updated_at = ?",
                         (RunStatus.WAITING, time.time()))
@@ -62,10 +53,10 @@ class Approvals(StoreCore):
                 " AND call_id = ? AND key IS NOT NULL), ?) AS id) AS k",
                 (run_id, response_id, call_id, call_key(run_id, call_id))).fetchone()
             if queued:
-                raise _NotQueued(self.approval(approval_id, db))
+                raise Undone(self.approval(approval_id, db))
             quote = price(self._held(db, order_id))
             if isinstance(quote, str):
-                raise _NotQueued(quote)
+                raise Undone(quote)
             # Requested by the database's clock, as expiry reads it: a host whose clock runs
             # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
             # The rows come back as written (RETURNING), so the approval is not read again.

@@ -13,7 +13,7 @@ listening; each write's lease check was a locking read before the row's update).
 round took the run and calls each commit returns instead of reading them back, and folded
 checks into the writes they guard. The ceilings below are just above what this reaches; the
 issue's target, 60, is under what the ticket's sixteen transactions cost in BEGIN, COMMIT,
-NOTIFY and SET LOCAL alone (see docs/PERFORMANCE.md, "Statements per ticket").
+NOTIFY and SET LOCAL alone (59) (see docs/PERFORMANCE.md, "Statements per ticket").
 """
 
 from __future__ import annotations
