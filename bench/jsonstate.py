@@ -53,6 +53,7 @@ from refund_agent.models import (
     call_key,
 )
 from refund_agent.store import LEASE_STALE_SECONDS, Lease, pid_alive
+from refund_agent.store.responses import Recorded
 
 _RUN_FIELDS = ("id", "created_at", "kind", "sender", "sender_name", "subject", "email", "status",
                "last_response_id", "requests", "cost_ticks", "input_tokens", "cached_tokens",
@@ -159,8 +160,16 @@ class JsonStateStore:
         Raises:
             RunBusy: another live process (or thread) holds the lease.
         """
+        return self.acquire_run(run_id, token)[0]
+
+    def acquire_run(self, run_id: str, token: str, agent: str | None = None
+                    ) -> tuple[Lease, Run]:
+        """acquire, and the run as it left it (RunNotReady for another agent's run)."""
         with self._lock:
             run = self._run(run_id)
+            if agent is not None and (
+                    problem := self._as_run(run).owner_problem(agent, "advance")):
+                raise RunNotReady(problem)
             if run.get("lease_token") not in (None, token) and self._lease_live(run):
                 raise RunBusy(run_id, run["lease_pid"])
             if run["last_pid"] not in (None, self.pid):
@@ -170,7 +179,7 @@ class JsonStateStore:
                        lease_epoch=epoch, last_pid=self.pid, status=RunStatus.WORKING.value,
                        error=None, updated_at=time.time())
             self.save()
-        return Lease(run_id, token, epoch)
+            return Lease(run_id, token, epoch), self._as_run(run)
 
     def check_lease(self, lease: Lease) -> None:
         """Raise LeaseLost unless ``lease`` still holds its run (before an outside effect)."""
@@ -232,7 +241,7 @@ class JsonStateStore:
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
-                        resent: dict[str, Any] | None = None) -> None:
+                        resent: dict[str, Any] | None = None) -> Recorded:
         with self._lock:
             run = self._fence(lease)
             if resent is not None:
@@ -248,6 +257,7 @@ class JsonStateStore:
                 run["transcript_items"] += 1
                 run["transcript_bytes"] += len(text.encode())
             self._record_response(run, response_id, calls, steps, usage, replies_sent)
+            return Recorded(self._as_run(run), self.calls(response_id))
 
     def transcript(self, run_id: str) -> list[TranscriptEntry]:
         return [TranscriptEntry.model_validate(entry)
@@ -379,6 +389,13 @@ class JsonStateStore:
             return Approval.model_validate(self.state["approvals"][approval_id])
         except KeyError:
             raise NotFound(f"No refund approval with id {approval_id!r}.") from None
+
+    def approval_run(self, approval_id: str) -> Run:
+        return self.run(self.approval(approval_id).run_id)
+
+    def latest_decision(self, run_id: str) -> tuple[str, float | None] | None:
+        approvals = self.run_approvals(run_id)
+        return (approvals[-1].status, approvals[-1].decided_at) if approvals else None
 
     def find_approval(self, key: str) -> Approval | None:
         row = self.state["approvals"].get(key)

@@ -25,9 +25,10 @@ model as the tool's output. Programming errors raise as they are.
     └── EmailNotSent         the mail server did not take the message
     ValueError
     └── IdentityError        a name or address that passes for another
-    Exception (control flow inside a turn, never shown to people)
-    ├── Stopped              someone pressed Stop
-    └── NoTranscript         the transcript does not reach the first request
+    Exception (control flow, never shown to people)
+    ├── Stopped              someone pressed Stop (inside a turn)
+    ├── NoTranscript         the transcript does not reach the first request
+    └── Undone               a store write not needed after all: its transaction rolls back
 """
 
 from datetime import datetime
@@ -162,3 +163,12 @@ class Stopped(Exception):
 
 class NoTranscript(Exception):
     """The run needs its transcript, but it does not go back to the first request."""
+
+
+class Undone(Exception):  # noqa: N818 - not an error: an answer whose transaction is undone
+    """Raised inside a store transaction to roll it back and hand ``answer`` out: the write
+    turned out not to be needed (store/approvals.py: queue_approval queues nothing)."""
+
+    def __init__(self, answer: object) -> None:
+        super().__init__()
+        self.answer = answer

@@ -173,12 +173,16 @@ class Loop:
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
             RunNotReady: another agent made the run.
         """
-        self._own(run_id, "advance", RunNotReady)
         emit = on_event or (lambda _e: None)
         # Nobody listening (the terminal, a worker): the new steps are not read back at all.
         before = self.store.last_step_id(run_id) if on_event else -1
         # A run this process claimed (see claim) is continued under the claim's token.
-        lease = self.store.acquire(run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex)
+        # The run as acquiring it left it (another agent's is refused there, RunNotReady,
+        # before anything is written); then as each response's commit left it, with that
+        # response's calls: what the loop writes, it does not read back.
+        lease, run = self.store.acquire_run(
+            run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex, self.agent_name)
+        calls: list[Call] | None = None
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
         end: turns.TurnResult | _Ending
         # One heartbeat for the whole advance, not one per request: it renews the lease while
@@ -188,12 +192,11 @@ class Loop:
                 for _ in range(MAX_TURNS):
                     if cancel and cancel.is_set():
                         raise Stopped
-                    run = self.store.run(run_id)
-                    end = self._next(run, lease)
+                    end = self._next(run, lease, calls)
                     seen = self._emit_steps(run_id, seen, emit)
                     if not isinstance(end, NextInput):
                         break
-                    self._turn(run, lease, end, emit, cancel, heartbeat)
+                    run, calls = self._turn(run, lease, end, emit, cancel, heartbeat)
                     seen = self._emit_steps(run_id, seen, emit)
                     self._crash_at("after_response")
                 else:
@@ -247,11 +250,14 @@ class Loop:
             return _Ending(RunStatus.FAILED, still_gone(previous, error))
         return _Ending(RunStatus.FAILED, error.plain())
 
-    def _next(self, run: Run, lease: Lease) -> turns.TurnResult:
-        """What the run does next, running any calls still owed an output first."""
+    def _next(self, run: Run, lease: Lease, calls: list[Call] | None = None
+              ) -> turns.TurnResult:
+        """What the run does next, running any calls still owed an output first (``calls``:
+        the last response's, as its commit saved them; None: read from the store)."""
         if run.last_response_id is None:
             return NextInput(turns.first_input(run, self.system_prompt(run)))
-        calls = self.store.calls(run.last_response_id)
+        if calls is None:
+            calls = self.store.calls(run.last_response_id)
         if calls:
             outputs = []
             undone = False   # a proposal earlier in this response was not carried out
@@ -313,8 +319,9 @@ class Loop:
         return text
 
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
-              cancel: Cancel | None, heartbeat: Heartbeat) -> None:
+              cancel: Cancel | None, heartbeat: Heartbeat) -> tuple[Run, list[Call]]:
         """One streamed request; its response is committed before any of its calls run.
+        Returns the run and the response's calls as that commit left them.
 
         If the stored response is gone (a 404 naming it: expired, deleted), the same turn is
         sent once more with the transcript, stored again, and the run chains from there.
@@ -341,10 +348,11 @@ class Loop:
             response = self._stream(run.id, params, emit, cancel, heartbeat)
         read = turns.read_response(response, step.items, model=model,
                                    seconds=time.monotonic() - started)
-        self.store.record_response(lease, response_id=read.response_id, calls=read.calls,
-                                   steps=read.steps, usage=read.usage,
-                                   replies_sent=step.reply_ids, transcript=read.transcript,
-                                   resent=resent)
+        recorded = self.store.record_response(
+            lease, response_id=read.response_id, calls=read.calls, steps=read.steps,
+            usage=read.usage, replies_sent=step.reply_ids, transcript=read.transcript,
+            resent=resent)
+        return recorded.run, recorded.calls
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
                 heartbeat: Heartbeat) -> Any:
@@ -354,10 +362,10 @@ class Loop:
     def _asking(self, run_id: str) -> bool:
         """Whether the run has a question out to the customer: its latest proposal was sent
         back with a question and no reply came since."""
-        approvals = self.store.run_approvals(run_id)
-        if not approvals or approvals[-1].status != ApprovalStatus.ASKED:
+        latest = self.store.latest_decision(run_id)
+        if latest is None or latest[0] != ApprovalStatus.ASKED:
             return False
-        asked_at = approvals[-1].decided_at or 0
+        asked_at = latest[1] or 0
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
 
     def _response_gone(self, exc: openai.APIStatusError, missing: str) -> bool:
@@ -415,7 +423,7 @@ class Loop:
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
         by, note = intake.checked_decision(by, note, approve)
-        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
+        self._own_approval(approval_id, DecisionRefused)
         # The policy is re-checked inside the decision's transaction (see Store.decide).
         requote = partial(self._requote, units=dict(units or {})) if self._requote else None
         decided = self.store.decide(approval_id, approve, by, note, keep=keep,
@@ -442,7 +450,7 @@ class Loop:
             AlreadyDecided: someone decided first (audited as 'ignored').
         """
         by, question = intake.checked_question(by, question)
-        self._own(self.store.approval(approval_id).run_id, "decide", DecisionRefused)
+        self._own_approval(approval_id, DecisionRefused)
         asked = self.store.ask(approval_id, by, question, fingerprint=fingerprint)
         self._crash_at("after_decision")
         return asked
@@ -477,6 +485,12 @@ class Loop:
 
     def _own(self, run_id: str, doing: str, refused: type[Exception]) -> None:
         if problem := self.store.run(run_id).owner_problem(self.agent_name, doing):
+            raise refused(problem)
+
+    def _own_approval(self, approval_id: str, refused: type[Exception]) -> None:
+        """:meth:`_own` for deciding a run's approval (one read: the approval's run)."""
+        if problem := self.store.approval_run(approval_id).owner_problem(self.agent_name,
+                                                                         "decide"):
             raise refused(problem)
 
     @property

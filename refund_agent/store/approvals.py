@@ -10,8 +10,8 @@ from typing import Any
 from ..desk.identity import same_person
 from ..desk.policy import SHIPPING, Held, Quote
 from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
-from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError
-from ..models import Approval, RunStatus, call_key
+from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError, Undone
+from ..models import Approval, Run, RunStatus, call_key
 from .audit import audit_lines
 from .core import StoreCore, no_limit
 from .leases import Lease
@@ -29,35 +29,54 @@ class Approvals(StoreCore):
         order, so two tickets cannot both reserve the same line. Returns the approval, or the
         reason ``price`` gave (nothing is written then: the caller records the refusal).
         """
+        try:
+            return self._queue_approval(lease, response_id, call_id, order_id, summary,
+                                        customer, price)
+        except Undone as not_queued:   # rolled back: the run's pause too
+            return not_queued.answer  # type: ignore[return-value]
+
+    def _queue_approval(self, lease: Lease, response_id: str, call_id: str, order_id: str,
+                        summary: str, customer: str,
+                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval:
         run_id = lease.run_id
         with self._tx() as db:
-            self._fence(db, lease)
+            # The run's pause, made by the lease's check itself (one statement), first: the
+            # run's row is locked before the order's lines, as everywhere. Undone
+            # when nothing is queued.
+            self._fence(db, lease, "SET status = ?, updated_at = ?",
+                        (RunStatus.WAITING, time.time()))
             # The approval's id is the call's key (see models.py (call_key)): calls saved before
             # schema 6 keep their call id as key, so their approvals keep their ids.
-            row = db.execute("SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
-                             " AND call_id = ? AND key IS NOT NULL",
-                             (run_id, response_id, call_id)).fetchone()
-            approval_id = row[0] if row else call_key(run_id, call_id)
-            if db.execute("SELECT 1 FROM approvals WHERE id = ?", (approval_id,)).fetchone():
-                return self.approval(approval_id, db)
+            approval_id, queued = db.execute(
+                "SELECT k.id, EXISTS (SELECT 1 FROM approvals WHERE approvals.id = k.id) FROM"
+                " (SELECT COALESCE((SELECT key FROM calls WHERE run_id = ? AND response_id = ?"
+                " AND call_id = ? AND key IS NOT NULL), ?) AS id) AS k",
+                (run_id, response_id, call_id, call_key(run_id, call_id))).fetchone()
+            if queued:
+                raise Undone(self.approval(approval_id, db))
             quote = price(self._held(db, order_id))
             if isinstance(quote, str):
-                return quote
+                raise Undone(quote)
             # Requested by the database's clock, as expiry reads it: a host whose clock runs
             # ahead (or behind) neither expires a fresh proposal nor keeps a stale one.
-            db.execute(
+            # The rows come back as written (RETURNING), so the approval is not read again.
+            approval = dict(db.execute(
                 "INSERT INTO approvals(id, run_id, response_id, call_id, order_id, amount_cents,"
                 " proposed_cents, summary, customer, status, requested_at, requested_pid)"
-                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {self.now}, ?)",
+                f" VALUES (?,?,?,?,?,?,?,?,?, 'pending', {self.now}, ?) RETURNING *",
                 (approval_id, run_id, response_id, call_id, quote.order_id, quote.total_cents,
-                 quote.total_cents, summary, customer, self.pid))
-            for seq, q in enumerate(quote.lines):
-                db.execute(
+                 quote.total_cents, summary, customer, self.pid)).fetchall()[0])
+            written: list[dict[str, Any]] = []
+            numbered = list(enumerate(quote.lines))
+            for chunk in (numbered[i:i + 100] for i in range(0, len(numbered), 100)):
+                written += map(dict, db.execute(   # the lines in one statement, as steps are
                     "INSERT INTO approval_lines(approval_id, order_id, seq, line, name, reason,"
-                    " amount_cents, allowed_cents, fee_cents, held, units, quantity)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,1,?,?)",
-                    (approval_id, quote.order_id, seq, q.line, q.name, q.reason, q.amount_cents,
-                     q.allowed_cents, q.fee_cents, q.units, q.quantity))
+                    " amount_cents, allowed_cents, fee_cents, held, units, quantity) VALUES "
+                    + ",".join(["(?,?,?,?,?,?,?,?,?,1,?,?)"] * len(chunk)) + " RETURNING *",
+                    tuple(v for seq, q in chunk
+                          for v in (approval_id, quote.order_id, seq, q.line, q.name, q.reason,
+                                    q.amount_cents, q.allowed_cents, q.fee_cents, q.units,
+                                    q.quantity))).fetchall())
             lines = audit_lines(quote.lines)
             self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
@@ -65,8 +84,8 @@ class Approvals(StoreCore):
                                                 "order_id": quote.order_id,
                                                 "amount": quote.amount, "summary": summary,
                                                 "lines": lines})
-            self._touch(db, run_id, status=RunStatus.WAITING)
-        return self.approval(approval_id)
+        return Approval.model_validate(
+            {**approval, "lines": sorted(written, key=lambda line: line["seq"])})
 
     def _held(self, db: Any, order_id: str, except_id: str | None = None,
               lock: bool = True) -> dict[str, list[Held]]:
@@ -103,6 +122,21 @@ class Approvals(StoreCore):
         if not found:
             raise NotFound(f"No approval with id {approval_id!r}.")
         return found[0]
+
+    def approval_run(self, approval_id: str) -> Run:
+        """The run an approval was proposed on, in one read."""
+        rows = self._read("SELECT runs.* FROM approvals JOIN runs ON runs.id = approvals.run_id"
+                          " WHERE approvals.id = ?", (approval_id,))
+        if not rows:
+            raise NotFound(f"No approval with id {approval_id!r}.")
+        return Run.model_validate(dict(rows[0]))
+
+    def latest_decision(self, run_id: str) -> tuple[str, float | None] | None:
+        """The status and decision time of the run's latest proposal (None: it made none),
+        without its lines."""
+        rows = self._read("SELECT status, decided_at FROM approvals WHERE run_id = ?"
+                          " ORDER BY requested_at DESC, id DESC LIMIT 1", (run_id,))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def find_approval(self, key: str) -> Approval | None:
         """The approval an issue_refund call queued, by the call's key (Call.key), or None."""

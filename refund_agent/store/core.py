@@ -307,14 +307,13 @@ class StoreCore:
         # turns (each reads the head the previous one committed); SQLite's write lock already
         # does, and the lock clause is empty there.
         anchor = db.execute("SELECT entries, head FROM audit_anchor" + self.lock_row).fetchone()
-        row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
-        prev = row[0] if row else GENESIS_HASH
-        if anchor is not None and anchor["head"] != prev:
-            # Someone removed or rewrote the newest entries. Writing on top would bury that.
-            raise StoreError(
-                f"The audit log in {self.path} does not end where its anchor says (entry "
-                f"{anchor['entries']}): entries were removed or edited. Nothing was written; "
-                "run `refund-agent audit --verify` and restore the store from a backup.")
+        if anchor is None:   # no anchor (a store before it): the chain's own end
+            row = db.execute("SELECT hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
+            prev = row[0] if row else GENESIS_HASH
+        else:
+            # Chained on the anchor's head; the anchor's move below checks that the log
+            # really ended there (one statement fewer than reading the log's end first).
+            prev = anchor["head"]
         if amount is not None and amount != amount:
             amount = None  # SQLite stores NaN as NULL; hash what is stored, or it looks edited
         entry = {"at": time.time(), "event": event, "actor": actor, "pid": self.pid,
@@ -327,4 +326,19 @@ class StoreCore:
             ":order_id,:amount,:note,:lines_json,:prev,:hash)",
             {**entry, "lines_json": None if lines is None else json.dumps(lines), "prev": prev,
              "hash": digest})
-        db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?", (digest,))
+        if anchor is None:
+            db.execute("UPDATE audit_anchor SET entries = entries + 1, head = ?", (digest,))
+            return
+        # The entry before the new one must be the one the anchor named: if someone removed or
+        # rewrote the newest entries, writing on top would bury that. Checked after the insert
+        # (the anchor's lock keeps every other append out meanwhile); refused, the whole
+        # transaction rolls back.
+        moved = db.execute(
+            "UPDATE audit_anchor SET entries = entries + 1, head = ? WHERE head = COALESCE("
+            "(SELECT hash FROM audit ORDER BY id DESC LIMIT 1 OFFSET 1), ?)",
+            (digest, GENESIS_HASH)).rowcount
+        if moved != 1:
+            raise StoreError(
+                f"The audit log in {self.path} does not end where its anchor says (entry "
+                f"{anchor['entries']}): entries were removed or edited. Nothing was written; "
+                "run `refund-agent audit --verify` and restore the store from a backup.")

@@ -40,15 +40,20 @@ def desk_of(row: dict[str, Any]) -> tuple[Any, int]:
 
 def refresh_stale_desk(db: Any) -> int:
     """Recompute the desk status of every stale run, inside the caller's transaction; returns
-    how many. Usually none or one: the runs this transaction changed."""
-    rows = db.execute(f"SELECT runs.id, runs.status, {DESK_COLUMNS} FROM runs"
-                      " WHERE desk_dirty = 1").fetchall()
-    if not rows:
-        return 0
+    how many. Usually none or one: the runs this transaction changed.
+
+    One statement marks them fresh and reads their facts back (``RETURNING``); a second writes
+    the desk status only where it changed (a pause after a proposal leaves it 'waiting', a
+    takeover of a working run leaves it 'working'). No reader sees the rows in between: both
+    are in the caller's transaction."""
+    rows = db.execute("UPDATE runs SET desk_dirty = 0 WHERE desk_dirty = 1 RETURNING runs.id,"
+                      f" runs.status, runs.desk_status AS kept_status, runs.desk_escalations"
+                      f" AS kept_escalations, {DESK_COLUMNS}").fetchall()
     for row in rows:
         status, open_ = desk_of(dict(row))
-        db.execute("UPDATE runs SET desk_status = ?, desk_escalations = ?, desk_dirty = 0"
-                   " WHERE id = ?", (str(status), open_, row["id"]))
+        if (str(status), open_) != (row["kept_status"], row["kept_escalations"]):
+            db.execute("UPDATE runs SET desk_status = ?, desk_escalations = ? WHERE id = ?",
+                       (str(status), open_, row["id"]))
     return len(rows)
 
 

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LeaseLost, NotFound, RunBusy
-from ..models import RunStatus
+from ..errors import LeaseLost, NotFound, RunBusy, RunNotReady
+from ..models import Run, RunStatus
 from .core import StoreCore, pid_alive
 from .runs import _agent_filter
 
@@ -44,18 +44,31 @@ class Leases(StoreCore):
         Raises:
             RunBusy: another live process (or thread) holds the lease.
         """
+        return self.acquire_run(run_id, token)[0]
+
+    def acquire_run(self, run_id: str, token: str, agent: str | None = None
+                    ) -> tuple[Lease, Run]:
+        """:meth:`acquire`, with the run as the acquiring transaction left it (its desk status
+        aside, which the commit refreshes): the loop starts from it instead of reading the
+        row again. With ``agent``: RunNotReady, and nothing written, if another agent made
+        the run (Run.owner_problem), checked on the row the acquisition reads anyway."""
         with self._tx(durable=False) as db:  # lost with the power, so were its holders
             row = db.execute("SELECT * FROM runs WHERE id = ?" + self.lock_row,
                              (run_id,)).fetchone()
             if row is None:
                 raise NotFound(f"No run with id {run_id!r}.")
             row = dict(row)
+            if agent is not None and (
+                    problem := Run.model_validate(row).owner_problem(agent, "advance")):
+                raise RunNotReady(problem)
             if row["lease_token"] not in (None, token) and self._lease_live(db, row):
                 raise RunBusy(run_id, row["lease_pid"])
-            return self._take(db, row, token)
+            lease = self._take(db, row, token)
+            return lease, Run.model_validate(row)
 
     def _take(self, db: Any, row: dict[str, Any], token: str) -> Lease:
-        """Give this process the run's lease (the caller checked that nobody live holds it)."""
+        """Give this process the run's lease (the caller checked that nobody live holds it);
+        ``row`` (the run's, as read) is brought up to date with what the update wrote."""
         run_id = row["id"]
         if row["last_pid"] is not None and (row["last_pid"] != self.pid
                                             or row.get("lease_host") not in (None, self.host)):
@@ -66,12 +79,15 @@ class Leases(StoreCore):
                                                "pid": self.pid, "front": self.front,
                                                "previous_front": row.get("last_front"),
                                                "cut_off": row["lease_token"] is not None})
-        epoch = row["lease_epoch"] + 1
+        epoch, now = row["lease_epoch"] + 1, time.time()
         db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {self.now},"
                    " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"
                    " updated_at = ?, lease_host = ?, last_front = ? WHERE id = ?",
-                   (self.pid, token, epoch, self.pid, RunStatus.WORKING, time.time(), self.host,
+                   (self.pid, token, epoch, self.pid, RunStatus.WORKING, now, self.host,
                     self.front, run_id))
+        row.update(lease_pid=self.pid, lease_token=token, lease_epoch=epoch, last_pid=self.pid,
+                   status=RunStatus.WORKING, error=None, updated_at=now, lease_host=self.host,
+                   last_front=self.front)
         return Lease(run_id, token, epoch)
 
     def claim(self, token: str, agent: str | None = None) -> Lease | None:
@@ -129,20 +145,27 @@ class Leases(StoreCore):
             if step:
                 self._step(db, lease.run_id, *step)
 
-    def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = ()) -> None:
+    def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = (),
+               returning: bool = False) -> Any:
         """Refuse a write made on behalf of a run by a process that no longer holds it.
 
         ``update`` (``SET ...`` with its ``args``): the change the transaction makes to the
         run's row anyway, made here, on the condition that the lease is still this one: one
         statement, not a locking read and then the update. Either way the row stays locked
-        until the write commits, so the lease cannot change hands in between.
+        until the write commits, so the lease cannot change hands in between. ``returning``:
+        the updated row comes back (``RETURNING *``, the same statement), so a caller that
+        needs the run next does not read it again; otherwise None.
         """
         if update:
-            changed = db.execute(f"UPDATE runs {update} WHERE id = ? AND lease_token = ?"
-                                 " AND lease_epoch = ?",
-                                 (*args, lease.run_id, lease.token, lease.epoch)).rowcount
-            if changed == 1:
-                return
+            where = (f"UPDATE runs {update} WHERE id = ? AND lease_token = ? AND lease_epoch = ?"
+                     + (" RETURNING *" if returning else ""))
+            cursor = db.execute(where, (*args, lease.run_id, lease.token, lease.epoch))
+            if returning:
+                rows = cursor.fetchall()   # all of them: SQLite finishes the statement so
+                if len(rows) == 1:
+                    return rows[0]
+            elif cursor.rowcount == 1:
+                return None
         row = db.execute("SELECT lease_token, lease_epoch, lease_pid FROM runs WHERE id = ?"
                          + self.lock_row, (lease.run_id,)).fetchone()
         if row is None or (row["lease_token"], row["lease_epoch"]) != (lease.token, lease.epoch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import IdempotencyConflict
@@ -29,7 +30,7 @@ class Ledger(StoreCore):
             IdempotencyConflict: the key was used before with a different ``request``.
         """
         find = "SELECT record FROM ledger WHERE log = ? AND key = ?"
-        with self._tx() as db:  # durable: the record stands for money paid or an email sent
+        with self._ledger_tx() as db:  # durable: the record stands for money paid, mail sent
             row = db.execute(find, (log, key)).fetchone()
             if row is None:
                 record = {"idempotency_key": key, "request": request, **make(),
@@ -44,6 +45,21 @@ class Ledger(StoreCore):
                 raise IdempotencyConflict(
                     f"Idempotency key {key} was already used with other arguments.")
             return record, True
+
+    @contextmanager
+    def _ledger_tx(self) -> Iterator[Any]:
+        """Where ledger_once runs. On PostgreSQL no transaction around it: each statement is
+        one of its own, and the INSERT, its only write, commits synced (the session's
+        synchronous_commit, only ever turned off inside a transaction). A read inside a
+        transaction would see no more under READ COMMITTED: the unique key, not a transaction,
+        makes the record once. No page shows these records, so no NOTIFY either. On SQLite a
+        transaction as every write's (synced, and refused by a store ``migrate`` moved)."""
+        if not self.shared:
+            with self._tx() as db:
+                yield db
+            return
+        with self._errors():
+            yield self._db()
 
     def ledger_find(self, log: str, key: str) -> dict[str, Any] | None:
         rows = self._read("SELECT record FROM ledger WHERE log = ? AND key = ?", (log, key))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..models import Call, Run, TranscriptEntry, call_key, order_id_in
@@ -17,6 +18,15 @@ from .leases import Lease
 _EFFECT_CALLS = frozenset({"send_customer_message"})
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What record_response committed: the run's row as its transaction left it (its desk
+    status aside, which the commit refreshes) and the response's calls, in order."""
+
+    run: Run
+    calls: list[Call]
+
+
 class Responses(StoreCore):
     """Recording what the model answered and what its calls returned."""
 
@@ -24,8 +34,11 @@ class Responses(StoreCore):
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
-                        resent: dict[str, Any] | None = None) -> None:
+                        resent: dict[str, Any] | None = None) -> Recorded:
         """Boundary 2: a response, its calls and its timeline steps, before any call runs.
+
+        Returns the run and the calls as this transaction wrote them (:class:`Recorded`), so
+        the loop carries on without reading them back.
 
         Args:
             transcript: ("input" or "output", item) pairs to append to the run's transcript:
@@ -42,7 +55,7 @@ class Responses(StoreCore):
         with self._tx(durable=durable) as db:
             texts = [(origin, _item_text(item)) for origin, item in transcript]
             items, size = len(texts), sum(len(text.encode()) for _, text in texts)
-            self._fence(
+            row = self._fence(
                 db, lease,
                 "SET last_response_id = ?, requests = requests + 1,"
                 " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
@@ -51,7 +64,7 @@ class Responses(StoreCore):
                 f" lease_at = {self.now}, updated_at = ?",
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), items, size,
-                 time.time()))
+                 time.time()), returning=True)
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
                 self._audit(db, "resent", "agent", run_id=run_id,
@@ -60,43 +73,46 @@ class Responses(StoreCore):
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "
                                  f"continuing as {response_id}")
             self._append_transcript(db, run_id, response_id, texts, counted=True)
-            answered = self._save_calls(db, run_id, response_id, calls)
+            saved, answered = self._save_calls(db, run_id, response_id, calls)
             self._steps(db, run_id, [*steps, *answered])
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
                            (response_id, reply_id))
+        return Recorded(Run.model_validate(dict(row)), saved)
 
     def _save_calls(self, db: Any, run_id: str, response_id: str,
-                    calls: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
+                    calls: list[tuple[str, str, str]]
+                    ) -> tuple[list[Call], list[tuple[str, dict[str, Any]]]]:
         """Insert a response's calls, each with its key and the order id its arguments name;
-        returns the timeline steps of the calls answered at once.
+        returns them as saved, and the timeline steps of the calls answered at once.
 
         A call whose id the run already used (in an earlier response, or earlier in this one)
         is saved with an error for its output and no key, so it never runs: running it would
         reach the approval, refund or email of the call that had the id first.
         """
-        ids = list({call_id for call_id, _, _ in calls})
-        used: set[str] = set()
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            marks = ",".join("?" * len(chunk))
-            used.update(r[0] for r in db.execute(
-                f"SELECT call_id FROM calls WHERE run_id = ? AND call_id IN ({marks})",
-                (run_id, *chunk)))
-        answered = []
+        answered, saved = [], []
         for seq, (call_id, name, arguments) in enumerate(calls):
-            key, output = call_key(run_id, call_id), None
-            if call_id in used:
-                key, error = None, (f"This call repeats call id {call_id!r} of an earlier call "
-                                    "in this run, so it was not run. Make the call again.")
-                output = json.dumps({"error": error})
+            error = (f"This call repeats call id {call_id!r} of an earlier call in this run, so "
+                     "it was not run. Make the call again.")
+            # One statement: the call is a repeat when its id is already saved in the run (an
+            # earlier response, or earlier in this one: each INSERT sees the ones before it);
+            # a repeat is saved with the error for its output and no key.
+            key = db.execute(
+                "INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output,"
+                " key, order_id) SELECT ?, ?, ?, ?, ?, ?, CASE WHEN r.again THEN ? END,"
+                " CASE WHEN r.again THEN NULL ELSE ? END, ? FROM (SELECT EXISTS (SELECT 1 FROM"
+                " calls WHERE run_id = ? AND call_id = ?) AS again) AS r RETURNING key",
+                (call_id, run_id, response_id, seq, name, arguments, json.dumps({"error": error}),
+                 call_key(run_id, call_id), order_id_in(arguments), run_id,
+                 call_id)).fetchall()[0][0]
+            output = None if key is not None else json.dumps({"error": error})
+            if key is None:
                 answered.append(("result", {"call_id": call_id, "name": name,
                                             "output": {"error": error}}))
-            used.add(call_id)
-            db.execute("INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments,"
-                       " output, key, order_id) VALUES (?,?,?,?,?,?,?,?,?)",
-                       (call_id, run_id, response_id, seq, name, arguments, output, key,
-                        order_id_in(arguments)))
-        return answered
+            saved.append(Call(call_id=call_id, run_id=run_id, response_id=response_id, name=name,
+                              arguments=arguments, output=output, key=key,
+                              order_id=order_id_in(arguments)))
+        return saved, answered
 
     def _append_transcript(self, db: Any, run_id: str, response_id: str,
                            entries: Sequence[tuple[str, dict[str, Any] | str]],
@@ -105,18 +121,22 @@ class Responses(StoreCore):
         run (``counted``: the caller's own update of the run already counts them)."""
         if not entries:
             return
-        seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE run_id = ?",
-                         (run_id,)).fetchone()[0]
-        rows = [(run_id, seq + offset, response_id, origin,
-                 item if isinstance(item, str) else _item_text(item))
-                for offset, (origin, item) in enumerate(entries)]
+        rows = [(origin, item if isinstance(item, str) else _item_text(item))
+                for origin, item in entries]
         for chunk in (rows[i:i + 100] for i in range(0, len(rows), 100)):   # one statement each
-            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item) VALUES "
-                       + ",".join(["(?,?,?,?,?)"] * len(chunk)), tuple(v for r in chunk for v in r))
+            # Numbered after the run's last item by the statement itself (both engines read
+            # the table as it was before the statement, so the numbers do not shift under it).
+            db.execute("INSERT INTO transcript(run_id, seq, response_id, origin, item)"
+                       " SELECT ?, last.seq + v.column1, ?, v.column2, v.column3 FROM (VALUES "
+                       + ",".join(["(?,?,?)"] * len(chunk)) + ") AS v, (SELECT COALESCE(MAX(seq),"
+                       " -1) + 1 AS seq FROM transcript WHERE run_id = ?) AS last",
+                       (run_id, response_id,
+                        *(v for offset, (origin, text) in enumerate(chunk)
+                          for v in (offset, origin, text)), run_id))
         if not counted:
             db.execute("UPDATE runs SET transcript_items = transcript_items + ?,"
                        " transcript_bytes = transcript_bytes + ? WHERE id = ?",
-                       (len(rows), sum(len(r[4].encode()) for r in rows), run_id))
+                       (len(rows), sum(len(text.encode()) for _, text in rows), run_id))
 
     def transcript(self, run_id: str) -> list[TranscriptEntry]:
         """A run's transcript, oldest first (empty for a run that has made no request)."""

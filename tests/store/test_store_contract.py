@@ -254,6 +254,47 @@ def test_a_response_saves_its_calls_keys_order_ids_and_transcript(store):
     assert any(c.run_id == run_id for c in store.calls_named("lookup_order"))
 
 
+def test_what_a_commit_returns_is_what_a_read_after_it_finds(store):
+    """The loop carries on from what acquire_run and record_response return instead of
+    reading the run and the calls back (issue #37): they must be what a read would find."""
+    run_id = new_run(store)
+    lease, acquired = store.acquire_run(run_id, token())
+    assert acquired.model_dump(exclude={"desk_status"}) == store.run(run_id).model_dump(
+        exclude={"desk_status"})
+    seqs = []
+    for n, calls in enumerate(([("call_a", "lookup_order", '{"order_id": "A1043"}')],
+                               [("call_b", "lookup_order", "{}"),
+                                ("call_a", "lookup_order", "{}")])):   # a repeat, answered
+        response_id = f"resp_{uuid.uuid4().hex}"
+        recorded = store.record_response(
+            lease, response_id=response_id, calls=calls, steps=[], usage={"cost_ticks": 3},
+            replies_sent=[], transcript=[("output", {"n": n, "i": i}) for i in range(3)])
+        assert recorded.calls == store.calls(response_id)
+        assert recorded.run.model_dump(exclude={"desk_status"}) == store.run(
+            run_id).model_dump(exclude={"desk_status"})
+        seqs = [e.seq for e in store.transcript(run_id)]
+    assert recorded.run.requests == 2 and recorded.run.cost_ticks == 6
+    assert seqs == list(range(6))   # numbered on from the run's last item, by the INSERT
+    assert [e.item for e in store.transcript(run_id)] == [
+        {"n": n, "i": i} for n in range(2) for i in range(3)]
+
+
+def test_a_queued_approval_is_returned_as_a_read_finds_it(store):
+    free_a1043(store)
+    _run_id, _lease, approval = queue(store)
+    assert approval == store.approval(approval.id) and len(approval.lines) == 3  # + shipping
+
+
+def test_another_agents_run_is_refused_by_acquire_before_anything_is_written(store):
+    run_id = new_run(store)
+    before = (store.run(run_id), store.steps(run_id))
+    with pytest.raises(RunNotReady, match="only that agent may advance"):
+        store.acquire_run(run_id, token(), "some.other.Agent")
+    assert (store.run(run_id), store.steps(run_id)) == before   # no lease, no epoch, no step
+    lease, run = store.acquire_run(run_id, token(), before[0].agent)
+    assert lease.epoch == 1 and run.status == RunStatus.WORKING
+
+
 # -- approvals: queue, decide, ask, expire ---------------------------------------------------
 
 def test_a_proposal_holds_its_lines_and_waits(store):
