@@ -234,11 +234,13 @@ md("""
 The model can only see what the tools show it, and `lookup_order` shows an order only to the
 address that placed it (compared in canonical form, so a look-alike address matches no one).
 A stranger naming Maya's order number gets the same answer as for an order that does not
-exist, so order numbers cannot be probed.
+exist, so order numbers cannot be probed. Sam names her mugs too (their line is free again
+since Dana declined it): without the ownership check, the agent would propose him a refund.
 """),
 code('''
 sam = agent.advance(agent.start("sam.stone@example.com", sender_name="Sam Stone",
-    subject="Refund", body="Order A1043 arrived cracked; refund the coffee maker please.").id)
+    subject="Refund", body="Order A1043 came with both stoneware mugs cracked; please refund the"
+    " mugs.").id)
 [looked] = [s.data["output"] for s in agent.store.steps(sam.id)
             if s.kind == "result" and s.data["name"] == "lookup_order"]
 check("the stranger's lookup found nothing", "error" in looked and "Maya" not in json.dumps(looked))
@@ -287,9 +289,13 @@ claim runs with `FOR UPDATE SKIP LOCKED` (`refund-agent worker`), and pages lear
 notebooks depends on the engine: they call the store's methods, never SQL.
 """),
 code('''
-check("this desk runs on SQLite", agent.store.engine == "sqlite")
-check("the store is chosen by the settings alone", agent.settings.store_target
-      == agent.settings.db_path and not agent.settings.database_url)
+from refund_agent.store import engine_for
+
+check("this desk runs on SQLite, the file in its output folder", agent.store.engine == "sqlite"
+      and agent.store.path == OUTPUT / "refund-agent.sqlite3")
+elsewhere = agent.settings.with_(database_url="postgresql://desk@db.example/refunds")
+check("the store is chosen by the settings alone: a database URL there opens PostgreSQL",
+      engine_for(elsewhere.store_target).engine == "postgresql")
 '''),
 md("""
 ## Recap

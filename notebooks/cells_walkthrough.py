@@ -305,8 +305,11 @@ check("exactly one click won; the other was told who", len(won) == len(lost) == 
       and won[0] in str(lost[0]))
 check("the late click is audited 'ignored'", [e.event for e in race.store.audit()].count(
       "ignored") == 1)
-check("the run pays once", race.advance(ticket.id).status.value == "done"
-      and len(race.payments.refunds()) == 1)
+ticket = race.advance(ticket.id)
+approved = [e.actor for e in race.store.audit() if e.event == "approved"]
+paid = [s.data.get("approved_by") for s in race.store.steps(ticket.id) if s.kind == "refund"]
+check("the run pays once, on the one decision that won", ticket.status.value == "done"
+      and len(race.payments.refunds()) == 1 and approved == paid == won)
 '''),
 md("""
 **Boundary 3: a restart, mid-run.** Tom's email (a stand mixer past the 30-day window) is
@@ -368,8 +371,9 @@ except LeaseLost:
     pass
 check("nor can it hand the run over: no email went out", not [m for m in
       fenced.outbox.messages() if m["idempotency_key"] == f"{run.id}/follow-up"])
-check("the new owner finishes and pays once", fenced.advance(claimed).status.value == "done"
-      and len(fenced.payments.refunds()) == 1)
+check("the new owner finishes and pays once; the customer got its one answer",
+      fenced.advance(claimed).status.value == "done" and len(fenced.payments.refunds()) == 1
+      and len([m for m in fenced.outbox.messages() if m["request"]["to"] == run.sender]) == 1)
 '''),
 md("""
 ## The customer writes back, and an angry one

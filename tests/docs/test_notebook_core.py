@@ -144,31 +144,10 @@ def test_each_break_fails_its_check(broken: Break, outcomes: dict[str, str]) -> 
 
 
 # Checks no break fails yet: each needs a mutant (test_notebook_mutations.py) or a break here.
-# Each is failed by some break, but a check before it fails first, and no realistic break was
-# found that fails it alone (why, beside each). The list may only shrink: a new check must come
-# with its break, and a listed one that gets a break must leave the list.
-NOT_YET_BROKEN = {
-    "walkthrough": [
-        # Ends of scenarios whose every step has a check and a break of its own: a double
-        # payment or a run left unfinished there is caught by an earlier step's check first
-        # (one click won; the stalled owner's write refused; the transcript resent, chained).
-        "the run pays once",
-        "the new owner finishes and pays once",
-        # Sent by the same call as the rejection's email, whose check names the address.
-        "the answer went to Maya only",
-        "the run finished and paid once",
-    ],
-    "beyond": [
-        # As above: the takeovers before it have their own checks and breaks.
-        "the new owner finishes: one refund, one email",
-        # The stand-in proposes nothing after a lookup that found nothing, whatever the tools
-        # would allow: the lookup's own check is the one that can fail.
-        "no refund was proposed to the stranger",
-        # What the prose says of the settings; no other engine is started in the notebook.
-        "this desk runs on SQLite",
-        "the store is chosen by the settings alone",
-    ],
-}
+# Empty since issue 35: a check at the end of a scenario, which an earlier check catches first,
+# has a mutant run with soft checks (Mutant.first) showing it fails too. The list may only
+# stay empty: a new check must come with its break.
+NOT_YET_BROKEN: dict[str, list[str]] = {"walkthrough": [], "beyond": []}
 
 
 def test_every_check_has_a_break_or_is_listed() -> None:

@@ -10,7 +10,10 @@ applied to the copy, and the code cells of the notebook whose checks cover it ru
 first on PYTHONPATH, so the cells and every process they start import the broken package. The
 run must fail, and its first failure must be the check written for the mutant
 (``check(claim, holds)`` raising AssertionError with the mutant's claim), not an exception on
-the way. The unbroken copy must pass both notebooks, which shows that the copy is what ran.
+the way. A mutant with ``first`` is one an earlier check catches first: its run records failed
+checks and goes on (notebook_runner.py --soft-checks), its first failed check must be ``first``
+and the mutant's own check must fail later in the same run. The unbroken copy must pass both
+notebooks, which shows that the copy is what ran.
 
 The cells run as one plain Python process (notebook_runner.py), not under a Jupyter kernel and
 nbval: CI runs the real notebooks under strict nbval anyway, and here only the first failing
@@ -69,6 +72,11 @@ class Mutant:
     # The same break written for another shape of the code (the loop split into agent.py,
     # turns.py and calls.py): the first set of edits whose texts are all found is applied.
     alternatives: tuple[tuple[tuple[str, str, str], ...], ...] = ()
+    # A break an earlier check catches first (the start of its claim): the run goes on past
+    # failed checks (notebook_runner.py --soft-checks), and ``claim`` must fail as well. This is
+    # how the check at the end of a scenario is shown to fail on its own, not only to be
+    # stopped in front of.
+    first: str = ""
 
 
 # Writes that no longer check the lease's epoch: beyond's fencing cell and the walkthrough's.
@@ -86,6 +94,28 @@ FENCING_REMOVED = (
      " lease.epoch)).rowcount\n",
      '            changed = db.execute(f"UPDATE runs {update} WHERE id = ?",  # MUTANT\n'
      "                                 (*args, lease.run_id)).rowcount\n"),
+)
+
+
+# A decision that no longer compares-and-sets on 'pending': both clicks of a race win.
+SECOND_APPROVAL_ACCEPTED = (
+    ("store/approvals.py",
+     '        if approval.status == "pending":\n            return approval\n',
+     "        if True:  # MUTANT\n            return approval\n"),
+    ("store/approvals.py",
+     "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
+     'amount_cents = ? WHERE id = ?",  # MUTANT'),
+)
+
+# A stored response the API no longer has fails the run, instead of the transcript being resent
+# (the edit for the loop in agent.py, then in loop.py).
+STORED_RESPONSE_FALLBACK_REMOVED = (
+    (("agent.py",
+      "                if not missing or not self._response_gone(exc, missing):\n",
+      "                if True:  # MUTANT: no fallback to the transcript\n"),),
+    (("loop.py",
+      "            if not missing or not self._response_gone(exc, missing):\n",
+      "            if True:  # MUTANT: no fallback to the transcript\n"),),
 )
 
 
@@ -136,14 +166,8 @@ MUTANTS = [
          '            fh.write(json.dumps(record) + "\\n")\n'
          '        reused = False\n'),
     ), claim="one email, although its process died after sending"),
-    Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'", (
-        ("store/approvals.py",
-         '        if approval.status == "pending":\n            return approval\n',
-         "        if True:  # MUTANT\n            return approval\n"),
-        ("store/approvals.py",
-         "amount_cents = ? WHERE id = ?\"\n                   \" AND status = 'pending'\",",
-         'amount_cents = ? WHERE id = ?",  # MUTANT'),
-    ), claim="exactly one click won"),
+    Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'",
+           SECOND_APPROVAL_ACCEPTED, claim="exactly one click won"),
     Mutant("approval_wrong_response_id",
            "the approval records the response the turn continued from, not the one that "
            "made the call", ((
@@ -260,14 +284,9 @@ MUTANTS = [
         "        return []  # MUTANT: nothing ever expires\n"),),
         claim="at 7.1 days it expires"),
     Mutant("stored_response_fallback_removed",
-           "a gone stored response fails the run instead of resending the transcript", ((
-               "agent.py",
-               "                if not missing or not self._response_gone(exc, missing):\n",
-               "                if True:  # MUTANT: no fallback to the transcript\n"),),
-           claim="the gone response was replaced by the transcript",
-           alternatives=((("loop.py",
-               "            if not missing or not self._response_gone(exc, missing):\n",
-               "            if True:  # MUTANT: no fallback to the transcript\n"),),)),
+           "a gone stored response fails the run instead of resending the transcript",
+           STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
+           claim="the gone response was replaced by the transcript"),
     # -- each durable boundary broken the way a careless change would (issue 35) --------------
     Mutant("run_and_email_split", "boundary 1: the customer's email saved in a transaction of its "
            "own, after the run", ((
@@ -548,6 +567,52 @@ MUTANTS = [
                "desk/reconcile.py", "        elif pairs != _pairs(a.kept):\n",
                "        elif pairs != _pairs(a.lines):  # MUTANT: the declined lines too\n"),),
            notebook="beyond", claim="this desk's books agree"),
+    # -- issue 35: every check can fail. The ends of scenarios: an earlier check catches each
+    # break first; the run goes on (soft checks) and the scenario's own end check fails too ---
+    Mutant("double_click_both_carried_out", "a decision no longer compares-and-sets on "
+           "'pending': the run pays on the last of two decisions", SECOND_APPROVAL_ACCEPTED,
+           first="exactly one click won", claim="the run pays once, on the one decision that won"),
+    Mutant("stalled_owner_unfenced_end", "writes no longer check the lease's epoch: the stalled "
+           "owner's hand-over email reaches the customer beside the new owner's answer",
+           FENCING_REMOVED, first="the stalled owner's write is refused",
+           claim="the new owner finishes and pays once; the customer got its one answer"),
+    Mutant("customer_email_copied_to_shop", "every email to the customer is copied to the "
+           "shop's support address", ((
+               "desk/actions.py",
+               '    ctx.crash("after_email")\n',
+               '    ctx.outbox.send(f"{ctx.call.key}/copy",  # MUTANT: a copy for the shop\n'
+               '                    ctx.shop.info.support_email, f"Re: {run.subject}", body)\n'
+               '    ctx.crash("after_email")\n'),),
+           first="the customer is told the reviewer's note",
+           claim="the answer went to Maya only"),
+    Mutant("stored_response_fallback_removed_end", "a gone stored response fails the run "
+           "instead of resending the transcript: the run never pays",
+           STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
+           first="the gone response was replaced by the transcript",
+           claim="the run finished and paid once"),
+    Mutant("fencing_removed_end", "writes no longer check the lease's epoch: the process that "
+           "lost the run also pays and emails", FENCING_REMOVED, notebook="beyond",
+           first="epoch", claim="the new owner finishes: one refund, one email"),
+    Mutant("order_any_sender", "the tools' ownership check is gone: whoever names an order has "
+           "it (looked up, priced, proposed)", ((
+               "desk/tools.py",
+               "        if order is None or not same_address(order.customer.email, self.sender):\n",
+               "        if order is None:  # MUTANT: whoever names the order may have it\n"),),
+           notebook="beyond", first="the stranger's lookup found nothing",
+           claim="no refund was proposed to the stranger"),
+    # -- the settings' checks: each the first to fail -------------------------------------------
+    Mutant("store_file_in_temp_folder", "the SQLite file goes in the temporary folder, not the "
+           "settings' output folder (one file for every desk on the host)", ((
+               "config.py", '        return self.output_dir / "refund-agent.sqlite3"\n',
+               '        return Path(os.environ.get("TMPDIR", "/tmp")) / "refund-agent.sqlite3"'
+               "  # MUTANT\n"),),
+           notebook="beyond", claim="this desk runs on SQLite, the file in its output folder"),
+    Mutant("postgres_scheme_short_only", "only a postgres:// URL opens PostgreSQL; a "
+           "postgresql:// one opens a SQLite file of that name", ((
+               "store/base.py",
+               'target.startswith(("postgresql://", "postgres://"))',
+               'target.startswith("postgres://")  # MUTANT: one spelling'),),
+           notebook="beyond", claim="the store is chosen by the settings alone"),
 ]
 CONTROL = Mutant("unbroken", "the package as it is", ())
 
@@ -676,7 +741,8 @@ def _run(mutant: Mutant, scratch: Path) -> Outcome:
         (home / f"{book}.json").write_text(json.dumps(cells[book]))
         done = subprocess.run(
             [sys.executable, str(RUNNER), str(home / f"{book}.json"),
-             str(_last_cell(book, mutant.claim)), *(["--keep-going"] if report else [])],
+             str(_last_cell(book, mutant.claim)), *(["--keep-going"] if report else []),
+             *(["--soft-checks"] if mutant.first else [])],
             cwd=NOTEBOOKS[book].parent, env=env, capture_output=True, text=True, timeout=600)
         returncode = returncode or done.returncode
         output += done.stdout + done.stderr
@@ -749,10 +815,16 @@ def test_the_notebook_catches(mutant: Mutant, outcomes: dict[str, Outcome]) -> N
     assert outcome.returncode == 1 and outcome.failed_cells, (
         f"{mutant.name} ({mutant.what}) was not caught by {mutant.notebook}.ipynb:\n"
         f"{outcome.output}")
-    # And by the check written for it, not by a trace line that happened to change.
+    # And by the check written for it, first, not by a trace line that happened to change.
+    first = mutant.first or mutant.claim
+    assert outcome.failed_claims and outcome.failed_claims[0].startswith(first), (
+        f"{mutant.name} ({mutant.what}) made {mutant.notebook}.ipynb fail, but its first failed "
+        f"check is not {first!r}; failed checks: {outcome.failed_claims}:\n{outcome.output}")
+    # A break caught first by an earlier check: the run went on, and its own check failed too.
     assert any(claim.startswith(mutant.claim) for claim in outcome.failed_claims), (
-        f"{mutant.name} ({mutant.what}) made {mutant.notebook}.ipynb fail, but not at the "
-        f"check {mutant.claim!r}; failed checks: {outcome.failed_claims}:\n{outcome.output}")
+        f"{mutant.name} ({mutant.what}): {first!r} failed first, as expected, but the run went "
+        f"on and {mutant.claim!r} held; failed checks: {outcome.failed_claims}:\n"
+        f"{outcome.output}")
 
 
 def test_every_mutant_names_a_check_its_notebook_makes() -> None:
@@ -761,9 +833,10 @@ def test_every_mutant_names_a_check_its_notebook_makes() -> None:
     for mutant in MUTANTS:
         printed = "".join("".join(o.get("text", "")) for c in json.loads(
             NOTEBOOKS[mutant.notebook].read_text())["cells"] for o in c.get("outputs", []))
-        assert mutant.claim and re.search(r"^\s*" + re.escape(mutant.claim) + r".*: True$",
-                                          printed, re.MULTILINE), (
-            f"{mutant.name}: {mutant.notebook}.ipynb prints no check {mutant.claim!r}...: True")
+        for claim in filter(None, (mutant.claim, mutant.first)):
+            assert re.search(r"^\s*" + re.escape(claim) + r".*: True$", printed, re.MULTILINE), (
+                f"{mutant.name}: {mutant.notebook}.ipynb prints no check {claim!r}...: True")
+        assert mutant.claim, f"{mutant.name} names no check"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS.values(), ids=NOTEBOOKS.keys())
