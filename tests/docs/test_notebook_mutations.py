@@ -87,13 +87,14 @@ FENCING_REMOVED = (
      "        if row is None:  # MUTANT\n"),
     # The write that carries its own fence (one UPDATE ... WHERE the lease is still ours).
     ("store/leases.py",
-     '            changed = db.execute(f"UPDATE runs {update} WHERE id = ?'
-     ' AND lease_token = ?"\n'
-     '                                 " AND lease_epoch = ?",\n'
-     "                                 (*args, lease.run_id, lease.token,"
-     " lease.epoch)).rowcount\n",
-     '            changed = db.execute(f"UPDATE runs {update} WHERE id = ?",  # MUTANT\n'
-     "                                 (*args, lease.run_id)).rowcount\n"),
+     '            where = (f"UPDATE runs {update} WHERE id = ? AND lease_token = ?'
+     ' AND lease_epoch = ?"\n'
+     '                     + (" RETURNING *" if returning else ""))\n'
+     "            cursor = db.execute(where, (*args, lease.run_id, lease.token,"
+     " lease.epoch))\n",
+     '            where = (f"UPDATE runs {update} WHERE id = ?"  # MUTANT\n'
+     '                     + (" RETURNING *" if returning else ""))\n'
+     "            cursor = db.execute(where, (*args, lease.run_id))\n"),
 )
 
 
@@ -315,24 +316,18 @@ MUTANTS = [
     Mutant("response_and_calls_split", "boundary 2: the run's pointer to the response committed "
            "apart from the response's calls", ((
                "store/responses.py",
-               '            db.execute(\n'
-               '                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"\n',
-               '        with self._tx() as db:  # MUTANT: the pointer in a transaction of its own\n'
-               '            db.execute(\n'
-               '                "UPDATE runs SET last_response_id = ?, requests = requests + 1,"\n'
-               ),),
-           claim="2. each response and its calls: one transaction",
-           alternatives=((("store/responses.py",
-               "                 time.time()))\n            if resent is not None:\n",
-               "                 time.time()))\n"
+               "                 time.time()), returning=True)\n"
+               "            if resent is not None:\n",
+               "                 time.time()), returning=True)\n"
                "        with self._tx() as db:  # MUTANT: the calls in a transaction of their own\n"
-               "            if resent is not None:\n"),),)),
+               "            if resent is not None:\n"),),
+           claim="2. each response and its calls: one transaction"),
     Mutant("approval_and_waiting_split", "boundary 4: the pending approval and the run's waiting "
            "status written in two transactions", ((
                "store/approvals.py",
-               "            self._touch(db, run_id, status=RunStatus.WAITING)\n",
-               "        with self._tx() as db:  # MUTANT: the pause in a transaction of its own\n"
-               "            self._touch(db, run_id, status=RunStatus.WAITING)\n"),),
+               "                        (RunStatus.WAITING, time.time()))\n",
+               "                        (RunStatus.WAITING, time.time()))\n"
+               "        with self._tx() as db:  # MUTANT: the approval apart from the pause\n"),),
            claim="4. the approval, 'requested' and 'waiting': one transaction"),
     Mutant("approved_audit_after_commit", "boundary 5: the 'approved' audit line written after "
            "the decision committed", (
@@ -358,8 +353,8 @@ MUTANTS = [
                "                    if False:  # MUTANT: a conflicting request is not refused\n"),),
            claim="the same key with another amount is refused"),
     Mutant("lease_epoch_not_bumped", "boundary 7: a takeover keeps the old fencing token",
-           (("store/leases.py", '        epoch = row["lease_epoch"] + 1\n',
-             '        epoch = row["lease_epoch"]  # MUTANT\n'),),
+           (("store/leases.py", '        epoch, now = row["lease_epoch"] + 1, time.time()\n',
+             '        epoch, now = row["lease_epoch"], time.time()  # MUTANT\n'),),
            claim="7. the worker claimed the run under a fresh lease"),
     Mutant("hand_over_unfenced", "the hand-over email is sent before the lease is checked", ((
         "desk/actions.py",
