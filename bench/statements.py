@@ -39,6 +39,8 @@ from benchlib import (  # noqa: E402
     start_ticket,
 )
 
+from refund_agent.models import RunStatus  # noqa: E402
+
 _VALUES = re.compile(r"'(?:[^']|'')*'|\b\d+(\.\d+)?\b")
 
 
@@ -50,9 +52,13 @@ def normalised(sql: str) -> str:
 
 
 def one_ticket(agent: TimedAgent, order_id: str) -> None:
+    """One sample ticket as the terminal runs it: proposed, approved, finished (checked, so a
+    count is never of a ticket that stopped half way)."""
     run = agent.advance(start_ticket(agent, order_id).id)
+    assert run.status == RunStatus.WAITING, run.status
     agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
-    agent.advance(run.id)
+    run = agent.advance(run.id)
+    assert run.status == RunStatus.DONE, run.status
 
 
 def count_postgres(agent: TimedAgent, order_id: str) -> list[str]:
