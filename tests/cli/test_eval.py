@@ -193,6 +193,7 @@ def test_a_folder_without_a_shop_is_about_the_desks_own_shop(tmp_path, offline_e
     header = next(line for line in out.splitlines() if line.startswith("part"))
     assert [c for c in header.split() if c.startswith("pass^")] == ["pass^1"]
     assert "One run per email (--k 1), so pass^k is pass^1" in out
+    assert "ended some runs of one email differently" not in out   # one run cannot differ
     wrong = {**ask, "expect": {"outcome": "propose", "order": "ZZ999", "shipping": False,
                                "lines": [{"sku": "X", "reason": "damaged"}]}}
     (tmp_path / "emails.json").write_text(json.dumps({"emails": [wrong]}))
