@@ -194,8 +194,9 @@ class JsonStateStore:
             self.save()
 
     def release(self, lease: Lease, status: RunStatus, error: str | None = None,
-                step: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Give up the lease and set the run's status (with an optional timeline step)."""
+                step: tuple[str, dict[str, Any]] | None = None) -> Run:
+        """Give up the lease and set the run's status (with an optional timeline step);
+        returns the run as it is left, as the store's release does."""
         with self._lock:
             run = self._fence(lease)
             run.update(lease_pid=None, lease_token=None, lease_at=None, status=status.value,
@@ -203,6 +204,7 @@ class JsonStateStore:
             if step:
                 self._step(run, *step)
             self.save()
+            return self._as_run(run)
 
     # -- runs -------------------------------------------------------------------------------
 

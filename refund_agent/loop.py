@@ -205,24 +205,24 @@ class Loop:
             except LeaseLost:
                 raise  # the new owner carries on; writing anything here would be refused
             except BaseException as exc:
-                self._end(lease, self._ending(exc, run_id, lease, cancel))
+                left = self._end(lease, self._ending(exc, run_id, lease, cancel))
                 if not isinstance(exc, Stopped | turns.NoTranscript | openai.APIError):
                     raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
-                self._end(lease, end)
+                left = self._end(lease, end)
         self._emit_steps(run_id, seen, emit)
-        return self.store.run(run_id)
+        return left   # as the release left it: not read again
 
-    def _end(self, lease: Lease, end: Waiting | turns.Finished | _Ending) -> None:
+    def _end(self, lease: Lease, end: Waiting | turns.Finished | _Ending) -> Run:
         match end:
             case Waiting():
-                self.store.release(lease, RunStatus.WAITING)
+                return self.store.release(lease, RunStatus.WAITING)
             case turns.Finished(status=status):
-                self.store.release(lease, status)
+                return self.store.release(lease, status)
             case _Ending(status=status, error=error, step=step):
                 if error and step is None:
                     step = (StepKind.ERROR, {"message": error})
-                self.store.release(lease, status, error, step)
+                return self.store.release(lease, status, error, step)
 
     def _ending(self, exc: BaseException, run_id: str, lease: Lease,
                 cancel: Cancel | None) -> _Ending:

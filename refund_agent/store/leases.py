@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import LeaseLost, NotFound, RunBusy, RunNotReady
 from ..models import Run, RunStatus
 from .core import StoreCore, pid_alive
+from .inbox import DESK_COLUMNS, desk_of
 from .runs import _agent_filter
 
 
@@ -135,18 +136,26 @@ class Leases(StoreCore):
             self._fence(db, lease, f"SET lease_at = {self.now}")
 
     def release(self, lease: Lease, status: RunStatus, error: str | None = None,
-                step: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Give up the lease and set the run's status (with an optional timeline step)."""
+                step: tuple[str, dict[str, Any]] | None = None) -> Run:
+        """Give up the lease and set the run's status (with an optional timeline step).
+
+        Returns the run as this transaction left it, its desk status included (read by the
+        same UPDATE, from the facts the commit's desk refresh reads), so the loop hands its
+        caller the run without reading the row again."""
         # The run's end (and a person's Stop) is reported to people: durable. A pause or a
         # failure lost with the power leaves an orphaned run that resume continues.
         with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
-            self._fence(db, lease, "SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
-                        " status = ?, error = ?, updated_at = ?", (status, error, time.time()))
+            row = dict(self._fence(
+                db, lease, "SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
+                " status = ?, error = ?, updated_at = ?", (status, error, time.time()),
+                returning=True, returning_also=f", {DESK_COLUMNS}"))
             if step:
                 self._step(db, lease.run_id, *step)
+        # A timeline step changes no desk fact, so the refresh at commit computes this status.
+        return Run.model_validate({**row, "desk_status": str(desk_of(row)[0])})
 
     def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = (),
-               returning: bool = False) -> Any:
+               returning: bool = False, returning_also: str = "") -> Any:
         """Refuse a write made on behalf of a run by a process that no longer holds it.
 
         ``update`` (``SET ...`` with its ``args``): the change the transaction makes to the
@@ -154,12 +163,14 @@ class Leases(StoreCore):
         statement, not a locking read and then the update. Either way the row stays locked
         until the write commits, so the lease cannot change hands in between. ``returning``:
         the updated row comes back (``RETURNING *``, the same statement), so a caller that
-        needs the run next does not read it again; otherwise None.
+        needs the run next does not read it again; otherwise None. ``returning_also``: more
+        columns after ``RETURNING *`` (``", expr AS name, ..."``).
         """
         if update:
             where = (f"UPDATE runs {update} WHERE id = ? AND lease_token = ? AND lease_epoch = ?"
                      + (" RETURNING *" if returning else ""))
-            cursor = db.execute(where, (*args, lease.run_id, lease.token, lease.epoch))
+            cursor = db.execute(where + (returning_also if returning else ""),
+                                (*args, lease.run_id, lease.token, lease.epoch))
             if returning:
                 rows = cursor.fetchall()   # all of them: SQLite finishes the statement so
                 if len(rows) == 1:

@@ -90,11 +90,12 @@ FENCING_REMOVED = (
      '            where = (f"UPDATE runs {update} WHERE id = ? AND lease_token = ?'
      ' AND lease_epoch = ?"\n'
      '                     + (" RETURNING *" if returning else ""))\n'
-     "            cursor = db.execute(where, (*args, lease.run_id, lease.token,"
-     " lease.epoch))\n",
+     '            cursor = db.execute(where + (returning_also if returning else ""),\n'
+     "                                (*args, lease.run_id, lease.token, lease.epoch))\n",
      '            where = (f"UPDATE runs {update} WHERE id = ?"  # MUTANT\n'
      '                     + (" RETURNING *" if returning else ""))\n'
-     "            cursor = db.execute(where, (*args, lease.run_id))\n"),
+     '            cursor = db.execute(where + (returning_also if returning else ""),\n'
+     "                                (*args, lease.run_id))\n"),
 )
 
 
