@@ -446,10 +446,10 @@ MUTANTS = [
            notebook="beyond", claim="caught: a sent email missing"),
     # -- the checks that had no break of their own (issue 35: every check can fail) ------------
     Mutant("pause_keeps_lease", "a run that pauses for a person keeps its lease", ((
-        "loop.py", "            case Waiting():\n                self.store.release(lease, "
+        "loop.py", "            case Waiting():\n                return self.store.release(lease, "
         "RunStatus.WAITING)\n",
         "            case Waiting():\n"
-        "                pass  # MUTANT: the pause keeps the lease\n"),),
+        "                return self.store.run(lease.run_id)  # MUTANT: keeps the lease\n"),),
         claim="the run waits, and no process holds it"),
     Mutant("resume_never_chains", "every turn sends the whole transcript again instead of "
            "chaining from the stored response", ((
