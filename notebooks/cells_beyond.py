@@ -97,7 +97,7 @@ store          lease_epoch {stalled.epoch} ──────────▶ {ta
 """)
 check(f"epoch {stalled.epoch} -> {takeover.epoch}: the stalled owner's write is refused",
       refused and takeover.epoch == stalled.epoch + 1)
-agent.store.release(takeover, RunStatus.DONE)
+_ = agent.store.release(takeover, RunStatus.DONE)   # returns the run as it leaves it
 '''),
 md("""
 Writes are not the only danger: a payment or an email leaves the building before anything is
@@ -126,7 +126,7 @@ except LeaseLost as exc:
     print("LeaseLost:", str(exc).split(" while")[0])
 check("the process that lost the run paid nothing", agent.payments.find(approval.id) is None)
 other, lease = taken.pop()
-other.release(lease, RunStatus.WAITING)
+_ = other.release(lease, RunStatus.WAITING)
 '''),
 md("""
 The refund and its audit line are written in one transaction: there is no moment at which a
