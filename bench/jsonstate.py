@@ -243,9 +243,13 @@ class JsonStateStore:
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
-                        resent: dict[str, Any] | None = None) -> Recorded:
+                        resent: dict[str, Any] | None = None,
+                        finish: RunStatus | None = None) -> Recorded:
         with self._lock:
             run = self._fence(lease)
+            if finish is not None:   # the run's end, saved with the response (one save)
+                run.update(lease_pid=None, lease_token=None, lease_at=None,
+                           status=finish.value, error=None)
             if resent is not None:
                 self._step(run, "resent", {**resent, "response_id": response_id})
                 self._audit("resent", "agent", run_id=run["id"],
@@ -284,7 +288,9 @@ class JsonStateStore:
         run["requests"] += 1
         for key in ("cost_ticks", "input_tokens", "cached_tokens", "output_tokens"):
             run[key] += usage.get(key, 0)
-        run["lease_at"] = run["updated_at"] = time.time()
+        run["updated_at"] = time.time()
+        if run["lease_token"] is not None:
+            run["lease_at"] = run["updated_at"]
         self.save()
 
     def add_cost(self, lease: Lease, usage: dict[str, int], step: tuple[str, dict] | None
@@ -348,19 +354,22 @@ class JsonStateStore:
 
     def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
                        summary: str, customer: str,
-                       price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
+                       price: Callable[[dict[str, Held]], Quote | str],
+                       release: bool = False) -> Approval | str:
         """A pending approval holding its lines, priced against what other refunds hold.
 
         ``price`` runs under the lock, after the lease check, as Store.queue_approval runs it
-        inside its transaction: two tickets cannot both reserve the same line.
+        inside its transaction: two tickets cannot both reserve the same line. ``release``:
+        the pause gives up the lease too, in the same save.
         """
         with self._lock:
             return self._queue_approval(self._fence(lease), response_id, call_id, order_id,
-                                        summary, customer, price)
+                                        summary, customer, price, release)
 
     def _queue_approval(self, run: dict[str, Any], response_id: str, call_id: str,
                         order_id: str, summary: str, customer: str,
-                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
+                        price: Callable[[dict[str, Held]], Quote | str],
+                        release: bool = False) -> Approval | str:
         run_id = run["id"]
         approval_id = call_key(run_id, call_id)   # as the store's (see callrecords.py)
         if approval_id in self.state["approvals"]:
@@ -381,6 +390,8 @@ class JsonStateStore:
         self._step(run, "approval", {"approval_id": approval_id, "order_id": quote.order_id,
                                      "amount": quote.amount, "summary": summary, "lines": lines})
         run["status"], run["updated_at"] = RunStatus.WAITING.value, time.time()
+        if release:
+            run.update(lease_pid=None, lease_token=None, lease_at=None, error=None)
         self.save()
         self._audit("requested", "agent", run_id=run_id, approval_id=approval_id,
                     order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)

@@ -7,6 +7,7 @@ DecisionRefused, so bad input is a clear message and nothing is stored.
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 
 from .errors import DecisionRefused, IdentityError, RunNotReady
 from .text import one_line
@@ -146,6 +147,7 @@ def _describe(char: str) -> str:
     return f"U+{ord(char):04X} {unicodedata.name(char, 'UNKNOWN')}"
 
 
+@lru_cache(maxsize=4096)
 def address_problem(address: str) -> str | None:
     """Why ``address`` cannot identify a customer, or None.
 
@@ -175,6 +177,7 @@ def _idna(domain: str) -> str:
     return domain.rstrip(".").encode("idna").decode("ascii").lower()
 
 
+@lru_cache(maxsize=4096)
 def canonical_address(address: str) -> str:
     """The form two spellings of one address share: the local part NFKC and case-folded,
     the domain in IDNA (ASCII). IdentityError for an address ``address_problem`` refuses."""

@@ -35,8 +35,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any, ClassVar
 
@@ -55,13 +54,9 @@ from .models import (
     RunStatus,
     StepKind,
 )
-from .providers.client import ModelAccess, open_model, provider_error
-from .providers.stored import (
-    refused_after_payment,
-    refused_transcript,
-    response_gone,
-    still_gone,
-)
+from .providers.client import ModelAccess, open_model
+from .providers.endings import Ending, ending_for
+from .providers.stored import response_gone
 from .providers.table import effort_for, needs_include
 from .store import Lease, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
@@ -69,15 +64,6 @@ from .tools import CallContext, Outcome, Tool, ToolKind, as_output, parse_call, 
 from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
-
-
-@dataclass(frozen=True)
-class _Ending:
-    """How an advance that did not finish or pause leaves the run (stopped, failed)."""
-
-    status: RunStatus
-    error: str | None
-    step: turns.StepData | None = None
 
 
 class Loop:
@@ -184,7 +170,7 @@ class Loop:
             run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex, self.agent_name)
         calls: list[Call] | None = None
         seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
-        end: turns.TurnResult | _Ending
+        end: turns.TurnResult | turns.Released | Ending
         # One heartbeat for the whole advance, not one per request: it renews the lease while
         # requests stream and tools run, and closes whichever stream is open if it is lost.
         with Heartbeat(self.store, lease) as heartbeat:
@@ -196,16 +182,19 @@ class Loop:
                     seen = self._emit_steps(run_id, seen, emit)
                     if not isinstance(end, NextInput):
                         break
-                    run, calls = self._turn(run, lease, end, emit, cancel, heartbeat)
+                    run, calls, ended = self._turn(run, lease, end, emit, cancel, heartbeat)
                     seen = self._emit_steps(run_id, seen, emit)
                     self._crash_at("after_response")
+                    if ended:   # that response ended the run, and its commit the lease
+                        end = turns.Released(run)
+                        break
                 else:
-                    end = _Ending(RunStatus.FAILED, f"Stopped after {MAX_TURNS} turns without "
+                    end = Ending(RunStatus.FAILED, f"Stopped after {MAX_TURNS} turns without "
                                   "finishing; resume to continue.")
             except LeaseLost:
                 raise  # the new owner carries on; writing anything here would be refused
             except BaseException as exc:
-                left = self._end(lease, self._ending(exc, run_id, lease, cancel))
+                left = self._end(lease, ending_for(self, exc, run_id, lease, cancel))
                 if not isinstance(exc, Stopped | turns.NoTranscript | openai.APIError):
                     raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
@@ -213,42 +202,20 @@ class Loop:
         self._emit_steps(run_id, seen, emit)
         return left   # as the release left it: not read again
 
-    def _end(self, lease: Lease, end: Waiting | turns.Finished | _Ending) -> Run:
+    def _end(self, lease: Lease, end: Waiting | turns.Finished | Ending) -> Run:
         match end:
+            case turns.Released(run=run):
+                return run
+            case Waiting(released=True):   # the proposal's commit paused it and let it go
+                return self.store.run(lease.run_id)
             case Waiting():
                 return self.store.release(lease, RunStatus.WAITING)
             case turns.Finished(status=status):
                 return self.store.release(lease, status)
-            case _Ending(status=status, error=error, step=step):
+            case Ending(status=status, error=error, step=step):
                 if error and step is None:
                     step = (StepKind.ERROR, {"message": error})
                 return self.store.release(lease, status, error, step)
-
-    def _ending(self, exc: BaseException, run_id: str, lease: Lease,
-                cancel: Cancel | None) -> _Ending:
-        """How an advance that raised ``exc`` leaves the run."""
-        stopped = _Ending(RunStatus.STOPPED, None, (StepKind.STOPPED, {}))
-        if isinstance(exc, Stopped | KeyboardInterrupt):
-            return stopped
-        if isinstance(exc, turns.NoTranscript):
-            return _Ending(RunStatus.FAILED, self.hand_over(run_id, lease, str(exc)))
-        if not isinstance(exc, openai.APIError):
-            return _Ending(RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
-        if cancel and cancel.is_set():
-            return stopped
-        previous = self.store.run(run_id).last_response_id
-        error = provider_error(exc, self.settings.provider, previous)
-        if error.kind == "bad_reasoning":
-            return _Ending(RunStatus.FAILED, self.hand_over(run_id, lease,
-                                                            refused_transcript(error)))
-        if error.permanent and self.money_moved(run_id):
-            # Resume would send the same request and meet the same refusal: the customer,
-            # whose money moved, would never be told. A person takes the ticket instead.
-            return _Ending(RunStatus.FAILED, self.hand_over(run_id, lease,
-                                                            refused_after_payment(error)))
-        if error.kind == "response_gone":
-            return _Ending(RunStatus.FAILED, still_gone(previous, error))
-        return _Ending(RunStatus.FAILED, error.plain())
 
     def _next(self, run: Run, lease: Lease, calls: list[Call] | None = None
               ) -> turns.TurnResult:
@@ -278,10 +245,16 @@ class Loop:
                     undone = json.loads(output).get("status") != tool.done_status
                 outputs.append(turns.call_output(call.call_id, output))
             return NextInput(outputs)
-        replies = self.store.replies(run.id, unsent_only=True)
+        return self._after_answer(run.id)
+
+    def _after_answer(self, run_id: str, sending: Collection[int] = ()
+                      ) -> NextInput | turns.Finished:
+        """What follows a response without calls: the customer's replies not yet sent (other
+        than those of ``sending``, the request that response answered), or the run's end."""
+        replies = [r for r in self.store.replies(run_id, unsent_only=True) if r.id not in sending]
         if replies:
             return turns.replies_input(replies)
-        return turns.Finished(RunStatus.ASKED if self._asking(run.id) else RunStatus.DONE)
+        return turns.Finished(RunStatus.ASKED if self._asking(run_id) else RunStatus.DONE)
 
     def _run_call(self, run: Run, lease: Lease, call: Call) -> str | Waiting:
         """Run one saved call as its tool is declared; save its output at once (boundary 3).
@@ -319,9 +292,12 @@ class Loop:
         return text
 
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
-              cancel: Cancel | None, heartbeat: Heartbeat) -> tuple[Run, list[Call]]:
+              cancel: Cancel | None, heartbeat: Heartbeat
+              ) -> tuple[Run, list[Call], bool]:
         """One streamed request; its response is committed before any of its calls run.
-        Returns the run and the response's calls as that commit left them.
+        Returns the run and the response's calls as that commit left them, and whether the
+        response ended the run: no calls and nothing else to send, so the same commit set the
+        run's end and gave up the lease (one transaction, not a second one to release it).
 
         If the stored response is gone (a 404 naming it: expired, deleted), the same turn is
         sent once more with the transcript, stored again, and the run chains from there.
@@ -348,11 +324,13 @@ class Loop:
             response = self._stream(run.id, params, emit, cancel, heartbeat)
         read = turns.read_response(response, step.items, model=model,
                                    seconds=time.monotonic() - started)
+        after = None if read.calls else self._after_answer(run.id, step.reply_ids)
+        finish = after.status if isinstance(after, turns.Finished) else None
         recorded = self.store.record_response(
             lease, response_id=read.response_id, calls=read.calls, steps=read.steps,
             usage=read.usage, replies_sent=step.reply_ids, transcript=read.transcript,
-            resent=resent)
-        return recorded.run, recorded.calls
+            resent=resent, finish=finish)
+        return recorded.run, recorded.calls, finish is not None
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
                 heartbeat: Heartbeat) -> Any:

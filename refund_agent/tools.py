@@ -194,7 +194,8 @@ class CallContext:
         queued = self.store.queue_approval(
             self.lease, response_id=self.call.response_id, call_id=self.call.call_id,
             order_id=subject, summary=title, customer=self.run.sender,
-            price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents))
+            price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents),
+            release=True)
         if isinstance(queued, Approval):
-            return Waiting(queued.id)
+            return Waiting(queued.id, released=True)
         return Outcome({"error": queued}, [])

@@ -47,9 +47,11 @@ class NextInput:
 
 @dataclass(frozen=True)
 class Waiting:
-    """A call waits for a person: the run pauses (RunStatus.WAITING) until a decision."""
+    """A call waits for a person: the run pauses (RunStatus.WAITING) until a decision.
+    ``released``: the proposal's own transaction paused the run and gave up the lease."""
 
     approval_id: str
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ class Finished:
     """Nothing more to send: the run is done, or waits on the customer's answer."""
 
     status: RunStatus = RunStatus.DONE
+
+
+@dataclass(frozen=True)
+class Released:
+    """The run ended with the commit of its last response, which also gave up the lease."""
+
+    run: Run
 
 
 TurnResult = NextInput | Waiting | Finished

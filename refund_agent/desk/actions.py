@@ -106,7 +106,7 @@ def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
     queued = ctx.store.queue_approval(
         ctx.lease, response_id=ctx.call.response_id, call_id=ctx.call.call_id,
         order_id=args.order_id, summary=args.summary.strip(), customer=ctx.run.sender,
-        price=lambda held: tools.quote(args, held))
+        price=lambda held: tools.quote(args, held), release=True)
     if isinstance(queued, str):
         audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
                  "note": queued, "lines": [
@@ -114,7 +114,7 @@ def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
                       **({"units": units} if units is not None else {})}
                      for line, reason, units in args.requested()]}
         return Outcome({"error": queued}, [], audit)
-    return Waiting(queued.id)
+    return Waiting(queued.id, released=True)
 
 
 def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcome:

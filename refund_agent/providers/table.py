@@ -46,6 +46,7 @@ import logging
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from functools import lru_cache
 from typing import Any
 
 log = logging.getLogger("refund_agent")
@@ -139,8 +140,10 @@ ALL_EFFORTS = frozenset(e for m in MODELS for e in m.efforts)
 LOW_EFFORTS = ("low", "minimal", "none")
 
 
+@lru_cache(maxsize=256)
 def model_info(name: str) -> Model | None:
-    """The table's entry for a model name, or None for a model it does not know."""
+    """The table's entry for a model name, or None for a model it does not know (cached: it
+    is asked several times a turn, and the table never changes)."""
     return next((m for m in MODELS if fnmatch(name, m.pattern)), None)
 
 

@@ -22,29 +22,35 @@ class Approvals(StoreCore):
 
     def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
                        summary: str, customer: str,
-                       price: Callable[[dict[str, Held]], Quote | str]) -> Approval | str:
+                       price: Callable[[dict[str, Held]], Quote | str],
+                       release: bool = False) -> Approval | str:
         """Boundary 4: a pending approval, its lines, its audit line and the run's pause.
 
         ``price`` is called inside the transaction with the lines other refunds hold on the
         order, so two tickets cannot both reserve the same line. Returns the approval, or the
         reason ``price`` gave (nothing is written then: the caller records the refusal).
+        ``release``: the pause also gives up the lease (nobody advances a run that waits for
+        a person), in the same transaction: the loop's proposals do, and then do not release
+        it again (turns.Waiting.released).
         """
         try:
             return self._queue_approval(lease, response_id, call_id, order_id, summary,
-                                        customer, price)
+                                        customer, price, release)
         except Undone as not_queued:   # rolled back: the run's pause too
             return not_queued.answer  # type: ignore[return-value]
 
     def _queue_approval(self, lease: Lease, response_id: str, call_id: str, order_id: str,
                         summary: str, customer: str,
-                        price: Callable[[dict[str, Held]], Quote | str]) -> Approval:
+                        price: Callable[[dict[str, Held]], Quote | str],
+                        release: bool = False) -> Approval:
         run_id = lease.run_id
         with self._tx() as db:
-            # The run's pause, made by the lease's check itself (one statement), first: the
-            # run's row is locked before the order's lines, as everywhere. Undone
-            # when nothing is queued.
-            self._fence(db, lease, "SET status = ?, updated_at = ?",
-                        (RunStatus.WAITING, time.time()))
+            # The run's pause (and with ``release`` the lease's end), made by the lease's
+            # check itself (one statement), first: the run's row is locked before the order's
+            # lines, as everywhere. Undone when nothing is queued.
+            self._fence(db, lease, "SET status = ?, updated_at = ?" + (
+                ", lease_pid = NULL, lease_token = NULL, lease_at = NULL, error = NULL"
+                if release else ""), (RunStatus.WAITING, time.time()))
             # The approval's id is the call's key (see models.py (call_key)): calls saved before
             # schema 6 keep their call id as key, so their approvals keep their ids.
             approval_id, queued = db.execute(

@@ -35,6 +35,14 @@ class Lease:
     epoch: int
 
 
+def released_run(row: dict[str, Any]) -> Run:
+    """The run as a transaction that gave up its lease left it: ``row`` is its ``RETURNING *``
+    with the DESK_COLUMNS, read by the same UPDATE. Nothing after that update in the
+    transaction changes a desk fact (a timeline step, the response's rows), so the refresh at
+    commit computes this same desk status."""
+    return Run.model_validate({**row, "desk_status": str(desk_of(row)[0])})
+
+
 class Leases(StoreCore):
     """Taking, renewing, checking and giving up a run's lease."""
 
@@ -151,8 +159,7 @@ class Leases(StoreCore):
                 returning=True, returning_also=f", {DESK_COLUMNS}"))
             if step:
                 self._step(db, lease.run_id, *step)
-        # A timeline step changes no desk fact, so the refresh at commit computes this status.
-        return Run.model_validate({**row, "desk_status": str(desk_of(row)[0])})
+        return released_run(row)
 
     def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = (),
                returning: bool = False, returning_also: str = "") -> Any:

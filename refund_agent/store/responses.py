@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import Call, Run, TranscriptEntry, call_key, order_id_in
+from ..models import Call, Run, RunStatus, TranscriptEntry, call_key, order_id_in
 from .core import StoreCore
-from .leases import Lease
+from .inbox import DESK_COLUMNS
+from .leases import Lease, released_run
 
 # Calls whose effect leaves the system as soon as they run (see record_response).
 # issue_refund is not one: it only queues an approval, itself a durable commit.
@@ -34,7 +35,8 @@ class Responses(StoreCore):
                         calls: list[tuple[str, str, str]], steps: list[tuple[str, dict[str, Any]]],
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
-                        resent: dict[str, Any] | None = None) -> Recorded:
+                        resent: dict[str, Any] | None = None,
+                        finish: RunStatus | None = None) -> Recorded:
         """Boundary 2: a response, its calls and its timeline steps, before any call runs.
 
         Returns the run and the calls as this transaction wrote them (:class:`Recorded`), so
@@ -46,12 +48,19 @@ class Responses(StoreCore):
             resent: set when the run's stored response was gone and the transcript was sent
                 instead: ``missing`` (the response id), ``items`` and ``bytes`` sent. The
                 timeline and the audit log record it with the response, in this transaction.
+            finish: the response ends the run (it has no calls, and nothing else waits to be
+                sent): the run gets this status and the lease is given up in the same
+                transaction, committed synced, as :meth:`release` would (one commit, not two).
+                The returned run then carries its desk status too.
         """
         run_id = lease.run_id
         # Durable only before an email: its call id is the outbox's idempotency key, and a
         # response lost with the power would be asked for again and bring a new call id.
         # Anything else is re-done safely (the request sent again, read-only calls re-run).
-        durable = any(name in _EFFECT_CALLS for _, name, _ in calls)
+        # The run's end is reported to people: durable, as release() makes it.
+        durable = finish is not None or any(name in _EFFECT_CALLS for _, name, _ in calls)
+        lease_now = (" lease_pid = NULL, lease_token = NULL, lease_at = NULL, status = ?,"
+                     " error = NULL" if finish is not None else f" lease_at = {self.now}")
         with self._tx(durable=durable) as db:
             texts = [(origin, _item_text(item)) for origin, item in transcript]
             items, size = len(texts), sum(len(text.encode()) for _, text in texts)
@@ -61,10 +70,11 @@ class Responses(StoreCore):
                 " cost_ticks = cost_ticks + ?, input_tokens = input_tokens + ?,"
                 " cached_tokens = cached_tokens + ?, output_tokens = output_tokens + ?,"
                 " transcript_items = transcript_items + ?, transcript_bytes = transcript_bytes + ?,"
-                f" lease_at = {self.now}, updated_at = ?",
+                f" updated_at = ?,{lease_now}",
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), items, size,
-                 time.time()), returning=True)
+                 time.time(), *([finish] if finish is not None else [])), returning=True,
+                returning_also=f", {DESK_COLUMNS}" if finish is not None else "")
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
                 self._audit(db, "resent", "agent", run_id=run_id,
@@ -78,7 +88,8 @@ class Responses(StoreCore):
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
                            (response_id, reply_id))
-        return Recorded(Run.model_validate(dict(row)), saved)
+        return Recorded(released_run(dict(row)) if finish is not None
+                        else Run.model_validate(dict(row)), saved)
 
     def _save_calls(self, db: Any, run_id: str, response_id: str,
                     calls: list[tuple[str, str, str]]

@@ -272,7 +272,7 @@ for line in sys.stdin:
     lease = agent.store.acquire(run_id, uuid.uuid4().hex)
     result = agent._run_call(run, lease, call)
     if isinstance(result, Waiting):
-        agent.store.release(lease, RunStatus.WAITING)
+        assert result.released   # the proposal's own commit paused the run and let it go
         print(json.dumps({"call": call_id, "queued": True}), flush=True)
     else:
         agent.store.release(lease, RunStatus.DONE)
