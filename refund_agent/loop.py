@@ -12,12 +12,12 @@ a key), so a process killed between any two leaves nothing half done:
 
 1. The run and the customer's email exist before any model request:
    ``store/runs.py:create_run``.
-2. A model response, its calls and its timeline steps are committed before any call runs:
-   ``store/responses.py:record_response``.
+2. A model response, its calls and its timeline steps are committed before any call runs
+   (a last response, without calls, with the run's end): ``store/responses.py:record_response``.
 3. A call's output is committed the moment it returns; a resumed run sends saved outputs and
    never runs a call twice: ``store/responses.py:record_output``.
 4. A call that needs approval only proposes: the approval, its audit line and the run's pause
-   in one transaction: ``store/approvals.py:queue_approval``.
+   (its lease given up) in one transaction: ``store/approvals.py:queue_approval``.
 5. A decision is a compare-and-set on 'pending' (and on the fingerprint of what the person
    was shown), with its audit line: ``store/approvals.py:decide``.
 6. An outside effect happens once per key (the run and the call id): a repeat gets the first
@@ -184,18 +184,26 @@ class Loop:
                         break
                     run, calls, ended = self._turn(run, lease, end, emit, cancel, heartbeat)
                     seen = self._emit_steps(run_id, seen, emit)
-                    self._crash_at("after_response")
-                    if ended:   # that response ended the run, and its commit the lease
-                        end = turns.Released(run)
+                    if ended:   # that response ended the run, and its commit the lease: one
+                        end = turns.Released(run)   # boundary, the run's end (no calls to run)
                         break
+                    self._crash_at("after_response")
                 else:
                     end = Ending(RunStatus.FAILED, f"Stopped after {MAX_TURNS} turns without "
                                   "finishing; resume to continue.")
             except LeaseLost:
                 raise  # the new owner carries on; writing anything here would be refused
             except BaseException as exc:
-                left = self._end(lease, ending_for(self, exc, run_id, lease, cancel))
-                if not isinstance(exc, Stopped | turns.NoTranscript | openai.APIError):
+                handled = isinstance(exc, Stopped | turns.NoTranscript | openai.APIError)
+                try:
+                    left = self._end(lease, ending_for(self, exc, run_id, lease, cancel))
+                except LeaseLost:
+                    if handled:
+                        raise
+                    # Let go already (Ctrl+C just after a proposal's commit paused the run and
+                    # gave up the lease) or taken over: nothing to mark, the error goes on.
+                    raise exc from None
+                if not handled:
                     raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
                 left = self._end(lease, end)

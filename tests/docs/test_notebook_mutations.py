@@ -317,17 +317,19 @@ MUTANTS = [
     Mutant("response_and_calls_split", "boundary 2: the run's pointer to the response committed "
            "apart from the response's calls", ((
                "store/responses.py",
-               "                 time.time()), returning=True)\n"
+               "                returning_also=f\", {DESK_COLUMNS}\" if finish is not None"
+               " else \"\")\n"
                "            if resent is not None:\n",
-               "                 time.time()), returning=True)\n"
+               "                returning_also=f\", {DESK_COLUMNS}\" if finish is not None"
+               " else \"\")\n"
                "        with self._tx() as db:  # MUTANT: the calls in a transaction of their own\n"
                "            if resent is not None:\n"),),
            claim="2. each response and its calls: one transaction"),
     Mutant("approval_and_waiting_split", "boundary 4: the pending approval and the run's waiting "
            "status written in two transactions", ((
                "store/approvals.py",
-               "                        (RunStatus.WAITING, time.time()))\n",
-               "                        (RunStatus.WAITING, time.time()))\n"
+               "                if release else \"\"), (RunStatus.WAITING, time.time()))\n",
+               "                if release else \"\"), (RunStatus.WAITING, time.time()))\n"
                "        with self._tx() as db:  # MUTANT: the approval apart from the pause\n"),),
            claim="4. the approval, 'requested' and 'waiting': one transaction"),
     Mutant("approved_audit_after_commit", "boundary 5: the 'approved' audit line written after "
@@ -446,10 +448,9 @@ MUTANTS = [
            notebook="beyond", claim="caught: a sent email missing"),
     # -- the checks that had no break of their own (issue 35: every check can fail) ------------
     Mutant("pause_keeps_lease", "a run that pauses for a person keeps its lease", ((
-        "loop.py", "            case Waiting():\n                return self.store.release(lease, "
-        "RunStatus.WAITING)\n",
-        "            case Waiting():\n"
-        "                return self.store.run(lease.run_id)  # MUTANT: keeps the lease\n"),),
+        "store/approvals.py",
+        "                if release else \"\"), (RunStatus.WAITING, time.time()))\n",
+        "                if False else \"\"), (RunStatus.WAITING, time.time()))  # MUTANT\n"),),
         claim="the run waits, and no process holds it"),
     Mutant("resume_never_chains", "every turn sends the whole transcript again instead of "
            "chaining from the stored response", ((
