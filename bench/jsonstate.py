@@ -29,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ from refund_agent.models import (
     call_key,
 )
 from refund_agent.store import LEASE_STALE_SECONDS, Lease, pid_alive
-from refund_agent.store.responses import Recorded
+from refund_agent.store.responses import Output, Recorded
 
 _RUN_FIELDS = ("id", "created_at", "kind", "sender", "sender_name", "subject", "email", "status",
                "last_response_id", "requests", "cost_ticks", "input_tokens", "cached_tokens",
@@ -244,6 +244,7 @@ class JsonStateStore:
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
                         resent: dict[str, Any] | None = None,
+                        outputs: Mapping[str, Output] | None = None,
                         finish: RunStatus | None = None) -> Recorded:
         with self._lock:
             run = self._fence(lease)
@@ -263,6 +264,11 @@ class JsonStateStore:
                 run["transcript_items"] += 1
                 run["transcript_bytes"] += len(text.encode())
             self._record_response(run, response_id, calls, steps, usage, replies_sent)
+            for call_id, output in (outputs or {}).items():   # calls that already ran
+                self._save_output(run, call_id, output.text, output.steps, output.audit,
+                                  save=False)
+            if outputs:
+                self.save()
             return Recorded(self._as_run(run), self.calls(response_id))
 
     def transcript(self, run_id: str) -> list[TranscriptEntry]:
@@ -315,16 +321,23 @@ class JsonStateStore:
                       steps: list[tuple[str, dict[str, Any]]],
                       audit: dict[str, Any] | None = None) -> None:
         with self._lock:
-            run = self._fence(lease)
-            for call in run["calls"]:
-                if call["call_id"] == call_id and call["output"] is None:
-                    call["output"] = output
-            for kind, data in steps:
-                self._step(run, kind, data)
-            run["lease_at"] = run["updated_at"] = time.time()
+            self._save_output(self._fence(lease), call_id, output, steps, audit)
+
+    def _save_output(self, run: dict[str, Any], call_id: str, output: str,
+                     steps: list[tuple[str, dict[str, Any]]], audit: dict[str, Any] | None,
+                     save: bool = True) -> None:
+        for call in run["calls"]:
+            if call["call_id"] == call_id and call["output"] is None:
+                call["output"] = output
+        for kind, data in steps:
+            self._step(run, kind, data)
+        run["updated_at"] = time.time()
+        if run["lease_token"] is not None:
+            run["lease_at"] = run["updated_at"]
+        if save:
             self.save()
-            if audit:
-                self._audit(run_id=lease.run_id, **audit)
+        if audit:
+            self._audit(run_id=run["id"], **audit)
 
     # -- approvals --------------------------------------------------------------------------
     # An approval is a dict shaped like refund_agent.models.Approval, its "lines" included; each

@@ -313,15 +313,17 @@ check("the run pays once, on the one decision that won", ticket.status.value == 
 '''),
 md("""
 **Boundary 3: a restart, mid-run.** Tom's email (a stand mixer past the 30-day window) is
-handled by a process killed right after its first call's output was saved (`after_tool`).
-`resume` sends the saved output without running the call again, and is itself killed just
+handled by a process killed right after its first response was saved (`after_response`),
+with the output of the lookup it asked for: read-only calls a response starts with run before
+it is committed and are saved with it. `resume` sends the saved output without running the
+lookup again, and is itself killed just
 after the email goes out (`after_email`). A third process, this notebook, finishes: the
 outbox takes the call's key, so the customer gets one email. Then we break boundary 3 on
 purpose (the store forgets saved outputs) and the check fails.
 """),
 code('''
 def restarted(kill_again=True):
-    cli("sample", "past-window", REFUND_AGENT_CRASH_AT="after_tool")
+    cli("sample", "past-window", REFUND_AGENT_CRASH_AT="after_response")
     tom = agent.store.runs(limit=1)[0]
     if kill_again:
         cli("resume", REFUND_AGENT_CRASH_AT="after_email")

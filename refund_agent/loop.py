@@ -58,9 +58,9 @@ from .providers.client import ModelAccess, open_model
 from .providers.endings import Ending, ending_for
 from .providers.stored import response_gone
 from .providers.table import effort_for, needs_include
-from .store import Lease, Store
+from .store import Lease, Output, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
-from .tools import CallContext, Outcome, Tool, ToolKind, as_output, parse_call, schemas
+from .tools import CallContext, Outcome, Tool, ToolKind, parse_call, schemas
 from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
@@ -149,8 +149,9 @@ class Loop:
                 cancel: Cancel | None = None) -> Run:
         """Advance the run until it finishes, waits for a person, stops, or fails.
 
-        Each turn is one streamed request; before it, the previous response's calls run
-        (each output saved as it returns), or a call that needs approval pauses the run.
+        Each turn is one streamed request; before it, the previous response's calls run (the
+        read-only ones it starts with are saved with it, any other as it returns), or a call
+        that needs approval pauses the run.
 
         Raises:
             RunBusy: another process is advancing this run.
@@ -162,10 +163,9 @@ class Loop:
         emit = on_event or (lambda _e: None)
         # Nobody listening (the terminal, a worker): the new steps are not read back at all.
         before = self.store.last_step_id(run_id) if on_event else -1
-        # A run this process claimed (see claim) is continued under the claim's token.
-        # The run as acquiring it left it (another agent's is refused there, RunNotReady,
-        # before anything is written); then as each response's commit left it, with that
-        # response's calls: what the loop writes, it does not read back.
+        # A run this process claimed (see claim) is continued under the claim's token. The run
+        # as acquiring it left it (another agent's is refused there, RunNotReady), then as each
+        # response's commit left it, with its calls: what the loop writes, it does not read back.
         lease, run = self.store.acquire_run(
             run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex, self.agent_name)
         calls: list[Call] | None = None
@@ -257,8 +257,8 @@ class Loop:
 
     def _after_answer(self, run_id: str, sending: Collection[int] = ()
                       ) -> NextInput | turns.Finished:
-        """What follows a response without calls: the customer's replies not yet sent (other
-        than those of ``sending``, the request that response answered), or the run's end."""
+        """After a response without calls: the replies not yet sent (but ``sending``'s, which
+        that response answered), or the run's end."""
         replies = [r for r in self.store.replies(run_id, unsent_only=True) if r.id not in sending]
         if replies:
             return turns.replies_input(replies)
@@ -293,11 +293,28 @@ class Loop:
         return text
 
     def _record(self, lease: Lease, call: Call, outcome: Outcome) -> str:
-        text = as_output(outcome.output)
-        steps = [(StepKind.RESULT, {"call_id": call.call_id, "name": call.name,
-                                    "output": outcome.output}), *outcome.steps]
-        self.store.record_output(lease, call.call_id, text, steps, outcome.audit)
-        return text
+        output = outcome.saved(call)
+        self.store.record_output(lease, call.call_id, output.text, output.steps, output.audit)
+        return output.text
+
+    def _leading_reads(self, run: Run, lease: Lease, read: turns.ReadResponse
+                       ) -> dict[str, Output]:
+        """The outputs of the read-only calls a response starts with, run before it is
+        committed and saved with it (one transaction, not one each): nothing could come
+        between, and a crash that loses them only runs them again (ToolKind.READ_ONLY)."""
+        outputs: dict[str, Output] = {}
+        for call_id, name, arguments in read.calls:
+            tool = self.tools.get(name)
+            if tool is None or tool.kind is not ToolKind.READ_ONLY or call_id in outputs:
+                break
+            call = Call.new(run.id, read.response_id, call_id, name, arguments)
+            args = parse_call(self.tools, name, arguments)
+            outcome = (Outcome({"error": args}, []) if isinstance(args, str)
+                       else tool.run(self.context(run, lease, call), args))  # type: ignore[misc]
+            outputs[call_id] = outcome.saved(call)
+            if outcome.changes_the_store:
+                break   # (an escalation): the calls after it run once it is saved
+        return outputs
 
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
               cancel: Cancel | None, heartbeat: Heartbeat
@@ -323,7 +340,8 @@ class Loop:
             response = self._stream(run.id, params, emit, cancel, heartbeat)
         except openai.APIStatusError as exc:
             missing = params.get("previous_response_id")
-            if not missing or not self._response_gone(exc, missing):
+            if not missing or not response_gone(self.model.client, self.settings.provider,
+                                                exc, missing):
                 raise  # a wrong URL or model, a refused parameter: not the stored response
             history = self._history(run)
             params = turns.resend_request(params, history, step.items)
@@ -337,7 +355,7 @@ class Loop:
         recorded = self.store.record_response(
             lease, response_id=read.response_id, calls=read.calls, steps=read.steps,
             usage=read.usage, replies_sent=step.reply_ids, transcript=read.transcript,
-            resent=resent, finish=finish)
+            resent=resent, outputs=self._leading_reads(run, lease, read), finish=finish)
         return recorded.run, recorded.calls, finish is not None
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
@@ -346,16 +364,12 @@ class Loop:
         return stream_response(self.model.client, run_id, params, emit, cancel, heartbeat)
 
     def _asking(self, run_id: str) -> bool:
-        """Whether the run has a question out to the customer: its latest proposal was sent
-        back with a question and no reply came since."""
+        """Whether its latest proposal was sent back with a question, and no reply came since."""
         latest = self.store.latest_decision(run_id)
         if latest is None or latest[0] != ApprovalStatus.ASKED:
             return False
         asked_at = latest[1] or 0
         return not any(reply.at > asked_at for reply in self.store.replies(run_id))
-
-    def _response_gone(self, exc: openai.APIStatusError, missing: str) -> bool:
-        return response_gone(self.model.client, self.settings.provider, exc, missing)
 
     def _history(self, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as input items (turns.NoTranscript when it cannot serve)."""
@@ -459,10 +473,9 @@ class Loop:
         """Take one run that needs a worker, from any host (see Store.claim); its id or None.
         The next ``advance`` of that run in this process continues under the claim's lease."""
         lease = self.store.claim(uuid.uuid4().hex, self.agent_name)
-        if lease is None:
-            return None
-        self._claimed[lease.run_id] = lease.token
-        return lease.run_id
+        if lease is not None:
+            self._claimed[lease.run_id] = lease.token
+        return lease and lease.run_id
 
     def resumable(self) -> list[Run]:
         """Its runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
@@ -482,3 +495,4 @@ class Loop:
     @property
     def pid(self) -> int:
         return os.getpid()
+

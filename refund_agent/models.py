@@ -144,6 +144,14 @@ class Call(BaseModel):
     key: str | None = None
     order_id: str | None = None   # the one its arguments name, as the model wrote it
 
+    @classmethod
+    def new(cls, run_id: str, response_id: str, call_id: str, name: str,
+            arguments: str) -> Call:
+        """A call not yet run, keyed as the store saves it (unless it repeats an id)."""
+        return cls(call_id=call_id, run_id=run_id, response_id=response_id, name=name,
+                   arguments=arguments, output=None, key=call_key(run_id, call_id),
+                   order_id=order_id_in(arguments))
+
 
 class ApprovalLine(BaseModel):
     """One order line of a proposed refund, and what the person decided for it."""

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
-from .models import Approval, Call, Proposal, Run
-from .store import Lease, Store
+from .models import Approval, Call, Proposal, Run, StepKind
+from .store import Lease, Output, Store
 from .turns import StepData, Waiting
 
 
@@ -160,6 +160,19 @@ class Outcome:
     output: dict[str, Any]
     steps: list[StepData]
     audit: dict[str, Any] | None = None
+
+    def saved(self, call: Call) -> Output:
+        """As the store saves it for ``call``: the text the model is sent, the result step
+        first, then the call's own steps."""
+        return Output(as_output(self.output),
+                      [(StepKind.RESULT, {"call_id": call.call_id, "name": call.name,
+                                   "output": self.output}), *self.steps], self.audit)
+
+    @property
+    def changes_the_store(self) -> bool:
+        """Whether saving it writes more than its result (an escalation, an audit line), so
+        a call after it must see it saved before running."""
+        return bool(self.steps or self.audit)
 
 
 @dataclass(frozen=True)

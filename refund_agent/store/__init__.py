@@ -23,6 +23,7 @@ from .base import Store, engine_for, is_postgres_url
 from .core import DB_ERRORS, LEASE_STALE_SECONDS, host_id, pid_alive
 from .leases import Lease
 from .postgres import BulkLoad, PostgresStore, redact
+from .responses import Output
 from .schema import SCHEMA_HISTORY, SCHEMA_VERSION, TABLES
 from .sqlite import SQLiteStore
 
@@ -38,6 +39,6 @@ def open_store(settings: Settings) -> Store:
 
 __all__ = [
     "DB_ERRORS", "GENESIS_HASH", "LEASE_STALE_SECONDS", "SCHEMA_HISTORY", "SCHEMA_VERSION",
-    "TABLES", "BulkLoad", "Lease", "PostgresStore", "SQLiteStore", "Store", "audit_hash",
+    "TABLES", "BulkLoad", "Lease", "Output", "PostgresStore", "SQLiteStore", "Store", "audit_hash",
     "engine_for", "host_id", "is_postgres_url", "open_store", "pid_alive", "redact",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,16 @@ from .leases import Lease, released_run
 # Calls whose effect leaves the system as soon as they run (see record_response).
 # issue_refund is not one: it only queues an approval, itself a durable commit.
 _EFFECT_CALLS = frozenset({"send_customer_message"})
+
+
+@dataclass(frozen=True)
+class Output:
+    """A call's output as the store saves it: its text (what the model is sent), its timeline
+    steps (the result first) and an audit line, if the call wants one."""
+
+    text: str
+    steps: list[tuple[str, dict[str, Any]]]
+    audit: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,7 @@ class Responses(StoreCore):
                         usage: dict[str, int], replies_sent: list[int],
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
                         resent: dict[str, Any] | None = None,
+                        outputs: Mapping[str, Output] | None = None,
                         finish: RunStatus | None = None) -> Recorded:
         """Boundary 2: a response, its calls and its timeline steps, before any call runs.
 
@@ -48,6 +59,10 @@ class Responses(StoreCore):
             resent: set when the run's stored response was gone and the transcript was sent
                 instead: ``missing`` (the response id), ``items`` and ``bytes`` sent. The
                 timeline and the audit log record it with the response, in this transaction.
+            outputs: by call id, outputs of this response's calls that already ran (the
+                loop runs the read-only calls a response starts with before committing it):
+                saved with their calls, steps and audit lines, as :meth:`record_output` would.
+                A call that repeats an id gets its error instead, and nothing of its output.
             finish: the response ends the run (it has no calls, and nothing else waits to be
                 sent): the run gets this status and the lease is given up in the same
                 transaction, committed synced, as :meth:`release` would (one commit, not two).
@@ -83,8 +98,13 @@ class Responses(StoreCore):
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "
                                  f"continuing as {response_id}")
             self._append_transcript(db, run_id, response_id, texts, counted=True)
-            saved, answered = self._save_calls(db, run_id, response_id, calls)
+            saved, answered, kept = self._save_calls(db, run_id, response_id, calls,
+                                                     outputs or {})
             self._steps(db, run_id, [*steps, *answered])
+            for output in kept:
+                self._raise_escalations(db, run_id, output.steps)
+                if output.audit:
+                    self._audit(db, run_id=run_id, **output.audit)
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
                            (response_id, reply_id))
@@ -92,38 +112,46 @@ class Responses(StoreCore):
                         else Run.model_validate(dict(row)), saved)
 
     def _save_calls(self, db: Any, run_id: str, response_id: str,
-                    calls: list[tuple[str, str, str]]
-                    ) -> tuple[list[Call], list[tuple[str, dict[str, Any]]]]:
-        """Insert a response's calls, each with its key and the order id its arguments name;
-        returns them as saved, and the timeline steps of the calls answered at once.
+                    calls: list[tuple[str, str, str]], outputs: Mapping[str, Output]
+                    ) -> tuple[list[Call], list[tuple[str, dict[str, Any]]], list[Output]]:
+        """Insert a response's calls, each with its key, the order id its arguments name and
+        its output if it already ran (``outputs``); returns them as saved, the timeline steps
+        of the calls answered (in order), and the outputs kept.
 
         A call whose id the run already used (in an earlier response, or earlier in this one)
         is saved with an error for its output and no key, so it never runs: running it would
         reach the approval, refund or email of the call that had the id first.
         """
-        answered, saved = [], []
+        answered: list[tuple[str, dict[str, Any]]] = []
+        saved, kept = [], []
         for seq, (call_id, name, arguments) in enumerate(calls):
             error = (f"This call repeats call id {call_id!r} of an earlier call in this run, so "
                      "it was not run. Make the call again.")
+            ran = outputs.get(call_id)
             # One statement: the call is a repeat when its id is already saved in the run (an
             # earlier response, or earlier in this one: each INSERT sees the ones before it);
             # a repeat is saved with the error for its output and no key.
             key = db.execute(
                 "INSERT INTO calls(call_id, run_id, response_id, seq, name, arguments, output,"
-                " key, order_id) SELECT ?, ?, ?, ?, ?, ?, CASE WHEN r.again THEN ? END,"
+                " key, order_id) SELECT ?, ?, ?, ?, ?, ?, CASE WHEN r.again THEN ? ELSE ? END,"
                 " CASE WHEN r.again THEN NULL ELSE ? END, ? FROM (SELECT EXISTS (SELECT 1 FROM"
                 " calls WHERE run_id = ? AND call_id = ?) AS again) AS r RETURNING key",
                 (call_id, run_id, response_id, seq, name, arguments, json.dumps({"error": error}),
-                 call_key(run_id, call_id), order_id_in(arguments), run_id,
+                 ran and ran.text, call_key(run_id, call_id), order_id_in(arguments), run_id,
                  call_id)).fetchall()[0][0]
-            output = None if key is not None else json.dumps({"error": error})
             if key is None:
+                output: str | None = json.dumps({"error": error})
                 answered.append(("result", {"call_id": call_id, "name": name,
                                             "output": {"error": error}}))
+            else:
+                output = ran and ran.text
+                if ran is not None:
+                    answered += ran.steps
+                    kept.append(ran)
             saved.append(Call(call_id=call_id, run_id=run_id, response_id=response_id, name=name,
                               arguments=arguments, output=output, key=key,
                               order_id=order_id_in(arguments)))
-        return saved, answered
+        return saved, answered, kept
 
     def _append_transcript(self, db: Any, run_id: str, response_id: str,
                            entries: Sequence[tuple[str, dict[str, Any] | str]],

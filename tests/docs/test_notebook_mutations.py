@@ -116,7 +116,8 @@ STORED_RESPONSE_FALLBACK_REMOVED = (
       "                if not missing or not self._response_gone(exc, missing):\n",
       "                if True:  # MUTANT: no fallback to the transcript\n"),),
     (("loop.py",
-      "            if not missing or not self._response_gone(exc, missing):\n",
+      "            if not missing or not response_gone(self.model.client, self.settings.provider,\n"
+      "                                                exc, missing):\n",
       "            if True:  # MUTANT: no fallback to the transcript\n"),),
 )
 
@@ -261,9 +262,11 @@ MUTANTS = [
                "            self.store.record_output(lease, call.call_id, text, [], audit)\n"),),
            notebook="beyond", claim="killed right after paying: the payment has its audit line",
            alternatives=((
-               ("agent.py",
-                "self.store.record_output(lease, call.call_id, text, steps, outcome.audit)\n",
-                "self.store.record_output(lease, call.call_id, text, steps)  # MUTANT\n"),
+               ("loop.py",
+                "self.store.record_output(lease, call.call_id, output.text, output.steps,"
+                " output.audit)\n",
+                "self.store.record_output(lease, call.call_id, output.text, output.steps)"
+                "  # MUTANT\n"),
                ("agent.py",
                 "        text = self._record(lease, call, outcome)\n"
                 '        self._crash_at("after_tool")\n',

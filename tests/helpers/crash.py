@@ -46,8 +46,9 @@ SCENARIOS: dict[str, list[tuple[str, ...]]] = {
 # The crash points each command passes, in the order it passes them (first time only: a point
 # fires the first time a process reaches it). Written out by hand on purpose: if a command stops
 # passing a point, its case fails because the process was not killed, and this table is wrong.
-_START_WAITS = ("after_run_created", "after_response", "before_tool", "after_tool",
-                "after_approval_queued")
+# (The lookups a response starts with run before it is committed and are saved with it: no
+# before_tool/after_tool of their own. The proposal's before_tool is the first one.)
+_START_WAITS = ("after_run_created", "after_response", "before_tool", "after_approval_queued")
 _APPROVE = ("after_decision", "before_tool", "before_refund", "after_refund", "after_tool",
             "after_response", "after_email")
 PASSES: dict[tuple[str, int], tuple[str, ...]] = {
@@ -56,8 +57,8 @@ PASSES: dict[tuple[str, int], tuple[str, ...]] = {
     ("reject", 0): _START_WAITS,
     ("reject", 1): ("after_decision", "before_tool", "after_tool", "after_response",
                     "after_email"),
-    ("past_window", 0): ("after_run_created", "after_response", "before_tool", "after_tool",
-                         "after_email"),
+    ("past_window", 0): ("after_run_created", "after_response", "before_tool", "after_email",
+                         "after_tool"),
     ("reply", 0): _START_WAITS,
     ("reply", 1): _APPROVE,
     ("reply", 2): ("after_response", "before_tool", "after_email", "after_tool"),
