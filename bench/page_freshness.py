@@ -262,8 +262,17 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20, help="decisions timed")
     p.add_argument("--stored", type=int, default=0, help="finished tickets seeded first")
     p.add_argument("--database-url", default="", help="an empty PostgreSQL database")
+    p.add_argument("--idle", type=float, metavar="SECONDS",
+                   help="only the idle tab, this long, on SQLite and then on a throwaway "
+                        "PostgreSQL cluster (Debian's postgresql)")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="refund-agent-page-"))
+    if args.idle:
+        try:
+            _idle_on_both(root, args.idle, args.app)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     try:
         fresh = bench_page(root / "fresh", reps=args.reps, stored=args.stored, app=args.app,
                            database_url=args.database_url)
@@ -272,6 +281,24 @@ def main() -> None:
             print(json.dumps(bench_idle(root / "idle", app=args.app)), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _idle_on_both(root: Path, seconds: float, app: Path) -> None:
+    import json
+
+    from postgres import _load_pg, missing
+    print(json.dumps({"engine": "sqlite", **bench_idle(root / "sqlite", seconds, app=app)}),
+          flush=True)
+    if problem := missing():
+        print(json.dumps({"engine": "postgresql", "skipped": problem}), flush=True)
+        return
+    pg = _load_pg()
+    cluster = pg.Cluster(pg.find_bin(), durable=True).start()
+    try:
+        print(json.dumps({"engine": "postgresql", **bench_idle(
+            root / "pg", seconds, app=app, database_url=cluster.create("idle"))}), flush=True)
+    finally:
+        cluster.stop()
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ a key), so a process killed between any two leaves nothing half done:
 
 1. The run and the customer's email exist before any model request:
    ``store/runs.py:create_run``.
-2. A model response, its calls and its timeline steps are committed before any call runs
-   (a last response, without calls, with the run's end): ``store/responses.py:record_response``.
-3. A call's output is committed the moment it returns; a resumed run sends saved outputs and
-   never runs a call twice: ``store/responses.py:record_output``.
+2. A model response, its calls and its steps are committed before any call with an effect
+   runs (with it, the outputs of the read-only calls it starts with; a last response, with the
+   run's end): ``store/responses.py:record_response``.
+3. Any other call's output is committed the moment it returns; a resumed run sends saved
+   outputs and never runs a call twice: ``store/responses.py:record_output``.
 4. A call that needs approval only proposes: the approval, its audit line and the run's pause
    (its lease given up) in one transaction: ``store/approvals.py:queue_approval``.
 5. A decision is a compare-and-set on 'pending' (and on the fingerprint of what the person

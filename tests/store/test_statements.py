@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import pytest
 
-# Measured, and before each round: PostgreSQL 146 (156, 158, 200, 267), SQLite 189 (202,
+# Measured, and before each round: PostgreSQL 132 (156, 158, 200, 267), SQLite 175 (202,
 # 204, 245, 299).
-PG_CEILING = 147
-SQLITE_CEILING = 190
+PG_CEILING = 133
+SQLITE_CEILING = 176
 
 
 def _agent_after_one_ticket(tmp_path, **settings):
