@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from offline_model import OfflineServer
 from refund_agent import Agent, RunStatus, Settings
 from refund_agent.providers.client import ModelAccess, ProviderClient
+from refund_agent.providers.stored import response_gone
 from refund_agent.providers.table import (
     effort_for,
     estimate_cost_ticks,
@@ -104,9 +105,12 @@ def test_a_bare_404_is_confirmed_with_a_retrieve_before_the_transcript_is_sent(d
     bare = openai.NotFoundError("Error code: 404", body="Not found.", response=httpx2.Response(
         404, json={"code": "Some requested entity was not found", "error": "Not found."},
         request=request))
-    assert not agent._response_gone(bare, run.last_response_id)   # it is still stored
+    def gone() -> bool:
+        return response_gone(agent.model.client, agent.settings.provider, bare,
+                             run.last_response_id)
+    assert not gone()   # it is still stored
     server.advance_clock(days=31)
-    assert agent._response_gone(bare, run.last_response_id)
+    assert gone()
 
 
 # -- errors in plain words ---------------------------------------------------------------------
