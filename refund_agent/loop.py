@@ -211,7 +211,7 @@ class Loop:
         self._emit_steps(run_id, seen, emit)
         return left   # as the release left it: not read again
 
-    def _end(self, lease: Lease, end: Waiting | turns.Finished | Ending) -> Run:
+    def _end(self, lease: Lease, end: turns.Released | Waiting | turns.Finished | Ending) -> Run:
         match end:
             case turns.Released(run=run):
                 return run
@@ -320,7 +320,7 @@ class Loop:
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
               cancel: Cancel | None, heartbeat: Heartbeat
               ) -> tuple[Run, list[Call], bool]:
-        """One streamed request; its response is committed before any of its calls run.
+        """One streamed request; its response is committed before any call with an effect runs.
         Returns the run and the response's calls as that commit left them, and whether the
         response ended the run: no calls and nothing else to send, so the same commit set the
         run's end and gave up the lease (one transaction, not a second one to release it).

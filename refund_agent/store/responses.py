@@ -48,7 +48,8 @@ class Responses(StoreCore):
                         resent: dict[str, Any] | None = None,
                         outputs: Mapping[str, Output] | None = None,
                         finish: RunStatus | None = None) -> Recorded:
-        """Boundary 2: a response, its calls and its timeline steps, before any call runs.
+        """Boundary 2: a response, its calls and its timeline steps, before any call with an
+        effect runs (the read-only calls it starts with may have run: ``outputs``).
 
         Returns the run and the calls as this transaction wrote them (:class:`Recorded`), so
         the loop carries on without reading them back.
