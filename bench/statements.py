@@ -84,19 +84,35 @@ def count_postgres(agent: TimedAgent, order_id: str) -> list[str]:
 
 
 def count_sqlite(agent: TimedAgent, order_id: str) -> list[str]:
+    """Each statement the store hands its SQLite connection (``execute``), as on PostgreSQL.
+
+    Not SQLite's trace callback: it reports a statement again for every trigger it fires (the
+    desk, search and count triggers), which would count one INSERT INTO runs as seven."""
+    import sqlite3
+
     from refund_agent.store import sqlite
     cls = sqlite.SQLiteStore
     connect = cls._connect_writable  # noqa: SLF001
     started: list[str] = []
 
-    def traced(self):
-        db = connect(self)
-        db.set_trace_callback(lambda s: None if s.lstrip().startswith("--") else started.append(s))
-        return db
+    class Counted(sqlite3.Connection):
+        def execute(self, sql, *args):
+            started.append(sql)
+            return super().execute(sql, *args)
 
-    cls._connect_writable = traced  # noqa: SLF001
+    def counted(self):
+        real = sqlite3.connect
+        sqlite3.connect = lambda *a, **kw: real(*a, factory=Counted, **kw)
+        try:
+            return connect(self)
+        finally:
+            sqlite3.connect = real
+
+    cls._connect_writable = counted  # noqa: SLF001
     agent.store.close()
     try:
+        agent.store.query("SELECT 1")   # connected, as on PostgreSQL: its set-up is not counted
+        started.clear()
         one_ticket(agent, order_id)
     finally:
         cls._connect_writable = connect  # noqa: SLF001
