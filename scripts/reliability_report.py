@@ -37,11 +37,14 @@ from typing import Any
 from refund_agent.desk.agent import CRASH_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ["test_crash_matrix.py", "test_soak.py", "test_races.py", "test_faults.py",
-         "test_hostile.py", "test_audit_chain.py", "test_decision_recheck.py",
-         "test_money_invariants.py", "test_fencing.py", "test_edges.py", "test_postgres.py",
-         "test_power_loss.py", "test_crash_matrix_outside.py"]
-MONEY_FILE = "test_money_invariants.py"
+# The test files that write to the log, below tests/ (the report names them so).
+FILES = ["reliability/test_crash_matrix.py", "reliability/test_soak.py",
+         "reliability/test_races.py", "loop/test_faults.py", "desk/test_hostile.py",
+         "store/test_audit_chain.py", "desk/test_decision_recheck.py",
+         "reliability/test_money_invariants.py", "loop/test_fencing.py", "loop/test_edges.py",
+         "store/test_postgres.py", "reliability/test_power_loss.py",
+         "reliability/test_crash_matrix_outside.py"]
+MONEY_FILE = "reliability/test_money_invariants.py"
 # The backends a record can name ("backend"), in the order the tables show them.
 BACKENDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 DASH = "—"   # in a backend's column: no case of that kind ran there
@@ -807,10 +810,11 @@ def run_tests(log: Path, soak_runs: int | None, money_examples: int | None = Non
         env["REFUND_AGENT_SOAK_RUNS"] = str(soak_runs)
     if money_examples:
         env["REFUND_AGENT_MONEY_EXAMPLES"] = str(money_examples)
+    missing = [name for name in FILES if not (ROOT / "tests" / name).exists()]
+    if missing:
+        # A moved test file would silently leave its rows out of the report.
+        raise SystemExit(f"Not in tests/: {', '.join(missing)}. Update FILES in {__file__}.")
     for name in FILES:
-        if not (ROOT / "tests" / name).exists():
-            print(f"{name}: not in tests/, skipped", file=sys.stderr)
-            continue
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", f"tests/{name}", "-q"],
                               cwd=ROOT, env=env, capture_output=True, text=True)

@@ -193,3 +193,24 @@ def test_a_record_names_the_backend_the_test_runs_on(backend: str, tmp_path: Pat
     monkeypatch.setenv("REFUND_AGENT_RELIABILITY_LOG", str(log))
     record("races", case="x", rounds=1)
     assert json.loads(log.read_text())["backend"] == "postgresql"
+
+
+def test_the_report_runs_every_test_file_that_writes_to_its_log():
+    """``--run`` runs the files in FILES: each must exist (a moved one used to be skipped with
+    a line on stderr, and the report then failed on an empty log), and every test file that
+    records cases for the report must be among them."""
+    tests = PROJECT_ROOT / "tests"
+    assert [f for f in report.FILES if not (tests / f).is_file()] == []
+    recording = {str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
+                 if path.parent.name != "docs" and _imports_record(path)}
+    assert len(recording) >= 13, recording   # the finder finds them (multi-line imports too)
+    assert recording - set(report.FILES) == set()
+    assert report.MONEY_FILE in report.FILES
+
+
+def _imports_record(path: Path) -> bool:
+    """Whether the test file imports the report's ``record`` from helpers.crash."""
+    import ast
+    return any(isinstance(node, ast.ImportFrom) and node.module == "helpers.crash"
+               and any(alias.name == "record" for alias in node.names)
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
