@@ -61,18 +61,24 @@ def one_ticket(agent: TimedAgent, order_id: str) -> None:
     assert run.status == RunStatus.DONE, run.status
 
 
-def count_postgres(agent: TimedAgent, order_id: str) -> list[str]:
+def count_postgres(agent: TimedAgent, order_id: str,
+                   trips: list[str] | None = None) -> list[str]:
+    """Each statement the store sends (``BEGIN; SET LOCAL ...`` is two); ``trips`` gets one
+    entry per round trip (such a string goes to the server in one)."""
     from refund_agent.store import postgres
     cls = postgres._PgConnection  # noqa: SLF001
     execute, begin = cls.execute, cls.begin
     sent: list[str] = []
+    trips = [] if trips is None else trips
 
     def counted_execute(self, sql, args=()):
         sent.extend(part for part in sql.split(";") if part.strip())
+        trips.append(sql)
         return execute(self, sql, args)
 
     def counted_begin(self, sql):
         sent.extend(part for part in sql.split(";") if part.strip())
+        trips.append(sql)
         return begin(self, sql)
 
     cls.execute, cls.begin = counted_execute, counted_begin
@@ -171,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                                                   database_url=cluster.create("stmts")))
                 full_ticket(agent, pool.take())
                 full_ticket(agent, pool.take())
-                sent = count_postgres(agent, pool.take())
-                result["postgresql"] = {"statements": len(sent), "histogram": histogram(sent),
+                trips: list[str] = []
+                sent = count_postgres(agent, pool.take(), trips)
+                result["postgresql"] = {"statements": len(sent), "round_trips": len(trips),
+                                        "histogram": histogram(sent),
                                         "cpu": cpu_per_ticket(agent, cluster, pool,
                                                               args.tickets)}
                 agent.store.close()
@@ -181,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 cluster.stop()
     print("\nstatements per ticket: SQLite", result["sqlite"]["statements"],
-          "PostgreSQL", result.get("postgresql", {}).get("statements"))
+          "PostgreSQL", result.get("postgresql", {}).get("statements"),
+          f"({result.get('postgresql', {}).get('round_trips')} round trips)")
     if "postgresql" in result:
         print("PostgreSQL CPU per ticket outside the model:", result["postgresql"]["cpu"])
     if args.json:
