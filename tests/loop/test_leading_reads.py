@@ -5,6 +5,9 @@ effect run after the commit as before, and a crash before the commit leaves noth
 from __future__ import annotations
 
 import pytest
+from helpers.examples import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from offline_model import Reply
 from refund_agent import RunStatus
@@ -102,3 +105,67 @@ def test_a_lookup_that_fails_before_the_commit_leaves_no_half_saved_response(scr
     assert run.status == RunStatus.FAILED and run.last_response_id is None
     assert agent.store.query("SELECT COUNT(*) FROM calls WHERE run_id = ?", (run.id,))[0][0] == 0
     assert not [s for s in agent.store.steps(run.id) if s.kind in ("call", "result")]
+
+
+# -- generated responses ---------------------------------------------------------------------
+
+ESCALATE = ("escalate", {"kind": "manager", "reason": "She asks for a manager."})
+BAD_ARGUMENTS = ("lookup_order", {"order": "A1043"})        # read-only, refused by its schema
+UNKNOWN = ("refund_everything", {"order_id": "A1043"})       # no such tool
+CALLS = {"lookup": LOOKUP, "policy": POLICY, "message": MESSAGE, "escalate": ESCALATE,
+         "bad_arguments": BAD_ARGUMENTS, "unknown": UNKNOWN}
+# What HOW-IT-WORKS.md says of each: a lookup may run before its response is committed;
+# an escalation too, but what it writes must be saved before the next call runs; an email is
+# an effect and runs after the commit; a call that cannot run is answered with its error.
+READ_ONLY, STOPS_AFTER = {"lookup", "policy", "escalate", "bad_arguments"}, {"escalate"}
+
+
+def _run_ahead(kinds: list[str]) -> int:
+    """How many calls the documented rule saves with their response."""
+    saved = 0
+    for kind in kinds:
+        if kind not in READ_ONLY:
+            break
+        saved += 1
+        if kind in STOPS_AFTER:
+            break
+    return saved
+
+
+@settings(max_examples=examples(40, fast=10), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(sorted(CALLS)), min_size=1, max_size=6))
+def test_any_response_runs_each_call_once_in_order_and_commits_as_the_rule_says(
+        kinds, scripted, tmp_path_factory, monkeypatch):
+    """One response with a generated list of calls (lookups, an email, escalations, bad
+    arguments, a tool that does not exist), then a reply: each call is answered once, in the
+    order written, the model is sent every output, effects happen once, and the commits are
+    the lease, the response with the calls the rule lets run ahead, one per other call, and
+    the last response."""
+    from refund_agent import Agent
+    from refund_agent.config import Settings
+
+    agent, brain, _server = scripted()
+    settings_ = Settings(api_key="", data_dir=agent.settings.data_dir,
+                         output_dir=tmp_path_factory.mktemp("generated") / "output")
+    agent = Agent(settings_, model=agent.model)   # a store of its own for each example
+    brain.replies = [Reply("Work.", calls=[CALLS[k] for k in kinds]),
+                     Reply("Done.", text="Hi Maya, here is where things stand.")]
+    brain._total = 2  # noqa: SLF001 - the script is replaced per example
+    run = agent.start(MAYA, "My coffee maker arrived cracked. Order A1043.")
+    with monkeypatch.context() as patched:
+        opened = _count_transactions(agent.store, patched)
+        run = agent.advance(run.id)
+    assert run.status == RunStatus.DONE, (run.status, run.error)
+    assert len(opened) == 1 + 1 + (len(kinds) - _run_ahead(kinds)) + 1, (kinds, opened)
+    first = agent.store.calls(agent.store.transcript(run.id)[1].response_id)
+    assert [c.name for c in first] == [CALLS[k][0] for k in kinds]
+    assert all(c.output for c in first)
+    results = [s.data["call_id"] for s in agent.store.steps(run.id) if s.kind == "result"]
+    assert results == [c.call_id for c in first]            # once each, in the order written
+    sent = [i["call_id"] for i in brain.seen[-1] if i.get("type") == "function_call_output"]
+    assert sent == [c.call_id for c in first]
+    assert len(agent.outbox.messages()) == kinds.count("message")
+    open_escalations = agent.store.query(
+        "SELECT COUNT(*) FROM escalations WHERE run_id = ? AND taken_by IS NULL", (run.id,))
+    assert open_escalations[0][0] == ("escalate" in kinds)
