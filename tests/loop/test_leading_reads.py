@@ -4,6 +4,8 @@ effect run after the commit as before, and a crash before the commit leaves noth
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers.examples import examples
 from hypothesis import HealthCheck, given, settings
@@ -132,6 +134,38 @@ def _run_ahead(kinds: list[str]) -> int:
     return saved
 
 
+def _generated(scripted, folder: Path, kinds: list[str], database_url: str = ""):  # noqa: ANN001
+    """An agent with a store of its own (one per example) whose model answers Maya's email
+    with one response making ``kinds``' calls, then a reply; and its brain and settings."""
+    from refund_agent import Agent
+    from refund_agent.config import Settings
+
+    made, brain, _server = scripted()
+    settings_ = Settings(api_key="", data_dir=made.settings.data_dir, output_dir=folder,
+                         database_url=database_url)
+    brain.replies = [Reply("Work.", calls=[CALLS[k] for k in kinds]),
+                     Reply("Done.", text="Hi Maya, here is where things stand.")]
+    brain._total = 2  # noqa: SLF001 - the script is replaced per example
+    return Agent(settings_, model=made.model), brain, settings_
+
+
+def _check_answered_once(agent, brain, run, kinds: list[str]) -> None:  # noqa: ANN001
+    """The run finished with each call of its generated response answered once, in the order
+    written (its result step too), every output sent to the model, each email sent once and
+    one open escalation if any was asked for."""
+    assert run.status == RunStatus.DONE, (run.status, run.error)
+    first = agent.store.calls(agent.store.transcript(run.id)[1].response_id)
+    assert [c.name for c in first] == [CALLS[k][0] for k in kinds] and all(c.output for c in first)
+    results = [s.data["call_id"] for s in agent.store.steps(run.id) if s.kind == "result"]
+    assert results == [c.call_id for c in first]
+    sent = [i["call_id"] for i in brain.seen[-1] if i.get("type") == "function_call_output"]
+    assert sent == [c.call_id for c in first]
+    assert len(agent.outbox.messages()) == kinds.count("message")
+    open_escalations = agent.store.query(
+        "SELECT COUNT(*) FROM escalations WHERE run_id = ? AND taken_by IS NULL", (run.id,))
+    assert open_escalations[0][0] == ("escalate" in kinds)
+
+
 @settings(max_examples=examples(40, fast=10), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kinds=st.lists(st.sampled_from(sorted(CALLS)), min_size=1, max_size=6))
@@ -142,30 +176,58 @@ def test_any_response_runs_each_call_once_in_order_and_commits_as_the_rule_says(
     order written, the model is sent every output, effects happen once, and the commits are
     the lease, the response with the calls the rule lets run ahead, one per other call, and
     the last response."""
-    from refund_agent import Agent
-    from refund_agent.config import Settings
-
-    agent, brain, _server = scripted()
-    settings_ = Settings(api_key="", data_dir=agent.settings.data_dir,
-                         output_dir=tmp_path_factory.mktemp("generated") / "output")
-    agent = Agent(settings_, model=agent.model)   # a store of its own for each example
-    brain.replies = [Reply("Work.", calls=[CALLS[k] for k in kinds]),
-                     Reply("Done.", text="Hi Maya, here is where things stand.")]
-    brain._total = 2  # noqa: SLF001 - the script is replaced per example
+    agent, brain, _ = _generated(scripted, tmp_path_factory.mktemp("generated"), kinds)
     run = agent.start(MAYA, "My coffee maker arrived cracked. Order A1043.")
     with monkeypatch.context() as patched:
         opened = _count_transactions(agent.store, patched)
         run = agent.advance(run.id)
-    assert run.status == RunStatus.DONE, (run.status, run.error)
+    _check_answered_once(agent, brain, run, kinds)
     assert len(opened) == 1 + 1 + (len(kinds) - _run_ahead(kinds)) + 1, (kinds, opened)
-    first = agent.store.calls(agent.store.transcript(run.id)[1].response_id)
-    assert [c.name for c in first] == [CALLS[k][0] for k in kinds]
-    assert all(c.output for c in first)
-    results = [s.data["call_id"] for s in agent.store.steps(run.id) if s.kind == "result"]
-    assert results == [c.call_id for c in first]            # once each, in the order written
-    sent = [i["call_id"] for i in brain.seen[-1] if i.get("type") == "function_call_output"]
-    assert sent == [c.call_id for c in first]
-    assert len(agent.outbox.messages()) == kinds.count("message")
-    open_escalations = agent.store.query(
-        "SELECT COUNT(*) FROM escalations WHERE run_id = ? AND taken_by IS NULL", (run.id,))
-    assert open_escalations[0][0] == ("escalate" in kinds)
+
+
+class _Died(BaseException):
+    """The process died at a crash point (a BaseException: no ``except Exception`` takes it)."""
+
+
+@pytest.mark.parametrize("engine", ["sqlite",
+                                    pytest.param("postgresql", marks=pytest.mark.postgres)])
+@settings(max_examples=examples(40, fast=10), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(sorted(CALLS)), min_size=1, max_size=6),
+       point=st.sampled_from(["after_response", "before_tool", "after_tool"]),
+       nth=st.integers(1, 4))
+def test_a_death_anywhere_in_a_generated_response_repeats_nothing_on_resume(
+        engine, kinds, point, nth, scripted, tmp_path_factory, request):
+    """The same generated responses, with the process dying at the ``nth`` time it reaches
+    ``point`` (if it does), then resumed, on both engines: each call still answered once and in
+    order, each email sent once, one escalation at most, and the model sent every output."""
+    import uuid
+    from unittest import mock
+
+    from refund_agent import Agent
+    from refund_agent import loop as loop_module
+
+    url = (request.getfixturevalue("pg_cluster").create(f"lr_{uuid.uuid4().hex[:12]}")
+           if engine == "postgresql" else "")
+    agent, brain, settings_ = _generated(scripted, tmp_path_factory.mktemp("generated"), kinds,
+                                         url)
+    reached = []
+
+    def crash_point(name: str, _enabled: frozenset[str]) -> None:
+        if name == point:
+            reached.append(name)
+            if len(reached) == nth:
+                raise _Died(name)
+
+    run = agent.start(MAYA, "My coffee maker arrived cracked. Order A1043.")
+    resumed = Agent(settings_, model=agent.model)   # as a new process would
+    try:
+        with mock.patch.object(loop_module, "crash_point", crash_point):
+            try:
+                run = agent.advance(run.id)
+            except _Died:
+                run = resumed.advance(run.id)
+        _check_answered_once(agent, brain, run, kinds)
+    finally:
+        resumed.store.close()
+        agent.store.close()
