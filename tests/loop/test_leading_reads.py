@@ -1,6 +1,7 @@
 """The read-only calls a response starts with run before it is committed and are saved with it
 (boundary 2): one transaction for the response and their outputs, the calls after the first
-effect run after the commit as before, and a crash before the commit leaves nothing to undo."""
+effect run after the commit as before, and a crash before the commit leaves nothing to undo.
+Then the same rule over generated responses, with and without a death at a crash point."""
 
 from __future__ import annotations
 
