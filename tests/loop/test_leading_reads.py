@@ -141,12 +141,10 @@ def _generated(scripted, folder: Path, kinds: list[str], database_url: str = "")
     from refund_agent import Agent
     from refund_agent.config import Settings
 
-    made, brain, _server = scripted()
+    made, brain, _server = scripted(Reply("Work.", calls=[CALLS[k] for k in kinds]),
+                                    Reply("Done.", text="Hi Maya, here is where things stand."))
     settings_ = Settings(api_key="", data_dir=made.settings.data_dir, output_dir=folder,
                          database_url=database_url)
-    brain.replies = [Reply("Work.", calls=[CALLS[k] for k in kinds]),
-                     Reply("Done.", text="Hi Maya, here is where things stand.")]
-    brain._total = 2  # noqa: SLF001 - the script is replaced per example
     return Agent(settings_, model=made.model), brain, settings_
 
 
