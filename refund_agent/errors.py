@@ -28,6 +28,7 @@ model as the tool's output. Programming errors raise as they are.
     Exception (control flow, never shown to people)
     ├── Stopped              someone pressed Stop (inside a turn)
     ├── NoTranscript         the transcript does not reach the first request
+    ├── EndRun               a follow-up (Loop.advance) ends the run as it says
     └── Undone               a store write not needed after all: its transaction rolls back
 """
 
@@ -163,6 +164,15 @@ class Stopped(Exception):
 
 class NoTranscript(Exception):
     """The run needs its transcript, but it does not go back to the first request."""
+
+
+class EndRun(Exception):  # noqa: N818 - an order, not an error
+    """Raised by a follow-up that cannot go on (Loop.advance): the run ends as ``ending``
+    (a providers.endings.Ending) says, and advance returns it."""
+
+    def __init__(self, ending: object) -> None:
+        super().__init__(getattr(ending, "error", None))
+        self.ending = ending
 
 
 class Undone(Exception):  # noqa: N818 - not an error: an answer whose transaction is undone

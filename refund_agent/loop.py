@@ -45,7 +45,7 @@ import openai
 from . import intake, turns
 from .config import Settings, load_settings
 from .crash import LOOP_POINTS, crash_point, undeclared
-from .errors import ConfigError, DecisionRefused, LeaseLost, RunNotReady, Stopped
+from .errors import ConfigError, DecisionRefused, EndRun, LeaseLost, RunNotReady, Stopped
 from .models import (
     Approval,
     ApprovalStatus,
@@ -61,10 +61,12 @@ from .providers.stored import response_gone
 from .providers.table import effort_for, needs_include
 from .store import Lease, Output, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
-from .tools import CallContext, Outcome, Tool, ToolKind, parse_call, schemas
+from .tools import CallContext, Outcome, Tool, ToolKind, parse_call, run_ahead, schemas
 from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
+# Asked before a run that answered ends done (see Loop.advance): True when it added input.
+FollowUp = Callable[[Run, Lease], bool]
 
 
 class Loop:
@@ -147,12 +149,14 @@ class Loop:
     # -- the loop -------------------------------------------------------------------------
 
     def advance(self, run_id: str, on_event: OnEvent | None = None,
-                cancel: Cancel | None = None) -> Run:
+                cancel: Cancel | None = None, follow_up: FollowUp | None = None) -> Run:
         """Advance the run until it finishes, waits for a person, stops, or fails.
 
         Each turn is one streamed request; before it, the previous response's calls run (the
         read-only ones it starts with are saved with it, any other as it returns), or a call
-        that needs approval pauses the run.
+        that needs approval pauses the run. ``follow_up`` is asked, still under the run's
+        lease, each time the run would end done: it may add input (a reply) and answer True
+        to go on (the simulated customer, desk/customer.py), or raise EndRun.
 
         Raises:
             RunBusy: another process is advancing this run.
@@ -176,14 +180,19 @@ class Loop:
         # requests stream and tools run, and closes whichever stream is open if it is lost.
         with Heartbeat(self.store, lease) as heartbeat:
             try:
-                for _ in range(MAX_TURNS):
+                budget = MAX_TURNS
+                while budget:
+                    budget -= 1
                     if cancel and cancel.is_set():
                         raise Stopped
                     end = self._next(run, lease, calls)
+                    if follow_up and end == turns.Finished() and follow_up(run, lease):
+                        budget, end = MAX_TURNS, self._next(run, lease, calls)  # a new input
                     seen = self._emit_steps(run_id, seen, emit)
                     if not isinstance(end, NextInput):
                         break
-                    run, calls, ended = self._turn(run, lease, end, emit, cancel, heartbeat)
+                    run, calls, ended = self._turn(run, lease, end, emit, cancel, heartbeat,
+                                                   follow_up is not None)
                     seen = self._emit_steps(run_id, seen, emit)
                     if ended:   # that response ended the run, and its commit the lease: one
                         end = turns.Released(run)   # boundary, the run's end (no calls to run)
@@ -195,7 +204,8 @@ class Loop:
             except LeaseLost:
                 raise  # the new owner carries on; writing anything here would be refused
             except BaseException as exc:
-                handled = isinstance(exc, Stopped | turns.NoTranscript | openai.APIError)
+                handled = isinstance(exc, Stopped | EndRun | turns.NoTranscript |
+                                     openai.APIError)
                 try:
                     left = self._end(lease, ending_for(self, exc, run_id, lease, cancel))
                 except LeaseLost:
@@ -300,25 +310,11 @@ class Loop:
 
     def _leading_reads(self, run: Run, lease: Lease, read: turns.ReadResponse
                        ) -> dict[str, Output]:
-        """The outputs of the read-only calls a response starts with, run before it is
-        committed and saved with it (one transaction, not one each): nothing could come
-        between, and a crash that loses them only runs them again (ToolKind.READ_ONLY)."""
-        outputs: dict[str, Output] = {}
-        for call_id, name, arguments in read.calls:
-            tool = self.tools.get(name)
-            if tool is None or tool.kind is not ToolKind.READ_ONLY or call_id in outputs:
-                break
-            call = Call.new(run.id, read.response_id, call_id, name, arguments)
-            args = parse_call(self.tools, name, arguments)
-            outcome = (Outcome({"error": args}, []) if isinstance(args, str)
-                       else tool.run(self.context(run, lease, call), args))  # type: ignore[misc]
-            outputs[call_id] = outcome.saved(call)
-            if outcome.changes_the_store:
-                break   # (an escalation): the calls after it run once it is saved
-        return outputs
+        calls = (Call.new(run.id, read.response_id, *c) for c in read.calls)  # as needed
+        return run_ahead(self.tools, calls, partial(self.context, run, lease))
 
     def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
-              cancel: Cancel | None, heartbeat: Heartbeat
+              cancel: Cancel | None, heartbeat: Heartbeat, following: bool = False
               ) -> tuple[Run, list[Call], bool]:
         """One streamed request; its response is committed before any call with an effect runs.
         Returns the run and the response's calls as that commit left them, and whether the
@@ -352,7 +348,9 @@ class Loop:
         read = turns.read_response(response, step.items, model=model,
                                    seconds=time.monotonic() - started)
         after = None if read.calls else self._after_answer(run.id, step.reply_ids)
-        finish = after.status if isinstance(after, turns.Finished) else None
+        # Not when a follow-up is to be asked first (it may go on): then _next ends the run.
+        finish = (after.status if isinstance(after, turns.Finished)
+                  and not (following and after == turns.Finished()) else None)
         recorded = self.store.record_response(
             lease, response_id=read.response_id, calls=read.calls, steps=read.steps,
             usage=read.usage, replies_sent=step.reply_ids, transcript=read.transcript,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -212,3 +212,24 @@ class CallContext:
         if isinstance(queued, Approval):
             return Waiting(queued.id, released=True)
         return Outcome({"error": queued}, [])
+
+
+def run_ahead(tools: Mapping[str, Tool], calls: Iterable[Call],
+              context: Callable[[Call], CallContext]) -> dict[str, Output]:
+    """The outputs of the read-only calls a response starts with, run before it is committed
+    and saved with it (one transaction, not one each): nothing could come between, and a crash
+    that loses them only runs them again (ToolKind.READ_ONLY). Stops at the first call that is
+    not read-only (or repeats a call id), and after one whose outcome writes more than its
+    result (an escalation), so the calls after it see that saved."""
+    outputs: dict[str, Output] = {}
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is None or tool.kind is not ToolKind.READ_ONLY or call.call_id in outputs:
+            break
+        args = parse_call(tools, call.name, call.arguments)
+        outcome = (Outcome({"error": args}, []) if isinstance(args, str)
+                   else tool.run(context(call), args))  # type: ignore[misc]
+        outputs[call.call_id] = outcome.saved(call)
+        if outcome.changes_the_store:
+            break
+    return outputs

@@ -8,18 +8,19 @@ goes into the run exactly like one a person typed, and the run continues.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import openai
 
 from ..crash import crash_point
+from ..errors import EndRun
 from ..intake import MAX_EMAIL_CHARS
 from ..models import Run, RunStatus
 from ..providers.client import provider_error
+from ..providers.endings import Ending
 from ..providers.table import low_effort
 from ..store import Lease
-from ..streaming import Cancel, LiveEvent, OnEvent
+from ..streaming import Cancel, OnEvent
 from ..turns import usage_of
 from .agent import Agent
 from .prompts import customer_brief
@@ -77,37 +78,29 @@ def customer_is_done(agent: Agent, run_id: str) -> bool:
 
 def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
              cancel: Cancel | None = None, max_replies: int = MAX_SIMULATED_REPLIES) -> Run:
-    """Advance the run, letting the simulated customer write back after each finish.
+    """Advance the run, the simulated customer writing back each time the agent has answered.
 
-    Stops when the run waits for a person, stops or fails; when the customer says DONE; or
-    after ``max_replies`` simulated replies, so two models cannot argue forever.
+    Her reply is asked for and saved within the same advance, under the run's lease, before
+    the run can end: a process that dies anywhere in between leaves the run working, and
+    resume asks her again. Stops when the run waits for a person, stops or fails; when the
+    customer says DONE; or after ``max_replies`` simulated replies, so two models cannot
+    argue forever.
     """
-    while True:
-        run = agent.advance(run_id, on_event, cancel)
-        if (run.status != RunStatus.DONE or run.simulated_replies >= max_replies
-                or customer_is_done(agent, run_id)):
-            return run
-        # Hold the run while the customer "writes": if the process dies now, the run is left
-        # working with a dead owner, so resume asks again instead of the conversation ending.
-        lease = agent.store.acquire(run_id, uuid.uuid4().hex)
+    def write_back(run: Run, lease: Lease) -> bool:
+        if run.simulated_replies >= max_replies or customer_is_done(agent, run_id):
+            return False
         try:
             text = simulate_reply(agent, run, lease)
         except openai.APIError as exc:
             # Say why the conversation paused, so the front end shows it and resume retries.
             why = provider_error(exc, agent.settings.provider).plain()
             error = f"The simulated customer's reply failed: {why} Resume asks for it again."
-            agent.store.release(lease, RunStatus.FAILED, error,
-                                ("error", {"message": error}))
-            return agent.store.run(run_id)
-        except BaseException:
-            agent.store.release(lease, RunStatus.DONE)
-            raise
+            raise EndRun(Ending(RunStatus.FAILED, error, ("error", {"message": error}))) \
+                from None
         if text is None:
-            agent.store.release(lease, RunStatus.DONE)
-            return agent.store.run(run_id)
-        # Saved while still holding the run (Agent.add_reply wants a finished run).
+            return False
         agent.store.add_reply(run_id, text[:MAX_EMAIL_CHARS], simulated=True, lease=lease)
-        agent.store.release(lease, RunStatus.WORKING)
-        if on_event:
-            on_event(LiveEvent(run_id, "step", step=agent.store.steps(run_id)[-1]))
         crash_point("after_simulated_reply", agent.settings.crash_at)
+        return True
+
+    return agent.advance(run_id, on_event, cancel, follow_up=write_back)

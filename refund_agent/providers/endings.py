@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import openai
 
 from .. import turns
-from ..errors import Stopped
+from ..errors import EndRun, Stopped
 from ..models import RunStatus, StepKind
 from ..store import Lease
 from ..streaming import Cancel
@@ -33,6 +33,8 @@ class Ending:
 def ending_for(loop: Loop, exc: BaseException, run_id: str, lease: Lease,
                cancel: Cancel | None) -> Ending:
     """How an advance of ``loop`` that raised ``exc`` leaves the run."""
+    if isinstance(exc, EndRun):
+        return exc.ending   # type: ignore[return-value]
     stopped = Ending(RunStatus.STOPPED, None, (StepKind.STOPPED, {}))
     if isinstance(exc, Stopped | KeyboardInterrupt):
         return stopped

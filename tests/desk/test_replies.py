@@ -104,3 +104,47 @@ def test_crash_between_simulated_reply_and_next_turn_resumes_cleanly(tmp_path):
     texts = [r.text for r in replies]
     assert len(texts) == len(set(texts)) and all(r.response_id for r in replies)
     assert len([line for line in (out / "refunds.log").read_text().splitlines()]) == 1
+
+
+def test_a_death_after_the_agents_answer_and_before_the_customer_writes_back_is_resumed(tmp_path):
+    """The simulated customer answers within the same advance as the agent, under its lease:
+    a process killed after the agent's answer is saved, before her reply, leaves the run
+    working, and resume asks her. (The run used to end first and be taken again for her
+    reply; a death in between ended the conversation there, and resume found nothing.)"""
+    from refund_agent.store import Store
+
+    def finish(out):
+        assert run_cli(out, "angry").returncode == 0
+        return run_cli(out, "approve", "--as", "Dana Kim")
+
+    assert finish(tmp_path / "calm").returncode == 0
+    calm = Store(tmp_path / "calm" / "refund-agent.sqlite3")
+    [expected] = calm.runs()
+    assert expected.simulated_replies >= 1
+
+    out = tmp_path / "out"
+    assert run_cli(out, "angry").returncode == 0
+    command = ["approve", "--as", "Dana Kim"]
+    for _ in range(12):   # each process dies at its first saved response; the next resumes
+        killed = run_cli(out, *command, REFUND_AGENT_CRASH_AT="after_response")
+        assert killed.returncode == -9, killed.stderr
+        command = ["resume"]
+        store = Store(out / "refund-agent.sqlite3")
+        [run] = store.runs()
+        answered = not store.calls(run.last_response_id)
+        if answered and run.simulated_replies < expected.simulated_replies:
+            break   # killed between her email's answer and her next reply
+        store.close()
+    else:
+        pytest.fail("no death between the agent's answer and the customer's reply")
+    assert run.status == RunStatus.WORKING
+    store.close()
+    resumed = run_cli(out, "resume")
+    assert resumed.returncode == 0 and "done" in resumed.stdout, resumed.stderr
+    store = Store(out / "refund-agent.sqlite3")
+    [run] = store.runs()
+    assert run.status == RunStatus.DONE
+    assert run.simulated_replies == expected.simulated_replies
+    assert len((out / "refunds.log").read_text().splitlines()) == 1
+    assert len((out / "outbox.log").read_text().splitlines()) == len(
+        (tmp_path / "calm" / "outbox.log").read_text().splitlines())
