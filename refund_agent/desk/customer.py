@@ -1,9 +1,10 @@
 """The simulated customer: a second model plays the person who wrote in, to test composure.
 
-``converse`` wraps :meth:`Agent.advance`. Whenever the run finishes, it asks the model (with no
-tools and a short persona brief) for the customer's next reply, built only from the emails so
-far: never the agent's reasoning or tool results, which a real customer never sees. The reply
-goes into the run exactly like one a person typed, and the run continues.
+``converse`` is :meth:`Agent.advance` with a follow-up: whenever the agent has answered and the
+run would end, it asks the model (with no tools and a short persona brief) for the customer's
+next reply, built only from the emails so far: never the agent's reasoning or tool results,
+which a real customer never sees. The reply goes into the run exactly like one a person
+typed, and the run continues.
 """
 
 from __future__ import annotations
