@@ -267,13 +267,11 @@ def problems(state: State, result: dict) -> list[str]:
     return out
 
 
-# Known gap, not counted as a violation: the angry customer's conversation goes on because the
-# `approve` process asks the model for the simulated customer's next reply after the run ends
-# (customer.converse). A death between the run's end and the lease that holds the run while the
-# customer "writes" (a kill -9 as much as a power cut; on power loss also the unsynced lease
-# itself) leaves the run done, and `resume` then has nothing to continue: the simulated
-# conversation stops early. Nobody was promised that reply, and nothing is paid or sent twice;
-# the emails sent are then the crash-free run's first ones, in order, which is checked.
+# Once a known gap, now a violation: the angry customer's conversation goes on in the
+# `approve` process, the simulated customer writing back within the agent's advance, under
+# its lease (customer.converse). It used to ask for her reply after the run had ended, so a
+# death in between (a kill -9 as much as a power cut) left the run done and `resume` had
+# nothing to continue. Counted apart as well, for the report.
 CUT_SHORT = "the simulated customer's conversation ended early"
 
 
@@ -325,9 +323,7 @@ def explore(rec: Recorded, root: Path, *, full: bool = FULL, seed: int = SEED,
     for i, (state, result) in enumerate(zip(exploration.states, results, strict=True)):
         found = problems(state, result)
         found += final_checks(root / f"state-{i}", rec.baseline, rec.scenario == "angry")
-        if CUT_SHORT in found:
-            cut_short += 1
-            found.remove(CUT_SHORT)
+        cut_short += CUT_SHORT in found
         if found:
             violations.append(f"{state.where(rec.ops)}: {'; '.join(found)}")
         else:
