@@ -22,6 +22,7 @@ from .errors import (
     AlreadyDecided,
     ConfigError,
     DecisionRefused,
+    EndRun,
     IdempotencyConflict,
     LeaseLost,
     NotFound,
@@ -59,8 +60,8 @@ __all__ = [
     "Proposal", "Reply", "Run", "RunStatus", "Settings", "Step", "StepKind", "Store", "Tool",
     "ToolKind", "Waiting", "load_settings", "open_model", "same_address", "toolset",
     # The errors (refund_agent/errors.py draws their tree).
-    "AlreadyDecided", "ConfigError", "DecisionRefused", "IdempotencyConflict", "LeaseLost",
-    "NotFound", "RefundAgentError", "RunBusy", "RunNotReady", "StoreError",
+    "AlreadyDecided", "ConfigError", "DecisionRefused", "EndRun", "IdempotencyConflict",
+    "LeaseLost", "NotFound", "RefundAgentError", "RunBusy", "RunNotReady", "StoreError",
     # The refund desk.
     "Agent", "ApprovalLine", "AuditEntry", "Order", "PolicyFacts", "PolicyTerms", "Quote",
     "Shop", "canonical_order_id", "converse", "policy_facts", "quote_refund", "tool_schemas",

@@ -167,12 +167,13 @@ class NoTranscript(Exception):
 
 
 class EndRun(Exception):  # noqa: N818 - an order, not an error
-    """Raised by a follow-up that cannot go on (Loop.advance): the run ends as ``ending``
-    (a providers.endings.Ending) says, and advance returns it."""
+    """Raised by a follow-up that cannot go on (Loop.advance): the run ends with ``status``
+    (a RunStatus: failed, stopped) and ``error``, its message for people, and advance
+    returns it."""
 
-    def __init__(self, ending: object) -> None:
-        super().__init__(getattr(ending, "error", None))
-        self.ending = ending
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status, self.error = status, error
 
 
 class Undone(Exception):  # noqa: N818 - not an error: an answer whose transaction is undone

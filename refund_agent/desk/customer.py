@@ -18,7 +18,6 @@ from ..errors import EndRun
 from ..intake import MAX_EMAIL_CHARS
 from ..models import Run, RunStatus
 from ..providers.client import provider_error
-from ..providers.endings import Ending
 from ..providers.table import low_effort
 from ..store import Lease
 from ..streaming import Cancel, OnEvent
@@ -96,8 +95,7 @@ def converse(agent: Agent, run_id: str, on_event: OnEvent | None = None,
             # Say why the conversation paused, so the front end shows it and resume retries.
             why = provider_error(exc, agent.settings.provider).plain()
             error = f"The simulated customer's reply failed: {why} Resume asks for it again."
-            raise EndRun(Ending(RunStatus.FAILED, error, ("error", {"message": error}))) \
-                from None
+            raise EndRun(RunStatus.FAILED, error) from None
         if text is None:
             return False
         agent.store.add_reply(run_id, text[:MAX_EMAIL_CHARS], simulated=True, lease=lease)

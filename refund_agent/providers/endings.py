@@ -34,7 +34,7 @@ def ending_for(loop: Loop, exc: BaseException, run_id: str, lease: Lease,
                cancel: Cancel | None) -> Ending:
     """How an advance of ``loop`` that raised ``exc`` leaves the run."""
     if isinstance(exc, EndRun):
-        return exc.ending   # type: ignore[return-value]
+        return Ending(RunStatus(exc.status), exc.error)
     stopped = Ending(RunStatus.STOPPED, None, (StepKind.STOPPED, {}))
     if isinstance(exc, Stopped | KeyboardInterrupt):
         return stopped

@@ -120,6 +120,7 @@ def test_a_death_after_the_agents_answer_and_before_the_customer_writes_back_is_
     assert finish(tmp_path / "calm").returncode == 0
     calm = Store(tmp_path / "calm" / "refund-agent.sqlite3")
     [expected] = calm.runs()
+    calm.close()
     assert expected.simulated_replies >= 1
 
     out = tmp_path / "out"
