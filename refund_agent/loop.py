@@ -87,6 +87,10 @@ class Loop:
     #: The SQLite file this agent keeps its runs in, in the output folder (None: the
     #: settings' own, the refund desk's). On PostgreSQL every agent shares the database.
     store_file: ClassVar[str | None] = None
+    #: The store this agent's runs live in: the loop's own (runs, responses, calls, approvals,
+    #: replies, leases, audit, ledger), or a subclass adding the agent's own records (the
+    #: refund desk's DeskStore). Its engine is chosen from the target, as Store's is.
+    store_class: ClassVar[type[Store]] = Store
     #: The crash points this agent's code reaches (name -> what has happened there): the
     #: loop's own, plus any its tools name with ``ctx.crash(...)``.
     crash_points: ClassVar[Mapping[str, str]] = LOOP_POINTS
@@ -102,8 +106,8 @@ class Loop:
         self.settings = settings or load_settings()
         if problem := undeclared(self.settings.crash_at, self.crash_points):
             raise ConfigError(problem)   # before anything is opened or written
-        self.store = Store(self.settings.store_for(self.store_file),
-                           lease_seconds=self.settings.lease_seconds)
+        self.store = self.store_class(self.settings.store_for(self.store_file),
+                                      lease_seconds=self.settings.lease_seconds)
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
