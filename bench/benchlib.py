@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refund_agent import Agent, RunStatus, Settings
+from refund_agent import RunStatus, Settings
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Agent
 
 DATA = PROJECT_ROOT / "data"
 APPROVER = "Bench approver"
@@ -225,7 +226,8 @@ def full_ticket(agent: TimedAgent, order_id: str) -> TicketTiming:
         raise RuntimeError(f"Expected the run to wait for approval, got {run.status}: {run.error}")
     approval_id = pending_approval_id(agent, run.id)
     t0 = time.perf_counter()
-    agent.decide(approval_id, True, APPROVER)
+    agent.decide(approval_id, True, APPROVER,
+                 fingerprint=agent.store.approval(approval_id).fingerprint)
     timing.decide = time.perf_counter() - t0
     run, second = timed_advance(agent, run.id)
     if run.status != RunStatus.DONE:

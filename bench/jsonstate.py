@@ -5,7 +5,7 @@ step, call and approval in ``output/state.json``, held in memory by one server p
 written out in full after each change, with the audit log appended to ``output/audit.log``.
 :class:`JsonStateStore` re-implements that design minimally, with the subset of the
 :class:`refund_agent.Store` interface the agent uses to start, advance and decide runs, so the
-benchmark can drive the very same :class:`refund_agent.Agent` over either store and compare.
+benchmark can drive the very same :class:`refund_agent.desk.Agent` over either store and compare.
 
 Choices, all in the JSON design's favour except durability, which is kept equal:
 - reads are served from memory (no file read per query), and an order's approvals (for the
@@ -365,8 +365,8 @@ class JsonStateStore:
         """No mail in or out here (schema 14's table is the real store's): plain answers."""
         return None
 
-    def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, order_id: str,
-                       summary: str, customer: str,
+    def queue_approval(self, lease: Lease, *, response_id: str, call_id: str, subject: str,
+                       title: str, customer: str,
                        price: Callable[[dict[str, Held]], Quote | str],
                        release: bool = False) -> Approval | str:
         """A pending approval holding its lines, priced against what other refunds hold.
@@ -376,8 +376,8 @@ class JsonStateStore:
         the pause gives up the lease too, in the same save.
         """
         with self._lock:
-            return self._queue_approval(self._fence(lease), response_id, call_id, order_id,
-                                        summary, customer, price, release)
+            return self._queue_approval(self._fence(lease), response_id, call_id, subject,
+                                        title, customer, price, release)
 
     def _queue_approval(self, run: dict[str, Any], response_id: str, call_id: str,
                         order_id: str, summary: str, customer: str,

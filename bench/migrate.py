@@ -24,8 +24,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from benchlib import OrderPool, TimedAgent, bench_settings, full_ticket, make_bench_shop  # noqa: E402
 
-from refund_agent.store import Store  # noqa: E402
-from refund_agent.store.migrate import migrate  # noqa: E402
+from refund_agent.desk.migrate import migrate  # noqa: E402
+from refund_agent.desk.records import DeskStore  # noqa: E402
 
 
 def main() -> int:
@@ -59,7 +59,7 @@ def main() -> int:
             "SELECT seq, response_id, origin, item FROM transcript WHERE run_id = ?", (run_id,))
         out = root / "output"
         started = time.monotonic()
-        store = Store(out / "refund-agent.sqlite3")
+        store = DeskStore(out / "refund-agent.sqlite3")
         seed_sqlite(store, out, template, args.runs)
         db = store._db()  # noqa: SLF001 - bulk seeding needs the raw connection
         db.execute("BEGIN IMMEDIATE")
@@ -77,7 +77,7 @@ def main() -> int:
         def progress(line: str) -> None:
             print(f"{time.monotonic() - clock:6.1f} s  {line}", flush=True)
 
-        report = migrate(Store(out / "refund-agent.sqlite3"), out, url, progress=progress)
+        report = migrate(DeskStore(out / "refund-agent.sqlite3"), out, url, progress=progress)
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in report.timings.items())
         print(f"Migrated {report.runs:,} runs in {report.seconds:.1f} s ({stages}); rows: "
               f"{sum(report.rows.values()):,}, ledger: {report.ledger}")

@@ -120,7 +120,8 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
 
         tmpl = TimedAgent(bench_settings(root / "template", data))
         run = tmpl.advance(start_ticket(tmpl, pool.take()).id)
-        tmpl.decide(pending_approval_id(tmpl, run.id), True, APPROVER)
+        tmpl.decide(pending_approval_id(tmpl, run.id), True, APPROVER,
+                    fingerprint=tmpl.store.approval(pending_approval_id(tmpl, run.id)).fingerprint)
         tmpl.advance(run.id)
         template = read_template(tmpl.store, run.id, root / "template")
         if database_url:
@@ -151,7 +152,8 @@ def bench_page(root: Path, reps: int = 20, seed: int = 7, stored: int = 0,
                 page.locator(f".st-key-card_{approval_id}").wait_for()
                 page.evaluate(f"delete window.__gone['{approval_id}']")
                 time.sleep(rng.uniform(0.2, 1.2))
-                agent.decide(approval_id, True, APPROVER)
+                agent.decide(approval_id, True, APPROVER,
+                             fingerprint=agent.store.approval(approval_id).fingerprint)
                 decided_ms = time.time() * 1000
                 deadline = time.monotonic() + 20
                 while True:
@@ -222,7 +224,8 @@ def bench_idle(root: Path, seconds: float = 20.0, tickets: int = 12,
     for n in range(tickets):
         run = agent.advance(start_ticket(agent, pool.take()).id)
         if n % 3:   # two in three decided and finished; the rest wait in the queue
-            agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+            pending = agent.store.approval(pending_approval_id(agent, run.id))
+            agent.decide(pending.id, True, APPROVER, fingerprint=pending.fingerprint)
             agent.advance(run.id)
     proc, url = _start_streamlit(out, data, root / "streamlit.log", app, database_url)
     try:

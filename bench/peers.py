@@ -210,6 +210,7 @@ class Worker:
 
     def pay(self, sender: str, call_id: str, arguments: str, approved_by: str) -> str:
         """issue_refund once approved: price with the policy, pay through the stand-in."""
+        from refund_agent.desk.actions import payment_request
         from refund_agent.desk.tools import parse_args
         from refund_agent.tools import as_output
         if self.counter_file is not None:
@@ -221,7 +222,7 @@ class Worker:
         quote = self.tools(sender).quote(args, {})
         if isinstance(quote, str):
             return as_output({"error": quote})
-        refund, _reused = self.payments.refund(call_id, quote, args.summary)
+        refund, _reused = self.payments.refund(payment_request(call_id, quote, args.summary))
         lines = [{"line": q.line, "item": q.name, "reason": q.reason, "amount": q.amount}
                  for q in quote.lines]
         return as_output({"status": "refunded", "refund_id": refund["refund_id"],
@@ -304,10 +305,10 @@ class ProjectWorker(Worker):
         if self.counter_file is not None:  # the race: count the refund tool's runs, as for peers
             refund, counter = self.agent.payments.refund, self.counter_file
 
-            def counted(key: str, *a: Any, **kw: Any) -> Any:
-                with open(counter, "a") as fh:
-                    fh.write(f"refund {os.getpid()} {key}\n")
-                return refund(key, *a, **kw)
+            def counted(request: Any, *a: Any, **kw: Any) -> Any:
+                with open(counter, "a") as fh:   # a RefundRequest names its key
+                    fh.write(f"refund {os.getpid()} {getattr(request, 'key', request)}\n")
+                return refund(request, *a, **kw)
             self.agent.payments.refund = counted  # type: ignore[method-assign]
 
     def run_scenario(self, order_id: str) -> dict[str, Any]:
@@ -338,7 +339,8 @@ class ProjectWorker(Worker):
         run_id, approval_id = prepared
         spans = len(self.agent.spans)
         try:
-            self.agent.decide(approval_id, True, APPROVER)
+            self.agent.decide(approval_id, True, APPROVER,
+                              fingerprint=self.agent.store.approval(approval_id).fingerprint)
         except AlreadyDecided:
             return "lost the race (already decided)"
         run = self.agent.advance(run_id)
@@ -392,8 +394,8 @@ class ProjectWorker(Worker):
 
     def find_waiting(self) -> int:
         """All of them, as the typed approvals the queue shows (by an index on the status)."""
-        from refund_agent.store import Store
-        store = Store(self.agent.settings.db_path)  # a fresh connection, as a new page would
+        from refund_agent.desk.records import DeskStore
+        store = DeskStore(self.agent.settings.db_path)  # a fresh connection, as a new page would
         try:
             return len(store.approvals("pending", limit=1_000_000))
         finally:
@@ -401,8 +403,8 @@ class ProjectWorker(Worker):
 
     def first_page(self) -> float:
         """The approval queue as the page shows it: its first 200, oldest first."""
-        from refund_agent.store import Store
-        store = Store(self.agent.settings.db_path)
+        from refund_agent.desk.records import DeskStore
+        store = DeskStore(self.agent.settings.db_path)
         try:
             t0 = time.perf_counter()
             store.approvals("pending")

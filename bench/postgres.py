@@ -206,7 +206,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
     gives at that moment. Later rounds go through the configurations in reverse order, so none
     always runs first.
     """
-    from refund_agent import Store
+    from refund_agent.desk.records import DeskStore
 
     pid = postmaster_pid(cluster)
     samples: dict[tuple[str, int], list[dict]] = {c: [] for c in configs}
@@ -217,7 +217,7 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
             url = ""
             if backend == "postgresql":
                 url = cluster.create(tag)
-                Store(url).close()  # the schema, once, before the workers start
+                DeskStore(url).close()  # the schema, once, before the workers start
             folders = [root / tag / f"worker-{i}" for i in range(workers)]
             if backend == "sqlite":  # SQLite's workers share one folder: its file is the store
                 folders = [root / tag / "shared"] * workers
@@ -324,7 +324,8 @@ def bench_throughput(cluster: Any, root: Path, data: Path, first_order: int,
 def _scale_case_class():
     from run import ScaleCase
 
-    from refund_agent import RunStatus, Store
+    from refund_agent import RunStatus
+    from refund_agent.desk.records import DeskStore
 
     class PgScaleCase(ScaleCase):
         """bench/run.py's ScaleCase, its store in a database of its own on the cluster."""
@@ -339,7 +340,7 @@ def _scale_case_class():
             self.url = cluster.create(self.db_name)
             self.cluster = cluster
             settings = bench_settings(self.out, data, database_url=self.url)
-            store = Store(self.url)
+            store = DeskStore(self.url)
             t0 = time.perf_counter()
             seed_postgres(store, template, n)
             self.seed_seconds = time.perf_counter() - t0

@@ -62,8 +62,9 @@ from benchlib import (  # noqa: E402
     timed_advance,
 )
 
-from refund_agent import RunStatus, converse  # noqa: E402
+from refund_agent import RunStatus  # noqa: E402
 from refund_agent.config import PROJECT_ROOT  # noqa: E402
+from refund_agent.desk import converse  # noqa: E402
 from refund_agent.providers.client import ModelAccess, open_model  # noqa: E402
 
 GROK_REQUESTS, GROK_SECONDS = 5, 2.0  # a Grok-like run: 5 requests of 2 s each
@@ -127,14 +128,14 @@ class ScaleCase:
         from jsonstate import JsonStateStore
         from seeding import seed_json, seed_sqlite
 
-        from refund_agent import Store
+        from refund_agent.desk.records import DeskStore
 
         self.design, self.n = design, n
         self.out = root / f"scale-{design}-{n}"
         settings = bench_settings(self.out, data)
         t0 = time.perf_counter()
         if design == "sqlite":
-            store = Store(settings.db_path)
+            store = DeskStore(settings.db_path)
             seed_sqlite(store, self.out, template, n)
         else:
             seed_json(self.out / "state.json", self.out, template, n)
@@ -189,7 +190,8 @@ class ScaleCase:
         approval_id = pending_approval_id(self.agent, run_id)
         saves = getattr(self.agent.store, "saves", 0)
         t0 = time.perf_counter()
-        self.agent.decide(approval_id, True, APPROVER)
+        self.agent.decide(approval_id, True, APPROVER,
+                          fingerprint=self.agent.store.approval(approval_id).fingerprint)
         run, timed = timed_advance(self.agent, run_id)
         wall = time.perf_counter() - t0
         assert run.status == RunStatus.DONE, (run.status, run.error)
@@ -384,7 +386,7 @@ def _angry_conversation(folder: Path, zero_retention: bool):
     import httpx2
     import openai
 
-    from refund_agent import Agent
+    from refund_agent.desk import Agent
 
     settings = bench_settings(folder, DATA, zero_retention=zero_retention)
     server = open_model(settings).server
@@ -396,7 +398,8 @@ def _angry_conversation(folder: Path, zero_retention: bool):
     first = len(server.requests)
     run = agent.start_sample("angry")
     run = converse(agent, run.id)
-    agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+    agent.decide(pending_approval_id(agent, run.id), True, APPROVER,
+                 fingerprint=agent.store.approval(pending_approval_id(agent, run.id)).fingerprint)
     run = converse(agent, run.id)
     assert run.status == RunStatus.DONE, run.error
     bodies = server.requests[first:]

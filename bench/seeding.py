@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from refund_agent.desk.records.inbox import desk_of, refresh_stale_desk
 from refund_agent.errors import StoreError
 from refund_agent.models import call_key, order_id_in
 from refund_agent.store import GENESIS_HASH, Store, audit_hash
-from refund_agent.store.inbox import desk_of, refresh_stale_desk
 
 SEP = "\x1e"
 REJECT_EVERY = 10  # every 10th seeded ticket was rejected

@@ -55,7 +55,8 @@ os.environ["REFUND_AGENT_OFFLINE_LATENCY"] = "0"     # the stand-in answers at o
 for name in ("CRASH_AFTER_REFUND", "REFUND_AGENT_CRASH_AT", "REFUND_AGENT_OFFLINE_FAULTS"):
     os.environ.pop(name, None)                       # crash and fail only where we ask to
 
-from refund_agent import Agent, load_settings
+from refund_agent import load_settings
+from refund_agent.desk import Agent
 from tutorial import check, cli, fails, show, trace  # printing helpers: notebooks/tutorial.py
 
 agent = Agent(load_settings())

@@ -23,7 +23,7 @@ fee, so it pays `$40.50`, not the `$43.14` it showed as part of the pair. The un
 declined, and their line is free for a later request.
 """),
 code('''
-from refund_agent import quote_refund
+from refund_agent.desk import quote_refund
 from tutorial import wrap
 
 shop, order = agent.shop, agent.shop.order("A1043")
@@ -59,7 +59,8 @@ code('''
 leo = agent.advance(agent.start("leo.martins@example.com", sender_name="Leo Martins",
     subject="Board", body="The oak cutting board from order A1058 arrived cracked.").id)
 first = agent.store.approvals("pending")[0]
-agent.ask(first.id, by="Dana Kim", question="Could you send a photo of the crack?")
+agent.ask(first.id, by="Dana Kim", question="Could you send a photo of the crack?",
+          fingerprint=first.fingerprint)
 leo = agent.advance(leo.id)
 check("the run waits on the customer, question sent", leo.status.value == "asked"
       and "photo of the crack" in agent.outbox.messages()[-1]["request"]["body"])
@@ -119,7 +120,7 @@ def take_over_at(kind, name=None):
 cli("sample", "angry")
 [approval] = [a for a in agent.store.approvals("pending") if a.order_id == "A1066"]
 priya = agent.store.run(approval.run_id)
-agent.decide(approval.id, approve=True, by="Dana Kim")
+agent.decide(approval.id, approve=True, by="Dana Kim", fingerprint=approval.fingerprint)
 try:
     agent.advance(priya.id, on_event=take_over_at("restart"))
 except LeaseLost as exc:
@@ -270,7 +271,8 @@ except SignInFailed as exc:
 check("a wrong password is refused", wrong == "Wrong name or password.")
 pending = agent.store.approvals("pending")[0]
 try:
-    agent.decide(pending.id, approve=True, by=sam_lee.name, limit_cents=sam_lee.limit_cents)
+    agent.decide(pending.id, approve=True, by=sam_lee.name, limit_cents=sam_lee.limit_cents,
+                 fingerprint=pending.fingerprint)
     refused = ""
 except DecisionRefused as exc:
     refused = str(exc)

@@ -38,7 +38,7 @@ the stand-in, an `openai` client, the shop's read-only tools, and a SQLite file 
 code('''
 import sqlite3, uuid, openai
 from offline_model import start_offline_server
-from refund_agent import tool_schemas
+from refund_agent.desk import tool_schemas
 from refund_agent.desk.prompts import system_prompt
 from refund_agent.desk.tools import ShopTools, parse_args
 
@@ -131,7 +131,7 @@ and what happens when a process dies between paying and saving that it paid.
 
 ## The same with the package
 
-`refund_agent.Agent` is that loop with the hard parts done. `start` saves the email as a run;
+`refund_agent.desk.Agent` is that loop with the hard parts done. `start` saves the email as a run;
 `advance` drives it, one streamed `responses.create` per turn, printing the terminal's trace
 (`->` a call, `<-` its saved output, `**` an approval, `$$` a payment, `>` an email), until
 the run finishes or waits for a person.
@@ -159,7 +159,7 @@ and the note is what the customer is told.
 """),
 code('''
 sent_before = len(requests)
-agent.decide(approval.id, approve=True, by="Dana Kim")
+agent.decide(approval.id, approve=True, by="Dana Kim", fingerprint=approval.fingerprint)
 maya = agent.advance(maya.id, on_event=trace())
 resume = requests[sent_before]
 print()
@@ -215,7 +215,8 @@ def boundaries_hold(name):
     desk = Agent(agent.settings.with_(output_dir=OUTPUT / name))
     with transactions(desk.store) as txs:
         run = desk.advance(desk.start_sample("damaged").id)
-        desk.decide(desk.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+        shown = desk.store.approvals("pending")[0]
+        desk.approve(shown.id, shown.fingerprint, by="Dana Kim")
     check("1. the run and its email: one transaction", one_transaction(
           txs, "INSERT INTO runs", "INSERT INTO steps"))
     check("2. each response and its calls: one transaction", one_transaction(
@@ -294,7 +295,7 @@ barrier, outcomes = threading.Barrier(2), {}
 def click(name):
     barrier.wait()
     try:
-        outcomes[name] = race.decide(pending.id, approve=True, by=name)
+        outcomes[name] = race.approve(pending.id, pending.fingerprint, by=name)
     except AlreadyDecided as exc:
         outcomes[name] = exc
 threads = [threading.Thread(target=click, args=(n,)) for n in ("Dana Kim", "Sam Lee")]
@@ -354,7 +355,8 @@ from refund_agent import LeaseLost
 
 fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.05))
 run = fenced.advance(fenced.start_sample("damaged").id)
-fenced.decide(fenced.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+shown = fenced.store.approvals("pending")[0]
+fenced.approve(shown.id, shown.fingerprint, by="Dana Kim")
 epoch = lambda: fenced.store.lease_epoch(run.id)      # the fencing token, as stored
 stalled, before = fenced.store.acquire(run.id, token="stalled owner"), epoch()
 time.sleep(0.1)                                  # it stalls: no renewal for longer than a lease
@@ -401,7 +403,7 @@ check("the answer went to Maya only", agent.outbox.messages()[-1]["request"]["to
       == "maya.chen@example.com")
 '''),
 code('''
-from refund_agent import converse, quote_refund
+from refund_agent.desk import converse, quote_refund
 from tutorial import emails
 
 priya = converse(agent, agent.start_sample("angry").id)
@@ -413,7 +415,8 @@ check("proposed exactly what the policy computes", approval.amount == allowed.am
 check("the gift card is refused: final sale", isinstance(quote_refund(agent.shop.order("A1066"),
       agent.shop.terms, [("GIFT-50", "changed_mind")], {}, agent.shop.today), str))
 sent_before = len(requests)
-agent.decide(approval.id, approve=True, by="Dana Kim", note="TEAM ONLY: chargeback risk.")
+agent.decide(approval.id, approve=True, by="Dana Kim", note="TEAM ONLY: chargeback risk.",
+             fingerprint=approval.fingerprint)
 priya = converse(agent, priya.id)
 thread = emails(agent, priya.id)
 playing = [r for r in requests[sent_before:] if not r.get("tools")]   # the customer's model
@@ -461,7 +464,8 @@ code('''
 slow = Agent(agent.settings.with_(output_dir=OUTPUT / "thirty-days"))
 run = slow.advance(slow.start_sample("damaged").id)
 slow.model.server.advance_clock(days=31)
-slow.decide(slow.store.approvals("pending")[0].id, approve=True, by="Dana Kim")
+shown = slow.store.approvals("pending")[0]
+slow.approve(shown.id, shown.fingerprint, by="Dana Kim")
 sent_before = len(slow.model.server.requests)
 run = slow.advance(run.id)
 resent = [s.data["response_id"] for s in slow.store.steps(run.id) if s.kind == "resent"]

@@ -7,18 +7,20 @@ Two layers, both public:
   which pauses before a call that needs a person and continues the same run once they
   decide. Build your own agent from :class:`Loop`, :class:`Tool` and :class:`CallContext`;
   ``refund_agent/examples/`` has two, each one screen long.
-- **The refund desk** (``refund_agent/desk/``): :class:`Agent`, the refund agent on that loop,
-  with its shop, policy and outside systems, as the web page and the terminal use it.
+- **The refund desk** (``refund_agent.desk``): ``Agent``, the refund agent on that loop, with
+  its shop, policy and outside systems, as the web page and the terminal use it. It stands on
+  the loop: ``import refund_agent`` loads none of it (``from refund_agent.desk import Agent``).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .config import Settings, load_settings
 from .crash import LOOP_POINTS
-from .desk.agent import Agent
-from .desk.customer import converse
-from .desk.policy import PolicyFacts, Quote, policy_facts, quote_refund
-from .desk.shop import Order, PolicyTerms, Shop, canonical_order_id
-from .desk.tools import tool_schemas
 from .errors import (
+    AgentError,
     AlreadyDecided,
     ConfigError,
     DecisionRefused,
@@ -60,9 +62,26 @@ __all__ = [
     "Proposal", "Reply", "Run", "RunStatus", "Settings", "Step", "StepKind", "Store", "Tool",
     "ToolKind", "Waiting", "load_settings", "open_model", "same_address", "toolset",
     # The errors (refund_agent/errors.py draws their tree).
-    "AlreadyDecided", "ConfigError", "DecisionRefused", "EndRun", "IdempotencyConflict",
-    "LeaseLost", "NotFound", "RefundAgentError", "RunBusy", "RunNotReady", "StoreError",
-    # The refund desk.
-    "Agent", "ApprovalLine", "AuditEntry", "Order", "PolicyFacts", "PolicyTerms", "Quote",
-    "Shop", "canonical_order_id", "converse", "policy_facts", "quote_refund", "tool_schemas",
+    "AgentError", "AlreadyDecided", "ConfigError", "DecisionRefused", "EndRun",
+    "IdempotencyConflict", "LeaseLost", "NotFound", "RefundAgentError", "RunBusy", "RunNotReady",
+    "StoreError",
+    # Records the desk's pages and the audit read.
+    "ApprovalLine", "AuditEntry",
 ]
+
+# The refund desk's names, once imported from here: still found (``from refund_agent import
+# Agent``), read from ``refund_agent.desk`` on first use, so ``import refund_agent`` itself
+# loads nothing above the loop (tests/loop/test_layout.py runs it in a fresh interpreter).
+_DESK = frozenset({
+    "Agent", "Order", "PolicyFacts", "PolicyTerms", "Quote", "Shop", "canonical_order_id",
+    "converse", "policy_facts", "quote_refund", "tool_schemas",
+})
+
+
+def __getattr__(name: str) -> Any:
+    """A desk name asked of the package: imported from ``refund_agent.desk`` then."""
+    if name in _DESK:
+        value = getattr(importlib.import_module(".desk", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,12 @@
 """Every exception the project raises, in one place.
 
-Everything raised on purpose derives from :class:`RefundAgentError`, so a front end can catch
-one type and show its message instead of a traceback. Problems the *model* can recover from
+Everything raised on purpose derives from :class:`AgentError` (``RefundAgentError`` is the
+same class under its older name), so a front end can catch one type and show its message
+instead of a traceback. Problems the *model* can recover from
 (a wrong order number, an amount above the policy) are not raised at all: they go back to the
 model as the tool's output. Programming errors raise as they are.
 
-    RefundAgentError
+    AgentError (alias: RefundAgentError)
     ├── ConfigError          settings or data files missing or invalid
     ├── NotFound             no run, approval or order with that id
     ├── AlreadyDecided       someone decided first (the web's 409; audited as 'ignored')
@@ -35,20 +36,28 @@ model as the tool's output. Programming errors raise as they are.
 from datetime import datetime
 
 
-class RefundAgentError(Exception):
+class AgentError(Exception):
     """Base class for every error this package raises deliberately."""
 
 
-class ConfigError(RefundAgentError):
+# The name the base had before the loop was lifted out of the refund desk; kept so code that
+# catches it keeps working.
+RefundAgentError = AgentError
+
+
+class ConfigError(AgentError):
     """Settings or data files are missing, unreadable or invalid."""
 
 
-class NotFound(RefundAgentError):
+class NotFound(AgentError):
     """A run, approval or order with the given id does not exist."""
 
 
-class AlreadyDecided(RefundAgentError):
+class AlreadyDecided(AgentError):
     """A decision arrived for an approval that someone already decided.
+
+    ``noun`` is what the agent calls its proposals ("refund", "store credit": Loop.
+    proposal_noun), so the message speaks of the person's own kind of decision.
 
     Attributes:
         status: the decision that won (approved, rejected, asked, expired).
@@ -56,12 +65,13 @@ class AlreadyDecided(RefundAgentError):
         decided_at: when (a Unix time), if known.
     """
 
-    # How each outcome reads in "This refund was already ...".
+    # How each outcome reads in "This <noun> was already ...".
     PHRASES = {"asked": "sent back to the customer with a question",
                "expired": "closed as expired (not decided in time)"}
 
     def __init__(self, approval_id: str, status: str, decided_by: str,
-                 decided_at: float | None = None, tried_by: str | None = None) -> None:
+                 decided_at: float | None = None, tried_by: str | None = None, *,
+                 noun: str = "proposal") -> None:
         self.approval_id, self.status, self.decided_by = approval_id, status, decided_by
         self.decided_at, self.tried_by = decided_at, tried_by
         when = ""
@@ -70,9 +80,9 @@ class AlreadyDecided(RefundAgentError):
         done = self.PHRASES.get(status, status)
         if tried_by and tried_by == decided_by:
             # A second click (or a second tab) of the same person: not someone else's doing.
-            message = f"You already {_active(status)} this refund{when}; nothing more to do."
+            message = f"You already {_active(status)} this {noun}{when}; nothing more to do."
         else:
-            message = f"This refund was already {done} by {decided_by}{when}."
+            message = f"This {noun} was already {done} by {decided_by}{when}."
         super().__init__(message)
 
 
@@ -81,11 +91,11 @@ def _active(status: str) -> str:
             "asked": "asked the customer about"}.get(status, status)
 
 
-class DecisionRefused(RefundAgentError):
+class DecisionRefused(AgentError):
     """A decision cannot be carried out (bad input, or the policy no longer allows it)."""
 
 
-class RunBusy(RefundAgentError):
+class RunBusy(AgentError):
     """Another live process is advancing this run right now."""
 
     def __init__(self, run_id: str, pid: int) -> None:
@@ -94,7 +104,7 @@ class RunBusy(RefundAgentError):
             f"Run {run_id} is being advanced by process {pid}; try again when it stops.")
 
 
-class LeaseLost(RefundAgentError):
+class LeaseLost(AgentError):
     """This process no longer holds the run it was advancing; another one took it over.
 
     Raised at the first write after the takeover (each write checks the lease's fencing token),
@@ -109,33 +119,33 @@ class LeaseLost(RefundAgentError):
             "this process stopped without doing anything more, and the run continues there.")
 
 
-class RunNotReady(RefundAgentError):
+class RunNotReady(AgentError):
     """The run is in a state where the requested action makes no sense."""
 
 
-class StoreError(RefundAgentError):
+class StoreError(AgentError):
     """The SQLite store is corrupt, locked for too long, or not a database."""
 
 
-class LedgerError(RefundAgentError):
+class LedgerError(AgentError):
     """The payment or email stand-in could not write its log (disk full, read-only folder)."""
 
 
-class IdempotencyConflict(RefundAgentError):
+class IdempotencyConflict(AgentError):
     """An idempotency key was reused with different arguments (as payment providers refuse)."""
 
 
-class MigrationRefused(RefundAgentError):
+class MigrationRefused(AgentError):
     """``refund-agent migrate`` would not copy the store (the message says why); nothing was
     written to the target database."""
 
 
-class PaymentRefused(RefundAgentError):
+class PaymentRefused(AgentError):
     """The payment provider refused the refund (no such payment, more than is left, a bad key):
     nothing was refunded and nothing is recorded as paid. Fix the cause, then resume."""
 
 
-class PaymentUncertain(RefundAgentError):
+class PaymentUncertain(AgentError):
     """The refund request reached the provider but its answer never came back (a timeout,
     a dropped connection), and reading it back did not settle it: the refund may or may not
     exist. Nothing is recorded as paid; resume reads it back again before creating anything."""
@@ -145,16 +155,16 @@ class IdentityError(ValueError):
     """A name or address that cannot be told apart from another one."""
 
 
-class SignInFailed(RefundAgentError):
+class SignInFailed(AgentError):
     """A wrong name or password, or an account that no longer exists."""
 
 
-class EmailNotSent(RefundAgentError):
+class EmailNotSent(AgentError):
     """The mail server could not be reached or refused the message; it is recorded in the outbox
     but not marked sent, and resume sends it."""
 
 
-class NothingToDecide(RefundAgentError):
+class NothingToDecide(AgentError):
     """approve or reject found no refund waiting (exit code 4)."""
 
 

@@ -22,22 +22,29 @@ a key), so a process killed between any two leaves nothing half done:
 5. A decision is a compare-and-set on 'pending' (and on the fingerprint of what the person
    was shown), with its audit line: ``store/approvals.py:decide``.
 6. An outside effect happens once per key (the run and the call id): a repeat gets the first
-   result back, a different request under the same key is refused:
-   ``outside/ledger.py:IdempotentLog.once``.
+   result back, a different request under the same key is refused: ``CallContext.once``
+   (``outside/ledger.py:IdempotentLog.once``, or the store's ledger where hosts share it).
 7. One process advances a run at a time, under a lease whose token grows with every takeover;
    every write checks it: ``store/leases.py:acquire``.
 
 Named crash points (crash.py) sit at each, so tests can kill the process there.
+
+Safe by default: a proposal not approved never reaches the tool's effect function (the model
+gets the decision, Tool.declined); the lease is checked before every effect function runs; a
+decision names the fingerprint of what was shown.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 import openai
@@ -46,25 +53,19 @@ from . import intake, turns
 from .config import Settings, load_settings
 from .crash import LOOP_POINTS, crash_point, undeclared
 from .errors import ConfigError, DecisionRefused, EndRun, LeaseLost, RunNotReady, Stopped
-from .models import (
-    Approval,
-    ApprovalStatus,
-    Call,
-    Reply,
-    Run,
-    RunStatus,
-    StepKind,
-)
+from .models import Approval, ApprovalStatus, Call, Reply, Run, RunStatus, stable_name
+from .outside.ledger import IdempotentLog, StoreLog
 from .providers.client import ModelAccess, open_model
-from .providers.endings import Ending, ending_for
+from .providers.endings import Ending, end_run, ending_for
 from .providers.stored import response_gone
 from .providers.table import effort_for, needs_include
 from .store import Lease, Output, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
-from .tools import CallContext, Outcome, Tool, ToolKind, parse_call, run_ahead, schemas
+from .tools import CallContext, EffectLog, Outcome, Tool, ToolKind, parse_call, run_ahead, schemas
 from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
+log = logging.getLogger(__name__)
 # Asked before a run that answered ends done (see Loop.advance): True when it added input.
 FollowUp = Callable[[Run, Lease], bool]
 
@@ -77,30 +78,30 @@ class Loop:
     environment's; ``model`` is an opened client (tests pass one to inspect the stand-in).
     """
 
-    #: On its runs; it advances and decides only those (Run.owner_problem). Unset: its class's.
+    #: On its runs; it advances and decides only those (Run.owner_problem). Unset: its
+    #: module's import name and its class's (stable_name: the same run as a script).
     agent_name: ClassVar[str] = ""
+    #: What its proposals are called in a person's messages ("This refund was already ...").
+    proposal_noun: ClassVar[str] = "proposal"
+    #: Where ``ctx.once`` records: ``<name>.log`` beside an SQLite store, else its ledger.
+    effect_log: ClassVar[str] = "effects"
     tools: ClassVar[Mapping[str, Tool]] = {}
     #: The output a held-back effect gets (see Tool.done_status).
     held_back: ClassVar[str] = ("Not carried out: it was written beside a proposal that was "
                                 "not carried out. Make it again with the outcome.")
     default_subject: ClassVar[str] = "Request"
-    #: The SQLite file this agent keeps its runs in, in the output folder (None: the
-    #: settings' own, the refund desk's). On PostgreSQL every agent shares the database.
+    #: Its SQLite file in the output folder (None: the settings' own, the refund desk's).
+    #: On PostgreSQL every agent shares the database.
     store_file: ClassVar[str | None] = None
-    #: The store this agent's runs live in: the loop's own (runs, responses, calls, approvals,
-    #: replies, leases, audit, ledger), or a subclass adding the agent's own records (the
-    #: refund desk's DeskStore). Its engine is chosen from the target, as Store's is.
+    #: The loop's own store, or a subclass adding the agent's records (desk: DeskStore).
     store_class: ClassVar[type[Store]] = Store
     #: The crash points this agent's code reaches (name -> what has happened there): the
     #: loop's own, plus any its tools name with ``ctx.crash(...)``.
     crash_points: ClassVar[Mapping[str, str]] = LOOP_POINTS
-    #: Prices an approval's kept lines again inside the decision's transaction (the refund
-    #: desk's policy, desk/agent.py); None for agents whose proposals have no lines.
-    _requote: Callable[..., Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.agent_name = cls.agent_name or f"{cls.__module__}.{cls.__qualname__}"
+        cls.agent_name = cls.agent_name or f"{stable_name(cls.__module__)}.{cls.__qualname__}"
 
     def __init__(self, settings: Settings | None = None, *, model: ModelAccess | None = None):
         self.settings = settings or load_settings()
@@ -111,6 +112,7 @@ class Loop:
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
+        self._effects: EffectLog | None = None
 
     @property
     def model(self) -> ModelAccess:
@@ -122,16 +124,26 @@ class Loop:
     def system_prompt(self, run: Run) -> str:
         raise NotImplementedError
 
+    @property
+    def effects(self) -> EffectLog:
+        """The effect log ``ctx.once`` records in (see effect_log), opened on first use."""
+        if self._effects is None:
+            self._effects = StoreLog(self.store, self.effect_log) if self.store.shared else \
+                IdempotentLog(Path(self.settings.output_dir) / f"{self.effect_log}.log")
+        return self._effects
+
     def context(self, run: Run, lease: Lease, call: Call) -> CallContext:
-        """What a call's tool functions receive."""
-        return CallContext(run, lease, call, self.store, self._crash_at)
+        """What a call's tool functions receive (an agent adds its own: CallContext.extend)."""
+        return CallContext(run, call, lease, self.store, self._crash_at, self.effects)
 
     def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
-        """The failure message of a run that cannot continue (the refund desk also emails)."""
+        """The failure message of a run that cannot continue (``why``); an agent may put the
+        run before a person here, and say so in the message."""
         return why
 
     def money_moved(self, run_id: str) -> bool:
-        """Whether the run paid anything, so a failure no retry cures goes to a person."""
+        """Whether the run's effects already did what no retry should repeat unannounced; if
+        so, a failure no retry cures goes to :meth:`hand_over`. None did, by default."""
         return False
 
     def _crash_at(self, name: str) -> None:
@@ -211,7 +223,7 @@ class Loop:
                 handled = isinstance(exc, Stopped | EndRun | turns.NoTranscript |
                                      openai.APIError)
                 try:
-                    left = self._end(lease, ending_for(self, exc, run_id, lease, cancel))
+                    left = end_run(self.store, lease, ending_for(self, exc, run_id, lease, cancel))
                 except LeaseLost:
                     if handled:
                         raise
@@ -221,24 +233,9 @@ class Loop:
                 if not handled:
                     raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
-                left = self._end(lease, end)
+                left = end_run(self.store, lease, end)
         self._emit_steps(run_id, seen, emit)
         return left   # as the release left it: not read again
-
-    def _end(self, lease: Lease, end: turns.Released | Waiting | turns.Finished | Ending) -> Run:
-        match end:
-            case turns.Released(run=run):
-                return run
-            case Waiting(released=True):   # the proposal's commit paused it and let it go
-                return self.store.run(lease.run_id)
-            case Waiting():
-                return self.store.release(lease, RunStatus.WAITING)
-            case turns.Finished(status=status):
-                return self.store.release(lease, status)
-            case Ending(status=status, error=error, step=step):
-                if error and step is None:
-                    step = (StepKind.ERROR, {"message": error})
-                return self.store.release(lease, status, error, step)
 
     def _next(self, run: Run, lease: Lease, calls: list[Call] | None = None
               ) -> turns.TurnResult:
@@ -283,7 +280,8 @@ class Loop:
         """Run one saved call as its tool is declared; save its output at once (boundary 3).
 
         A ``needs_approval`` call is proposed first (the run waits), waits while pending, and
-        is carried out (or told why not) once a person decided."""
+        runs once approved; a rejection, a question or an expiry goes back to the model as
+        its output (Tool.declined). The lease is checked before any effect function runs."""
         self._crash_at("before_tool")
         tool = self.tools.get(call.name)
         args = parse_call(self.tools, call.name, call.arguments)
@@ -299,9 +297,15 @@ class Loop:
                 outcome = proposed
             elif approval.status == ApprovalStatus.PENDING:
                 return Waiting(approval.id)
+            elif approval.status != ApprovalStatus.APPROVED or (
+                    (approval.run_id, approval.call_id) != (run.id, call.call_id)):
+                outcome = Outcome(tool.not_carried_out(args, approval), [])
             else:
+                self.store.check_lease(lease)   # a process that lost the run does nothing
                 outcome = tool.run(self.context(run, lease, call), args, approval)  # type: ignore[misc]
         else:
+            if tool.has_effect:
+                self.store.check_lease(lease)   # a process that lost the run does nothing
             outcome = tool.run(self.context(run, lease, call), args)  # type: ignore[misc]
         text = self._record(lease, call, outcome)
         self._crash_at("after_tool")
@@ -392,69 +396,45 @@ class Loop:
 
     def approve(self, approval_id: str, fingerprint: str, *, by: str,
                 note: str | None = None) -> Approval:
-        """Approve what the person was shown: ``fingerprint`` is the approval's
-        (Approval.fingerprint) as it was displayed. See :meth:`decide`."""
-        return self.decide(approval_id, True, by, note, fingerprint=fingerprint)
+        """Approve what the person was shown (its Approval.fingerprint). See :meth:`decide`."""
+        return self.decide(approval_id, True, by=by, note=note, fingerprint=fingerprint)
 
     def reject(self, approval_id: str, fingerprint: str, *, by: str, note: str) -> Approval:
         """Reject it with a note the customer will read. See :meth:`decide`."""
-        return self.decide(approval_id, False, by, note, fingerprint=fingerprint)
+        return self.decide(approval_id, False, by=by, note=note, fingerprint=fingerprint)
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
-               keep: list[str] | None = None, limit_cents: int | None = None,
-               units: Mapping[str, int] | None = None, *,
-               fingerprint: str | None = None) -> Approval:
-        """Record a person's decision. The run continues on the next :meth:`advance`.
-
-        Args:
-            keep: for an approval, the lines (skus) to pay; the others are declined. None
-                keeps every proposed line.
-            units: fewer units than proposed for kept lines (sku -> 1 up to the proposal's),
-                priced again, the limit checked on that price; others keep their units.
-            limit_cents: the most ``by`` may approve on the order in all (accounts.py): this
-                decision plus what ``by`` approved there before, on any ticket. None: no limit.
-            fingerprint: Approval.fingerprint as the person saw it; a pending approval that
-                no longer matches is refused (audited), never decided. Every front end passes
-                it; None only for callers that show nothing (tests of the store's rules).
+    def decide(self, approval_id: str, approve: bool, *, by: str, note: str | None = None,
+               fingerprint: str | None) -> Approval:
+        """Record a person's decision; the run continues on the next :meth:`advance`.
+        ``fingerprint`` (required): Approval.fingerprint as the person saw it; a pending
+        approval that no longer matches is refused (audited), never decided.
 
         Raises:
-            DecisionRefused: no name, a rejection without a note, lines not the proposal's,
-                an amount above ``limit_cents``, a kept line that would now pay more than its
-                card showed, or a policy that no longer allows it (all checked inside the
-                decision's transaction). An approval decided after the run's stored response
-                expired is decided like any other: the run continues from its transcript.
+            DecisionRefused: no fingerprint, no name, a rejection without a note, or a rule
+                of the agent's (checked inside the decision's transaction).
             AlreadyDecided: someone else decided first (audited as 'ignored').
         """
+        return self._decide(approval_id, approve, by, note, fingerprint)
+
+    def _decide(self, approval_id: str, approve: bool, by: str, note: str | None,
+                fingerprint: str | None, **rules: Any) -> Approval:
+        """Every agent's decide: checks, the store's compare-and-set (``rules``: the agent's
+        own, for its store: the desk's keep, requote, limits), the crash point."""
         by, note = intake.checked_decision(by, note, approve)
-        self._own_approval(approval_id, DecisionRefused)
-        # The policy is re-checked inside the decision's transaction (see Store.decide).
-        requote = partial(self._requote, units=dict(units or {})) if self._requote else None
-        decided = self.store.decide(approval_id, approve, by, note, keep=keep,
-                                    fingerprint=fingerprint,
-                                    requote=requote if approve else None,
-                                    limit_cents=limit_cents if approve else None,
-                                    two_person_above_cents=self.two_person_above_cents())
+        self._own_approval(approval_id, DecisionRefused, fingerprint)
+        decided = self.store.decide(approval_id, approve, by, note, fingerprint=fingerprint,
+                                    noun=self.proposal_noun, **rules)
         self._crash_at("after_decision")
         return decided
 
-    def two_person_above_cents(self) -> int | None:
-        """Above this amount two different people must approve (None: one is enough)."""
-        return None
-
     def ask(self, approval_id: str, by: str, question: str, *,
-            fingerprint: str | None = None) -> Approval:
-        """Send a proposal back: the customer gets ``question``, nothing is paid yet.
-
-        The run emails the question and waits on the customer (RunStatus.ASKED); their reply
-        continues it, and the agent may propose again.
-
-        Raises:
-            DecisionRefused: no name, or no question.
-            AlreadyDecided: someone decided first (audited as 'ignored').
-        """
+            fingerprint: str | None) -> Approval:
+        """Send a proposal back: the customer gets ``question`` (the run waits on their
+        reply, RunStatus.ASKED), nothing is done yet. Raises as :meth:`decide` does."""
         by, question = intake.checked_question(by, question)
-        self._own_approval(approval_id, DecisionRefused)
-        asked = self.store.ask(approval_id, by, question, fingerprint=fingerprint)
+        self._own_approval(approval_id, DecisionRefused, fingerprint)
+        asked = self.store.ask(approval_id, by, question, fingerprint=fingerprint,
+                               noun=self.proposal_noun)
         self._crash_at("after_decision")
         return asked
 
@@ -481,16 +461,35 @@ class Loop:
         return lease and lease.run_id
 
     def resumable(self) -> list[Run]:
-        """Its runs a resume should pick up: orphaned mid-turn, or decided while nobody ran them."""
+        """Its runs a resume should pick up: orphaned mid-turn, or decided while nobody ran
+        them. Another agent's are left alone, and logged (see :meth:`foreign_runs`)."""
         mine = self.agent_name
-        return self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)
+        runs = self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)
+        if foreign := self.foreign_runs():
+            log.warning(self.foreign_note(foreign))
+        return runs
+
+    def foreign_runs(self) -> dict[str, int]:
+        """Runs a resume would pick up that another agent made (its name -> how many)."""
+        runs = self.store.orphaned_runs() + self.store.decided_but_waiting()
+        return dict(Counter(run.agent for run in runs if run.agent != self.agent_name))
+
+    def foreign_note(self, foreign: Mapping[str, int]) -> str:
+        """One line naming the runs :meth:`foreign_runs` found, for a worker to print."""
+        named = ", ".join(f"{n} of agent {name!r}" for name, n in sorted(foreign.items()))
+        return (f"Left for their own agent: {named} (this is {self.agent_name!r}; run that "
+                "agent's worker, or give agent_name the name the runs were made with).")
 
     def _own(self, run_id: str, doing: str, refused: type[Exception]) -> None:
         if problem := self.store.run(run_id).owner_problem(self.agent_name, doing):
             raise refused(problem)
 
-    def _own_approval(self, approval_id: str, refused: type[Exception]) -> None:
-        """:meth:`_own` for deciding a run's approval (one read: the approval's run)."""
+    def _own_approval(self, approval_id: str, refused: type[Exception],
+                      fingerprint: str | None) -> None:
+        """:meth:`_own` for deciding (one read: the approval's run), naming what was shown."""
+        if not fingerprint:
+            raise refused("A decision names the fingerprint of the approval as it was shown "
+                          "(Approval.fingerprint); open it and decide on what it says.")
         if problem := self.store.approval_run(approval_id).owner_problem(self.agent_name,
                                                                          "decide"):
             raise refused(problem)
@@ -498,4 +497,3 @@ class Loop:
     @property
     def pid(self) -> int:
         return os.getpid()
-

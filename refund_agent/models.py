@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -205,6 +208,17 @@ class Approval(BaseModel):
         return round(self.amount_cents / 100, 2)
 
     @property
+    def subject(self) -> str:
+        """What the action is on (an order, an account, an invoice): the generic name of the
+        ``order_id`` column, which keeps the refund desk's name for it."""
+        return self.order_id
+
+    @property
+    def title(self) -> str:
+        """The sentence a reviewer reads: the generic name of the ``summary`` column."""
+        return self.summary
+
+    @property
     def has_amount(self) -> bool:
         """Whether the action moves money: a refund's lines, or an amount its agent declared
         (an account closure has neither, and shows no "$0.00")."""
@@ -378,3 +392,28 @@ class Escalation(BaseModel):
     @property
     def label(self) -> str:
         return KIND_LABELS.get(self.kind, self.kind)
+
+
+def stable_name(module: str) -> str:
+    """The name ``module`` has when imported: ``__main__`` (a script run as ``python
+    agent.py``, or ``python -m``) becomes the module the file is, so a run a script started
+    is the same agent's for a worker that imports the file (None of that under ``-c``)."""
+    main = sys.modules.get("__main__")
+    if module != "__main__" or main is None:
+        return module
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name).removesuffix(".__main__")
+    file = getattr(main, "__file__", None)
+    if not file:
+        return module
+    stem = Path(file).resolve().with_suffix("")
+    for entry in sys.path:
+        try:
+            parts = stem.relative_to(Path(entry or os.getcwd()).resolve()).parts
+        except (ValueError, OSError):
+            continue
+        if parts and all(part.isidentifier() for part in parts):
+            return ".".join(parts)
+    return stem.name
+

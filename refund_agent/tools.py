@@ -16,13 +16,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, Self
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
-from .models import Approval, Call, Proposal, Run, StepKind
+from .models import Approval, Call, Proposal, Run, Step, StepKind
 from .store import Lease, Output, Store
 from .turns import StepData, Waiting
 
@@ -56,13 +56,17 @@ class Tool:
         args: the pydantic model of its arguments (the JSON schema is generated from it).
         kind: read-only, an effect, or an effect that needs approval.
         run: what a call does. ``run(context, args)`` for read-only tools and effects;
-            for ``needs_approval``, ``run(context, args, approval)`` once a person decided
-            (``approval.status`` says how). ``context`` is what the agent hands its tools
-            for one call (see ``Agent.context``); effects take their idempotency key from
-            it (the call's key: the run and the call id).
+            for ``needs_approval``, ``run(context, args, approval)`` once a person approved
+            it: the loop calls it with an approved approval of this very call only, and
+            checks the run's lease first (as before any effect). ``context`` is what the
+            agent hands its tools for one call (:class:`CallContext`); effects take their
+            idempotency key from it (the call's key: the run and the call id).
         propose: ``needs_approval`` only: ``propose(context, args)`` queues the proposal
             for a person and returns ``Waiting``, or returns the call's output at once
             when there is nothing to propose (an error for the model).
+        declined: ``needs_approval`` only: ``declined(args, approval) -> dict``, the output
+            the model gets when a person rejected the proposal, asked the customer first,
+            or let it expire. Pure (no context: it cannot act). None: :func:`not_done`.
         done_status: ``needs_approval`` only: the ``status`` its output has when the
             approved effect was carried out. An effect written in the same response after
             a proposal that was not carried out is held back (it may promise what did not
@@ -76,6 +80,7 @@ class Tool:
     run: Callable[..., Any] | None = None
     propose: Callable[..., Any] | None = None
     done_status: str = ""
+    declined: Callable[[Any, Approval], dict[str, Any]] | None = None
 
     @property
     def needs_approval(self) -> bool:
@@ -85,11 +90,21 @@ class Tool:
     def has_effect(self) -> bool:
         return self.kind is not ToolKind.READ_ONLY
 
+    def not_carried_out(self, args: BaseModel, approval: Approval) -> dict[str, Any]:
+        """The output of a proposal a person did not approve (see ``declined``)."""
+        return (self.declined or not_done)(args, approval)
+
     def schema(self) -> dict[str, Any]:
         """The tool in the Responses API's function-tool format (strict)."""
         schema = self.args.model_json_schema()
         return {"type": "function", "name": self.name, "description": self.description,
                 "parameters": _strict(schema, schema.get("$defs", {})), "strict": True}
+
+
+def not_done(args: BaseModel, approval: Approval) -> dict[str, Any]:
+    """The default output of a proposal that was not approved: the decision and its note."""
+    return {"status": str(approval.status), "decided_by": approval.decided_by,
+            "note": approval.note or ""}
 
 
 def toolset(*tools: Tool) -> dict[str, Tool]:
@@ -175,24 +190,71 @@ class Outcome:
         return bool(self.steps or self.audit)
 
 
+class EffectLog(Protocol):
+    """The idempotent log a tool writes through (outside/ledger.py): ``make`` once per key."""
+
+    def once(self, key: str, request: dict[str, Any], make: Callable[[], dict[str, Any]]
+             ) -> tuple[dict[str, Any], bool]: ...
+
+    def records(self) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True)
 class CallContext:
-    """What any tool's functions get for one call: the run, its lease, the call itself."""
+    """What a tool function gets for one call, and nothing more: its run, its call (and the
+    call's ``key``), ``fence()``, the idempotent ``once``, ``propose``, a named ``crash``
+    point, and read access to its run's own records (:meth:`steps`, :meth:`approvals`).
+
+    The store stays private (``_store``): a tool cannot reach other runs, other agents'
+    records or the store's writes. An agent that hands its tools more (the refund desk's
+    shop, payments and records) subclasses it with keyword-only fields, built with
+    :meth:`extend` from the loop's own (Loop.context).
+    """
 
     run: Run
-    lease: Lease
     call: Call
-    store: Store
-    crash: Callable[[str], None]   # a named crash point (crash.py), for the tests
+    _lease: Lease = field(repr=False)
+    _store: Store = field(repr=False)
+    _crash: Callable[[str], None] = field(repr=False)
+    _effects: EffectLog | None = field(default=None, repr=False)
+
+    @classmethod
+    def extend(cls, base: CallContext, **more: Any) -> Self:
+        """``base`` (the loop's context for the call) with an agent's own fields added."""
+        return cls(**{f.name: getattr(base, f.name) for f in fields(CallContext)}, **more)
 
     @property
     def key(self) -> str:
-        """The call's idempotency key: its run and call id (models.call_key)."""
+        """The call's idempotency key: its run and call id (models.call_key); also the id of
+        the approval a ``needs_approval`` call proposes."""
         return self.call.key or self.call.call_id
 
     def fence(self) -> None:
-        """LeaseLost if another process took the run over: then nothing may happen."""
-        self.store.check_lease(self.lease)
+        """LeaseLost if another process took the run over: then nothing may happen. The loop
+        checks it before every effect function; a tool checks again before a later effect."""
+        self._store.check_lease(self._lease)
+
+    def crash(self, name: str) -> None:
+        """A named crash point (crash.py, declared in Loop.crash_points), for the tests."""
+        self._crash(name)
+
+    def once(self, request: dict[str, Any], make: Callable[[], dict[str, Any]]
+             ) -> tuple[dict[str, Any], bool]:
+        """The sixth boundary: ``make`` done once for this call (keyed by :attr:`key`) in
+        the agent's effect log (Loop.effect_log); returns (record, reused). A repeat after a
+        crash gets the first record back; the same key with another ``request`` is refused
+        (IdempotencyConflict)."""
+        if self._effects is None:
+            raise TypeError("this agent keeps no effect log (Loop.effect_log)")
+        return self._effects.once(self.key, request, make)
+
+    def steps(self) -> list[Step]:
+        """The run's timeline so far, oldest first."""
+        return self._store.steps(self.run.id)
+
+    def approvals(self) -> list[Approval]:
+        """The run's proposals, oldest first."""
+        return self._store.run_approvals(self.run.id)
 
     def propose(self, title: str, *, subject: str = "", amount_cents: int = 0
                 ) -> Waiting | Outcome:
@@ -204,9 +266,9 @@ class CallContext:
         writes the approval, its audit line and the run's pause in one transaction, keyed
         by the call, so proposing again after a crash finds the same approval.
         """
-        queued = self.store.queue_approval(
-            self.lease, response_id=self.call.response_id, call_id=self.call.call_id,
-            order_id=subject, summary=title, customer=self.run.sender,
+        queued = self._store.queue_approval(
+            self._lease, response_id=self.call.response_id, call_id=self.call.call_id,
+            subject=subject, title=title, customer=self.run.sender,
             price=lambda _held: Proposal(subject=subject, amount_cents=amount_cents),
             release=True)
         if isinstance(queued, Approval):

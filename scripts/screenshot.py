@@ -168,7 +168,7 @@ def review_and_sign_in(review_out: Path, sign_in_out: Path) -> tuple[int, int]:
     """The review with the mugs unticked, then the same desk once accounts exist."""
     sys.path.insert(0, str(ROOT))
     from refund_agent.desk.accounts import Accounts
-    from refund_agent.store import Store
+    from refund_agent.desk.records import DeskStore
 
     with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:
         output, log = Path(tmp) / "output", Path(tmp) / "streamlit.log"
@@ -197,7 +197,7 @@ def review_and_sign_in(review_out: Path, sign_in_out: Path) -> tuple[int, int]:
                 review_png = page.screenshot()
                 dialog.get_by_role("button", name="Cancel").click()
 
-                accounts = Accounts(Store(output / "refund-agent.sqlite3"))
+                accounts = Accounts(DeskStore(output / "refund-agent.sqlite3"))
                 accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
                 page.reload()
                 page.get_by_text("Sign in to decide refunds").wait_for()

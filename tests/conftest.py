@@ -15,7 +15,8 @@ from helpers.cli import DATA, note_backend
 
 from offline_model import OfflineServer, Reply
 from offline_model.testing import ScriptedBrain, every_script_used
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.providers.client import ModelAccess, open_model
 
 # -- the stand-in's two dialects ----------------------------------------------------------------

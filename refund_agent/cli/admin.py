@@ -12,13 +12,13 @@ from typing import Any
 
 from ..config import load_settings
 from ..desk.agent import Agent
+from ..desk.migrate import migrate as migrate_store
 from ..desk.reconcile import email_notes, log_names, provider_problems, reconcile
+from ..desk.records import DeskStore
 from ..desk.status import amount_is, amount_label
 from ..errors import LeaseLost, MigrationRefused, RunBusy
 from ..outside import stripe_missing
 from ..outside.mailin.intake import release_held
-from ..store import Store
-from ..store.migrate import migrate as migrate_store
 from ..text import plural
 from .output import time_text
 from .tickets import at_work, drive
@@ -26,9 +26,11 @@ from .tickets import at_work, drive
 
 def doctor(_args: argparse.Namespace) -> int:
     """``refund-agent doctor``: exit 0 when the provider works (or the stand-in is in use)."""
+    from ..desk.tools import tool_schemas
     from ..providers.doctor import report  # only this command needs it
 
-    lines, ok = report(load_settings())
+    # The desk's tools: the doctor tries the request the refund desk's first turn sends.
+    lines, ok = report(load_settings(), tool_schemas())
     print("\n".join(lines))
     return 0 if ok else 1
 
@@ -91,6 +93,8 @@ def work(args: argparse.Namespace) -> int:
     swept = -SWEEP_EVERY
     print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
           flush=True)
+    if foreign := agent.foreign_runs():   # runs it will not take: say so, once
+        print(agent.foreign_note(foreign), flush=True)
     while True:
         if time.monotonic() - swept >= SWEEP_EVERY:
             # The shop's timeouts and the expiry, as the page's worker sweeps them: each step
@@ -182,7 +186,7 @@ def migrate(args: argparse.Namespace) -> int:
     if not settings.db_path.exists():
         raise MigrationRefused(f"There is no SQLite store at {settings.db_path} to migrate "
                                "(REFUND_AGENT_OUTPUT names the output folder).")
-    source = Store(settings.db_path, lease_seconds=settings.lease_seconds)
+    source = DeskStore(settings.db_path, lease_seconds=settings.lease_seconds)
     try:
         report = migrate_store(source, settings.output_dir, target,
                                progress=lambda line: print(line, flush=True))

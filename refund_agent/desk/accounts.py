@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import DecisionRefused, NotFound, SignInFailed
-from ..store import Store
 from ..text import one_line
 from .identity import canonical_name, looks_like, name_key, name_problem, taken_problem
+from .records import DeskStore
 from .shop import MAX_DOLLARS
 
 ROLES = ("approver", "lead")
@@ -154,7 +154,7 @@ def _account(row: dict) -> Account:
 class Accounts:
     """The accounts kept in one store."""
 
-    def __init__(self, store: Store, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, store: DeskStore, clock: Callable[[], float] | None = None) -> None:
         """``clock``: seconds since 1970 for the sign-in throttle; by default the database's
         own clock, which every process and host on the store shares (tests pass their own)."""
         self.store = store

@@ -1,9 +1,12 @@
 """What the refund desk's tools do: the look-ups, and the effects (paying, emailing).
 
-The loop in loop.py knows none of this: it hands each call a :class:`DeskCall` (the run,
-its lease, the call and the desk's outside systems) and runs the tool the way its declaration
-says (tools.ToolKind). Effects live here, each fenced by the run's lease and keyed by the
-call's key, so a process that lost the run does nothing, and a repeat does nothing twice.
+The loop in loop.py knows none of this: it hands each call a :class:`DeskCall` (the loop's
+narrow context, plus the desk's store, shop and outside systems) and runs the tool the way its
+declaration says (tools.ToolKind). Effects live here, each fenced by the run's lease (the loop
+checks it before calling them, they check again before paying or sending) and keyed by the
+call's key, so a process that lost the run does nothing, and a repeat does nothing twice. A
+refund nobody approved never reaches :func:`issue_refund`: :func:`refund_not_made` (pure)
+answers the model instead.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from typing import Any
 
 from ..errors import PaymentUncertain
 from ..models import CANNOT_CONTINUE, Approval, ApprovalStatus, Run, StepKind
-from ..outside import Outbox, Payments, with_signature
+from ..outside import Outbox, Payments, RefundRequest, with_signature
 from ..outside.mailin.parse import reply_subject
 from ..providers.stored import HANDED_OVER
 from ..store import Lease, Store
-from ..tools import CallContext, Outcome, toolset
+from ..tools import CallContext, Outcome, not_done, toolset
 from ..turns import Waiting
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
 from .rules import unit_problem
@@ -36,15 +39,22 @@ from .tools import (
 
 @dataclass(frozen=True, kw_only=True)
 class DeskCall(CallContext):
-    """The refund desk's context: the shop and its outside systems besides the call."""
+    """The refund desk's context: its store (the desk's records), the shop and its outside
+    systems besides the call."""
 
+    desk: Store
     shop: Shop
     payments: Payments
     outbox: Outbox
 
     @property
+    def lease(self) -> Lease:
+        """The run's lease, for the desk store's fenced writes."""
+        return self._lease
+
+    @property
     def tools(self) -> ShopTools:
-        return ShopTools(self.shop, self.run.sender, self.store.held_lines)
+        return ShopTools(self.shop, self.run.sender, self.desk.held_lines)
 
 
 def paid_quote(approval: Approval) -> Quote:
@@ -65,6 +75,18 @@ def paid_summary(approval: Approval) -> str:
                      for line in approval.kept)
     return (f"Refund on order {approval.order_id}: {kept}. Approved {len(approval.kept)} of "
             f"{len(approval.lines)} lines.")
+
+
+def payment_request(key: str, quote: Quote, summary: str) -> RefundRequest:
+    """What the payment provider is asked for (outside/payments.py): ``quote`` as plain data,
+    its lines' units only where the refund counted them (schema 8 on), so a refund approved
+    before then asks for exactly what it asked for then (same key, same request)."""
+    return RefundRequest(
+        key=key, order_id=quote.order_id, amount_cents=quote.total_cents, summary=summary,
+        lines=tuple({"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
+                     **({"units": q.units, "of_units": q.quantity}
+                        if q.units is not None and (q.quantity or 1) > 1 else {})}
+                    for q in quote.lines))
 
 
 def requote(shop: Shop, sender: str, held_lines: Callable[[str], Mapping[str, Held]],
@@ -103,9 +125,9 @@ def check_refund_policy(ctx: DeskCall, args: CheckRefundPolicy) -> Outcome:
 def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
     """Queue the refund for a person (boundary 4), or say why it cannot be proposed."""
     tools = ctx.tools
-    queued = ctx.store.queue_approval(
+    queued = ctx.desk.queue_approval(
         ctx.lease, response_id=ctx.call.response_id, call_id=ctx.call.call_id,
-        order_id=args.order_id, summary=args.summary.strip(), customer=ctx.run.sender,
+        subject=args.order_id, title=args.summary.strip(), customer=ctx.run.sender,
         price=lambda held: tools.quote(args, held), release=True)
     if isinstance(queued, str):
         audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
@@ -117,35 +139,48 @@ def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
     return Waiting(queued.id, released=True)
 
 
-def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcome:
-    """Carry out the person's decision: pay what was approved, or say why nothing was."""
-    lines = [{"line": line.line, "item": line.name, "reason": line.reason,
-              "amount": line.amount,
-              **({"units": line.units, "of_units": line.quantity}
-                 if line.units is not None and (line.quantity or 1) > 1 else {})}
-             for line in approval.lines]
+def _lines(approval: Approval) -> list[dict[str, Any]]:
+    """The proposal's lines as the model reads them in the call's output."""
+    return [{"line": line.line, "item": line.name, "reason": line.reason,
+             "amount": line.amount,
+             **({"units": line.units, "of_units": line.quantity}
+                if line.units is not None and (line.quantity or 1) > 1 else {})}
+            for line in approval.lines]
+
+
+def refund_not_made(args: IssueRefund, approval: Approval) -> dict[str, Any]:
+    """The output of a refund a person rejected, asked the customer about, or let expire
+    (Tool.declined): pure, it pays nothing and cannot."""
+    lines = _lines(approval)
     if approval.status == ApprovalStatus.REJECTED:
-        return Outcome({"status": "rejected", "rejected_by": approval.decided_by,
-                        "note": approval.note or "", "lines": lines}, [])
+        return {"status": "rejected", "rejected_by": approval.decided_by,
+                "note": approval.note or "", "lines": lines}
     if approval.status == ApprovalStatus.ASKED:
-        return Outcome({"status": "needs_information", "asked_by": approval.decided_by,
-                        "question": approval.note or "", "lines": lines,
-                        "next": "Nothing was refunded. Ask the customer the question; when "
-                                "they reply, propose the refund again if the policy allows it."},
-                       [])
+        return {"status": "needs_information", "asked_by": approval.decided_by,
+                "question": approval.note or "", "lines": lines,
+                "next": "Nothing was refunded. Ask the customer the question; when "
+                        "they reply, propose the refund again if the policy allows it."}
     if approval.status == ApprovalStatus.EXPIRED:
-        return Outcome({"status": "expired", "note": approval.note or "", "lines": lines,
-                        "next": "Nothing was refunded: nobody decided in time. Tell the "
-                                "customer and leave a note so the team follows up."}, [])
+        return {"status": "expired", "note": approval.note or "", "lines": lines,
+                "next": "Nothing was refunded: nobody decided in time. Tell the "
+                        "customer and leave a note so the team follows up."}
+    return not_done(args, approval)
+
+
+def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcome:
+    """Carry out the person's approval (the loop calls it with nothing else): pay what was
+    approved, once."""
+    lines = _lines(approval)
     # Approved: pay exactly what the person approved. The policy was checked inside the
     # decision's transaction and the lines stay held, so nothing can have taken them since.
     quote = paid_quote(approval)
     ctx.crash("before_refund")
     ctx.fence()   # a process that lost the run pays nothing
     try:
-        refund, reused = ctx.payments.refund(approval.id, quote, paid_summary(approval))
+        refund, reused = ctx.payments.refund(payment_request(approval.id, quote,
+                                                             paid_summary(approval)))
     except PaymentUncertain as exc:   # a real provider's lost answer (outside/stripe.py)
-        ctx.store.record_uncertain(ctx.lease, approval, str(exc))
+        ctx.desk.record_uncertain(ctx.lease, approval, str(exc))
         raise
     ctx.crash("after_refund")
     audit = {"event": "reused" if reused else "issued", "actor": "payments",
@@ -174,7 +209,7 @@ def escalate(ctx: DeskCall, args: Escalate) -> Outcome:
     store refuses a second open one all the same; only this run's owner raises these kinds).
     """
     reason = " ".join(args.reason.split())
-    already = ctx.store.open_escalation(ctx.run.id, args.kind)
+    already = ctx.desk.open_escalation(ctx.run.id, args.kind)
     if already is not None:
         return Outcome({"status": "already_escalated", "kind": args.kind,
                         "escalation": already.id,
@@ -193,7 +228,7 @@ def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
     run = ctx.run
     body = with_signature(args.message, ctx.shop.info.signature)
     ctx.fence()   # a process that lost the run sends nothing
-    record, reused = send_on_thread(ctx.store, ctx.lease, ctx.outbox, ctx.call.key, run, body)
+    record, reused = send_on_thread(ctx.desk, ctx.lease, ctx.outbox, ctx.key, run, body)
     ctx.crash("after_email")
     output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}
     step = {"to": run.sender, "body": body, "reused": reused}
@@ -254,7 +289,8 @@ HELD_BACK = ("Not sent: this email was written before the refund in the same res
 REFUND_TOOLS = toolset(
     replace(TOOLS["lookup_order"], run=lookup_order),
     replace(TOOLS["check_refund_policy"], run=check_refund_policy),
-    replace(TOOLS["issue_refund"], run=issue_refund, propose=propose_refund),
+    replace(TOOLS["issue_refund"], run=issue_refund, propose=propose_refund,
+            declined=refund_not_made),
     replace(TOOLS["send_customer_message"], run=send_customer_message),
     replace(TOOLS["escalate"], run=escalate),
 )

@@ -9,6 +9,7 @@ actions.py, what they accept in tools.py, what the policy allows in policy.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from .. import intake
@@ -27,6 +28,7 @@ from ..turns import MAX_MODEL_TEXT_CHARS
 from .actions import HELD_BACK, REFUND_TOOLS, DeskCall, hand_over, requote
 from .policy import Held, Quote, policy_facts
 from .prompts import system_prompt
+from .records import DeskStore
 from .shop import Shop
 
 __all__ = ["CRASH_POINTS", "MAX_EMAIL_CHARS", "MAX_MODEL_TEXT_CHARS", "MAX_NOTE_CHARS", "Agent",
@@ -47,6 +49,8 @@ class Agent(Loop):
     """Runs refund conversations against one shop, store and model (arguments: Loop's)."""
 
     agent_name = "refunds"
+    proposal_noun = "refund"
+    store_class = DeskStore   # the loop's store with the desk's records (desk/records/)
     tools = REFUND_TOOLS
     crash_points = {**CRASH_POINTS, **OUTSIDE_CRASH_POINTS, **MAILIN_CRASH_POINTS}
     held_back = HELD_BACK
@@ -66,8 +70,40 @@ class Agent(Loop):
         return system_prompt(self.shop.info.name, self.shop.today)
 
     def context(self, run: Run, lease: Lease, call: Call) -> DeskCall:
-        return DeskCall(run, lease, call, self.store, self._crash_at, shop=self.shop,
-                        payments=self.payments, outbox=self.outbox)
+        return DeskCall.extend(super().context(run, lease, call), desk=self.store,
+                               shop=self.shop, payments=self.payments, outbox=self.outbox)
+
+    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None,
+               keep: list[str] | None = None, limit_cents: int | None = None,
+               units: Mapping[str, int] | None = None, *,
+               fingerprint: str | None) -> Approval:
+        """Record a person's decision on a refund (Loop.decide, with the desk's own rules).
+
+        Args:
+            keep: for an approval, the lines (skus) to pay; the others are declined. None
+                keeps every proposed line.
+            units: fewer units than proposed for kept lines (sku -> 1 up to the proposal's),
+                priced again, the limit checked on that price; others keep their units.
+            limit_cents: the most ``by`` may approve on the order in all (accounts.py): this
+                decision plus what ``by`` approved there before, on any ticket. None: no limit.
+            fingerprint: Approval.fingerprint as the person saw it (required); a pending
+                approval that no longer matches is refused (audited), never decided. Tests
+                of the store's rules call Store.decide, which may go without.
+
+        Raises:
+            DecisionRefused: no fingerprint, no name, a rejection without a note, lines not
+                the proposal's, an amount above ``limit_cents``, a kept line that would now
+                pay more than its card showed, or a policy that no longer allows it (all
+                checked inside the decision's transaction). An approval decided after the
+                run's stored response expired is decided like any other: the run continues
+                from its transcript.
+            AlreadyDecided: someone else decided first (audited as 'ignored').
+        """
+        requote = partial(self.requote, units=dict(units or {}))
+        return self._decide(approval_id, approve, by, note, fingerprint, keep=keep,
+                            requote=requote if approve else None,
+                            limit_cents=limit_cents if approve else None,
+                            two_person_above_cents=self.two_person_above_cents())
 
     def hand_over(self, run_id: str, lease: Lease, why: str) -> str:
         return hand_over(self.store, self.shop, self.outbox, run_id, lease, why)
@@ -100,9 +136,10 @@ class Agent(Loop):
         return self.start(sample.sender, sample.body, subject=sample.subject,
                           sender_name=sample.from_name, kind=sample.key)
 
-    def _requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held],
-                 units: Mapping[str, int] | None = None) -> Quote | str:  # type: ignore[override]
-        """What approving these lines of ``approval`` pays today, or why it may not."""
+    def requote(self, approval: Approval, kept: list[str], held: Mapping[str, Held],
+                units: Mapping[str, int] | None = None) -> Quote | str:
+        """What approving these lines of ``approval`` pays today, or why it may not: the
+        decision's pricing, called inside its transaction (Store.decide's ``requote``)."""
         return requote(self.shop, self.store.run(approval.run_id).sender, self.store.held_lines,
                        approval, kept, held, units)
 
@@ -115,7 +152,7 @@ class Agent(Loop):
         if unknown or (not keep and approval.item_lines):
             return "keep at least one of the proposed lines, and only those."
         held = self.store.held_lines(approval.order_id, except_id=approval.id)
-        return self._requote(approval, keep, held, units)
+        return self.requote(approval, keep, held, units)
 
     def approval_problem(self, approval: Approval) -> str | None:
         """Why approving this refund in full now would be refused, or None."""

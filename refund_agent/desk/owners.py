@@ -4,7 +4,7 @@ Every ticket has at most one owner, an account (in the demo, with no accounts, n
 anything: an owner is someone who signed in). Anyone signed in may claim a ticket nobody has,
 or assign it to themselves; a lead may assign any ticket to any account, taking it from
 whoever had it; the owner may release their ticket, and releasing someone else's is a lead's
-act. The store applies these under the ticket's lock (store/owners.py), so the owner a rule
+act. The store applies these under the ticket's lock (desk/records/owners.py), so the owner a rule
 was checked against is the owner it changes.
 """
 

@@ -17,10 +17,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import Approval, AuditEntry, Call, Run
 from ..store import Store
+
+if TYPE_CHECKING:
+    from .records import DeskStore
 
 # How the ledger starts every record (json.dumps of a dict whose first key is this). A write
 # cut short by a crash leaves a prefix of such a line; anything else was not written by it.
@@ -86,7 +89,7 @@ def reconcile(store: Store, output_dir: Path) -> str | None:
     return next(problems, None)
 
 
-def provider_problems(payments: Any, store: Store) -> list[str]:
+def provider_problems(payments: Any, store: DeskStore) -> list[str]:
     """What the payment provider's own list of refunds says against the agent's records (for
     Stripe: a refund made outside the agent, one missing at Stripe, a failure the desk was
     never told of); nothing for the stand-in, whose log is the provider."""

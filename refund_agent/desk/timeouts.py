@@ -7,8 +7,8 @@ happens once per refund: the store records it under a key (approval, step), so t
 restarted one and a cron job can all apply the policy and each step is written once. Times are
 measured by the database's clock, which wrote the request time.
 
-Pure functions here; the store applies them (store/timeouts.py) and the worker, ``refund-agent
-work`` and ``refund-agent expire`` call it.
+Pure functions here; the desk's store applies them (records/timeouts.py) and the worker,
+``refund-agent work`` and ``refund-agent expire`` call it.
 """
 
 from __future__ import annotations

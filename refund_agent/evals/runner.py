@@ -51,7 +51,8 @@ def run_email(agent: Agent, email: dict[str, Any]) -> Outcome:
         # the same order starts from the shop's own ledger whatever ran before it.
         if approval.status == "pending":
             agent.decide(approval.id, approve=False, by="refund-agent eval",
-                         note="Eval run: read, never paid.")
+                         note="Eval run: read, never paid.",
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
     return outcome
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from .config import SMTP, STAND_IN, STRIPE, OutsideSettings
 from .email import RESENT_EMAIL, Outbox, StandInOutbox, check_headers, with_signature
-from .payments import Payments, StandInPayments, ledger_for, refund_request
+from .payments import Payments, RefundRequest, StandInPayments, ledger_for
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -39,9 +39,8 @@ OUTSIDE_CRASH_POINTS: dict[str, str] = {
 __all__ = [
     "OUTSIDE_CRASH_POINTS",
     "RESENT_EMAIL", "SMTP", "STAND_IN", "STRIPE", "Outbox", "OutsideSettings", "Payments",
-    "StandInOutbox",
-    "StandInPayments", "check_headers", "ledger_for", "open_email", "open_payments",
-    "refund_request", "with_signature",
+    "RefundRequest", "StandInOutbox", "StandInPayments", "check_headers", "ledger_for",
+    "open_email", "open_payments", "with_signature",
 ]
 
 

@@ -37,10 +37,9 @@ except ImportError as exc:
                       "pip install 'refund-agent[stripe]'") from None
 
 from ..crash import crash_point
-from ..desk.policy import Quote
 from ..errors import ConfigError, PaymentRefused, PaymentUncertain
 from .config import OutsideSettings
-from .payments import ledger_for, refund_request
+from .payments import RefundRequest, ledger_for
 
 # The metadata key that names the approval a refund carries out. Stripe allows 50 keys of up
 # to 40 characters with values of up to 500.
@@ -52,10 +51,10 @@ LIVE_STATES = ("pending", "requires_action", "succeeded")
 FAILED_STATES = ("failed", "canceled")
 
 
-def lines_metadata(quote: Quote) -> str:
+def lines_metadata(request: RefundRequest) -> str:
     """The refunded lines as one metadata value: ``SKU:reason:cents`` joined by commas, cut to
     Stripe's 500 characters (the ledger keeps them whole)."""
-    text = ",".join(f"{q.line}:{q.reason}:{q.amount_cents}" for q in quote.lines)
+    text = ",".join(f"{q['line']}:{q['reason']}:{q['amount_cents']}" for q in request.lines)
     return text if len(text) <= MAX_METADATA_VALUE else text[:MAX_METADATA_VALUE - 3] + "..."
 
 
@@ -144,8 +143,8 @@ class StripePayments:
 
     # -- the interface (payments.Payments) ---------------------------------------------------
 
-    def refund(self, key: str, quote: Quote, summary: str) -> tuple[dict[str, Any], bool]:
-        """Refund ``quote`` on Stripe once for ``key``; returns (record, reused).
+    def refund(self, request: RefundRequest) -> tuple[dict[str, Any], bool]:
+        """Refund ``request`` on Stripe once for its key; returns (record, reused).
 
         Raises:
             PaymentRefused: no payment for the order, no such payment at Stripe, more than is
@@ -153,6 +152,7 @@ class StripePayments:
             PaymentUncertain: the answer never came back and the refund is not (yet) there.
             ConfigError: the stand-in recorded this refund before Stripe was switched on.
         """
+        key = request.key
         earlier = self.log.find(key)
         if earlier is not None and earlier.get("provider") != "stripe":
             # The stand-in recorded this refund before Stripe was switched on: no money moved,
@@ -165,11 +165,11 @@ class StripePayments:
         found: list[bool] = []
 
         def make() -> dict[str, Any]:
-            record, was_there = self._refund_once(key, quote, summary)
+            record, was_there = self._refund_once(request)
             found.append(was_there)
             return record
 
-        record, reused = self.log.once(key, refund_request(quote, summary), make)
+        record, reused = self.log.once(key, request.record(), make)
         return record, reused or bool(found and found[0])
 
     def refunds(self) -> list[dict[str, Any]]:
@@ -180,37 +180,38 @@ class StripePayments:
 
     # -- Stripe -----------------------------------------------------------------------------
 
-    def _refund_once(self, key: str, quote: Quote, summary: str) -> tuple[dict[str, Any], bool]:
+    def _refund_once(self, request: RefundRequest) -> tuple[dict[str, Any], bool]:
         """(the ledger record, whether Stripe had the refund already) for one approval."""
-        ref = self.payment_ref(quote.order_id)
+        key, order_id, amount = request.key, request.order_id, request.amount_cents
+        ref = self.payment_ref(order_id)
         if not ref:
             raise PaymentRefused(
-                f"Order {quote.order_id} has no payment_ref in the shop's data, so there is no "
+                f"Order {order_id} has no payment_ref in the shop's data, so there is no "
                 "Stripe payment to refund. Nothing was refunded; add the order's charge (ch_...) "
                 "or PaymentIntent (pi_...) to data/orders.json and resume.")
-        refunds = self._call(ref, quote.order_id, lambda: self.list_refunds(ref))
+        refunds = self._call(ref, order_id, lambda: self.list_refunds(ref))
         earlier = matching(refunds, key)
         if earlier is not None:
             return self._record(ref, earlier), True
-        paid = self._call(ref, quote.order_id, lambda: self.paid_cents(ref))
+        paid = self._call(ref, order_id, lambda: self.paid_cents(ref))
         left = amount_left(paid, refunds)
-        if quote.total_cents > left:
+        if amount > left:
             raise PaymentRefused(
-                f"Stripe payment {ref} (order {quote.order_id}) has ${left / 100:,.2f} left to "
-                f"refund, less than the ${quote.total_cents / 100:,.2f} approved: refunds were "
+                f"Stripe payment {ref} (order {order_id}) has ${left / 100:,.2f} left to "
+                f"refund, less than the ${amount / 100:,.2f} approved: refunds were "
                 "made there outside this desk. Nothing was refunded; a person needs to look.")
-        params = {payment_field(ref): ref, "amount": quote.total_cents,
-                  "metadata": {CALL_ID: key, "order_id": quote.order_id,
-                               "lines": lines_metadata(quote)}}
+        params = {payment_field(ref): ref, "amount": amount,
+                  "metadata": {CALL_ID: key, "order_id": order_id,
+                               "lines": lines_metadata(request)}}
         try:
             made = self.client.v1.refunds.create(params=params,   # type: ignore[arg-type]
                                                  options={"idempotency_key": key})
         except (stripe.APIConnectionError, stripe.APIError, stripe.IdempotencyError) as exc:
             if not may_have_acted(exc):
-                raise PaymentRefused(plain_stripe_error(exc, ref, quote.order_id)) from None
-            return self._settle(ref, quote.order_id, key, exc), False
+                raise PaymentRefused(plain_stripe_error(exc, ref, order_id)) from None
+            return self._settle(ref, order_id, key, exc), False
         except stripe.StripeError as exc:
-            raise PaymentRefused(plain_stripe_error(exc, ref, quote.order_id)) from None
+            raise PaymentRefused(plain_stripe_error(exc, ref, order_id)) from None
         crash_point("after_provider_refund", self._crash)
         return self._record(ref, made.to_dict()), False
 

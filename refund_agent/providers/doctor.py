@@ -2,7 +2,8 @@
 
 With a key it sends one tiny streamed request built by the agent's own builder
 (turns.build_request, with the same model, tools, effort, ``include`` and ``store`` decisions),
-so what works here works for a ticket's first request; then it reads the stored response back.
+so what works here works for a ticket's first request (the caller hands in the tool schemas its
+agent sends: the terminal passes the refund desk's); then it reads the stored response back.
 Each failure is read into plain words by providers.read_error, and where one setting is at
 fault the request is tried once more without it, so the other checks still say something. A
 host that cannot be reached at all is named, with why. Without a key it says what the offline
@@ -11,13 +12,14 @@ stand-in is and how to switch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 
 from .. import turns
 from ..config import Settings
-from ..desk.tools import tool_schemas
 from .client import ProviderClient, provider_error
 from .table import PROFILES, ProviderError, effort_for, model_info, needs_include
 
@@ -71,8 +73,14 @@ def _stream_once(client: openai.OpenAI, params: dict) -> str:
     return final_id
 
 
-def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Check]:
-    """Check the key, the model, the effort, storage and streaming with one tiny request."""
+# The tool schemas an agent sends (tools.schemas of its tools, or the desk's tool_schemas()).
+Schemas = Sequence[Mapping[str, Any]]
+
+
+def diagnose(settings: Settings, tools: Schemas, client: openai.OpenAI | None = None
+             ) -> list[Check]:
+    """Check the key, the model, the effort, storage and streaming with one tiny request
+    carrying ``tools``, the schemas the agent sends."""
     client = client or ProviderClient(base_url=settings.base_url, api_key=settings.api_key,
                                       max_retries=0, timeout=min(settings.timeout, 120.0))
     model = settings.model
@@ -82,8 +90,9 @@ def diagnose(settings: Settings, client: openai.OpenAI | None = None) -> list[Ch
     # Agent._turn (tests/providers/test_doctor.py compares the two bodies).
     params = turns.build_request(
         model=model, run_id="refund-agent-doctor", items=[turns.user_message(PROMPT)],
-        tools=tool_schemas(), previous_response_id=None, zero_retention=keep_nothing,
-        include=needs_include(model, store=not keep_nothing), effort=effort)
+        tools=[dict(tool) for tool in tools], previous_response_id=None,
+        zero_retention=keep_nothing, include=needs_include(model, store=not keep_nothing),
+        effort=effort)
     checks: dict[str, Check] = {}
     info = model_info(model)
     if info is None:
@@ -163,12 +172,13 @@ def _storage(client: openai.OpenAI, response_id: str, stored: bool) -> Check:
                  "days)")
 
 
-def report(settings: Settings, client: openai.OpenAI | None = None) -> tuple[list[str], bool]:
-    """The doctor's text, and whether everything works."""
+def report(settings: Settings, tools: Schemas, client: openai.OpenAI | None = None
+           ) -> tuple[list[str], bool]:
+    """The doctor's text, and whether everything works (``tools``: see :func:`diagnose`)."""
     if settings.offline:
         return offline_report(settings), True
     profile = PROFILES[settings.provider]
-    checks = diagnose(settings, client)
+    checks = diagnose(settings, tools, client)
     head = f"{profile.label} at {settings.base_url}, model {settings.model}:"
     ok = all(c.ok is not False for c in checks) and any(c.ok for c in checks)
     tail = ("Everything works." if ok else

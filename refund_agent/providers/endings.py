@@ -1,6 +1,7 @@
-"""How an advance that raised leaves its run, the loop's decision: stopped (Ctrl+C, the Stop
-button), or failed with a message a person can act on (stored.py's words for a provider's
-refusal; a hand-over to a person when money already moved and no retry can cure it)."""
+"""How an advance leaves its run, the loop's decision: paused, finished, or, when it raised,
+stopped (Ctrl+C, the Stop button) or failed with a message a person can act on (stored.py's
+words for a provider's refusal; a hand-over to a person when the run's effects already did
+what no retry should repeat unannounced, Loop.money_moved)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import openai
 
 from .. import turns
 from ..errors import EndRun, Stopped
-from ..models import RunStatus, StepKind
-from ..store import Lease
+from ..models import Run, RunStatus, StepKind
+from ..store import Lease, Store
 from ..streaming import Cancel
 from .client import provider_error
 from .stored import refused_after_payment, refused_transcript, still_gone
@@ -56,3 +57,23 @@ def ending_for(loop: Loop, exc: BaseException, run_id: str, lease: Lease,
     if error.kind == "response_gone":
         return Ending(RunStatus.FAILED, still_gone(previous, error))
     return Ending(RunStatus.FAILED, error.plain())
+
+
+def end_run(store: Store, lease: Lease,
+            end: turns.Released | turns.Waiting | turns.Finished | Ending) -> Run:
+    """Leave the run as ``end`` says (giving up its lease, unless a commit already did), and
+    return it as that left it."""
+    match end:
+        case turns.Released(run=run):
+            return run
+        case turns.Waiting(released=True):   # the proposal's commit paused it and let it go
+            return store.run(lease.run_id)
+        case turns.Waiting():
+            return store.release(lease, RunStatus.WAITING)
+        case turns.Finished(status=status):
+            return store.release(lease, status)
+        case Ending(status=status, error=error, step=step):
+            if error and step is None:
+                step = (StepKind.ERROR, {"message": error})
+            return store.release(lease, status, error, step)
+    raise TypeError(f"not an end: {end!r}")

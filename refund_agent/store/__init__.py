@@ -1,17 +1,20 @@
-"""The durable store: one SQLite file shared by every process (terminal, web, notebook), or one
+"""The loop's store: one SQLite file shared by every process (terminal, web, notebook), or one
 PostgreSQL database shared by every host (``REFUND_AGENT_DATABASE_URL``).
 
-SQL stays in this package. ``Store(target)`` (or :func:`open_store` from the settings) opens
-the right engine:
+SQL stays in this package (and in the records an agent adds on top, as the refund desk's
+``refund_agent.desk.records``). It imports nothing of any one agent. ``Store(target)`` (or
+:func:`open_store` from the settings) opens the right engine:
 
-- ``base.py``: :class:`Store`, every durable boundary written once, by concern in ``runs.py``,
-  ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls, transcripts),
-  ``approvals.py``, ``replies.py`` (replies, timeline), ``accounts.py``, ``auditlog.py``,
-  ``ledger.py``, ``escalations.py`` and ``inbox.py``, on ``core.py`` (connections, the
-  transaction, errors translated in one place).
+- ``base.py``: :class:`Store`, every durable boundary of the loop written once, by concern in
+  ``runs.py``, ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls,
+  transcripts), ``approvals.py``, ``replies.py`` (replies, timeline), ``auditlog.py``,
+  ``ledger.py`` and, for now, ``mail.py``, on ``core.py`` (connections, the transaction,
+  errors translated in one place, and the hooks an agent's own records fill);
+  ``search.py``: searching and paging the runs.
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.
 - ``schema.py``: what each version added; ``schema_sqlite.py``, ``schema_postgres.py``: each
-  engine's tables and numbered steps; ``audit.py``: the chain's pure check.
+  engine's tables and numbered steps (the desk's tables too, for now); ``audit.py``: the
+  chain's pure check.
 """
 
 from __future__ import annotations

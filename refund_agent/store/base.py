@@ -1,32 +1,32 @@
-"""The shared store: one class holding every durable boundary once, over either engine.
+"""The loop's store: one class holding every durable boundary of the loop once, over either
+engine.
 
 Each public write method is one transaction, and each is one of the durable boundaries the
-agent relies on: a process killed between two of them leaves the store consistent, and the run
+loop relies on: a process killed between two of them leaves the store consistent, and the run
 can be picked up from what was committed. The methods live by concern (runs, leases,
-responses and calls, approvals, replies, accounts, the audit log, the ledger, provider
-events, the desk's records, mail in and out); what the two
-engines do differently lives in their classes, :class:`~refund_agent.store.sqlite.SQLiteStore`
-and :class:`~refund_agent.store.postgres.PostgresStore`.
+responses and calls, approvals, replies, the audit log, the ledger, and for now the mail in
+and out); what the two engines do differently lives in their classes,
+:class:`~refund_agent.store.sqlite.SQLiteStore` and
+:class:`~refund_agent.store.postgres.PostgresStore`. Nothing here knows any one agent: an
+agent that keeps records of its own (the refund desk: ``refund_agent.desk.records``) adds
+them in a subclass, which fills the hooks :class:`~refund_agent.store.core.StoreCore` leaves
+empty (what runs before each commit, what a call's output leaves behind, the run a release
+returns), and opens its engine as :class:`Store` does.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .accounts import Accounts
 from .approvals import Approvals
 from .auditlog import AuditLog
 from .core import LEASE_STALE_SECONDS
-from .escalations import DeskInbox, DeskRecords
 from .leases import Leases
 from .ledger import Ledger
 from .mail import Mail
-from .outside import ProviderEvents
-from .owners import Owners
 from .replies import Replies
 from .responses import Responses
 from .runs import Runs
-from .timeouts import Timeouts
 
 
 def is_postgres_url(target: object) -> bool:
@@ -34,8 +34,7 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-class Store(Runs, Leases, Responses, Approvals, Replies, Accounts, AuditLog, Ledger, ProviderEvents,
-            DeskRecords, DeskInbox, Mail, Owners, Timeouts):
+class Store(Runs, Leases, Responses, Approvals, Replies, AuditLog, Ledger, Mail):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
+from ..models import Run
 from .audit import GENESIS_HASH, audit_hash
-from .inbox import refresh_stale_desk
 from .schema import SCHEMA_VERSION, shipped_version
 
 try:  # the postgres extra: pip install 'refund-agent[postgres]'
@@ -137,9 +137,31 @@ class StoreCore:
         db.execute("COMMIT")
 
     def _desk_may_be_stale(self, db: Any) -> bool:
-        """Whether this transaction may have left a run's desk row stale (store/inbox.py); an
-        engine that cannot tell says yes, and the refresh finds nothing if nothing is."""
+        """Whether this transaction wrote what the schema's triggers mark a run's row stale
+        for (``runs.desk_dirty``); an engine that cannot tell says yes. Read only by a store
+        that keeps such rows (the desk's, desk/records/inbox.py)."""
         return True
+
+    # -- what a store adding an agent's records fills in (the loop's store: nothing) --------
+
+    #: More columns for the ``RETURNING *`` of a write that gives a run's lease up
+    #: (``", expr AS name, ..."``), read by :meth:`_released_run`.
+    _released_columns: str = ""
+
+    def _before_commit(self, db: Any) -> None:
+        """Run in every write transaction just before it commits (the schema's upgrade
+        included), in that transaction: an agent's store keeps its derived rows up to date
+        here (the desk refreshes its inbox rows). The loop's store does nothing."""
+
+    def _output_kept(self, db: Any, run_id: str, steps: list[tuple[str, dict[str, Any]]]
+                     ) -> None:
+        """A call's output and its timeline ``steps`` were saved in ``db``'s transaction: an
+        agent's store records what it keeps of them (the desk raises its escalations)."""
+
+    def _released_run(self, row: dict[str, Any]) -> Run:
+        """The run as a transaction that gave up its lease left it: ``row`` is its
+        ``RETURNING *`` with :attr:`_released_columns`, read by the same UPDATE."""
+        return Run.model_validate(row)
 
     def _version(self) -> int:
         """The schema version the store records (0: a new, empty store)."""
@@ -207,8 +229,7 @@ class StoreCore:
         try:
             self._begin(db, durable)
             yield db
-            if self._desk_may_be_stale(db):
-                refresh_stale_desk(db)   # the runs this transaction changed (store/inbox.py)
+            self._before_commit(db)   # an agent's store's own (the desk's inbox rows)
             self._commit(db)
         except DB_ERRORS as exc:
             self._rollback(db)

@@ -17,7 +17,6 @@ from typing import Any
 from ..errors import LeaseLost, NotFound, RunBusy, RunNotReady
 from ..models import Run, RunStatus
 from .core import StoreCore, pid_alive
-from .inbox import DESK_COLUMNS, desk_of
 from .runs import _agent_filter
 
 
@@ -33,14 +32,6 @@ class Lease:
     run_id: str
     token: str
     epoch: int
-
-
-def released_run(row: dict[str, Any]) -> Run:
-    """The run as a transaction that gave up its lease left it: ``row`` is its ``RETURNING *``
-    with the DESK_COLUMNS, read by the same UPDATE. Nothing after that update in the
-    transaction changes a desk fact (a timeline step, the response's rows), so the refresh at
-    commit computes this same desk status."""
-    return Run.model_validate({**row, "desk_status": str(desk_of(row)[0])})
 
 
 class Leases(StoreCore):
@@ -147,19 +138,19 @@ class Leases(StoreCore):
                 step: tuple[str, dict[str, Any]] | None = None) -> Run:
         """Give up the lease and set the run's status (with an optional timeline step).
 
-        Returns the run as this transaction left it, its desk status included (read by the
-        same UPDATE, from the facts the commit's desk refresh reads), so the loop hands its
-        caller the run without reading the row again."""
+        Returns the run as this transaction left it (read by the same UPDATE, with what an
+        agent's store adds: the desk, its desk status; see ``_released_run``), so the loop
+        hands its caller the run without reading the row again."""
         # The run's end (and a person's Stop) is reported to people: durable. A pause or a
         # failure lost with the power leaves an orphaned run that resume continues.
         with self._tx(durable=status in (RunStatus.DONE, RunStatus.ASKED, RunStatus.STOPPED)) as db:
             row = dict(self._fence(
                 db, lease, "SET lease_pid = NULL, lease_token = NULL, lease_at = NULL,"
                 " status = ?, error = ?, updated_at = ?", (status, error, time.time()),
-                returning=True, returning_also=f", {DESK_COLUMNS}"))
+                returning=True, returning_also=self._released_columns))
             if step:
                 self._step(db, lease.run_id, *step)
-        return released_run(row)
+        return self._released_run(row)
 
     def _fence(self, db: Any, lease: Lease, update: str = "", args: tuple = (),
                returning: bool = False, returning_also: str = "") -> Any:

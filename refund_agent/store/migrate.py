@@ -1,17 +1,19 @@
-"""Move an SQLite store to an empty PostgreSQL database (``refund-agent migrate``).
+"""Move an SQLite store to an empty PostgreSQL database: the generic copy.
 
 What moves: every table, row for row, ids and values unchanged, so the audit chain and its
-anchor verify there as they did here; and the payment and email stand-ins' JSONL logs
-(``refunds.log``, ``outbox.log``, and SMTP's sent marks ``outbox-sent.log`` when there are any),
-whose records become the ``ledger`` table's "refunds", "outbox" and "outbox-sent" rows exactly
-as the adapters write them on a shared store (keyed by idempotency key, the record as JSON; a
-torn last line left by a crash is skipped, as reconcile skips it). Without the sent marks, every
-email sent over SMTP before the move would read as "recorded but never marked sent" there. Leases
-are cleared, since no process on the new database holds them, but keep their fencing epoch,
-which must only grow.
+anchor verify there as they did here; and the JSONL logs the agent names (:class:`Log`: the
+refund desk's are the payment and email stand-ins' logs, see desk/migrate.py, which
+``refund-agent migrate`` runs), whose records become the ``ledger`` table's rows exactly as the
+adapters write them on a shared store (keyed by idempotency key, the record as JSON; a torn
+last line left by a crash is not a record, and is counted). Leases are cleared, since no process
+on the new database holds them, but keep their fencing epoch, which must only grow.
 
-What is refused, with nothing written to the target: a source that does not reconcile (a copy
-would launder the damage), a source run that a live process is advancing, and a target that
+What the agent hands in, as this store knows no agent: ``check``, its own consistency check
+(the desk: reconcile), run on the source and on the copy before it commits; ``logs``, its logs
+read from the output folder; ``open_target``, its store class (the desk's ``DeskStore``).
+
+What is refused, with nothing written to the target: a source that does not pass the check (a
+copy would launder the damage), a source run that a live process is advancing, and a target that
 already holds anything. The copy is one PostgreSQL transaction, reconciled on PostgreSQL before
 it commits and rolled back if that fails. The source is only read, under its write lock, so no
 decision can land in it halfway through.
@@ -34,19 +36,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..desk.reconcile import LOGS, Entry, read_log, read_records, reconcile
 from ..errors import MigrationRefused, StoreError
 from ..models import RunStatus
 from . import TABLES, BulkLoad, Store, is_postgres_url
 
 Progress = Callable[[str], None]
+# An agent's check of a store and the logs in its output folder: the first problem, or None.
+Check = Callable[[Store, Path], str | None]
+
+
+@dataclass(frozen=True)
+class Log:
+    """One JSONL log of idempotent records (outside/ledger.py) that becomes ledger rows.
+
+    Attributes:
+        name: the ledger's name for it ("refunds"), as the adapters write it on a shared store.
+        path: its file beside the SQLite store (named in the progress lines; the lines it holds
+            beyond ``records`` are counted as torn).
+        records: its records, each with its ``idempotency_key``.
+    """
+
+    name: str
+    path: Path
+    records: list[dict[str, Any]]
+
+
+# The logs an agent moves into the ledger table, read from the output folder (under the source's
+# write lock); raises MigrationRefused for a log it cannot take.
+ReadLogs = Callable[[Store, Path], list[Log]]
 
 # Copied from the source's tables; the ledger table is filled from the JSONL logs instead.
 COPIED = tuple(table for table in TABLES if table != "ledger")
 _LEASE = ("lease_pid", "lease_token", "lease_at", "lease_host")
-# SMTP's marks of the messages the server took (outside/smtp.py): not checked by reconcile,
-# which compares the outbox with the calls, but copied so the mail stays marked sent.
-SENT_MARKS = ("outbox-sent", "outbox-sent.log")
 # How refusals name what a non-empty target holds, in the order they are looked for.
 _HOLDS = {"runs": ("run", "runs"), "audit": ("audit entry", "audit entries"),
           "accounts": ("account", "accounts"), "ledger": ("ledger record", "ledger records")}
@@ -60,8 +81,8 @@ class MigrationReport:
         source: the SQLite file.
         target: the PostgreSQL URL without its password.
         rows: rows copied per table (every table but ``ledger``).
-        ledger: records written to the ledger table per log ("refunds", "outbox", and
-            "outbox-sent" when SMTP marked mail sent).
+        ledger: records written to the ledger table per log (the desk's: "refunds", "outbox",
+            and "outbox-sent" when SMTP marked mail sent).
         torn: lines of the logs skipped as torn (a write cut short by a crash, never
             acknowledged).
         leases_cleared: runs whose (abandoned) lease was cleared; their fencing epoch was kept.
@@ -89,14 +110,23 @@ class MigrationReport:
 
 
 def migrate(source: Store, output_dir: Path, target_url: str,
-            progress: Progress | None = None) -> MigrationReport:
+            progress: Progress | None = None, *, check: Check | None = None,
+            logs: ReadLogs | None = None,
+            open_target: Callable[[str], Store] = Store) -> MigrationReport:
     """Copy ``source`` (SQLite) and the logs in ``output_dir`` into the empty PostgreSQL
     database at ``target_url``, in one transaction; ``progress`` gets a line per stage.
 
+    Args:
+        check: the agent's check of a store and its logs (None: the tables alone are copied
+            and counted), on the source and on the copy before it commits.
+        logs: the agent's JSONL logs to move into the ledger table (None: none).
+        open_target: opens the target as the agent's store (it makes the schema there).
+
     Raises:
-        MigrationRefused: the target URL is not PostgreSQL, the source does not reconcile or
-            a live process holds one of its runs, the target is not empty, or the copy did not
-            reconcile on PostgreSQL (then it was rolled back). Nothing was written to the target.
+        MigrationRefused: the target URL is not PostgreSQL, the source does not pass the check
+            or a live process holds one of its runs, the target is not empty, or the copy did
+            not pass the check on PostgreSQL (then it was rolled back). Nothing was written to
+            the target.
         StoreError: a database could not be reached or read (nothing was written either).
     """
     say = progress or (lambda _line: None)
@@ -114,14 +144,16 @@ def migrate(source: Store, output_dir: Path, target_url: str,
     if moved:
         raise MigrationRefused(f"{source.path} was already moved to {moved}; nothing was copied.")
     output_dir = Path(output_dir)
-    target = Store(target_url)  # reaches it, and makes the schema in an empty database
+    check = check or (lambda _store, _output_dir: None)
+    target = open_target(target_url)  # reaches it, and makes the schema in an empty database
     timings: dict[str, float] = {}
     try:
         with source.writers_held_off():
             say(f"Checking {source.path} and its logs (reconcile) ...")
             tick = time.monotonic()
-            leases_cleared = _check_source(source, output_dir)
-            logs, torn = _read_logs(source, output_dir)
+            leases_cleared = _check_source(source, output_dir, check)
+            moving = logs(source, output_dir) if logs else []
+            torn = sum(_torn_lines(log.path, len(log.records)) for log in moving)
             pending = len(source.approvals("pending", limit=-1))
             stranded = tuple(r.id for r in source.runs_without_transcript()
                              if r.status != RunStatus.DONE)
@@ -132,11 +164,12 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                 tick = time.monotonic()
                 rows = _copy_tables(source, load, say)
                 ledger = {}
-                for log, records in logs.items():
-                    ledger[log] = load.copy("ledger", ("log", "key", "record"),
-                                            ((log, e.key, json.dumps(e.record))
-                                             for e in records))
-                names = {log: spec[0] for log, spec in LOGS.items()} | dict([SENT_MARKS])
+                for log in moving:
+                    ledger[log.name] = load.copy(
+                        "ledger", ("log", "key", "record"),
+                        ((log.name, record["idempotency_key"], json.dumps(record))
+                         for record in log.records))
+                names = {log.name: log.path.name for log in moving}
                 say(f"  {'ledger':<15}{sum(ledger.values()):>10,} rows ("
                     + ", ".join(f"{n:,} from {names[log]}" for log, n in ledger.items()) + ")")
                 load.reset_sequences()
@@ -145,7 +178,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
                 timings["copy"] = time.monotonic() - tick
                 say("Reconciling the copy on PostgreSQL ...")
                 tick = time.monotonic()
-                problem = reconcile(target, output_dir)
+                problem = check(target, output_dir)
                 timings["check target"] = time.monotonic() - tick
                 if problem:
                     raise MigrationRefused(
@@ -172,9 +205,9 @@ def _mark_moved(source: Store, where: str) -> None:
             "so nothing is decided on both.") from None
 
 
-def _check_source(source: Store, output_dir: Path) -> int:
-    """Refuse a source a process is working on, or one that does not reconcile; returns how
-    many runs hold an abandoned lease (cleared on the copy)."""
+def _check_source(source: Store, output_dir: Path, check: Check) -> int:
+    """Refuse a source a process is working on, or one that does not pass the agent's check;
+    returns how many runs hold an abandoned lease (cleared on the copy)."""
     live = source.leased_runs()
     if live:
         named = ", ".join(f"{run.id} (process {run.lease_pid})" for run in live[:5])
@@ -190,40 +223,12 @@ def _check_source(source: Store, output_dir: Path) -> int:
             f"The SQLite store {source.path} has {extra} row(s) in its ledger table, which "
             "only a PostgreSQL store writes; it is not a store this version made, so it was "
             "not copied.")
-    problem = reconcile(source, output_dir)
+    problem = check(source, output_dir)
     if problem:
         raise MigrationRefused(
             f"The SQLite store in {output_dir} does not reconcile, and copying it would carry "
             f"the damage over as if it were sound, so nothing was copied: {problem}")
     return len(source.leased_runs(live=False))
-
-
-def _read_logs(source: Store, output_dir: Path) -> tuple[dict[str, list[Entry]], int]:
-    """The records of refunds.log and outbox.log, as reconcile reads them, and SMTP's sent marks
-    when there are any; and how many lines were skipped as torn."""
-    logs, torn = {}, 0
-    for log, (name, _shape, _what) in LOGS.items():
-        entries, problem = read_records(source, output_dir, log)
-        if problem:  # reconcile just passed on the same files, under the store's lock
-            raise MigrationRefused(f"{problem} Nothing was copied.")
-        logs[log] = entries
-        torn += _torn_lines(output_dir / name, len(entries))
-    log, name = SENT_MARKS
-    path = output_dir / name
-    if path.exists():
-        entries, problem = read_log(path, _sent_mark_shape, "a sent mark")
-        if problem:
-            raise MigrationRefused(f"{problem} Nothing was copied.")
-        logs[log] = entries
-        torn += _torn_lines(path, len(entries))
-    return logs, torn
-
-
-def _sent_mark_shape(record: dict[str, Any]) -> str | None:
-    """What is wrong with a line of outbox-sent.log, or None (outside/smtp.py writes them)."""
-    if not isinstance(record.get("idempotency_key"), str):
-        return "has no idempotency_key"
-    return None
 
 
 def _torn_lines(path: Path, kept: int) -> int:

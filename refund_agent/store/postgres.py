@@ -23,9 +23,9 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import StoreError
 from .base import Store
 from .core import psycopg
-from .inbox import like_pattern
 from .schema import SCHEMA_VERSION, TABLES, due, shipped_version
 from .schema_postgres import POSTGRES_SCHEMA, POSTGRES_STEPS, POSTGRES_VERSION_TABLE
+from .search import like_pattern
 
 # The channel every committing write transaction notifies on (see change_counter).
 CHANNEL = "refund_agent_changes"

@@ -11,8 +11,7 @@ from typing import Any
 
 from ..models import Call, Run, RunStatus, TranscriptEntry, call_key, order_id_in
 from .core import StoreCore
-from .inbox import DESK_COLUMNS
-from .leases import Lease, released_run
+from .leases import Lease
 
 # Calls whose effect leaves the system as soon as they run (see record_response).
 # issue_refund is not one: it only queues an approval, itself a durable commit.
@@ -67,7 +66,7 @@ class Responses(StoreCore):
             finish: the response ends the run (it has no calls, and nothing else waits to be
                 sent): the run gets this status and the lease is given up in the same
                 transaction, committed synced, as :meth:`release` would (one commit, not two).
-                The returned run then carries its desk status too.
+                The returned run is then read as :meth:`release` reads it.
         """
         run_id = lease.run_id
         # Durable only before an email: its call id is the outbox's idempotency key, and a
@@ -90,7 +89,7 @@ class Responses(StoreCore):
                 (response_id, usage.get("cost_ticks", 0), usage.get("input_tokens", 0),
                  usage.get("cached_tokens", 0), usage.get("output_tokens", 0), items, size,
                  time.time(), *([finish] if finish is not None else [])), returning=True,
-                returning_also=f", {DESK_COLUMNS}" if finish is not None else "")
+                returning_also=self._released_columns if finish is not None else "")
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
                 self._audit(db, "resent", "agent", run_id=run_id,
@@ -103,13 +102,13 @@ class Responses(StoreCore):
                                                      outputs or {})
             self._steps(db, run_id, [*steps, *answered])
             for output in kept:
-                self._raise_escalations(db, run_id, output.steps)
+                self._output_kept(db, run_id, output.steps)
                 if output.audit:
                     self._audit(db, run_id=run_id, **output.audit)
             for reply_id in replies_sent:
                 db.execute("UPDATE replies SET response_id = ? WHERE id = ?",
                            (response_id, reply_id))
-        return Recorded(released_run(dict(row)) if finish is not None
+        return Recorded(self._released_run(dict(row)) if finish is not None
                         else Run.model_validate(dict(row)), saved)
 
     def _save_calls(self, db: Any, run_id: str, response_id: str,
@@ -236,7 +235,7 @@ class Responses(StoreCore):
             db.execute("UPDATE calls SET output = ? WHERE run_id = ? AND call_id = ?"
                        " AND output IS NULL", (output, run_id, call_id))
             self._steps(db, run_id, list(steps))
-            self._raise_escalations(db, run_id, steps)
+            self._output_kept(db, run_id, steps)
             if audit:
                 self._audit(db, run_id=run_id, **audit)
 

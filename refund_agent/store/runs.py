@@ -11,8 +11,7 @@ from typing import Any
 from ..errors import NotFound
 from ..models import InboxRow, Run, RunStatus
 from .core import StoreCore, no_limit
-from .inbox import search_words
-from .owners import owner_condition
+from .search import search_words
 
 
 class Runs(StoreCore):
@@ -98,19 +97,14 @@ class Runs(StoreCore):
             counts[RunStatus(status)] = n
         return counts
 
-    def _inbox_conditions(self, search: str, statuses: Collection[RunStatus] = (), *,
-                          owner: str | None = None, unassigned: bool = False
+    def _inbox_conditions(self, search: str, statuses: Collection[RunStatus] = ()
                           ) -> tuple[list[str], list[Any]]:
         """The conditions on runs (and their ``?`` values) that select the runs matching
-        ``search`` (every word somewhere; store/inbox.py), one of ``statuses`` if given, and
-        ``owner``'s tickets or, with ``unassigned``, nobody's (store/owners.py). A new filter is
-        one more condition here."""
+        ``search`` (every word somewhere; store/search.py) and one of ``statuses`` if given.
+        A new filter is one more condition here (an agent's store adds its own, as the desk's
+        owner filter does)."""
         conditions: list[str] = []
         args: list[Any] = []
-        mine, mine_args = owner_condition(owner, unassigned, self.now)
-        if mine:
-            conditions.append(mine)
-            args += list(mine_args)
         words = search_words(search)
         if words:
             condition, patterns = self._search_condition(words)
@@ -121,10 +115,8 @@ class Runs(StoreCore):
             args += [str(s) for s in statuses]
         return conditions, args
 
-    def _inbox_filter(self, search: str, statuses: Collection[RunStatus], *,
-                      owner: str | None = None, unassigned: bool = False) -> tuple[str, tuple]:
-        conditions, args = self._inbox_conditions(search, statuses, owner=owner,
-                                                  unassigned=unassigned)
+    def _inbox_filter(self, search: str, statuses: Collection[RunStatus]) -> tuple[str, tuple]:
+        conditions, args = self._inbox_conditions(search, statuses)
         return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
     def latest_run(self, statuses: set[RunStatus], agent: str | None = None) -> Run | None:

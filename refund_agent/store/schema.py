@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models import order_id_in
-from .inbox import refresh_stale_desk
 
 # What each schema version added, oldest first. Every bump adds a line here and, when existing
 # tables change, a numbered Step in each engine's list.
@@ -66,7 +65,7 @@ SCHEMA_HISTORY: dict[int, str] = {
         "counts and pages by what happened without reading every run's approvals on every "
         "draw. Triggers mark a run's row stale (desk_dirty) when its status, an approval, a "
         "line's decision or an escalation changes; each write transaction recomputes the stale "
-        "rows with desk/status.py before it commits (see store/inbox.py).",
+        "rows with desk/status.py before it commits (see desk/records/inbox.py).",
     13: "Runs name the agent that made them (runs.agent; 'refunds' for the desk, the closure "
         "example's 'closure'), so a front end resumes, claims and decides only its own agent's "
         "runs in a store several agents share. Runs from before are the desk's, except those "
@@ -216,8 +215,9 @@ def fill_search_and_counts(body: str) -> Callable[[Any], None]:
 
 
 def _data_v13(db: Any) -> None:
+    # The runs whose duplicate escalations were closed are marked stale by the triggers; the
+    # desk's store recomputes them before the upgrade commits (StoreCore._before_commit).
     runs_agent_v13(db)
-    refresh_stale_desk(db)   # the runs whose duplicate escalations were closed
 
 
 # -- SQLite ----------------------------------------------------------------------------------

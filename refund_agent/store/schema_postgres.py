@@ -5,7 +5,6 @@ what each version added)."""
 from __future__ import annotations
 
 from .audit import GENESIS_HASH
-from .inbox import refresh_stale_desk
 from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6, fill_search_and_counts
 
 # The database's own last guard on units, as SQLite's two triggers (what it refuses is said
@@ -80,8 +79,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     Step(12, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_status TEXT",
               "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_escalations BIGINT NOT NULL"
               " DEFAULT 0",
-              "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_dirty BIGINT NOT NULL DEFAULT 1"),
-         data=refresh_stale_desk),
+              "ALTER TABLE runs ADD COLUMN IF NOT EXISTS desk_dirty BIGINT NOT NULL DEFAULT 1")),
     # The escalations table came with 9; a store from before has none to merge.
     Step(13, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS agent TEXT NOT NULL DEFAULT 'refunds'",
               "DO $$ BEGIN IF to_regclass('escalations') IS NOT NULL THEN "

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from .audit import GENESIS_HASH
-from .inbox import refresh_stale_desk
 from .schema import MERGE_OPEN_ESCALATIONS, Step, _data_v13, calls_v6, fill_search_and_counts
 
 
@@ -49,13 +48,12 @@ SQLITE_STEPS: tuple[Step, ...] = (
              "ALTER TABLE approval_lines ADD COLUMN units INTEGER",
              "ALTER TABLE approval_lines ADD COLUMN quantity INTEGER"),
          adds=(("approval_lines", "units"), ("approval_lines", "quantity"))),
-    # Every run starts stale; the step's data computes them all in the upgrade's transaction.
+    # Every run starts stale; the desk's store computes them all in the upgrade's transaction,
+    # before it commits (StoreCore._before_commit).
     Step(12, ("ALTER TABLE runs ADD COLUMN desk_status TEXT",
               "ALTER TABLE runs ADD COLUMN desk_escalations INTEGER NOT NULL DEFAULT 0",
               "ALTER TABLE runs ADD COLUMN desk_dirty INTEGER NOT NULL DEFAULT 1"),
-         data=refresh_stale_desk, adds=(("runs", "desk_status"),
-                                                 ("runs", "desk_escalations"),
-                                                 ("runs", "desk_dirty"))),
+         adds=(("runs", "desk_status"), ("runs", "desk_escalations"), ("runs", "desk_dirty"))),
     Step(13, ("ALTER TABLE runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'refunds'",
               MERGE_OPEN_ESCALATIONS),
          data=_data_v13, adds=(("runs", "agent"),), updates=("escalations",)),
@@ -218,7 +216,8 @@ CREATE INDEX IF NOT EXISTS escalations_by_run ON escalations(run_id);
 CREATE INDEX IF NOT EXISTS escalations_open ON escalations(taken_by, raised_at);
 -- At most one open escalation per ticket, kind and refund (schema 13): raising one again while
 -- it is open (thirty escalate calls, Stripe's refund.failed then refund.updated about one
--- refund) finds this one, in the raising transaction, whoever races it (store/escalations.py).
+-- refund) finds this one, in the raising transaction, whoever races it
+-- (desk/records/escalations.py).
 CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
     ON escalations(run_id, kind, COALESCE(approval_id, '')) WHERE taken_by IS NULL;
 -- The desk account that typed a ticket in (none for emails and samples): it may not approve
@@ -264,7 +263,7 @@ CREATE TABLE IF NOT EXISTS store_moved (
     id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT NOT NULL, at REAL NOT NULL
 );
 -- The desk's status kept on each run (schema 12): what changes it marks the run's row stale,
--- and every write transaction recomputes the stale rows before it commits (store/inbox.py),
+-- and every write transaction recomputes the stale rows before it commits (desk/records/inbox.py),
 -- so the rule stays in one place, desk/status.py, and the inbox reads one column.
 -- The indexes: a page of one status, newest first; every filter's count from the index
 -- alone; a page of escalated tickets; the stale rows; a customer's latest name.

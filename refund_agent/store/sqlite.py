@@ -20,9 +20,9 @@ from urllib.parse import quote
 
 from ..errors import StoreError
 from .base import Store
-from .inbox import glob_pattern
 from .schema import SCHEMA_VERSION, due
 from .schema_sqlite import SQLITE_SCHEMA, SQLITE_STEPS
+from .search import glob_pattern
 
 
 class SQLiteStore(Store):
@@ -182,6 +182,7 @@ class SQLiteStore(Store):
             for step in steps:
                 if step.data is not None:
                     step.data(db)
+            self._before_commit(db)   # as every write transaction (the desk's rows, step 12)
             db.executescript(f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.Error as exc:
             if db.in_transaction:

@@ -68,7 +68,7 @@ def on_filter_change() -> None:
 
 def on_page(step: int, key: tuple[float, str]) -> None:
     """Older (``step`` > 0) or newer tickets: the page after ``key``, the last (or first) row
-    shown, a keyset page (store/inbox.py); the offset only numbers the rows in the caption."""
+    shown, a keyset page (store/search.py); the offset only numbers the rows in the caption."""
     offset = max(0, st.session_state.get("inbox_offset", 0) + step)
     st.session_state["inbox_offset"] = offset
     st.session_state["inbox_after"] = None if offset == 0 else (step < 0, key)

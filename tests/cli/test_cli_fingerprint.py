@@ -16,6 +16,7 @@ from helpers.cli import DATA
 
 from refund_agent.cli import main
 from refund_agent.desk.agent import Agent
+from refund_agent.desk.records import DeskStore
 from refund_agent.store import Store
 
 NEW_TITLE = "Refund on order A1043: the coffee maker, and the espresso machine as well."
@@ -54,7 +55,7 @@ def _events(store: Store) -> list[tuple[str, str]]:
 def test_a_stale_fingerprint_is_refused_and_the_one_shown_approves(tmp_path, monkeypatch,
                                                                   capsys):
     out, command = _terminal(tmp_path, monkeypatch, capsys)
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     approval_id, read = _shown(command("queue")[1])
     approval = store.approval(approval_id)
     assert read == approval.fingerprint
@@ -91,7 +92,7 @@ def test_without_a_fingerprint_a_decision_signs_the_approval_as_the_command_read
         tmp_path, monkeypatch, capsys):
     """The approval changes between the command's read and its decision: refused, not paid."""
     out, command = _terminal(tmp_path, monkeypatch, capsys)
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     decide = Agent.decide
 
     def changed_meanwhile(self, approval_id, *args, **kwargs):  # noqa: ANN001, ANN202

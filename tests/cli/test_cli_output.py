@@ -24,7 +24,7 @@ import pytest
 from helpers.cli import cli_env, run_cli
 
 from refund_agent.config import PROJECT_ROOT
-from refund_agent.store import Store
+from refund_agent.desk.records import DeskStore
 
 LATENCY = "0.1"   # seconds per model request: the pipe closes while the command still works
 
@@ -47,7 +47,7 @@ def _copy(base: Path, tmp_path: Path, name: str) -> Path:
 
 def state(out: Path, known: set[str]) -> dict:
     """What a command may change: every run's status, the approvals, refunds and emails."""
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     try:
         runs = store.runs(limit=-1)
         approvals = store.approvals(status=None)
@@ -67,7 +67,7 @@ def state(out: Path, known: set[str]) -> dict:
 
 
 def _run_ids(out: Path) -> set[str]:
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     try:
         return {r.id for r in store.runs(limit=-1)}
     finally:
@@ -138,7 +138,7 @@ _BASELINES: dict[str, tuple[int, dict]] = {}
 
 
 def _args(name: str, out: Path) -> list[str]:
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     try:
         first = store.runs(limit=-1)[-1].id
     finally:

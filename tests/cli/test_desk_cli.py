@@ -16,6 +16,7 @@ import pytest
 from helpers.cli import DATA
 from helpers.cli import run_forked as run_cli
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.store import Store
 
 ANA, LEE, KAI = "ana-password", "lee-password", "kai-password"
@@ -54,12 +55,12 @@ def refunds(out: Path) -> list[dict]:
 
 def events(out: Path) -> list[tuple[str, str]]:
     """The audit, oldest first, without the account changes that set the test up."""
-    return [(e.event, e.actor) for e in Store(out / "refund-agent.sqlite3").audit()
+    return [(e.event, e.actor) for e in DeskStore(out / "refund-agent.sqlite3").audit()
             if not e.event.startswith("account_")]
 
 
 def store(out: Path) -> Store:
-    return Store(out / "refund-agent.sqlite3")
+    return DeskStore(out / "refund-agent.sqlite3")
 
 
 def test_an_approver_over_the_limit_hands_off_and_a_lead_takes_and_approves_one_refund(out):
@@ -202,7 +203,7 @@ def test_four_eyes_after_a_hand_off_from_the_terminal(out, tmp_path: Path):
 def test_in_the_demo_anyone_takes_the_agents_escalation_and_is_pointed_at_the_ticket(tmp_path):
     out = tmp_path / "demo"
     out.mkdir()
-    demo = Store(out / "refund-agent.sqlite3")
+    demo = DeskStore(out / "refund-agent.sqlite3")
     # As the agent's escalate tool stores one (store/desk.py), without a model run.
     demo.execute("INSERT INTO escalations(key, run_id, kind, reason, raised_by, raised_at)"
                  " VALUES ('call_esc', 'run_0123456789ab', 'threat', 'Chargeback threatened.',"

@@ -28,9 +28,10 @@ from helpers.outside_servers import free_port
 from helpers.page import wait_until_served
 
 import refund_agent
-from refund_agent import Agent, Settings, Shop, load_settings
+from refund_agent import Settings, load_settings
 from refund_agent import config as config_module
 from refund_agent.cli import main
+from refund_agent.desk import Agent, Shop
 from refund_agent.errors import ConfigError
 
 

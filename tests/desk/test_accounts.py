@@ -15,6 +15,7 @@ from refund_agent.desk.accounts import (
     host_name,
 )
 from refund_agent.desk.owners import OwnerChange
+from refund_agent.desk.records import DeskStore
 from refund_agent.errors import DecisionRefused, RefundAgentError, SignInFailed
 from refund_agent.store import Store
 
@@ -27,7 +28,7 @@ def refunds(out) -> list[dict]:
 
 
 def store_of(out) -> Store:
-    return Store(out / "refund-agent.sqlite3")
+    return DeskStore(out / "refund-agent.sqlite3")
 
 
 def add_users(out) -> None:
@@ -169,7 +170,7 @@ def test_passwords_are_salted_and_checked():
 
 
 def test_accounts_refuse_bad_input(tmp_path):
-    accounts = Accounts(Store(tmp_path / "s.sqlite3"))
+    accounts = Accounts(DeskStore(tmp_path / "s.sqlite3"))
     assert not accounts.exist()
     with pytest.raises(RefundAgentError, match="line breaks"):
         accounts.add("Ana\nApproved by Lee", "lead", ANA)
@@ -190,9 +191,11 @@ def test_the_limit_is_checked_inside_the_decision(agent):
     agent.advance(run.id)
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match="above Ana's approval limit of \\$47.99"):
-        agent.decide(approval.id, True, "Ana", limit_cents=4799)
+        agent.decide(approval.id, True, "Ana", limit_cents=4799,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approval(approval.id).status == "pending"
-    assert agent.decide(approval.id, True, "Ana", limit_cents=4800).status == "approved"
+    assert agent.decide(approval.id, True, "Ana", limit_cents=4800,
+                        fingerprint=approval.fingerprint).status == "approved"
 
 
 def test_a_refusal_over_the_limit_leaves_every_line_as_proposed(agent):
@@ -203,11 +206,13 @@ def test_a_refusal_over_the_limit_leaves_every_line_as_proposed(agent):
     (approval,) = agent.store.approvals("pending")
     before = [(x.line, x.decision, x.amount_cents) for x in approval.lines]
     with pytest.raises(DecisionRefused, match="above Ana's approval limit"):
-        agent.decide(approval.id, True, "Ana", limit_cents=5000)   # both lines: $66.50
+        agent.decide(approval.id, True, "Ana", limit_cents=5000,   # both lines: $66.50
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     after = agent.store.approval(approval.id)
     assert [(x.line, x.decision, x.amount_cents) for x in after.lines] == before
     assert set(agent.store.held_lines("A1043")) == {"POUR-GLS-01", "MUG-STN-2"}
-    kept = agent.decide(approval.id, True, "Ana", keep=["POUR-GLS-01"], limit_cents=5000)
+    kept = agent.decide(approval.id, True, "Ana", keep=["POUR-GLS-01"], limit_cents=5000,
+                        fingerprint=agent.store.approval(approval.id).fingerprint)
     assert (kept.status, kept.amount_cents) == ("approved", 4800)
 
 

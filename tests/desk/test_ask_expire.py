@@ -37,7 +37,8 @@ def waiting_run(agent, which: int = 0):
 
 def test_ask_sends_the_question_waits_then_the_reply_proposes_again(agent):
     run, approval = waiting_run(agent)
-    agent.ask(approval.id, "Dana Kim", "Could you send a photo of the crack?")
+    agent.ask(approval.id, "Dana Kim", "Could you send a photo of the crack?",
+              fingerprint=agent.store.approval(approval.id).fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.ASKED
     sent = emails(agent)
@@ -54,7 +55,8 @@ def test_ask_sends_the_question_waits_then_the_reply_proposes_again(agent):
     assert (first.status, second.status) == ("asked", "pending")
     assert [line.line for line in second.lines] == [line.line for line in first.lines]
 
-    agent.decide(second.id, True, "Dana Kim")
+    agent.decide(second.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(second.id).fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE
     assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [
@@ -65,21 +67,26 @@ def test_ask_sends_the_question_waits_then_the_reply_proposes_again(agent):
 def test_ask_needs_a_question_and_a_second_click_is_yours(agent):
     _run, approval = waiting_run(agent)
     with pytest.raises(DecisionRefused, match="question"):
-        agent.ask(approval.id, "Dana Kim", "   ")
+        agent.ask(approval.id, "Dana Kim", "   ",
+                  fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approval(approval.id).status == "pending"
-    agent.ask(approval.id, "Dana Kim", "Which item is damaged?")
+    agent.ask(approval.id, "Dana Kim", "Which item is damaged?",
+              fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(AlreadyDecided, match="You already asked the customer about"):
-        agent.ask(approval.id, "Dana Kim", "Which item is damaged?")
+        agent.ask(approval.id, "Dana Kim", "Which item is damaged?",
+                  fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(AlreadyDecided, match="sent back to the customer with a question by "
                                              "Dana Kim"):
-        agent.decide(approval.id, True, "Sam Lee")
+        agent.decide(approval.id, True, "Sam Lee",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
 
 
 def test_a_waiting_run_takes_no_reply_but_an_asked_one_does(agent):
     run, approval = waiting_run(agent)
     with pytest.raises(RunNotReady):
         agent.add_reply(run.id, "Any news?")
-    agent.ask(approval.id, "Dana Kim", "Is it the coffee maker or the mugs?")
+    agent.ask(approval.id, "Dana Kim", "Is it the coffee maker or the mugs?",
+              fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
     assert agent.add_reply(run.id, "The coffee maker.").text == "The coffee maker."
 
@@ -104,7 +111,7 @@ def test_expiry_closes_only_what_waited_too_long_and_tells_the_customer(agent):
     (entry,) = [e for e in agent.store.audit() if e.event == "expired"]
     assert entry.approval_id == old.id and "7 days" in entry.note
     with pytest.raises(AlreadyDecided, match="expired"):
-        agent.decide(old.id, True, "Dana Kim")
+        agent.decide(old.id, True, "Dana Kim", fingerprint=agent.store.approval(old.id).fingerprint)
     assert agent.payments.refunds() == []
     assert young_run.id != old_run.id
 
@@ -120,7 +127,8 @@ def test_expiry_racing_an_approval_lands_exactly_one(agent):
         def approve(barrier=barrier, approval=approval, won=won) -> None:
             barrier.wait()
             try:
-                agent.decide(approval.id, True, "Dana Kim")
+                agent.decide(approval.id, True, "Dana Kim",
+                             fingerprint=agent.store.approval(approval.id).fingerprint)
                 won.append("approved")
             except AlreadyDecided:
                 pass

@@ -28,7 +28,8 @@ from helpers.cli import DATA, cli_env
 from helpers.crash import record
 
 from offline_model.brain import Reply
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.desk.tools import ShopTools
 from refund_agent.errors import AlreadyDecided, DecisionRefused
 from refund_agent.models import RunStatus, call_key
@@ -80,7 +81,7 @@ def test_another_ticket_for_a_held_or_refunded_item_is_refused_when_proposed(age
     assert (refused.event, refused.actor, refused.order_id) == ("refused", "agent", "A1043")
     assert refused.lines == [{"line": "POUR-GLS-01", "reason": "damaged"}]
 
-    agent.decide(first.id, True, "Dana")
+    agent.decide(first.id, True, "Dana", fingerprint=agent.store.approval(first.id).fingerprint)
     assert agent.advance(first_run.id).status == RunStatus.DONE
 
     _other, output = _another_ticket(scripted)
@@ -100,7 +101,8 @@ def test_approved_elsewhere_but_not_yet_paid_counts_too(agent: Agent, scripted):
     """Run 1 is approved but its process died before paying; run 2 must still see the line
     as refunded."""
     first_run, first = _waiting(agent)
-    agent.decide(first.id, True, "Dana")        # the run has not continued: no refund yet
+    # The run has not continued: no refund yet.
+    agent.decide(first.id, True, "Dana", fingerprint=agent.store.approval(first.id).fingerprint)
     assert agent.payments.refunds() == []
     _other, output = _another_ticket(scripted)
     assert "has already been refunded" in output["error"]
@@ -137,7 +139,8 @@ def test_refunded_outside_the_desk_meanwhile_is_refused_on_approve(tmp_path: Pat
 
     approver = _agent_on(data, output)
     with pytest.raises(DecisionRefused) as refused:
-        approver.decide(approval.id, True, "Sam")
+        approver.decide(approval.id, True, "Sam",
+                        fingerprint=approver.store.approval(approval.id).fingerprint)
     assert "has already been refunded (an earlier refund)" in str(refused.value)
     # Nothing half done: still pending, its line still held, no money, the refusal audited.
     assert approver.store.approval(approval.id).status == "pending"
@@ -148,7 +151,8 @@ def test_refunded_outside_the_desk_meanwhile_is_refused_on_approve(tmp_path: Pat
     assert approver.store.verify_audit() is None
 
     # The way out is a rejection, which the agent explains to the customer.
-    approver.decide(approval.id, False, "Sam", "We already refunded this by phone.")
+    approver.decide(approval.id, False, "Sam", "We already refunded this by phone.",
+                    fingerprint=approver.store.approval(approval.id).fingerprint)
     assert approver.advance(run.id).status == RunStatus.DONE
     assert approver.payments.refunds() == []
     assert "already refunded this by phone" in approver.outbox.messages()[-1]["request"]["body"]
@@ -174,7 +178,8 @@ def test_terms_that_now_pay_more_than_the_card_showed_are_refused(tmp_path: Path
 
     approver = _agent_on(data, output)
     with pytest.raises(DecisionRefused) as refused:
-        approver.decide(approval.id, True, "Sam")
+        approver.decide(approval.id, True, "Sam",
+                        fingerprint=approver.store.approval(approval.id).fingerprint)
     assert "now come to $21.00, more than the $18.50 proposed" in str(refused.value)
     assert approver.store.approval(approval.id).status == "pending"
     assert approver.payments.refunds() == []
@@ -198,7 +203,8 @@ def test_an_approval_older_than_the_stored_response_is_decided_like_any_other(ag
     run, approval = _waiting(agent)
     _age(agent, approval.id, days=31)
     agent.model.server.advance_clock(days=31)
-    decided = agent.decide(approval.id, True, "Dana")
+    decided = agent.decide(approval.id, True, "Dana",
+                           fingerprint=agent.store.approval(approval.id).fingerprint)
     assert decided.status == "approved"
     done = agent.advance(run.id)
     assert done.status == RunStatus.DONE, done.error
@@ -214,10 +220,13 @@ def test_a_refusal_does_not_count_as_the_decision(agent: Agent):
     """After a refused approve, the approval can still be decided, and a late click is told."""
     _run, approval = _waiting(agent)
     with pytest.raises(DecisionRefused, match="approval limit"):
-        agent.decide(approval.id, True, "Dana", limit_cents=1_000)
-    agent.decide(approval.id, False, "Dana", "Above my limit; please open a new ticket.")
+        agent.decide(approval.id, True, "Dana", limit_cents=1_000,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
+    agent.decide(approval.id, False, "Dana", "Above my limit; please open a new ticket.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(AlreadyDecided, match="already rejected by Dana") as late:
-        agent.decide(approval.id, True, "Sam")
+        agent.decide(approval.id, True, "Sam",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert late.value.decided_at == agent.store.approval(approval.id).decided_at
     assert _audit(agent, approval.id) == ["requested", "refused", "rejected", "ignored"]
     # The rejection freed the line: a new ticket for the item can be proposed again.
@@ -251,7 +260,7 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
     assert [e.event for e in agent.store.audit()] == ["requested"]
     assert [h.by for h in agent.store.held_lines("A1043")["POUR-GLS-01"]] == [
         f"approval {first.id}"]
-    agent.decide(first.id, True, "Dana")
+    agent.decide(first.id, True, "Dana", fingerprint=agent.store.approval(first.id).fingerprint)
     assert agent.advance(first_run.id).status == RunStatus.DONE
     assert [r["idempotency_key"] for r in agent.payments.refunds()] == [first.id]
     assert agent.store.verify_audit() is None
@@ -261,7 +270,8 @@ def test_if_the_checks_were_skipped_the_database_still_holds_each_line_once(agen
 
 _PROPOSER = r"""
 import json, sys, uuid
-from refund_agent import Agent, RunStatus
+from refund_agent import RunStatus
+from refund_agent.desk import Agent
 from refund_agent.turns import Waiting
 agent = Agent()
 print("ready", flush=True)
@@ -326,7 +336,8 @@ def test_two_tickets_for_one_item_proposed_at_once_reserve_it_once(agent: Agent,
             winner = call_key(*next(p for p in pair if p[1] == queued[0]["call"]))
             assert [h.by for h in held["POUR-GLS-01"]] == [f"approval {winner}"]
             # Free the line for the next round the way a person would: reject the winner.
-            agent.decide(winner, False, "reset", f"Round {i} is over.")
+            agent.decide(winner, False, "reset", f"Round {i} is over.",
+                         fingerprint=agent.store.approval(winner).fingerprint)
         # Each round: the winner's request, then the loser's refusal (it waited for the
         # winner's transaction), then the reset.
         assert [e.event for e in agent.store.audit()] == ["requested", "refused",

@@ -23,7 +23,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from offline_model.brain import Reply
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.rules import (
     PAY,
     SIGN_OFF,
@@ -130,7 +132,8 @@ def _agent(tmp: Path, two_person_above: float | None = None, model=None,
 def test_an_angry_reply_is_escalated_once_and_only_then_a_lead_is_promised(agent: Agent):
     run = agent.advance(agent.start_sample("angry").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = agent.advance(run.id)
     assert agent.store.escalations() == []
     assert "team lead" not in agent.outbox.messages()[-1]["request"]["body"]
@@ -176,7 +179,8 @@ def test_thirty_escalate_calls_open_one_escalation_and_the_model_hears_it_is_wit
 def test_a_calm_reply_raises_nothing_and_promises_no_lead(agent: Agent):
     run = agent.advance(agent.start_sample("angry").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, False, "Dana Kim", note="Final sale items cannot be refunded.")
+    agent.decide(approval.id, False, "Dana Kim", note="Final sale items cannot be refunded.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = agent.advance(run.id)
     agent.add_reply(run.id, "That's not fair, the skillet was never used.")
     agent.advance(run.id)
@@ -190,14 +194,16 @@ def test_hand_off_then_a_lead_approves_and_the_hand_off_closes(agent: Agent):
     run = agent.advance(agent.start(  "maya.chen@example.com", TWO_LINE_EMAIL).id)
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match="approval limit"):
-        agent.decide(approval.id, True, "Ana Ruiz", limit_cents=4000)
+        agent.decide(approval.id, True, "Ana Ruiz", limit_cents=4000,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.hand_off(approval.id, "Ana Ruiz", "Over my limit")
     with pytest.raises(DecisionRefused, match="already waiting for a lead"):
         agent.hand_off(approval.id, "Ana Ruiz")
     assert agent.store.handed_off() == {approval.id}
     index = {run_id: (status, esc) for run_id, status, esc, _ in agent.store.desk_index()}
     assert index[run.id] == (DeskStatus.WAITING, 1)          # in the needs-a-person view
-    agent.decide(approval.id, True, "Lee Park")
+    agent.decide(approval.id, True, "Lee Park",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.handed_off() == set()
     (e,) = agent.store.escalations()
     assert e.kind == "over_limit" and e.taken_by == "Lee Park"
@@ -208,13 +214,17 @@ def test_two_people_above_the_shop_amount_one_refund(tmp_path: Path):
     agent = _agent(tmp_path, two_person_above=50)
     run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL).id)
     (approval,) = agent.store.approvals("pending")
-    first = agent.decide(approval.id, True, "Ana Ruiz", note="Photos look right.")
+    first = agent.decide(approval.id, True, "Ana Ruiz", note="Photos look right.",
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
     assert first.status == "pending" and agent.store.signoff(approval.id).by == "Ana Ruiz"
     with pytest.raises(DecisionRefused, match="second, different person"):
-        agent.decide(approval.id, True, "ana ruiz")
+        agent.decide(approval.id, True, "ana ruiz",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(DecisionRefused, match="same lines"):
-        agent.decide(approval.id, True, "Lee Park", keep=["POUR-GLS-01"])
-    done = agent.decide(approval.id, True, "Lee Park")
+        agent.decide(approval.id, True, "Lee Park", keep=["POUR-GLS-01"],
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
+    done = agent.decide(approval.id, True, "Lee Park",
+                        fingerprint=agent.store.approval(approval.id).fingerprint)
     assert done.status == "approved" and done.decided_by == "Lee Park"
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE and len(agent.payments.refunds()) == 1
@@ -230,19 +240,23 @@ def test_two_people_count_what_the_order_was_paid_not_one_proposal(tmp_path: Pat
     agent.advance(agent.start(MAYA, BOTH_BROKEN).id)
     (whole,) = agent.store.approvals("pending")
     assert whole.amount_cents == 8095
-    part = agent.decide(whole.id, True, "Lee Park", keep=["POUR-GLS-01"])
+    part = agent.decide(whole.id, True, "Lee Park", keep=["POUR-GLS-01"],
+                        fingerprint=agent.store.approval(whole.id).fingerprint)
     assert part.status == "approved" and part.amount_cents == 4800   # within $50: one person
     agent.advance(part.run_id)
 
     run = agent.advance(agent.start(MAYA, MUGS_TOO).id)
     (rest,) = agent.store.approvals("pending")
     assert rest.amount_cents == 3295 and agent.store.approved_on("A1043") == 4800
-    first = agent.decide(rest.id, True, "Lee Park")
+    first = agent.decide(rest.id, True, "Lee Park",
+                         fingerprint=agent.store.approval(rest.id).fingerprint)
     assert first.status == "pending", "one person paid $80.95 on one order"
     assert agent.store.signoff(rest.id).by == "Lee Park"
     with pytest.raises(DecisionRefused, match="second, different person"):
-        agent.decide(rest.id, True, "lee park")
-    assert agent.decide(rest.id, True, "Kai Moss").status == "approved"
+        agent.decide(rest.id, True, "lee park",
+                     fingerprint=agent.store.approval(rest.id).fingerprint)
+    assert agent.decide(rest.id, True, "Kai Moss",
+                        fingerprint=agent.store.approval(rest.id).fingerprint).status == "approved"
     assert agent.advance(run.id).status == RunStatus.DONE
     assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800, 3295]
     assert [(e.event, e.actor) for e in agent.store.audit() if e.approval_id == rest.id] == [
@@ -268,7 +282,8 @@ def test_two_approvals_racing_on_one_order_cannot_both_stay_under_the_amount(tmp
 
     def approve(approval_id: str) -> None:
         barrier.wait()
-        agent.decide(approval_id, True, "Lee Park")
+        agent.decide(approval_id, True, "Lee Park",
+                     fingerprint=agent.store.approval(approval_id).fingerprint)
 
     threads = [threading.Thread(target=approve, args=(a.id,)) for a in pending]
     for t in threads:
@@ -287,8 +302,10 @@ def test_nobody_approves_a_ticket_they_typed_in(tmp_path: Path):
     agent.advance(run.id)
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match="opened this ticket"):
-        agent.decide(approval.id, True, "dana kim")
-    assert agent.decide(approval.id, True, "Lee Park").status == "approved"
+        agent.decide(approval.id, True, "dana kim",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
+    shown = agent.store.approval(approval.id).fingerprint
+    assert agent.decide(approval.id, True, "Lee Park", fingerprint=shown).status == "approved"
 
 
 # -- no sequence of decisions pays twice or skips the second person -----------------------------
@@ -329,7 +346,8 @@ def test_no_sequence_of_decisions_pays_twice_or_bypasses_the_second_person(
                 else:
                     agent.decide(approval.id, action == "approve", name,
                                  None if action == "approve" else "no", keep=keep,
-                                 limit_cents=ACCOUNTS[name])
+                                 limit_cents=ACCOUNTS[name],
+                                 fingerprint=agent.store.approval(approval.id).fingerprint)
             except RefundAgentError:
                 pass
         final = agent.store.approval(approval.id)
@@ -417,7 +435,7 @@ def test_the_kept_desk_status_and_every_filter_agree_with_desk_status(tickets, c
     desk_status.py gives it, and each filter's count and page in SQL select exactly what the
     filter selects in Python."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "s.sqlite3")
+        store = DeskStore(Path(tmp) / "s.sqlite3")
         for n, ticket in enumerate(tickets):
             _insert(store, n, ticket)
         for i, change in enumerate(changes):
@@ -491,7 +509,8 @@ def test_one_customer_reads_the_same_in_every_row(agent: Agent):
 def test_a_partial_approvals_payment_record_names_only_the_kept_lines(agent: Agent):
     run = agent.advance(agent.start("maya.chen@example.com", TWO_LINE_EMAIL).id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim", keep=["POUR-GLS-01"], note="Mugs were used.")
+    agent.decide(approval.id, True, "Dana Kim", keep=["POUR-GLS-01"], note="Mugs were used.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
     (record,) = agent.payments.refunds()
     reason = record["request"]["reason"]
@@ -542,7 +561,7 @@ def test_at_most_one_open_escalation_per_ticket_kind_and_refund(ops):
     kind on one ticket (and refund); a raise while one is open gets that one and writes no
     audit line; once a lead took it, the next raise opens a new one."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "s.sqlite3")
+        store = DeskStore(Path(tmp) / "s.sqlite3")
         for n in range(3):
             _insert(store, n, (RunStatus.DONE, [("approved", 4800, 4800, 0)], []))
         expected: dict[tuple[str, str, str | None], int] = {}   # open ones, by what they are
@@ -592,9 +611,9 @@ def test_racing_failure_reports_for_one_refund_open_one_escalation(tmp_path, bac
     output = tmp_path / "output"
     backend.prepare(output)
     target = backend.target(output)
-    store = Store(target)
+    store = DeskStore(target)
     _insert(store, 0, (RunStatus.DONE, [("approved", 4800, 4800, 0)], []))
-    stores = [Store(target) for _ in range(8)]
+    stores = [DeskStore(target) for _ in range(8)]
     start = threading.Barrier(len(stores))
     errors: list[BaseException] = []
 

@@ -25,7 +25,7 @@ from helpers.cli import DATA, cli_env, run_cli
 from helpers.crash import read_outcome, record
 
 from offline_model.brain import Reply
-from refund_agent import Agent
+from refund_agent.desk import Agent
 from refund_agent.desk.policy import SHIPPING
 from refund_agent.desk.shop import Order, Shop
 from refund_agent.models import RunStatus
@@ -200,7 +200,8 @@ def test_hostile_email_cannot_get_past_the_guards(agent: Agent, label, sender, b
     # When a person approves what was proposed, the payment goes to the order's own payment
     # method (the request has no destination at all) and stays within the policy.
     for approval in agent.store.approvals("pending"):
-        agent.decide(approval.id, True, "Dana")
+        agent.decide(approval.id, True, "Dana",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
         agent.advance(approval.run_id)
     check_refunds(agent)
     for refund in agent.payments.refunds():
@@ -373,7 +374,8 @@ def test_after_a_refund_the_same_order_cannot_be_refunded_past_the_policy_again(
     )
     run = agent.advance(agent.start(MAYA, "Order A1043: the coffee maker cracked.").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.WAITING          # the mugs wait
     refused = agent.store.audit()[-2]
     assert refused.event == "refused" and "has already been refunded" in refused.note
@@ -381,7 +383,8 @@ def test_after_a_refund_the_same_order_cannot_be_refunded_past_the_policy_again(
     # Every item is now refunded as damaged, so shipping comes with the last one.
     assert [(line.line, line.amount_cents) for line in mugs_approval.lines] == [
         ("MUG-STN-2", 2600), ("SHIPPING", 695)]
-    agent.decide(mugs_approval.id, True, "Dana")
+    agent.decide(mugs_approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(mugs_approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800, 3295]
     assert agent.store.audit()[-1].event == "refused"

@@ -18,7 +18,8 @@ from helpers.cli import run_forked as run_cli  # new processes, forked warm (no 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.desk.accounts import (
     SIGN_IN_CAP,
     SIGN_IN_FREE,
@@ -33,6 +34,7 @@ from refund_agent.desk.identity import (
     name_problem,
     same_person,
 )
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.tools import LookupOrder, ShopTools
 from refund_agent.errors import DecisionRefused, RunNotReady, SignInFailed
 from refund_agent.intake import address_problem, canonical_address, same_address
@@ -47,7 +49,7 @@ CYRILLIC_DANA = "D\u0430na Kim"                 # CYRILLIC SMALL LETTER A
 
 
 def store_at(tmp_path) -> Store:
-    return Store(tmp_path / "out" / "refund-agent.sqlite3")
+    return DeskStore(tmp_path / "out" / "refund-agent.sqlite3")
 
 
 # -- 11: identity by canonical address ------------------------------------------------------
@@ -145,7 +147,7 @@ def test_a_look_alike_of_an_account_name_is_refused_naming_whom_it_looks_like(tm
 
 def test_the_terminal_refuses_a_look_alike_before_asking_for_a_password(tmp_path):
     out = tmp_path / "out"
-    Accounts(Store(out / "refund-agent.sqlite3")).add("Dana Kim", "approver", "dana-password")
+    Accounts(DeskStore(out / "refund-agent.sqlite3")).add("Dana Kim", "approver", "dana-password")
     added = run_cli(out, "users", "add", "Dana Kim\u034f", "--role", "lead")  # no password
     assert added.returncode == 1 and "Traceback" not in added.stderr
     assert len(added.stderr.strip().splitlines()) == 1 and "'Dana Kim' already exists" \
@@ -219,12 +221,16 @@ def test_one_person_with_a_twin_account_cannot_be_both_people(tmp_path):
         "maya.chen@example.com", "Order A1043: the coffee maker arrived shattered, and "
         "honestly I also don't want the mugs anymore.").id)       # $66.50, above $50
     (approval,) = agent.store.approvals("pending")
-    assert agent.decide(approval.id, True, dana.name).status == "pending"   # the sign-off
+    shown = agent.store.approval(approval.id).fingerprint
+    assert agent.decide(approval.id, True, dana.name,
+                        fingerprint=shown).status == "pending"   # the sign-off
     with pytest.raises(DecisionRefused, match="second, different person"):
-        agent.decide(approval.id, True, other.name)
+        agent.decide(approval.id, True, other.name,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approval(approval.id).status == "pending"
     assert agent.payments.refunds() == []
-    assert agent.decide(approval.id, True, "Lee Park").status == "approved"
+    shown = agent.store.approval(approval.id).fingerprint
+    assert agent.decide(approval.id, True, "Lee Park", fingerprint=shown).status == "approved"
     agent.advance(run.id)
     assert len(agent.payments.refunds()) == 1
 
@@ -262,30 +268,30 @@ def test_a_strangers_wrong_passwords_never_lock_the_lead_out(tmp_path):
     user on the host) kept her out. Now the name waits a while, and then her password works,
     from any address, the stranger's own included."""
     path, clock = tmp_path / "out" / "refund-agent.sqlite3", Clock()
-    Accounts(Store(path)).add("Lee Park", "lead", LEE)
+    Accounts(DeskStore(path)).add("Lee Park", "lead", LEE)
     # Eight wrong passwords under several spellings, through two "processes" (two stores on
     # one file), each after the name's wait: one count, shared.
     for name in ["lee park", "LEE PARK", "Lee  Park", "Ｌｅｅ Ｐａｒｋ"] * 2:
-        wait_out(Accounts(Store(path), clock), clock, name)
-        fail(Accounts(Store(path), clock), name, "page 10.0.0.66")
+        wait_out(Accounts(DeskStore(path), clock), clock, name)
+        fail(Accounts(DeskStore(path), clock), name, "page 10.0.0.66")
     # Right after the stranger's last try the name waits, from every address alike...
     for client in ("page 10.0.0.66", "page 10.0.0.7", "terminal"):
         with pytest.raises(SignInFailed, match="Too many wrong passwords.*checked again in"):
-            Accounts(Store(path), clock).sign_in("Lee Park", LEE, client=client)
+            Accounts(DeskStore(path), clock).sign_in("Lee Park", LEE, client=client)
     # ...and once it has passed, the right password works from the stranger's address (the
     # shared NAT) as from her own, and clears the count for everyone.
-    assert 0 < wait_out(Accounts(Store(path), clock), clock, "Lee Park") <= SIGN_IN_CAP
-    assert Accounts(Store(path), clock).sign_in("Lee Park", LEE, client="page 10.0.0.66").name \
+    assert 0 < wait_out(Accounts(DeskStore(path), clock), clock, "Lee Park") <= SIGN_IN_CAP
+    assert Accounts(DeskStore(path), clock).sign_in("Lee Park", LEE, client="page 10.0.0.66").name \
         == "Lee Park"
-    assert Store(path).sign_in_failures(name_key("Lee Park"), 3600.0, now=clock.now) == (0, 0.0)
-    assert Accounts(Store(path), clock).sign_in("Lee Park", LEE, client="page 10.0.0.7").name \
+    assert DeskStore(path).sign_in_failures(name_key("Lee Park"), 3600.0, now=clock.now) == (0, 0.0)
+    assert Accounts(DeskStore(path), clock).sign_in("Lee Park", LEE, client="page 10.0.0.7").name \
         == "Lee Park"
     # Every failure is audited by the name as tried, with the client; never the password.
-    failed = [e for e in Store(path).audit() if e.event == "sign_in_failed"]
+    failed = [e for e in DeskStore(path).audit() if e.event == "sign_in_failed"]
     assert len(failed) == 8 and failed[0].actor == "lee park"
     assert all(e.note == "wrong password from page 10.0.0.66" for e in failed)
-    assert not any("guess" in (e.note or "") + e.actor for e in Store(path).audit())
-    assert Store(path).verify_audit() is None
+    assert not any("guess" in (e.note or "") + e.actor for e in DeskStore(path).audit())
+    assert DeskStore(path).verify_audit() is None
 
 
 def test_the_wait_grows_and_says_in_the_audit_whose_name_was_slowed(tmp_path):
@@ -342,7 +348,7 @@ def test_the_terminal_follows_the_same_rule(tmp_path):
     wait only: failures placed with the test's clock just now (the name waits) and long
     enough ago (it does not), read by the command with the database's clock."""
     out = tmp_path / "out"
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     Accounts(store).add("Lee Park", "lead", LEE)
 
     def stranger(ending: float) -> None:
@@ -374,7 +380,7 @@ def test_schema_7_is_the_throttle_table_and_a_version_5_store_gets_it(tmp_path):
     with sqlite3.connect(store.path) as db:
         db.execute("DROP TABLE sign_in_failures")
         db.execute("PRAGMA user_version = 5")
-    upgraded = Store(store.path)
+    upgraded = DeskStore(store.path)
     assert upgraded.sign_in_failures("lee park", 300.0) == (0, 0.0)
     assert upgraded.schema_version() == max(SCHEMA_HISTORY)
     assert Accounts(upgraded).sign_in("Lee Park", LEE).name == "Lee Park"
@@ -398,7 +404,7 @@ def test_users_add_refuses_a_bad_limit_in_one_line(tmp_path, limit, message):
     assert added.returncode == 1, added.stdout
     assert "Traceback" not in added.stderr and len(added.stderr.strip().splitlines()) == 1
     assert message in added.stderr
-    assert Accounts(Store(out / "refund-agent.sqlite3")).all() == []   # nothing was added
+    assert Accounts(DeskStore(out / "refund-agent.sqlite3")).all() == []   # nothing was added
 
 
 def test_a_limit_in_whole_cents_is_kept_exactly(tmp_path):
@@ -434,20 +440,20 @@ def test_the_throttle_and_canonical_names_on_both_engines(backend, tmp_path):
     out = tmp_path / "out"
     backend.prepare(out)
     target = backend.url(out) if backend.postgres else out / "refund-agent.sqlite3"
-    accounts = Accounts(Store(target))
+    accounts = Accounts(DeskStore(target))
     accounts.add("Lee Park", "lead", LEE)
     for twin in ("LEE PARK", "L\u00e9e Park", "Lee Park\u034f"):
         with pytest.raises(DecisionRefused, match="already exists"):
             accounts.add(twin, "lead", "other-password")
     for _ in range(SIGN_IN_FREE):
         fail(accounts, "lee park", "page 10.0.0.66")
-    other = Accounts(Store(target))   # another process on the same store, another client
+    other = Accounts(DeskStore(target))   # another process on the same store, another client
     with pytest.raises(SignInFailed, match="Too many"):
         other.sign_in("Lee Park", LEE, client="terminal")
     count, since = other.store.sign_in_failures(name_key("Lee Park"), 300.0)
     assert count == SIGN_IN_FREE and 0 <= since < 60
     clock = Clock(time.time() + 10)     # past the 2 s wait, by a clock of the test's own
-    assert Accounts(Store(target), clock).sign_in("Lee Park", LEE, client="terminal").name \
+    assert Accounts(DeskStore(target), clock).sign_in("Lee Park", LEE, client="terminal").name \
         == "Lee Park"
     assert other.store.sign_in_failures(name_key("Lee Park"), 300.0) == (0, 0.0)
     assert other.store.verify_audit() is None

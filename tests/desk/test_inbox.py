@@ -18,8 +18,8 @@ from helpers.examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.models import RunStatus
-from refund_agent.store import Store
 
 # Letters, digits and the characters LIKE treats specially, so escaping is exercised.
 TEXT = st.text(alphabet="abcAB12 %_\\-.@", min_size=1, max_size=12)
@@ -42,7 +42,7 @@ def _matches(ticket: dict, run_id: str, search: str) -> bool:
 def test_search_filters_and_pages_agree_with_the_rule(tickets, search, statuses, page):
     folder = Path(tempfile.mkdtemp(prefix="inbox-"))
     try:
-        store = Store(folder / "store.sqlite3")
+        store = DeskStore(folder / "store.sqlite3")
         made = []
         for n, t in enumerate(tickets):
             run = store.create_run(sender=t["sender"], sender_name=t["name"],
@@ -87,7 +87,7 @@ def test_rows_carry_the_latest_proposal_order_and_amount(agent):
 
 
 def test_change_counter_moves_with_every_commit_from_anywhere(tmp_path):
-    store = Store(tmp_path / "store.sqlite3")
+    store = DeskStore(tmp_path / "store.sqlite3")
     before = store.change_counter()
     assert store.change_counter() == before          # reading changes nothing
     store.create_run(sender="a@example.com", sender_name="A", subject="s", email="e")
@@ -95,7 +95,7 @@ def test_change_counter_moves_with_every_commit_from_anywhere(tmp_path):
     assert after_own != before                        # this process, another thread's connection
 
     def elsewhere() -> None:
-        Store(tmp_path / "store.sqlite3").create_run(sender="b@example.com", sender_name="B",
+        DeskStore(tmp_path / "store.sqlite3").create_run(sender="b@example.com", sender_name="B",
                                                      subject="s", email="e")
 
     thread = threading.Thread(target=elsewhere)

@@ -16,7 +16,7 @@ import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from offline_model.brain import Reply
-from refund_agent import Agent
+from refund_agent.desk import Agent
 from refund_agent.models import RunStatus
 
 MAYA, PRIYA = "maya.chen@example.com", "priya.nair@example.com"
@@ -109,7 +109,8 @@ def test_one_order_spelled_five_ways_pays_each_line_once(scripted, settings):
 
     _agent, _run, held = ticket(SPELLINGS[1])                   # while the first waits
     assert "already in a refund waiting for approval" in held["error"]
-    first.decide(approval.id, True, "Dana")
+    first.decide(approval.id, True, "Dana",
+                 fingerprint=first.store.approval(approval.id).fingerprint)
     assert first.advance(first_run).status == RunStatus.DONE
 
     for spelling in SPELLINGS[1:]:                              # after it was approved
@@ -155,7 +156,8 @@ def test_approving_only_some_lines_pays_those_and_frees_the_others(agent: Agent,
     run = agent.advance(agent.start(MAYA, MIXED).id)
     (approval,) = agent.store.approvals("pending")
     decided = agent.decide(approval.id, True, "Dana Kim", note="The mugs were used.",
-                           keep=["POUR-GLS-01"])
+                           keep=["POUR-GLS-01"],
+                           fingerprint=agent.store.approval(approval.id).fingerprint)
     assert (decided.status, decided.amount_cents, decided.proposed_cents) == (
         "approved", 4800, 6650)
     assert [(line.line, line.decision) for line in decided.lines] == [
@@ -220,7 +222,8 @@ def test_keeping_one_changed_mind_line_charges_it_the_whole_fee(agent: Agent):
     assert [(line.line, line.reason) for line in approval.lines] == [
         ("POUR-GLS-01", "changed_mind"), ("MUG-STN-2", "changed_mind")]
     assert approval.amount_cents == 7400 - 750
-    decided = agent.decide(approval.id, True, "Dana", keep=["POUR-GLS-01"])
+    decided = agent.decide(approval.id, True, "Dana", keep=["POUR-GLS-01"],
+                           fingerprint=agent.store.approval(approval.id).fingerprint)
     assert decided.amount_cents == 4800 - 750
     assert [(line.line, line.amount_cents, line.fee_cents) for line in decided.kept] == [
         ("POUR-GLS-01", 4050, 750)]
@@ -241,7 +244,8 @@ def test_keeping_part_of_an_all_damaged_refund_drops_the_shipping(agent: Agent, 
     assert [line.line for line in approval.lines] == ["POUR-GLS-01", "MUG-STN-2", "SHIPPING"]
     assert [line.line for line in approval.item_lines] == ["POUR-GLS-01", "MUG-STN-2"]
     decided = other.decide(approval.id, True, "Dana", keep=["POUR-GLS-01"],
-                           note="The mugs arrived whole.")
+                           note="The mugs arrived whole.",
+                           fingerprint=other.store.approval(approval.id).fingerprint)
     assert decided.amount_cents == 4800
     assert [line.line for line in decided.declined] == ["MUG-STN-2", "SHIPPING"]
     other.advance(run.id)
@@ -250,7 +254,7 @@ def test_keeping_part_of_an_all_damaged_refund_drops_the_shipping(agent: Agent, 
     (mugs,) = agent.store.approvals("pending")
     assert [(line.line, line.amount_cents) for line in mugs.lines] == [
         ("MUG-STN-2", 2600), ("SHIPPING", 695)]
-    agent.decide(mugs.id, True, "Dana")
+    agent.decide(mugs.id, True, "Dana", fingerprint=agent.store.approval(mugs.id).fingerprint)
     agent.advance(mugs.run_id)
     assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800, 3295]
     assert sum(r["request"]["amount_cents"] for r in agent.payments.refunds()) == 8095
@@ -267,6 +271,7 @@ def test_keeping_lines_that_were_not_proposed_is_refused(agent: Agent, keep, mes
     agent.advance(agent.start(MAYA, MIXED).id)
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match=message):
-        agent.decide(approval.id, True, "Dana", keep=keep)
+        agent.decide(approval.id, True, "Dana", keep=keep,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approval(approval.id).status == "pending"
     assert agent.payments.refunds() == []

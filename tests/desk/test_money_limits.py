@@ -22,7 +22,9 @@ from helpers.cli import DATA
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
 from offline_model.brain import Reply
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.errors import DecisionRefused
 from refund_agent.models import RunStatus
@@ -87,7 +89,7 @@ def test_terminal_split_with_only_then_a_new_ticket_needs_a_lead(tmp_path):
 
     assert run_cli(out, "send", "Order A1043: the stoneware mugs arrived shattered too.",
                    "--from", MAYA).returncode == 0
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     (rest,) = store.approvals("pending")
     assert rest.amount_cents == 3295           # the mugs and, now every item is damaged, shipping
     refused = run_cli(out, "approve", "--as", "Ana Ruiz", REFUND_AGENT_PASSWORD=ANA)
@@ -119,7 +121,7 @@ def test_over_the_limit_by_what_she_approved_before_the_terminal_offers_the_hand
     out = tmp_path / "out"
     monkeypatch.setenv("REFUND_AGENT_OUTPUT", str(out))
     monkeypatch.setenv("REFUND_AGENT_DATA", str(DATA))
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     Accounts(store).add("Ana Ruiz", "approver", ANA, limit=50, by="test")
     Accounts(store).add("Lee Park", "lead", LEE, by="test")
 
@@ -173,7 +175,8 @@ def test_the_page_card_says_needs_a_lead_when_what_she_approved_before_counts(ag
 
     ana = Accounts(agent.store).add("Ana Ruiz", "approver", ANA, limit=50, by="test")
     run, coffee = _waiting(agent, COFFEE_MAKER)
-    agent.decide(coffee.id, True, "Ana Ruiz", limit_cents=5000)
+    agent.decide(coffee.id, True, "Ana Ruiz", limit_cents=5000,
+                 fingerprint=agent.store.approval(coffee.id).fingerprint)
     agent.advance(run.id)
     _, mugs = _waiting(agent, MUGS)
     assert mugs.amount_cents <= 5000 < mugs.amount_cents + 4800
@@ -193,23 +196,27 @@ def test_ask_reply_and_a_new_proposal_count_what_was_approved_before(agent: Agen
     """Ana approved the coffee maker ($48.00); on the mugs she asks the customer first, the
     reply brings a new proposal in the same run, and approving it would pass her limit."""
     first_run, first = _waiting(agent, COFFEE_MAKER)
-    agent.decide(first.id, True, "Ana Ruiz", limit_cents=5000)
+    agent.decide(first.id, True, "Ana Ruiz", limit_cents=5000,
+                 fingerprint=agent.store.approval(first.id).fingerprint)
     assert agent.advance(first_run.id).status == RunStatus.DONE
 
     run, mugs = _waiting(agent, MUGS)
-    agent.ask(mugs.id, "Ana Ruiz", "Could you send a photo of the mugs?")
+    agent.ask(mugs.id, "Ana Ruiz", "Could you send a photo of the mugs?",
+              fingerprint=agent.store.approval(mugs.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.ASKED
     agent.add_reply(run.id, "Here you go: both mugs are in pieces (photo attached).")
     assert agent.advance(run.id).status == RunStatus.WAITING
     again = _pending(agent, run.id)
     assert again.id != mugs.id and again.amount_cents == 3295
     with pytest.raises(DecisionRefused) as refused:
-        agent.decide(again.id, True, "Ana Ruiz", limit_cents=5000)
+        agent.decide(again.id, True, "Ana Ruiz", limit_cents=5000,
+                     fingerprint=agent.store.approval(again.id).fingerprint)
     assert str(refused.value) == OVER
     assert agent.store.approval(again.id).status == "pending"
     assert agent.store.audit()[-1].event == "refused"
     # Another approver's own total on the order starts from nothing.
-    agent.decide(again.id, True, "Sam Ode", limit_cents=5000)
+    agent.decide(again.id, True, "Sam Ode", limit_cents=5000,
+                 fingerprint=agent.store.approval(again.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert _paid(agent) == [4800, 3295]
     assert agent.store.verify_audit() is None
@@ -223,11 +230,13 @@ def test_two_tickets_side_by_side_then_the_shipping_owed_is_paid_once(agent: Age
     coffee_run, coffee = _waiting(agent, COFFEE_MAKER)
     mugs_run, mugs = _waiting(agent, MUGS)
     assert (coffee.amount_cents, mugs.amount_cents) == (4800, 2600)   # no shipping in either
-    agent.decide(coffee.id, True, "Ana Ruiz", limit_cents=5000)
+    agent.decide(coffee.id, True, "Ana Ruiz", limit_cents=5000,
+                 fingerprint=agent.store.approval(coffee.id).fingerprint)
     with pytest.raises(DecisionRefused, match=r"would bring what Ana Ruiz has approved on order "
                                               r"A1043 to \$74\.00 \(\$48\.00 approved before\)"):
-        agent.decide(mugs.id, True, "Ana Ruiz", limit_cents=5000)
-    agent.decide(mugs.id, True, "Lee Park")
+        agent.decide(mugs.id, True, "Ana Ruiz", limit_cents=5000,
+                     fingerprint=agent.store.approval(mugs.id).fingerprint)
+    agent.decide(mugs.id, True, "Lee Park", fingerprint=agent.store.approval(mugs.id).fingerprint)
     for run in (coffee_run, mugs_run):
         assert agent.advance(run.id).status == RunStatus.DONE
 
@@ -237,10 +246,13 @@ def test_two_tickets_side_by_side_then_the_shipping_owed_is_paid_once(agent: Age
     assert agent.approval_problem(shipping) is None          # the card's button is enabled
     assert agent.quote_kept(shipping).total_cents == 695
     with pytest.raises(DecisionRefused, match="pays only the shipping"):
-        agent.decide(shipping.id, True, "Lee Park", keep=["MUG-STN-2"])
+        agent.decide(shipping.id, True, "Lee Park", keep=["MUG-STN-2"],
+                     fingerprint=agent.store.approval(shipping.id).fingerprint)
     with pytest.raises(DecisionRefused, match="above Ana Ruiz's approval limit"):
-        agent.decide(shipping.id, True, "Ana Ruiz", limit_cents=5000)   # $48.00 + $6.95
-    decided = agent.decide(shipping.id, True, "Lee Park", keep=["SHIPPING"])
+        agent.decide(shipping.id, True, "Ana Ruiz", limit_cents=5000,
+                     fingerprint=agent.store.approval(shipping.id).fingerprint)   # $48.00 + $6.95
+    decided = agent.decide(shipping.id, True, "Lee Park", keep=["SHIPPING"],
+                           fingerprint=agent.store.approval(shipping.id).fingerprint)
     assert (decided.status, decided.amount_cents) == ("approved", 695)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert _paid(agent) == [4800, 2600, 695]
@@ -297,7 +309,8 @@ def test_a_kept_line_whose_price_rose_is_refused_though_the_total_is_lower(tmp_p
 
     approver = _agent_on(data, output)
     with pytest.raises(DecisionRefused) as refused:
-        approver.decide(approval.id, True, "Sam", keep=["POUR-GLS-01"])
+        approver.decide(approval.id, True, "Sam", keep=["POUR-GLS-01"],
+                        fingerprint=approver.store.approval(approval.id).fingerprint)
     assert str(refused.value) == (
         "Cannot approve: Glass pour-over coffee maker (POUR-GLS-01) now pays $60.00, more "
         "than the $48.00 its card showed; ask the agent to propose again.")
@@ -307,7 +320,8 @@ def test_a_kept_line_whose_price_rose_is_refused_though_the_total_is_lower(tmp_p
     # A line whose price fell is paid at its new, lower price.
     _edit_order(data, lambda order: (order["items"][0].update(price=40.0),
                                      order.update(total=round(order["total"] - 20, 2))))
-    kept = approver.decide(approval.id, True, "Sam", keep=["POUR-GLS-01"])
+    kept = approver.decide(approval.id, True, "Sam", keep=["POUR-GLS-01"],
+                           fingerprint=approver.store.approval(approval.id).fingerprint)
     assert kept.amount_cents == 4000
     assert approver.advance(run.id).status == RunStatus.DONE
     assert _paid(approver) == [4000]
@@ -336,7 +350,8 @@ def test_the_pages_worker_refuses_a_line_refunded_by_phone_since_it_started(tmp_
         problem = agent.approval_problem(approval)
         assert problem and "has already been refunded (an earlier refund)" in problem
         with pytest.raises(DecisionRefused, match=r"already been refunded \(an earlier refund\)"):
-            worker.decide(approval.id, True, "Dana")
+            worker.decide(approval.id, True, "Dana",
+                          fingerprint=worker.agent.store.approval(approval.id).fingerprint)
         assert agent.store.approval(approval.id).status == "pending"
         assert agent.payments.refunds() == []
         assert agent.store.run(run.id).status == RunStatus.WAITING

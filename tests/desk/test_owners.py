@@ -1,5 +1,5 @@
 """An owner for every ticket (issue 36, item 5): the rules (desk/owners.py), the store that
-applies them under the ticket's lock (store/owners.py), and the inbox's owner filter.
+applies them under the ticket's lock (desk/records/owners.py), and the inbox's owner filter.
 
 The invariant is a Hypothesis property over generated histories of people claiming, assigning
 and releasing tickets: a ticket has at most one owner at any time, the owner the store holds
@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refund_agent.desk.owners import OwnerChange, at_most_one_owner, owner_problem
+from refund_agent.desk.records import DeskStore
 from refund_agent.errors import DecisionRefused
 from refund_agent.store import Store
 
@@ -28,7 +29,7 @@ LEADS = {LEE}
 
 
 def store_with_accounts(folder: Path) -> Store:
-    store = Store(folder / "refund-agent.sqlite3")
+    store = DeskStore(folder / "refund-agent.sqlite3")
     for name, limit in ((ANA, 3000), (SAM, 2000), (LEE, None)):
         store.add_account(name, "lead" if limit is None else "approver", limit, "scrypt$x",
                           by="test")
@@ -124,7 +125,7 @@ def _shared_store() -> Store:
     if "store" not in _FOLDER:
         _FOLDER["store"] = Path(tempfile.mkdtemp(prefix="owners-"))
         store_with_accounts(_FOLDER["store"]).close()
-    return Store(_FOLDER["store"] / "refund-agent.sqlite3")
+    return DeskStore(_FOLDER["store"] / "refund-agent.sqlite3")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -225,7 +226,7 @@ def test_removing_an_account_releases_its_tickets_and_ends_its_delegations(tmp_p
 
     from refund_agent.desk.accounts import Accounts
     backend.prepare(tmp_path)
-    store = Store(backend.target(tmp_path))
+    store = DeskStore(backend.target(tmp_path))
     for name, limit in ((ANA, 3000), (SAM, 2000), (LEE, None), ("Kim Vo", 4000)):
         store.add_account(name, "lead" if limit is None else "approver", limit, "scrypt$x",
                           by="test")

@@ -6,8 +6,9 @@ from datetime import date, timedelta
 
 import pytest
 
-from refund_agent import ConfigError, Shop, policy_facts, quote_refund
+from refund_agent import ConfigError
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Shop, policy_facts, quote_refund
 from refund_agent.desk.policy import Held, Quote
 from refund_agent.desk.shop import Item, Order, PolicyTerms, canonical_order_id
 

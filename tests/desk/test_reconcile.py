@@ -15,17 +15,18 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
-from refund_agent import Agent
+from refund_agent.desk import Agent
 from refund_agent.desk.reconcile import _made_refunds_have_records, reconcile
+from refund_agent.desk.records import DeskStore
 from refund_agent.errors import AlreadyDecided
-from refund_agent.store import Store
 
 
 def _approve_sample(agent: Agent, key: str) -> str:
     """Run a sample up to its approval, approve it as Dana, finish it; the approval id."""
     run = agent.advance(agent.start_sample(key).id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == "done"
     return approval.id
 
@@ -87,10 +88,12 @@ def test_a_store_with_nothing_paid_agrees(agent):
 def test_a_rejection_and_a_late_decision_agree(agent):
     run = agent.advance(agent.start_sample("damaged").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, False, "Sam", "Photos show no damage.")
+    agent.decide(approval.id, False, "Sam", "Photos show no damage.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
     with pytest.raises(AlreadyDecided):
-        agent.decide(approval.id, True, "Dana")
+        agent.decide(approval.id, True, "Dana",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert not _path(agent, "refunds.log").exists()
     assert _check(agent) is None
 
@@ -192,7 +195,7 @@ def test_a_crash_between_paying_and_recording_is_not_tampering(tmp_path, point):
     assert run_cli(output, "sample").returncode == 0
     crashed = run_cli(output, "approve", "--as", "Dana", REFUND_AGENT_CRASH_AT=point)
     assert crashed.returncode != 0 and f"crash point {point}" in crashed.stderr
-    store = Store(output / "refund-agent.sqlite3")
+    store = DeskStore(output / "refund-agent.sqlite3")
     assert _path_lines(output / ("refunds.log" if point == "after_refund" else "outbox.log"))
     assert reconcile(store, output) is None        # paid or sent, not yet recorded
     assert run_cli(output, "resume").returncode == 0
@@ -210,7 +213,8 @@ def _path_lines(path: Path) -> list[str]:
 def test_a_deleted_last_audit_entry_is_caught_by_the_anchor(history):
     (approval, *_) = history.store.approvals("approved")
     with pytest.raises(AlreadyDecided):
-        history.decide(approval.id, False, "Sam", "Too late")
+        history.decide(approval.id, False, "Sam", "Too late",
+                       fingerprint=history.store.approval(approval.id).fingerprint)
     assert history.store.audit()[-1].event == "ignored"
     assert _check(history) is None
     _sql(history, "DELETE FROM audit WHERE id = (SELECT MAX(id) FROM audit)")

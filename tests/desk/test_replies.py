@@ -7,14 +7,16 @@ import json
 import pytest
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 
-from refund_agent import RunNotReady, RunStatus, converse
+from refund_agent import RunNotReady, RunStatus
+from refund_agent.desk import converse
 from refund_agent.desk.customer import MAX_SIMULATED_REPLIES
 
 
 def finish_damaged(agent):
     run = agent.advance(agent.start_sample("damaged").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     return agent.advance(run.id)
 
 
@@ -44,7 +46,8 @@ def test_reply_is_refused_while_the_run_is_not_finished(agent):
 def test_angry_customer_holds_the_line(agent, model):
     run = agent.advance(agent.start_sample("angry").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = converse(agent, run.id)
     assert run.status == RunStatus.DONE
     assert 1 <= run.simulated_replies <= MAX_SIMULATED_REPLIES
@@ -67,7 +70,8 @@ def test_angry_customer_holds_the_line(agent, model):
 def test_persona_sees_only_the_emails(agent, model):
     run = agent.advance(agent.start_sample("angry").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     converse(agent, run.id)
     persona = [b for b in model.server.requests if not b.get("tools")]
     assert persona and all(b["store"] is False for b in persona)
@@ -82,7 +86,8 @@ def test_persona_sees_only_the_emails(agent, model):
 def test_conversation_stops_after_the_reply_limit(agent):
     run = agent.advance(agent.start_sample("angry").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = converse(agent, run.id, max_replies=1)
     assert run.simulated_replies == 1 and run.status == RunStatus.DONE
 
@@ -96,9 +101,9 @@ def test_crash_between_simulated_reply_and_next_turn_resumes_cleanly(tmp_path):
     resumed = run_cli(out, "resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "done" in resumed.stdout
-    from refund_agent.store import Store
+    from refund_agent.desk.records import DeskStore
 
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     [run] = store.runs()
     replies = store.replies(run.id)
     texts = [r.text for r in replies]
@@ -111,14 +116,14 @@ def test_a_death_after_the_agents_answer_and_before_the_customer_writes_back_is_
     a process killed after the agent's answer is saved, before her reply, leaves the run
     working, and resume asks her. (The run used to end first and be taken again for her
     reply; a death in between ended the conversation there, and resume found nothing.)"""
-    from refund_agent.store import Store
+    from refund_agent.desk.records import DeskStore
 
     def finish(out):
         assert run_cli(out, "angry").returncode == 0
         return run_cli(out, "approve", "--as", "Dana Kim")
 
     assert finish(tmp_path / "calm").returncode == 0
-    calm = Store(tmp_path / "calm" / "refund-agent.sqlite3")
+    calm = DeskStore(tmp_path / "calm" / "refund-agent.sqlite3")
     [expected] = calm.runs()
     calm.close()
     assert expected.simulated_replies >= 1
@@ -130,7 +135,7 @@ def test_a_death_after_the_agents_answer_and_before_the_customer_writes_back_is_
         killed = run_cli(out, *command, REFUND_AGENT_CRASH_AT="after_response")
         assert killed.returncode == -9, killed.stderr
         command = ["resume"]
-        store = Store(out / "refund-agent.sqlite3")
+        store = DeskStore(out / "refund-agent.sqlite3")
         [run] = store.runs()
         answered = not store.calls(run.last_response_id)
         if answered and run.simulated_replies < expected.simulated_replies:
@@ -142,7 +147,7 @@ def test_a_death_after_the_agents_answer_and_before_the_customer_writes_back_is_
     store.close()
     resumed = run_cli(out, "resume")
     assert resumed.returncode == 0 and "done" in resumed.stdout, resumed.stderr
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     [run] = store.runs()
     assert run.status == RunStatus.DONE
     assert run.simulated_replies == expected.simulated_replies

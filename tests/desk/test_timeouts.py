@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refund_agent.desk.owners import OwnerChange
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.timeouts import TimeoutPolicy, human_duration
 from refund_agent.desk.tools import IssueRefund, ShopTools
@@ -53,7 +54,7 @@ def waiting_refund(store: Store, which: int = 0) -> tuple[str, str]:
                           calls=[("call_1", "issue_refund", args.model_dump_json())])
     tools = ShopTools(Shop(DATA), customer, store.held_lines)
     approval = store.queue_approval(lease, response_id=f"resp_{run_id}", call_id="call_1",
-                                    order_id=order, summary="Broken.", customer=customer,
+                                    subject=order, title="Broken.", customer=customer,
                                     price=lambda held: tools.quote(args, held))
     assert not isinstance(approval, str), approval
     store.release(lease, RunStatus.WAITING)
@@ -77,7 +78,7 @@ def test_waits_are_said_in_peoples_units():
 
 
 def test_the_owner_is_reminded_then_a_lead_brought_in_each_once(tmp_path):
-    store = Store(tmp_path / "refund-agent.sqlite3")
+    store = DeskStore(tmp_path / "refund-agent.sqlite3")
     store.add_account("Ana Ruiz", "approver", 3000, "scrypt$x", by="test")
     run_id, approval_id = waiting_refund(store)
     store.change_owner(OwnerChange(run_id, "claim", "Ana Ruiz", False))
@@ -104,7 +105,7 @@ def test_the_owner_is_reminded_then_a_lead_brought_in_each_once(tmp_path):
 
 def test_two_processes_applying_at_once_take_each_step_once(tmp_path):
     path = tmp_path / "refund-agent.sqlite3"
-    store = Store(path)
+    store = DeskStore(path)
     approvals = [waiting_refund(store, i)[1] for i in range(3)]
     for approval_id in approvals:
         age(store, approval_id, 30)
@@ -112,7 +113,7 @@ def test_two_processes_applying_at_once_take_each_step_once(tmp_path):
     barrier = threading.Barrier(2)
 
     def apply() -> None:
-        mine = Store(path)
+        mine = DeskStore(path)
         barrier.wait()
         taken.extend(mine.apply_timeouts(POLICY))
         mine.close()
@@ -127,7 +128,7 @@ def test_two_processes_applying_at_once_take_each_step_once(tmp_path):
 
 
 def test_a_decided_refund_takes_no_step(tmp_path):
-    store = Store(tmp_path / "refund-agent.sqlite3")
+    store = DeskStore(tmp_path / "refund-agent.sqlite3")
     _run, approval_id = waiting_refund(store)
     age(store, approval_id, 30)
     store.decide(approval_id, False, "Dana Kim", "Used")
@@ -137,7 +138,7 @@ def test_a_decided_refund_takes_no_step(tmp_path):
 def test_the_terminal_applies_the_policy_from_the_shop(tmp_path):
     out = tmp_path / "out"
     assert run_cli(out).returncode == 0                    # Maya's $48.00 waits
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     (approval,) = store.approvals("pending")
     age(store, approval.id, 5)                             # shop.json: remind after 4 h
     first = run_cli(out, "expire")
@@ -167,7 +168,7 @@ def test_each_timeout_step_happens_at_most_once_per_approval(history, decide_at)
     if "dir" not in _SHARED:
         _SHARED["dir"] = Path(tempfile.mkdtemp(prefix="timeouts-"))
     path = _SHARED["dir"] / "refund-agent.sqlite3"
-    one, other = Store(path), Store(path)
+    one, other = DeskStore(path), DeskStore(path)
     try:
         _run, approval_id = waiting_refund(one)
         waited, due = 0.0, set[str]()

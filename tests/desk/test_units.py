@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_cli
 
-from refund_agent import Agent, Settings
+from refund_agent import Settings
 from refund_agent.cli import only_lines
+from refund_agent.desk import Agent
 from refund_agent.desk.policy import Held, policy_facts, quote_refund, units_left
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.errors import AlreadyDecided, DecisionRefused, StoreError
-from refund_agent.store import SCHEMA_VERSION, Store
+from refund_agent.store import SCHEMA_VERSION
 
 CORPUS_SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 DANIEL = "d.ferreira@example.org"
@@ -118,7 +120,8 @@ def test_one_broken_glass_of_four_is_one_glass_then_two_tickets_never_pass_four(
                                       "fine.\nDaniel")
     assert [(x.line, x.units, x.quantity, x.amount_cents) for x in approval.lines] == [
         (TUMBLERS, 1, 4, 1450)]
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
     paid = [r for r in agent.payments.refunds() if r["idempotency_key"] == approval.id]
     assert len(paid) == 1 and paid[0]["request"]["lines"] == [
@@ -133,15 +136,19 @@ def test_one_broken_glass_of_four_is_one_glass_then_two_tickets_never_pass_four(
     # The approver lowers it to two: re-priced, and the limit checked on the new price (a
     # $29.00 limit refuses the three, takes the two); the third stays refundable.
     with pytest.raises(DecisionRefused):
-        agent.decide(second.id, True, "Ben", limit_cents=2900)
+        agent.decide(second.id, True, "Ben", limit_cents=2900,
+                     fingerprint=agent.store.approval(second.id).fingerprint)
     with pytest.raises(DecisionRefused):
-        agent.decide(second.id, True, "Ben", limit_cents=2900, units={TUMBLERS: 4})
-    agent.decide(second.id, True, "Ben", limit_cents=2900, units={TUMBLERS: 2})
+        agent.decide(second.id, True, "Ben", limit_cents=2900, units={TUMBLERS: 4},
+                     fingerprint=agent.store.approval(second.id).fingerprint)
+    agent.decide(second.id, True, "Ben", limit_cents=2900, units={TUMBLERS: 2},
+                 fingerprint=agent.store.approval(second.id).fingerprint)
     assert [(x.units, x.amount_cents) for x in agent.store.approval(second.id).lines] == [
         (2, 2900)]
     agent.advance(run2.id)
     with pytest.raises(AlreadyDecided):
-        agent.decide(second.id, True, "Dana", units={TUMBLERS: 3})   # decided already
+        agent.decide(second.id, True, "Dana", units={TUMBLERS: 3},
+                     fingerprint=agent.store.approval(second.id).fingerprint)   # decided already
     order = agent.shop.order("RT20602")
     assert units_left(order, TUMBLERS, agent.store.held_lines("RT20602")) == 1
     _ticket(agent, "RT20602: two more tumblers arrived cracked. Tray fine.")
@@ -155,7 +162,7 @@ def test_one_broken_glass_of_four_is_one_glass_then_two_tickets_never_pass_four(
 
 def test_a_schema_7_store_reads_a_refunded_line_as_all_its_units(tmp_path: Path, shop: Shop):
     path = tmp_path / "refund-agent.db"
-    Store(path).close()
+    DeskStore(path).close()
     db = sqlite3.connect(path)
     # Turn it back into schema 7: no units columns, the unique index, no trigger.
     db.executescript(
@@ -173,7 +180,7 @@ def test_a_schema_7_store_reads_a_refunded_line_as_all_its_units(tmp_path: Path,
         " 'GT-DW-350', 'Double-wall glass tumbler', 'damaged', 5800, 5800, 0, 1, 'approved');"
         "PRAGMA user_version = 7;")
     db.close()
-    store = Store(path)
+    store = DeskStore(path)
     assert store.schema_version() == SCHEMA_VERSION
     held = store.held_lines("RT20602")
     assert [(h.state, h.units) for h in held[TUMBLERS]] == [("refunded", None)]

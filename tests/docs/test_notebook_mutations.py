@@ -320,10 +320,10 @@ MUTANTS = [
     Mutant("response_and_calls_split", "boundary 2: the run's pointer to the response committed "
            "apart from the response's calls", ((
                "store/responses.py",
-               "                returning_also=f\", {DESK_COLUMNS}\" if finish is not None"
+               "                returning_also=self._released_columns if finish is not None"
                " else \"\")\n"
                "            if resent is not None:\n",
-               "                returning_also=f\", {DESK_COLUMNS}\" if finish is not None"
+               "                returning_also=self._released_columns if finish is not None"
                " else \"\")\n"
                "        with self._tx() as db:  # MUTANT: the calls in a transaction of their own\n"
                "            if resent is not None:\n"),),
@@ -418,12 +418,14 @@ MUTANTS = [
         '"amount": approval.amount,  # MUTANT: no approver'),),
         claim="its input is the call's output, with the decision"),
     Mutant("refund_keyed_by_call_id_alone", "the payment's idempotency key is the call id alone",
-           (("desk/actions.py", "ctx.payments.refund(approval.id,",
-             "ctx.payments.refund(approval.call_id,  # MUTANT\n            "),),
+           (("desk/actions.py", "ctx.payments.refund(payment_request(approval.id,",
+             "ctx.payments.refund(payment_request(approval.call_id,  # MUTANT\n"
+             "            "),),
            claim="one refund, keyed by the run and the call"),
     Mutant("rejection_pays", "a rejected refund is paid", ((
-        "desk/actions.py", "    if approval.status == ApprovalStatus.REJECTED:\n",
-        "    if False:  # MUTANT: a rejection is carried out like an approval\n"),),
+        "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
+        "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
+        "                                         ApprovalStatus.REJECTED) or ("),),
         claim="rejected: nothing paid"),
     Mutant("reuse_audited_as_issued", "a reused refund is audited as a new one", ((
         "desk/actions.py", '"event": "reused" if reused else "issued"',
@@ -486,8 +488,8 @@ MUTANTS = [
            claim="it paid, but never saved that it did"),
     Mutant("resume_misses_orphans", "resume leaves out runs whose process died mid-turn", ((
         "loop.py",
-        "        return self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)\n",
-        "        return self.store.decided_but_waiting(mine)  # MUTANT: no orphaned runs\n"),),
+        "        runs = self.store.orphaned_runs(mine) + self.store.decided_but_waiting(mine)\n",
+        "        runs = self.store.decided_but_waiting(mine)  # MUTANT: no orphaned runs\n"),),
         claim="a resume would pick the run up"),
     Mutant("payments_not_idempotent", "the payment stand-in pays again for a key it has seen", ((
         "outside/payments.py",
@@ -510,8 +512,9 @@ MUTANTS = [
         "                        "),),
         claim="proposed exactly what the policy computes"),
     Mutant("expired_pays", "an expired refund is paid as if it were approved", ((
-        "desk/actions.py", "    if approval.status == ApprovalStatus.EXPIRED:\n",
-        "    if False:  # MUTANT: an expiry is carried out like an approval\n"),),
+        "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
+        "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
+        "                                         ApprovalStatus.EXPIRED) or ("),),
         claim="the run told the customer and paid nothing"),
     Mutant("simulated_reply_not_marked", "the simulated customer's replies are saved as real ones",
            (("desk/customer.py", "simulated=True, lease=lease)",
@@ -520,9 +523,10 @@ MUTANTS = [
     Mutant("second_approve_taken", "Loop.approve answers a second click with the approval "
            "instead of refusing it", ((
                "loop.py",
-               "        return self.decide(approval_id, True, by, note, fingerprint=fingerprint)\n",
+               "        return self.decide(approval_id, True, by=by, note=note, "
+               "fingerprint=fingerprint)\n",
                "        try:  # MUTANT: a second approve is taken as done\n"
-               "            return self.decide(approval_id, True, by, note, "
+               "            return self.decide(approval_id, True, by=by, note=note, "
                "fingerprint=fingerprint)\n"
                "        except Exception:\n"
                "            return self.store.approval(approval_id)\n"),),

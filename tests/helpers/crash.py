@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refund_agent.store import Store
+from refund_agent.desk.records import DeskStore
 
 from .cli import run_forked, running_on
 from .pg import Backend
@@ -126,7 +126,7 @@ def read_outcome(output: Path, backend: Backend = SQLITE) -> Outcome:
     if backend.postgres:
         return _read_pg_outcome(output, backend)
     db_path = output / "refund-agent.sqlite3"
-    store = Store(db_path)
+    store = DeskStore(db_path)
     try:
         audit_problem = store.verify_audit()
     finally:
@@ -158,7 +158,7 @@ def read_outcome(output: Path, backend: Backend = SQLITE) -> Outcome:
 def _read_pg_outcome(output: Path, backend: Backend) -> Outcome:
     """The same outcome read from the folder's PostgreSQL database; the payments and emails
     are the ledger table's rows there (a key cannot be stored twice, so no torn lines)."""
-    store = Store(backend.url(output))
+    store = DeskStore(backend.url(output))
     try:
         rows = lambda sql: [dict(r) for r in store.query(sql)]  # noqa: E731
         runs = rows("SELECT * FROM runs ORDER BY created_at")

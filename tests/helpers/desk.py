@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refund_agent.store.inbox import DESK_COLUMNS, desk_of
+from refund_agent.desk.records.inbox import DESK_COLUMNS, desk_of
 
 
 def desk_drift(store: Any) -> list[str]:

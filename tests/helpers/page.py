@@ -20,6 +20,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk.records import DeskStore
 from refund_agent.store import Store
 
 from .cli import DATA
@@ -111,7 +112,7 @@ def output(tmp_path: Path, monkeypatch) -> Path:
 
 @pytest.fixture
 def store(output: Path) -> Store:
-    return Store(output / "refund-agent.sqlite3")
+    return DeskStore(output / "refund-agent.sqlite3")
 
 
 def open_page() -> AppTest:

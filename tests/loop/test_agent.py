@@ -36,7 +36,8 @@ def test_damaged_item_pauses_for_approval_then_refunds_once(agent, model):
             for line in approval.lines] == [("POUR-GLS-01", "damaged", 4800, None)]
     assert agent.payments.refunds() == [] and agent.outbox.messages() == []
 
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE and run.requests == 5
     [refund] = agent.payments.refunds()
@@ -90,7 +91,8 @@ def test_change_of_mind_with_final_sale_item(agent):
 def test_rejection_note_reaches_the_customer(agent):
     run = agent.advance(agent.start_sample("damaged").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=False, by="Dana Kim", note="Please send a photo first.")
+    agent.decide(approval.id, approve=False, by="Dana Kim", note="Please send a photo first.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE and agent.payments.refunds() == []
     [email] = agent.outbox.messages()
@@ -109,9 +111,11 @@ def test_rejection_note_reaches_the_customer(agent):
 def test_second_decision_is_refused_and_audited(agent):
     agent.advance(agent.start_sample("damaged").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(AlreadyDecided, match="already approved by Dana Kim"):
-        agent.decide(approval.id, approve=False, by="Sam Lee", note="no")
+        agent.decide(approval.id, approve=False, by="Sam Lee", note="no",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert audit_events(agent) == ["requested", "approved", "ignored"]
     assert agent.store.approval(approval.id).decided_by == "Dana Kim"
 
@@ -124,7 +128,8 @@ def test_decision_input_is_checked(agent, by, approve, note, message):
     agent.advance(agent.start_sample("damaged").id)
     [approval] = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match=message):
-        agent.decide(approval.id, approve=approve, by=by, note=note)
+        agent.decide(approval.id, approve=approve, by=by, note=note,
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approval(approval.id).status == "pending"
 
 
@@ -203,7 +208,8 @@ def test_expired_stored_response_without_a_transcript_fails_with_a_clear_message
         agent = Agent(settings, model=ModelAccess(client, "offline", server))
         run = agent.advance(agent.start_sample("damaged").id)
         [approval] = agent.store.approvals("pending")
-        agent.decide(approval.id, approve=True, by="Dana Kim")
+        agent.decide(approval.id, approve=True, by="Dana Kim",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
         with sqlite3.connect(settings.db_path) as db:  # as schema 4's upgrade leaves old runs
             db.execute("DELETE FROM transcript")
             db.execute("UPDATE runs SET transcript_complete = 0, transcript_items = 0")
@@ -294,7 +300,8 @@ def test_concurrent_decisions_in_threads_yield_one_winner(agent):
     def decide(i: int) -> None:
         barrier.wait()
         try:
-            agent.decide(approval.id, approve=i % 2 == 0, by=f"person {i}", note="n")
+            agent.decide(approval.id, approve=i % 2 == 0, by=f"person {i}", note="n",
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
             results.append("won")
         except AlreadyDecided:
             results.append("lost")
@@ -311,7 +318,8 @@ def test_concurrent_decisions_in_threads_yield_one_winner(agent):
 def test_a_second_ticket_for_a_refunded_item_is_not_paid_again(agent):
     run = agent.advance(agent.start_sample("damaged").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
     again = agent.advance(agent.start_sample("damaged").id)
     assert again.status == RunStatus.DONE
@@ -331,6 +339,7 @@ def test_a_second_ticket_while_the_first_waits_cannot_reserve_the_same_item(agen
     assert agent.store.approvals("pending") == [approval]
     body = agent.outbox.messages()[-1]["request"]["body"]
     assert "coffee maker (waiting for approval)" in body
-    agent.decide(approval.id, approve=True, by="Dana Kim")
+    agent.decide(approval.id, approve=True, by="Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(first.id).status == RunStatus.DONE
     assert [r["request"]["amount_cents"] for r in agent.payments.refunds()] == [4800]

@@ -98,12 +98,15 @@ def test_a_persons_over_long_note_is_refused_and_loses_nothing(agent, what):
     with pytest.raises(DecisionRefused, match=f"The {what} is 2,001 characters long; keep it "
                                               f"to 2,000 or fewer."):
         if what == "note":
-            agent.decide(approval.id, False, "Lee Park", long)
+            agent.decide(approval.id, False, "Lee Park", long,
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
         else:
-            agent.ask(approval.id, "Lee Park", long)
+            agent.ask(approval.id, "Lee Park", long,
+                      fingerprint=agent.store.approval(approval.id).fingerprint)
     # Still pending: a shorter note decides it.
     assert [a.id for a in agent.store.approvals("pending")] == [approval.id]
-    agent.decide(approval.id, False, "Lee Park", "w" * MAX_NOTE_CHARS)
+    agent.decide(approval.id, False, "Lee Park", "w" * MAX_NOTE_CHARS,
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.store.approvals("pending") == []
 
 

@@ -17,8 +17,8 @@ from helpers.cli import cli_env
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 from helpers.crash import record
 
-from refund_agent import Agent
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Agent
 from refund_agent.errors import LedgerError, RunNotReady
 from refund_agent.models import RunStatus
 from refund_agent.store import Store
@@ -67,7 +67,8 @@ def test_a_full_disk_under_the_payment_log_is_a_message_and_resume_pays_once(
         agent: Agent, monkeypatch):
     run = agent.advance(agent.start_sample("damaged").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     real_open = open
 
     def full_disk(path, *args, **kwargs):

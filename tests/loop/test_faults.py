@@ -18,7 +18,8 @@ from helpers.crash import Outcome, assert_held, measure, read_outcome, record
 
 from offline_model import events as offline_events
 from offline_model.brain import Reply
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.desk.customer import converse
 from refund_agent.models import RunStatus
 from refund_agent.providers.client import ModelAccess, open_model
@@ -59,7 +60,8 @@ def _approve_flow(agent: Agent, on_event=None) -> list[str]:
         seen.append(status.value)
         if status == RunStatus.WAITING:
             (approval,) = agent.store.approvals("pending")
-            agent.decide(approval.id, True, "Dana Kim")
+            agent.decide(approval.id, True, "Dana Kim",
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
         elif status == RunStatus.DONE:
             return seen
         else:
@@ -186,7 +188,8 @@ def _paid_then_refused(tmp_path: Path, expired: bool) -> tuple[Agent, ModelAcces
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.WAITING, run.error
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     if expired:
         model.server.advance_clock(days=31)
     # The advance and two resumes (a 422 is never retried); "ok" lets the 404 through.
@@ -254,7 +257,8 @@ def test_the_simulated_customer_failing_leaves_the_run_resumable(tmp_path: Path)
     agent = Agent(settings, model=model)
     run = agent.advance(agent.start_sample("angry").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
 
     def fail_the_persona(event) -> None:
         if event.kind == "step" and event.step.kind == "note":   # the run is about to finish
@@ -345,7 +349,8 @@ def test_two_calls_in_one_response_run_the_safe_one_and_pause_on_the_refund(scri
     lookup, refund = agent.store.calls(run.last_response_id)
     assert lookup.output is not None and refund.output is None   # ran / waits for a person
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     # Every output of that response goes back together, in order, in one request.
     sent = _outputs(server.requests[1])
@@ -370,7 +375,8 @@ def test_calls_after_a_refund_in_the_same_response_wait_for_the_decision(scripte
     assert run.status == RunStatus.WAITING
     assert agent.outbox.messages() == []                      # nothing sent while waiting
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, False, "Dana", "The carafe was dropped by the customer.")
+    agent.decide(approval.id, False, "Dana", "The carafe was dropped by the customer.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     bodies = [m["request"]["body"] for m in agent.outbox.messages()]
     assert len(bodies) == 1 and "can't refund" in bodies[0]    # the promise never went out
@@ -387,7 +393,8 @@ def test_calls_after_an_approved_refund_in_the_same_response_run_after_it(script
     run = agent.advance(agent.start_sample("damaged").id)
     (approval,) = agent.store.approvals("pending")
     assert agent.outbox.messages() == []
-    agent.decide(approval.id, True, "Dana")
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert len(agent.payments.refunds()) == 1 and len(agent.outbox.messages()) == 1
     refund_out, email_out = (o for _c, o in _outputs(server.requests[1]))
@@ -399,7 +406,8 @@ def test_two_refunds_in_one_response_need_two_approvals_and_the_policy_still_hol
     run = agent.advance(agent.start_sample("damaged").id)
     first = agent.store.approvals("pending")
     assert len(first) == 1            # one proposal at a time
-    agent.decide(first[0].id, True, "Dana")
+    agent.decide(first[0].id, True, "Dana",
+                 fingerprint=agent.store.approval(first[0].id).fingerprint)
     run = agent.advance(run.id)
     # The second names the line the first just refunded: refused, never queued.
     assert run.status == RunStatus.DONE
@@ -423,13 +431,13 @@ def test_two_refunds_of_different_lines_in_one_response_need_two_approvals(scrip
     run = agent.advance(agent.start_sample("damaged").id)
     (first,) = agent.store.approvals("pending")        # one proposal at a time
     assert [line.line for line in first.lines] == ["POUR-GLS-01"]
-    agent.decide(first.id, True, "Dana")
+    agent.decide(first.id, True, "Dana", fingerprint=agent.store.approval(first.id).fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.WAITING              # the second waits for its own person
     (second,) = agent.store.approvals("pending")
     assert [(line.line, line.amount_cents) for line in second.lines] == [("MUG-STN-2", 1850)]
     assert len(agent.payments.refunds()) == 1
-    agent.decide(second.id, True, "Sam")
+    agent.decide(second.id, True, "Sam", fingerprint=agent.store.approval(second.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     refunds = agent.payments.refunds()
     assert [r["request"]["amount_cents"] for r in refunds] == [4800, 1850]

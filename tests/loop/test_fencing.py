@@ -22,8 +22,8 @@ import pytest
 from helpers.cli import cli_env, run_cli
 from helpers.crash import record
 
-from refund_agent import Agent
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Agent
 from refund_agent.errors import LeaseLost, NotFound, RunBusy, RunNotReady
 from refund_agent.models import RunStatus
 from refund_agent.store import Store
@@ -62,7 +62,7 @@ def test_every_write_of_a_replaced_owner_is_refused(tmp_path):
         "check": store.check_lease,
         "cost": lambda lease: store.add_cost(lease, {}, None),
         "approval": lambda lease: store.queue_approval(
-            lease, response_id="r", call_id="c", order_id="A1", summary="s", customer="a",
+            lease, response_id="r", call_id="c", subject="A1", title="s", customer="a",
             price=lambda held: "never priced"),
         "reply": lambda lease: store.add_reply(run.id, "hi", True, lease=lease),
         "release": lambda lease: store.release(lease, RunStatus.DONE),
@@ -122,7 +122,8 @@ def test_one_advance_of_several_requests_starts_one_heartbeat(agent: Agent, monk
     assert run.status == RunStatus.WAITING and run.requests >= 3
     assert started == ["lease-heartbeat"]
     approval = agent.store.run_approvals(run.id)[-1]
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     started.clear()
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE and run.requests >= 5

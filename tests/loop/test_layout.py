@@ -2,13 +2,19 @@
 
 These read the source, not behaviour: they fail when a change quietly undoes the layout (a
 desk import creeping into the loop, a boundary losing its home, a module growing past what a
-reader takes in at once).
+reader takes in at once). The floors are checked by following every import reachable from
+``loop.py`` and from each module of the loop's floors, transitively, lazy ones included, and by
+importing the loop in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
 import refund_agent
@@ -17,9 +23,141 @@ from refund_agent import errors
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "refund_agent"
 STAND_IN = ROOT / "offline_model"
-# The core: what an agent of your own needs, importing nothing of the refund desk.
-CORE = ["loop.py", "turns.py", "streaming.py", "tools.py", "models.py", "errors.py",
-        "config.py", "crash.py", "text.py", "intake.py"]
+# What sits above the loop (ARCHITECTURE.md, "Floors"): nothing beneath may reach it.
+ABOVE = ("refund_agent.desk", "refund_agent.web", "refund_agent.cli", "refund_agent.evals",
+         "refund_agent.examples")
+# The loop's floors, each module of which is a starting point of its own (a module nothing in
+# the loop imports today may still be imported by an agent of one's own).
+FLOORS = ("store", "outside", "providers")
+# The loop's top-level modules: what an agent of your own needs (``__main__`` is the CLI's).
+TOP = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+
+
+# -- the import graph, read from the source --------------------------------------------------
+
+
+def module_file(name: str, root: Path = ROOT) -> Path | None:
+    """The file that defines module ``name`` under ``root``, or None (not ours, or no such)."""
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+# The one import reached only by asking the package for a name, never by importing it: the
+# refund desk's names that existing users import from ``refund_agent`` (its module __getattr__
+# imports ``refund_agent.desk`` on first use). It is left out of the graph and checked on its own
+# (test_the_desk_is_imported_as_the_desk); the fresh interpreter proves it is not loaded.
+OLD_NAMES = "refund_agent"
+
+
+def _absolute(module: str, level: int, package: str) -> str:
+    """``module`` imported ``level`` dots up from ``package`` (0: absolute already)."""
+    if not level:
+        return module
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - level + 1])
+    return f"{base}.{module}" if module else base
+
+
+def _import_nodes(tree: ast.Module, old_names: bool) -> Iterable[ast.AST]:
+    """Every node of ``tree``, the body of a module-level ``__getattr__`` only if asked."""
+    for top in tree.body:
+        if isinstance(top, ast.FunctionDef) and top.name == "__getattr__" and not old_names:
+            continue
+        yield from ast.walk(top)
+
+
+def imports_of(name: str, root: Path = ROOT, *, old_names: bool = False) -> set[str]:
+    """Every ``refund_agent`` module that loading module ``name`` may load, by one step.
+
+    Every ``import`` and ``from ... import`` anywhere in the file counts: at the top, inside
+    functions (the lazy ones run the moment that function is called), and under
+    ``if TYPE_CHECKING:`` too (those never run, but a floor that names a desk type in its
+    signatures still knows the desk: stricter than the interpreter, on purpose), as do
+    ``importlib.import_module(...)`` calls with a literal name. Loading ``a.b.c`` loads ``a``
+    and ``a.b`` first, so a module's own package is one of its imports: that is how
+    ``refund_agent/__init__.py`` sits on every path. Only the package's own ``__getattr__``
+    (see OLD_NAMES) is left out, unless ``old_names``.
+    """
+    path = module_file(name, root)
+    if path is None:
+        return set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    if "." in name:
+        found.add(name.rpartition(".")[0])
+    tree = ast.parse(path.read_text(), str(path))
+    for node in _import_nodes(tree, old_names or name != OLD_NAMES):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node.module or "", node.level, package)
+            found.add(module)
+            # ``from pkg import mod`` loads pkg.mod when mod is a module, not a name in pkg.
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if module_file(f"{module}.{alias.name}", root) is not None)
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+              == "import_module"):
+            # import_module(".x", __name__) is relative to this module's package.
+            text = node.args[0].value
+            dots = len(text) - len(text.lstrip("."))
+            found.add(_absolute(text[dots:], dots, package))
+    loaded: set[str] = set()
+    for module in found:
+        # ``import a.b.c`` loads a, a.b and a.b.c; only this project's modules are followed.
+        parts = module.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if prefix.startswith("refund_agent") and module_file(prefix, root) is not None:
+                loaded.add(prefix)
+    loaded.discard(name)
+    return loaded
+
+
+def reachable(starts: Iterable[str], root: Path = ROOT) -> dict[str, str | None]:
+    """Every module reachable from ``starts``, each with the module it was first reached
+    from (breadth first: the chain back to a start is a shortest one)."""
+    came_from: dict[str, str | None] = {}
+    queue: deque[str] = deque()
+    for start in starts:
+        if start not in came_from:
+            came_from[start] = None
+            queue.append(start)
+    while queue:
+        name = queue.popleft()
+        for imported in sorted(imports_of(name, root)):
+            if imported not in came_from:
+                came_from[imported] = name
+                queue.append(imported)
+    return came_from
+
+
+def chain(came_from: dict[str, str | None], name: str) -> str:
+    """How ``name`` was reached: ``start -> ... -> name``."""
+    links = [name]
+    while (previous := came_from[links[-1]]) is not None:
+        links.append(previous)
+    return " -> ".join(reversed(links))
+
+
+def floor_modules(root: Path = ROOT) -> list[str]:
+    """Every module of the loop's floors (store/, outside/, providers/, their sub-packages)."""
+    names = []
+    for floor in FLOORS:
+        for path in sorted((root / "refund_agent" / floor).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def upward(starts: Iterable[str], root: Path = ROOT) -> list[str]:
+    """The chain to each module above the loop that ``starts`` reach, one line each."""
+    came_from = reachable(starts, root)
+    return sorted(chain(came_from, name) for name in came_from if name.startswith(ABOVE))
 
 
 def _imports(path: Path) -> set[str]:
@@ -39,16 +177,84 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+# -- the floors ------------------------------------------------------------------------------
+
+
+def test_the_reader_follows_lazy_imports_and_packages(tmp_path):
+    """The reader itself: an import inside a function, a relative one, a parent package, and
+    ``from pkg import module`` each count (a test that misses them proves nothing)."""
+    pkg = tmp_path / "refund_agent"
+    (pkg / "desk").mkdir(parents=True)
+    (pkg / "store").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "desk" / "__init__.py").write_text("")
+    (pkg / "desk" / "rules.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("from . import base\n")
+    (pkg / "store" / "base.py").write_text("def f():\n    from ..desk import rules\n")
+    (pkg / "loop.py").write_text("from .store import base\n")
+    assert upward(["refund_agent.loop"], tmp_path) == [
+        "refund_agent.loop -> refund_agent.store.base -> refund_agent.desk",
+        "refund_agent.loop -> refund_agent.store.base -> refund_agent.desk.rules"]
+    # Its package alone leads up too: store/__init__.py is loaded before store/base.py.
+    (pkg / "store" / "base.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("import refund_agent.desk.rules\n")
+    (pkg / "loop.py").write_text("def f():\n    import refund_agent.store.base\n")
+    assert upward(["refund_agent.loop"], tmp_path)[-1] == (
+        "refund_agent.loop -> refund_agent.store -> refund_agent.desk.rules")
+
+
+def test_nothing_reachable_from_the_loop_imports_what_stands_on_it():
+    """Every import reachable from loop.py (and from the package's other top-level modules,
+    which an agent of one's own may import on their own), lazy ones too: none reaches the
+    desk, the page, the terminal, the evals or the examples. ``__main__.py`` is the terminal's
+    entry point (``python -m refund_agent``), above the loop by design."""
+    found = upward(["refund_agent", "refund_agent.loop", *(f"refund_agent.{name}" for name in TOP)])
+    assert not found, "imports reaching above the loop:\n" + "\n".join(found)
+
+
+def test_no_module_of_the_floors_imports_what_stands_on_them():
+    """Every module of store/, outside/ and providers/, each followed all the way down."""
+    found = upward(floor_modules())
+    assert not found, "imports reaching above the loop:\n" + "\n".join(found)
+
+
+def test_a_fresh_interpreter_imports_the_loop_without_the_house():
+    """``import refund_agent`` and ``import refund_agent.loop`` load no module of the desk,
+    the page or the terminal (the interpreter's own word, beside the source's)."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import refund_agent, refund_agent.loop, sys; "
+         "print(sorted(m for m in sys.modules if m.startswith('refund_agent')))"],
+        capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    names = ast.literal_eval(loaded.strip())
+    assert "refund_agent.loop" in names
+    above = [name for name in names if name.startswith(ABOVE)]
+    assert not above, above
+
+
+def test_the_desk_is_imported_as_the_desk():
+    """The refund desk's names come from ``refund_agent.desk``; the package's own, read on
+    first use (its module __getattr__), stay for existing users, and that __getattr__ is the
+    only way from the package to the desk."""
+    import refund_agent.desk as desk
+    assert set(desk.__all__) <= set(dir(desk))
+    assert refund_agent.Agent is desk.Agent
+    assert not set(refund_agent.__all__) & set(desk.__all__)
+    assert imports_of(OLD_NAMES, old_names=True) - imports_of(OLD_NAMES) == {"refund_agent.desk"}
+
+
+def test_the_top_level_modules_import_nothing_of_the_stand_in():
+    """The stand-in is started by providers/ (lazily), never by the loop's own modules."""
+    wrong = {name: sorted(m for m in _imports(PACKAGE / f"{name}.py")
+                          if m.startswith("offline_model"))
+             for name in TOP}
+    assert not {name: found for name, found in wrong.items() if found}
+
+
+# -- the rest of the layout ------------------------------------------------------------------
+
+
 def test_the_package_has_a_dozen_top_level_modules_at_most():
     assert len(list(PACKAGE.glob("*.py"))) <= 12
-
-
-def test_the_core_imports_nothing_of_the_desk_or_the_front_ends():
-    wrong = {name: sorted(m for m in _imports(PACKAGE / name)
-                          if m.startswith(("refund_agent.desk", "refund_agent.web",
-                                           "refund_agent.cli", "offline_model")))
-             for name in CORE}
-    assert not {name: found for name, found in wrong.items() if found}
 
 
 def test_the_stand_in_imports_nothing_of_refund_agent():
@@ -85,7 +291,7 @@ def test_the_error_tree_names_every_error():
                if isinstance(value, type) and issubclass(value, BaseException)
                and value.__module__ == errors.__name__}
     drawn = set(re.findall(r"[├└]── (\w+)", errors.__doc__ or ""))
-    assert defined == drawn | {"RefundAgentError"}
+    assert defined == drawn | {"AgentError", "RefundAgentError"}   # the root, and its alias
 
 
 def test_no_exception_is_defined_outside_the_error_module():
@@ -105,8 +311,10 @@ def test_no_exception_is_defined_outside_the_error_module():
 def test_the_public_api_is_what_the_examples_need():
     for example in (PACKAGE / "examples").glob("[!_]*.py"):
         for module in _imports(example):
+            # The public API, or what the examples share among themselves (records.py).
             assert module in ("refund_agent", "__future__") or not module.startswith(
-                "refund_agent"), (example.name, module)
+                "refund_agent") or module.startswith("refund_agent.examples"), (
+                example.name, module)
     assert set(refund_agent.__all__) <= set(dir(refund_agent))
 
 

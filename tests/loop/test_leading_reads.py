@@ -138,8 +138,8 @@ def _run_ahead(kinds: list[str]) -> int:
 def _generated(scripted, folder: Path, kinds: list[str], database_url: str = ""):  # noqa: ANN001
     """An agent with a store of its own (one per example) whose model answers Maya's email
     with one response making ``kinds``' calls, then a reply; and its brain and settings."""
-    from refund_agent import Agent
     from refund_agent.config import Settings
+    from refund_agent.desk import Agent
 
     made, brain, _server = scripted(Reply("Work.", calls=[CALLS[k] for k in kinds]),
                                     Reply("Done.", text="Hi Maya, here is where things stand."))
@@ -203,8 +203,8 @@ def test_a_death_anywhere_in_a_generated_response_repeats_nothing_on_resume(
     import uuid
     from unittest import mock
 
-    from refund_agent import Agent
     from refund_agent import loop as loop_module
+    from refund_agent.desk import Agent
 
     url = (request.getfixturevalue("pg_cluster").create(f"lr_{uuid.uuid4().hex[:12]}")
            if engine == "postgresql" else "")

@@ -17,7 +17,8 @@ import sys
 import pytest
 from helpers.cli import cli_env, run_forked
 
-from refund_agent import Agent, AlreadyDecided, RunStatus
+from refund_agent import AlreadyDecided, RunStatus
+from refund_agent.desk import Agent
 from refund_agent.errors import DecisionRefused, RunNotReady
 from refund_agent.examples import ClosureAgent
 from refund_agent.examples.closure import TOOLS
@@ -36,7 +37,7 @@ agent = ClosureAgent()
 run_id, approve = sys.argv[1], sys.argv[2] == "approve"
 if approve:
     (pending,) = agent.store.approvals("pending")
-    agent.decide(pending.id, approve=True, by="Dana Kim")
+    agent.decide(pending.id, approve=True, by="Dana Kim", fingerprint=pending.fingerprint)
 run = agent.advance(run_id)
 sent = [body.get("previous_response_id") for body in agent.model.server.requests]
 print(json.dumps({"status": run.status, "previous_response_ids": sent}))
@@ -90,7 +91,8 @@ def test_pauses_durably_then_approved_and_resumed_in_another_process(closer, set
 def test_a_crash_after_closing_before_recording_closes_once(closer, settings):
     run_id = _waiting(closer)
     (pending,) = closer.store.approvals("pending")
-    closer.decide(pending.id, approve=True, by="Dana Kim")
+    closer.decide(pending.id, approve=True, by="Dana Kim",
+                  fingerprint=closer.store.approval(pending.id).fingerprint)
     crashed = _in_new_process(settings, run_id, approve=False,
                               REFUND_AGENT_CRASH_AT="after_closure")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
@@ -106,9 +108,11 @@ def test_a_crash_after_closing_before_recording_closes_once(closer, settings):
 def test_a_second_approval_closes_nothing_more(closer):
     run_id = _waiting(closer)
     (pending,) = closer.store.approvals("pending")
-    closer.decide(pending.id, approve=True, by="Dana Kim")
+    closer.decide(pending.id, approve=True, by="Dana Kim",
+                  fingerprint=closer.store.approval(pending.id).fingerprint)
     with pytest.raises(AlreadyDecided):
-        closer.decide(pending.id, approve=True, by="Lee Park")
+        closer.decide(pending.id, approve=True, by="Lee Park",
+                      fingerprint=closer.store.approval(pending.id).fingerprint)
     assert closer.advance(run_id).status == RunStatus.DONE
     assert closer.advance(run_id).status == RunStatus.DONE   # a second resume: nothing to do
     assert len(closer.closed()) == 1
@@ -117,7 +121,8 @@ def test_a_second_approval_closes_nothing_more(closer):
 def test_a_rejection_closes_nothing(closer):
     run_id = _waiting(closer)
     (pending,) = closer.store.approvals("pending")
-    closer.decide(pending.id, approve=False, by="Dana Kim", note="Balance still open")
+    closer.decide(pending.id, approve=False, by="Dana Kim", note="Balance still open",
+                  fingerprint=closer.store.approval(pending.id).fingerprint)
     assert closer.advance(run_id).status == RunStatus.DONE
     assert closer.closed() == []
     assert closer.store.approval(pending.id).status is ApprovalStatus.REJECTED
@@ -200,9 +205,12 @@ def test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it(
     with pytest.raises(RunNotReady, match="only that agent may continue it"):
         desk.add_reply(run_id, "It is AC-1001, please hurry.")
     assert closer.store.replies(run_id) == []
-    for attempt in (lambda: desk.decide(pending.id, True, "Dana Kim"),
-                    lambda: desk.decide(pending.id, False, "Dana Kim", note="No."),
-                    lambda: desk.ask(pending.id, "Dana Kim", "Which account?"),
+    for attempt in (lambda: desk.decide(pending.id, True, "Dana Kim",
+                                        fingerprint=desk.store.approval(pending.id).fingerprint),
+                    lambda: desk.decide(pending.id, False, "Dana Kim", note="No.",
+                                        fingerprint=desk.store.approval(pending.id).fingerprint),
+                    lambda: desk.ask(pending.id, "Dana Kim", "Which account?",
+                                     fingerprint=desk.store.approval(pending.id).fingerprint),
                     lambda: desk.hand_off(pending.id, "Dana Kim")):
         with pytest.raises(DecisionRefused, match="made by the 'closure' agent: only that "
                                                   "agent may (decide|hand off) it"):
@@ -216,7 +224,8 @@ def test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it(
     assert closer.store.calls_named("close_account")[0].output is None
     assert [e.event for e in closer.store.audit()] == ["requested"]
 
-    closer.decide(pending.id, approve=True, by="Dana Kim")
+    closer.decide(pending.id, approve=True, by="Dana Kim",
+                  fingerprint=closer.store.approval(pending.id).fingerprint)
     assert closer.advance(run_id).status == RunStatus.DONE
     (closure,) = closer.closed()
     assert closure["request"]["account_id"] == "AC-1001"
@@ -230,7 +239,8 @@ def test_the_desks_resume_worker_and_claim_never_pick_up_a_closure_run(settings,
     desk = Agent(settings, model=model)
     decided = _waiting(closer)
     (pending,) = closer.store.approvals("pending")
-    closer.decide(pending.id, approve=True, by="Dana Kim")
+    closer.decide(pending.id, approve=True, by="Dana Kim",
+                  fingerprint=closer.store.approval(pending.id).fingerprint)
     orphaned = closer.start(ANA, EMAIL, sender_name="Ana Ruiz").id
     assert {r.id for r in closer.resumable()} == {decided, orphaned}
 

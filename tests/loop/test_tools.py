@@ -2,8 +2,8 @@
 
 import json
 
-from refund_agent import Shop, tool_schemas
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Shop, tool_schemas
 from refund_agent.desk.policy import Held, Quote
 from refund_agent.desk.tools import (
     CheckRefundPolicy,

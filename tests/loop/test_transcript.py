@@ -19,8 +19,9 @@ import openai
 import pytest
 
 from offline_model.sealing import SealError, open_sealed
-from refund_agent import Agent, RunStatus, Settings, converse
+from refund_agent import RunStatus, Settings
 from refund_agent.config import load_settings
+from refund_agent.desk import Agent, converse
 from refund_agent.errors import ConfigError
 from refund_agent.providers.client import ModelAccess, open_model
 from refund_agent.store import SCHEMA_VERSION, Store
@@ -30,7 +31,8 @@ APPROVER = "Dana Kim"
 
 def _approve_pending(agent: Agent, run_id: str) -> None:
     [approval] = [a for a in agent.store.approvals("pending") if a.run_id == run_id]
-    agent.decide(approval.id, approve=True, by=APPROVER)
+    agent.decide(approval.id, approve=True, by=APPROVER,
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
 
 
 def _waiting_damaged(agent: Agent):

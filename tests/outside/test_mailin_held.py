@@ -8,7 +8,7 @@ from __future__ import annotations
 from helpers.cli import run_forked
 from helpers.mail import mail, wait_until
 
-from refund_agent import Agent
+from refund_agent.desk import Agent
 from refund_agent.models import RunStatus
 from refund_agent.outside.mailin.intake import take
 from refund_agent.web.worker import Worker
@@ -27,7 +27,8 @@ def held_reply(agent: Agent) -> str:
                  body="Also: could the refund go back to my card, please?")
     assert take(store, bytes(again), agent.agent_name).kind == "held"
     [approval] = store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(ticket.run_id).status == RunStatus.DONE
     assert [m.kind for m in store.mail(kind="held")] == ["held"]
     return ticket.run_id

@@ -16,8 +16,8 @@ from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.models import RunStatus  # noqa: E402
-from refund_agent.store import Store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_a_mailbox_makes_one_ticket_per_message_and_threads_the_answer(tmp_path,
     done = receive_once(out, dovecot, **env)
     assert done.returncode == 0, done.stdout
     assert "IDLE" in done.stdout   # Dovecot offers it, and it is used
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     [run] = store.runs()
     assert run.status == RunStatus.WAITING and dovecot.unseen() == 0
     assert [m.kind for m in store.mail()] == ["ticket", "auto"]
@@ -90,7 +90,7 @@ def test_a_poller_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path, 
     killed = receive_once(out, dovecot, REFUND_AGENT_CRASH_AT=point)
     assert killed.returncode == -9, killed.stdout
     assert dovecot.unseen() == 1   # never flagged \Seen: the next poll gets it again
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     assert len(store.mail()) == (1 if point == "after_mail_recorded" else 0)
     done = receive_once(out, dovecot)
     assert done.returncode == 0, done.stdout
@@ -116,4 +116,4 @@ def test_imaps_verifies_the_servers_certificate(tmp_path, dovecot):
     done = receive_once(out, dovecot, tls=True, SSL_CERT_FILE=str(dovecot.dir / "cert.pem"))
     assert done.returncode == 0, done.stdout
     assert IMAP_PASSWORD not in done.stdout and "imaps://desk@127.0.0.1" in done.stdout
-    assert dovecot.unseen() == 0 and len(Store(out / "refund-agent.sqlite3").runs()) == 1
+    assert dovecot.unseen() == 0 and len(DeskStore(out / "refund-agent.sqlite3").runs()) == 1

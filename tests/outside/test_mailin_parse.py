@@ -13,11 +13,11 @@ from helpers.mail import MAYA, mail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.outside.mailin.decide import decide
 from refund_agent.outside.mailin.imap import mailbox_from_url
 from refund_agent.outside.mailin.intake import take
 from refund_agent.outside.mailin.parse import html_text, read_mail, reply_subject, strip_quoted
-from refund_agent.store import Store
 from refund_agent.store.mail import MailThread
 
 
@@ -169,7 +169,7 @@ IDS = [f"<m{i}@example.com>" for i in range(4)]
 @given(st.lists(st.sampled_from(IDS), min_size=1, max_size=12))
 def test_any_order_of_redeliveries_makes_one_ticket_per_message_id(deliveries):
     with tempfile.TemporaryDirectory() as folder:
-        store = Store(Path(folder) / "refund-agent.sqlite3")
+        store = DeskStore(Path(folder) / "refund-agent.sqlite3")
         rows = [take(store, raw(mail(message_id=mid, subject=f"Order {mid}")), "refunds")
                 for mid in deliveries]
         assert [r.new for r in rows] == [mid not in deliveries[:i]
@@ -184,7 +184,7 @@ def test_any_order_of_redeliveries_makes_one_ticket_per_message_id(deliveries):
 def test_the_ticket_names_attachments_and_flag_and_the_model_reads_neither(tmp_path):
     from refund_agent.web import views
 
-    store = Store(tmp_path / "refund-agent.sqlite3")
+    store = DeskStore(tmp_path / "refund-agent.sqlite3")
     first = mail(body="It broke.")
     first.add_attachment(b"\x89PNG", maintype="image", subtype="png", filename="carafe.png")
     ticket = take(store, raw(first), "refunds")

@@ -28,6 +28,7 @@ from helpers.outside_servers import free_port, smtp_server, wait_for
 
 pytest.importorskip("aiosmtpd")
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.models import RunStatus  # noqa: E402
 from refund_agent.store import Store  # noqa: E402
 
@@ -40,7 +41,7 @@ def outbound():
 
 
 def open_store(out, backend) -> Store:
-    return Store(backend.url(out) if backend.postgres else out / "refund-agent.sqlite3")
+    return DeskStore(backend.url(out) if backend.postgres else out / "refund-agent.sqlite3")
 
 
 def test_mail_in_threads_out_and_back_in_once(tmp_path, outbound, backend):
@@ -122,7 +123,7 @@ def test_a_receiver_killed_at_intake_loses_no_mail_and_takes_none_twice(tmp_path
         with pytest.raises(smtplib.SMTPException):   # no 250: the MTA keeps it
             deliver(inbound, first)
         assert proc.wait(timeout=30) == -9
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     assert len(store.mail()) == (1 if point == "after_mail_recorded" else 0)
     with receiving(out, "--smtp", f"127.0.0.1:{inbound}", "--no-work") as proc:
         wait_for(inbound, proc, "refund-agent receive --smtp")
@@ -161,7 +162,7 @@ def test_the_listener_takes_mail_only_for_the_desk_and_only_after_its_login(tmp_
             refused = client.sendmail(MAYA, [stranger, DESK.upper(), alias, "desk@returns.example"],
                                       bytes(mail()))
             assert list(refused) == [stranger] and refused[stranger][0] == 550
-        store = Store(out / "refund-agent.sqlite3")
+        store = DeskStore(out / "refund-agent.sqlite3")
         assert [m.message_id for m in store.mail()] == ["<first@maya.example>"]
         store.close()
     printed = proc.stdout.read()

@@ -23,6 +23,7 @@ from helpers.outside_servers import smtp_server
 
 pytest.importorskip("aiosmtpd")
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.errors import (
     EmailNotSent,  # noqa: E402
     RunNotReady,  # noqa: E402
@@ -31,7 +32,6 @@ from refund_agent.outside import RESENT_EMAIL  # noqa: E402
 from refund_agent.outside.config import OutsideSettings  # noqa: E402
 from refund_agent.outside.ledger import IdempotentLog  # noqa: E402
 from refund_agent.outside.smtp import SmtpOutbox, message_id  # noqa: E402
-from refund_agent.store import Store  # noqa: E402
 from refund_agent.web import views  # noqa: E402
 
 FROM = "help@juniperpine.example"
@@ -270,7 +270,7 @@ def test_a_crash_around_the_send_loses_no_email_and_is_never_silent(tmp_path, se
         assert len(twice) == 1 and ids[twice[0]] == 2   # at most one duplicate...
         verified = run_cli(out, "audit", "--verify", **env)
         assert verified.returncode == 0 and "may have it twice" in verified.stdout  # ...said
-        store = Store(out / "refund-agent.sqlite3")
+        store = DeskStore(out / "refund-agent.sqlite3")
         steps = [s for run in store.runs() for s in store.steps(run.id)]
         assert any(s.data.get("resent") for s in steps if s.kind == "message")
         assert RESENT_EMAIL in resumed.stdout          # the terminal says so as it happens

@@ -41,13 +41,18 @@ pytest.importorskip("localstripe")
 
 import stripe  # noqa: E402
 
-from refund_agent import Agent, Settings  # noqa: E402
-from refund_agent.desk.policy import Quote, QuotedLine  # noqa: E402
+from refund_agent import Settings  # noqa: E402
+from refund_agent.desk import Agent  # noqa: E402
 from refund_agent.desk.reconcile import provider_problems, reconcile  # noqa: E402
-from refund_agent.errors import PaymentRefused, PaymentUncertain  # noqa: E402
+from refund_agent.errors import (  # noqa: E402
+    IdempotencyConflict,
+    PaymentRefused,
+    PaymentUncertain,
+)
 from refund_agent.models import RunStatus  # noqa: E402
 from refund_agent.outside.config import OutsideSettings  # noqa: E402
 from refund_agent.outside.ledger import IdempotentLog  # noqa: E402
+from refund_agent.outside.payments import RefundRequest  # noqa: E402
 from refund_agent.outside.stripe import (  # noqa: E402
     CALL_ID,
     StripePayments,
@@ -86,10 +91,11 @@ def stripe_env(server: str, data: Path, **extra: str) -> dict[str, str]:
             "STRIPE_API_KEY": KEY, "STRIPE_API_BASE": server, **extra}
 
 
-def quote(cents: int = 4800, order: str = ORDER) -> Quote:
-    return Quote(order_id=order, lines=[QuotedLine(
-        line="POUR-GLS-01", name="Glass pour-over coffee maker", reason="damaged",
-        amount_cents=cents, allowed_cents=cents, fee_cents=0)])
+def request(key: str, summary: str = "x", cents: int = 4800, order: str = ORDER
+            ) -> RefundRequest:
+    """One damaged line's refund, as the desk asks a provider for it (outside/payments.py)."""
+    return RefundRequest(key=key, order_id=order, amount_cents=cents, summary=summary, lines=(
+        {"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": cents},))
 
 
 def adapter(tmp_path: Path, server: str, refs: dict[str, str], key: str = KEY
@@ -106,12 +112,29 @@ def approved_run(tmp_path: Path, server: str, ref: str) -> tuple[Agent, str, str
     run = agent.start_sample("damaged")
     assert agent.advance(run.id).status == RunStatus.WAITING
     approval = agent.store.approvals("pending")[0]
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     return agent, run.id, approval.id
 
 
 # -- the look-up before create -------------------------------------------------------------------
+
+def test_the_same_key_with_another_request_is_refused(tmp_path, server, client):
+    """One key, one request: asked again under the approval's key for another amount, the
+    adapter refuses before it reaches Stripe (the ledger compares the request whole)."""
+    ref = charge(client)
+    payments = adapter(tmp_path, server, {ORDER: ref})
+    first, _ = payments.refund(request("run_k-call_1"))
+    with pytest.raises(IdempotencyConflict):
+        payments.refund(request("run_k-call_1", cents=4000))
+    with pytest.raises(IdempotencyConflict):
+        payments.refund(request("run_k-call_1", summary="another reason"))
+    again, reused = payments.refund(request("run_k-call_1"))
+    assert reused and again["refund_id"] == first["refund_id"]
+    assert [r["id"] for r in refunds_of(client, ref)] == [first["refund_id"]]
+    assert refunds_of(client, ref)[0]["metadata"]["lines"] == "POUR-GLS-01:damaged:4800"
+
 
 def test_localstripe_ignores_idempotency_keys(client):
     """The premise: two refunds with one key are two refunds there, so only the adapter's
@@ -155,11 +178,11 @@ def test_a_retry_after_the_key_expired_reuses_the_refund(tmp_path, server, clien
     host's ledger, a restored backup) and Stripe's 24-hour key long forgotten: the look-up by
     call id finds the refund, and no second one is made."""
     ref = charge(client, intent=True)
-    first, reused = adapter(tmp_path / "a", server, {ORDER: ref}).refund("run_x-call_1",
-                                                                         quote(), "damaged")
+    first, reused = adapter(tmp_path / "a", server, {ORDER: ref}).refund(
+        request("run_x-call_1", "damaged"))
     assert not reused
-    again, reused = adapter(tmp_path / "b", server, {ORDER: ref}).refund("run_x-call_1",
-                                                                         quote(), "damaged")
+    again, reused = adapter(tmp_path / "b", server, {ORDER: ref}).refund(
+        request("run_x-call_1", "damaged"))
     assert reused and again["refund_id"] == first["refund_id"]
     assert len(refunds_of(client, ref)) == 1
 
@@ -171,8 +194,8 @@ def test_two_approvers_at_once_make_one_refund(tmp_path, server, client):
     assert run_cli(out, "sample", "damaged", **env).returncode == 0
     from helpers.cli import cli_env
 
-    from refund_agent.store import Store
-    approval = Store(out / "refund-agent.sqlite3").approvals("pending")[0].id
+    from refund_agent.desk.records import DeskStore
+    approval = DeskStore(out / "refund-agent.sqlite3").approvals("pending")[0].id
     procs = [subprocess.Popen([sys.executable, "-m", "refund_agent", "approve", "--as", who,
                                "--id", approval],
                               env=cli_env(out, **env), stdout=subprocess.PIPE,
@@ -212,7 +235,7 @@ def test_a_lost_answer_is_settled_by_reading_back(tmp_path, client, dropping):
     finds it by call id and records it; it sends no second request."""
     ref = charge(client)
     _Dropping.mode = "after"
-    record, _ = adapter(tmp_path, dropping, {ORDER: ref}).refund("run_y-call_1", quote(), "x")
+    record, _ = adapter(tmp_path, dropping, {ORDER: ref}).refund(request("run_y-call_1", "x"))
     made = refunds_of(client, ref)
     assert [r["id"] for r in made] == [record["refund_id"]]
 
@@ -224,9 +247,10 @@ def test_an_answer_that_never_came_is_uncertain_not_failed(tmp_path, server, cli
     _Dropping.mode = "before"
     payments = adapter(tmp_path, dropping, {ORDER: ref})
     with pytest.raises(PaymentUncertain, match="may or may not have been made"):
-        payments.refund("run_z-call_1", quote(), "x")
+        payments.refund(request("run_z-call_1", "x"))
     assert payments.refunds() == [] and refunds_of(client, ref) == []
-    record, reused = adapter(tmp_path, server, {ORDER: ref}).refund("run_z-call_1", quote(), "x")
+    record, reused = adapter(tmp_path, server, {ORDER: ref}).refund(
+        request("run_z-call_1", "x"))
     assert not reused and [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
 
 
@@ -237,7 +261,8 @@ def test_an_uncertain_refund_is_audited_and_resume_settles_it_once(tmp_path, cli
     _Dropping.mode = "before"
     agent, run_id = _waiting_run(tmp_path, dropping, ref)
     approval = agent.store.approvals("pending")[0]
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(PaymentUncertain):
         agent.advance(run_id)
     run = agent.store.run(run_id)
@@ -306,17 +331,17 @@ def test_an_error_that_leaves_it_open_is_read_back_never_reported_as_nothing_ref
     ref = charge(client)
     _Answering.forward_first = True     # Stripe made it, then answered with the error
     record, _ = adapter(tmp_path / "made", answering, {ORDER: ref}).refund(
-        "run_o-call_1", quote(), "x")
+        request("run_o-call_1", "x"))
     assert [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
 
     ref = charge(client)
     _Answering.forward_first = False    # it did not (yet)
     payments = adapter(tmp_path / "open", answering, {ORDER: ref})
     with pytest.raises(PaymentUncertain, match=f"HTTP {answer[0]}.*may or may not have been made"):
-        payments.refund("run_o-call_2", quote(), "x")
+        payments.refund(request("run_o-call_2", "x"))
     assert payments.refunds() == [] and refunds_of(client, ref) == []
     record, _ = adapter(tmp_path / "open", server, {ORDER: ref}).refund(
-        "run_o-call_2", quote(), "x")
+        request("run_o-call_2", "x"))
     assert [r["id"] for r in refunds_of(client, ref)] == [record["refund_id"]]
 
 
@@ -327,7 +352,7 @@ def test_a_rate_limited_refund_request_is_refused_with_nothing_made(tmp_path, cl
     ref = charge(client)
     payments = adapter(tmp_path, answering, {ORDER: ref})
     with pytest.raises(PaymentRefused, match="rate limiting.*Nothing was refunded"):
-        payments.refund("run_r-call_1", quote(), "x")
+        payments.refund(request("run_r-call_1", "x"))
     assert payments.refunds() == [] and refunds_of(client, ref) == []
 
 
@@ -341,9 +366,9 @@ def test_a_refund_the_stand_in_recorded_is_not_taken_as_made_at_stripe(tmp_path,
     from refund_agent.outside.payments import StandInPayments
 
     ref = charge(client)
-    StandInPayments(tmp_path).refund("run_s-call_1", quote(), "x")
+    StandInPayments(tmp_path).refund(request("run_s-call_1", "x"))
     with pytest.raises(ConfigError, match="recorded by the stand-in payments") as caught:
-        adapter(tmp_path, server, {ORDER: ref}).refund("run_s-call_1", quote(), "x")
+        adapter(tmp_path, server, {ORDER: ref}).refund(request("run_s-call_1", "x"))
     assert "\n" not in str(caught.value)
     assert refunds_of(client, ref) == []
 
@@ -357,7 +382,7 @@ def test_errors_in_plain_words_and_nothing_recorded(tmp_path, server, client):
     for i, (refs, key, words) in enumerate(cases):
         payments = adapter(tmp_path / str(i), server, refs, key=key)
         with pytest.raises(PaymentRefused, match=words) as caught:
-            payments.refund(f"run_e-call_{i}", quote(), "x")
+            payments.refund(request(f"run_e-call_{i}", "x"))
         assert "\n" not in str(caught.value) and "Nothing was refunded" in str(caught.value)
         assert payments.refunds() == []
     assert refunds_of(client, ref) == []
@@ -382,7 +407,8 @@ def test_stripe_error_codes_in_plain_words():
 def test_a_run_whose_refund_stripe_refuses_fails_with_nothing_paid(tmp_path, server):
     agent, run_id = _waiting_run(tmp_path, server, "ch_missing")
     approval = agent.store.approvals("pending")[0]
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(PaymentRefused):
         agent.advance(run_id)
     run = agent.store.run(run_id)
@@ -478,8 +504,8 @@ def test_a_refund_stripe_fails_later_reaches_the_desk_and_the_audit(tmp_path, se
 
 
 def test_a_bad_webhook_body_changes_nothing(tmp_path):
-    from refund_agent.store import Store
-    store = Store(tmp_path / "s.sqlite3")
+    from refund_agent.desk.records import DeskStore
+    store = DeskStore(tmp_path / "s.sqlite3")
     assert handle(store, SECRET, b"not json", signed(b"not json"))[0] == 400
     assert handle(store, SECRET, b"{}", None)[0] == 400
     other = json.dumps({"id": "evt_2", "object": "event", "type": "charge.succeeded",

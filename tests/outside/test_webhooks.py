@@ -47,7 +47,8 @@ def paid_run(agent):
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.WAITING
     approval = agent.store.approvals("pending")[0]
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     return run.id, approval.id
 
 

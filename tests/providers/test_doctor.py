@@ -9,7 +9,19 @@ from helpers.cli import run_forked as run_cli  # new processes, forked warm (no 
 
 from offline_model import OfflineServer
 from refund_agent import Settings
-from refund_agent.providers.doctor import diagnose, report
+from refund_agent.desk.tools import tool_schemas
+from refund_agent.providers import doctor
+
+# The desk's tools, as the terminal hands them in (cli/admin.py:doctor).
+TOOLS = tool_schemas()
+
+
+def diagnose(settings: Settings):
+    return doctor.diagnose(settings, TOOLS)
+
+
+def report(settings: Settings):
+    return doctor.report(settings, TOOLS)
 
 
 @pytest.fixture
@@ -94,7 +106,7 @@ def test_an_unknown_model_is_tried_without_an_effort(stand_in):
 def test_the_doctor_sends_the_agents_own_parameter_set(stand_in, dialect):
     """What the doctor tries is what the agent sends (the same builder, not a copy): a doctor
     that left out ``include`` said ok for gpt-4o while every first request was refused."""
-    from refund_agent import Agent
+    from refund_agent.desk import Agent
 
     keyed, server = stand_in()
     assert all(c.ok for c in diagnose(keyed)), diagnose(keyed)
@@ -140,3 +152,11 @@ def test_no_network_names_the_host_it_could_not_reach(settings, where, said):
     assert not ok and said.format(port=port) in text, text
     assert "connection broke" not in text and "Resume" not in text
     assert "FAIL streaming" not in text
+
+
+def test_the_doctor_sends_the_tools_it_is_handed(stand_in):
+    """The doctor knows no agent: an agent of one's own checks its provider with its own
+    tools (none at all, here), and the request carries exactly those."""
+    keyed, server = stand_in()
+    assert all(c.ok for c in doctor.diagnose(keyed, []))
+    assert server.requests[-1]["tools"] == []

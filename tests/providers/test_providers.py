@@ -16,7 +16,8 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from offline_model import OfflineServer
-from refund_agent import Agent, RunStatus, Settings
+from refund_agent import RunStatus, Settings
+from refund_agent.desk import Agent
 from refund_agent.providers.client import ModelAccess, ProviderClient
 from refund_agent.providers.stored import response_gone
 from refund_agent.providers.table import (
@@ -59,7 +60,8 @@ def _waiting(agent: Agent):
 
 def _approve(agent: Agent, run_id: str) -> None:
     [approval] = [a for a in agent.store.approvals("pending") if a.run_id == run_id]
-    agent.decide(approval.id, approve=True, by=APPROVER)
+    agent.decide(approval.id, approve=True, by=APPROVER,
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
 
 
 # -- the stored response gone, in every form ---------------------------------------------------

@@ -86,10 +86,11 @@ pytest.importorskip("localstripe")
 pytest.importorskip("aiosmtpd")
 
 from refund_agent.desk.agent import CRASH_POINTS  # noqa: E402
+from refund_agent.desk.records import DeskStore
 from refund_agent.outside import OUTSIDE_CRASH_POINTS  # noqa: E402
 from refund_agent.outside.smtp import message_id  # noqa: E402
 from refund_agent.outside.stripe import CALL_ID  # noqa: E402
-from refund_agent.store import LEASE_STALE_SECONDS, Store  # noqa: E402
+from refund_agent.store import LEASE_STALE_SECONDS  # noqa: E402
 
 FROM = "help@juniperpine.example"
 DAY = 24 * 3600
@@ -421,14 +422,14 @@ def test_killed_after_the_refund_request_and_resumed_a_day_later(outside_baselin
                                     REFUND_AGENT_CRASH_AT="after_provider_refund")
     assert crashed.returncode == -9, crashed.stdout + crashed.stderr
     backend = outside_baselines.backend
-    store = Store(backend.target(output))
+    store = DeskStore(backend.target(output))
     (run,) = store.runs()
     assert run.lease_pid is not None   # the killed process never let go of it
     # A live process (init) holds it, as the killed one's pid would be reused after a reboot.
     store.execute("UPDATE runs SET lease_pid = 1 WHERE id = ?", (run.id,))
     store.close()
     assert "Nothing to resume" in outside_baselines.cli(output, "resume").stdout  # fresh: kept
-    store = Store(backend.target(output))
+    store = DeskStore(backend.target(output))
     store.execute("UPDATE runs SET lease_at = lease_at - ? WHERE id = ?",
                   (DAY + LEASE_STALE_SECONDS, run.id))
     store.close()
@@ -512,7 +513,7 @@ def test_approvers_at_once_make_one_stripe_refund_on_postgresql(pg_cluster, serv
     expect_ok(subprocess.run([sys.executable, "-m", "refund_agent", "sample", "damaged"],
                              capture_output=True, text=True, timeout=60,
                              env=cli_env(output, **env)), "sample damaged")
-    store = Store(backend.target(output))
+    store = DeskStore(backend.target(output))
     (approval,) = store.approvals("pending")
     store.close()
     names = ["Dana Kim", "Sam Ortiz", "Lee Park"]

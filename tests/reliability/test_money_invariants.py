@@ -58,7 +58,8 @@ from hypothesis.stateful import (
 import refund_agent.loop as loop_module
 from offline_model import OfflineServer
 from offline_model.brain import Reply
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.desk.identity import name_key
 from refund_agent.desk.policy import quote_refund, units_left
 from refund_agent.errors import AlreadyDecided, DecisionRefused, RefundAgentError
@@ -411,7 +412,8 @@ class MoneyMachine(RuleBasedStateMachine):
                 lowered[line.line] = data.draw(st.integers(0, line.units + 1), label="units")
         try:
             self.agent.decide(approval.id, True, name, keep=keep,
-                              limit_cents=self.limits[name], units=lowered)
+                              limit_cents=self.limits[name], units=lowered,
+                              fingerprint=self.agent.store.approval(approval.id).fingerprint)
         except DecisionRefused:
             assert self.agent.store.approval(approval.id).status == "pending"
             return
@@ -468,10 +470,12 @@ class MoneyMachine(RuleBasedStateMachine):
         """``who`` approves; where that is a first sign-off, Sam completes it. Whether the
         refund was approved (False: refused, and still pending)."""
         try:
-            decided = self.agent.decide(approval_id, True, who, keep=keep, limit_cents=limit)
+            decided = self.agent.decide(approval_id, True, who, keep=keep, limit_cents=limit,
+                                        fingerprint=self.agent.store.approval(approval_id).fingerprint)
             if decided.status == "pending":
                 self.totals["sign-offs"] += 1
-                decided = self.agent.decide(approval_id, True, "Sam", keep=keep)
+                decided = self.agent.decide(approval_id, True, "Sam", keep=keep,
+                                            fingerprint=self.agent.store.approval(approval_id).fingerprint)
         except DecisionRefused:
             assert self.agent.store.approval(approval_id).status == "pending"
             return False
@@ -530,14 +534,17 @@ class MoneyMachine(RuleBasedStateMachine):
         self.agent._crash = frozenset({crash}) if crash else frozenset()
         try:
             if choice == "ask":
-                self.agent.ask(approval.id, "Dana", "Could you send a photo?")
+                self.agent.ask(approval.id, "Dana", "Could you send a photo?",
+                               fingerprint=self.agent.store.approval(approval.id).fingerprint)
             else:
                 decided = self.agent.decide(approval.id, choice != "reject", "Dana",
-                                            "Because.", keep=keep)
+                                            "Because.", keep=keep,
+                                            fingerprint=self.agent.store.approval(approval.id).fingerprint)
                 if decided.status == "pending":   # a first sign-off: above the two-person
                     self.totals["sign-offs"] += 1  # amount, on the order in all
                     second = data.draw(st.sampled_from(["Sam", "Dana"]), label="second")
-                    self.agent.decide(approval.id, True, second, "Agreed.", keep=keep)
+                    self.agent.decide(approval.id, True, second, "Agreed.", keep=keep,
+                                      fingerprint=self.agent.store.approval(approval.id).fingerprint)
         except DecisionRefused:
             assert choice == "nothing kept" or self.agent.store.approval(approval.id).status \
                 == "pending"
@@ -568,7 +575,8 @@ class MoneyMachine(RuleBasedStateMachine):
         def decide(approve: bool, by: str) -> None:
             barrier.wait()
             try:
-                self.agent.decide(approval.id, approve, by, None if approve else "No.")
+                self.agent.decide(approval.id, approve, by, None if approve else "No.",
+                                  fingerprint=self.agent.store.approval(approval.id).fingerprint)
                 outcomes.append("won")
             except AlreadyDecided:
                 outcomes.append("lost")

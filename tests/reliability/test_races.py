@@ -23,18 +23,20 @@ from helpers.cli import DATA, cli_env, run_cli
 from helpers.crash import read_outcome, record
 from helpers.pg import Backend
 
-from refund_agent import Agent, Settings, Shop
+from refund_agent import Settings
+from refund_agent.desk import Agent, Shop
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import AlreadyDecided, RunBusy
 from refund_agent.models import RunStatus
 from refund_agent.providers.client import open_model
-from refund_agent.store import LEASE_STALE_SECONDS, Store
+from refund_agent.store import LEASE_STALE_SECONDS
 
 _WORKER = r"""
 import json, os, sys, uuid
 from pathlib import Path
-from refund_agent import Agent
 from refund_agent.config import load_settings
+from refund_agent.desk import Agent
 from refund_agent.errors import RefundAgentError
 
 agents = {}
@@ -54,7 +56,8 @@ for line in sys.stdin:
             agent.shop.orders
             result.update(ok=True)
         elif cmd["op"] == "decide":
-            decided = agent.decide(cmd["id"], cmd["approve"], cmd["by"], cmd.get("note"))
+            decided = agent.decide(cmd["id"], cmd["approve"], cmd["by"], cmd.get("note"),
+                                   fingerprint=agent.store.approval(cmd["id"]).fingerprint)
             result.update(ok=True, status=decided.status)
         elif cmd["op"] == "advance":
             before = len(agent.model.server.requests)
@@ -125,7 +128,7 @@ def workers(tmp_path: Path, backend: Backend):
 
 def _queue_refund(output: Path, backend: Backend) -> tuple[str, str]:
     """A run waiting on Maya's $48 refund, written the way the agent writes it (no model)."""
-    store = Store(backend.target(output))
+    store = DeskStore(backend.target(output))
     run = store.create_run(sender="maya.chen@example.com", sender_name="Maya Chen",
                            subject="Coffee maker arrived cracked", kind="damaged",
                            email="My order A1043 arrived with the coffee maker cracked.")
@@ -138,8 +141,8 @@ def _queue_refund(output: Path, backend: Backend) -> tuple[str, str]:
                           usage={}, replies_sent=[])
     tools = ShopTools(Shop(DATA), run.sender, store.held_lines)
     approval = store.queue_approval(
-        lease, response_id=response_id, call_id=call_id, order_id="A1043",
-        summary=args["summary"], customer=run.sender,
+        lease, response_id=response_id, call_id=call_id, subject="A1043",
+        title=args["summary"], customer=run.sender,
         price=lambda held: tools.quote(IssueRefund.model_validate(args), held))
     store.release(lease, RunStatus.WAITING)
     assert approval.amount_cents == 4800, approval
@@ -162,7 +165,7 @@ def test_many_processes_open_a_new_store_at_once(workers, tmp_path: Path):
         w.backend.prepare(output)  # on PostgreSQL an empty database: the schema is made at once
         results = w.all_at_once([{"op": "warm", "output": str(output)}] * RACERS)
         assert all(r["ok"] for r in results), (i, [r.get("error") for r in results])
-        assert Store(w.backend.target(output)).integrity_ok()
+        assert DeskStore(w.backend.target(output)).integrity_ok()
     record("races", case="open a new store at once", rounds=rounds, racers=RACERS,
            failed_opens=0, backend=w.backend.name)
 
@@ -194,11 +197,11 @@ def test_many_processes_decide_one_approval_at_once(workers, tmp_path: Path):
 
         won = [r for r in results if r["ok"]]
         assert len(won) == 1, (i, results)
-        store = Store(w.backend.target(output))
+        store = DeskStore(w.backend.target(output))
         approval = store.approval(approval_id)
         assert approval.decided_by == won[0]["by"] and approval.status == won[0]["status"]
         told = str(AlreadyDecided(approval_id, approval.status, approval.decided_by,
-                                  approval.decided_at))
+                                  approval.decided_at, noun="refund"))
         assert told.startswith(f"This refund was already {approval.status} by "
                                f"{approval.decided_by} at ")
         for r in results:
@@ -229,9 +232,9 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path, backend: Backen
         output = tmp_path / f"round-{i}"
         env = backend.prepare(output)
         assert run_cli(output, "sample", "damaged", **env).returncode == 0
-        approval_id = Store(backend.target(output)).approvals("pending")[0].id
+        approval_id = DeskStore(backend.target(output)).approvals("pending")[0].id
         assert run_cli(output, "sample", "angry", **env).returncode == 0  # a second one waits
-        (other,) = [a for a in Store(backend.target(output)).approvals("pending")
+        (other,) = [a for a in DeskStore(backend.target(output)).approvals("pending")
                     if a.id != approval_id]
         names = ["Dana", "Sam", "Lee"]
         argv = [[sys.executable, "-m", "refund_agent", "approve", "--id", approval_id,
@@ -251,7 +254,7 @@ def test_approve_commands_race_from_the_terminal(tmp_path: Path, backend: Backen
         for code, _o, err in done:
             if code == 3:
                 assert f"already {approval['status']} by {winner} at " in err, err
-        untouched = Store(backend.target(output)).approval(other.id)
+        untouched = DeskStore(backend.target(output)).approval(other.id)
         assert untouched.status == "pending" and untouched.decided_by is None
         out.runs = [r for r in out.runs if r["id"] == approval["run_id"]]
         out.emails = [e for e in out.emails if e["request"]["to"] == "maya.chen@example.com"]
@@ -304,7 +307,8 @@ def test_many_processes_advance_one_run_at_once(workers, tmp_path: Path):
         (approval,) = [a for a in agent.store.approvals("pending") if a.run_id == run.id]
         # The pending proposal holds the coffee maker's line; free it for the next round's
         # ticket (which would otherwise, rightly, be declined) as a person would: reject it.
-        agent.decide(approval.id, False, "reset", f"Round {i} is over.")
+        agent.decide(approval.id, False, "reset", f"Round {i} is over.",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert busy >= ADVANCE_ROUNDS, "the racers never actually overlapped"
     record("races", case="advance one run at once", rounds=ADVANCE_ROUNDS, racers=3,
            advanced_per_round=1, told_busy=busy, duplicate_requests=0, backend=w.backend.name)
@@ -317,7 +321,7 @@ def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(work
     env = holder.backend.prepare(output)
     assert run_cli(output, "sample", "damaged", **env,
                    REFUND_AGENT_CRASH_AT="after_run_created").returncode == -9
-    run_id = Store(holder.backend.target(output)).runs()[0].id
+    run_id = DeskStore(holder.backend.target(output)).runs()[0].id
     assert holder.one(0, {"op": "acquire", "output": str(output), "run": run_id})["ok"]
     holder_pid = holder.pids[0]
 
@@ -333,7 +337,7 @@ def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(work
     assert holder.procs[0].wait(timeout=10) == -signal.SIGKILL
     taken = other.one(0, {"op": "advance", "output": str(output), "run": run_id})
     assert taken["ok"] and taken["status"] == "waiting" and taken["requests"] == 3
-    store = Store(holder.backend.target(output))
+    store = DeskStore(holder.backend.target(output))
     restarts = [s.data for s in store.steps(run_id) if s.kind == "restart"]
     # Schema 15: what kind of process took it over, from what, and that the holder died
     # holding it (cut off), so the ticket words it as a takeover, not a server restart.
@@ -346,7 +350,7 @@ def test_a_lease_held_by_a_live_process_blocks_and_a_dead_one_is_taken_over(work
 def test_a_stale_lease_of_a_live_pid_is_taken_over(agent: Agent):
     """A pid can be reused after a reboot; a lease nobody renewed for long enough is abandoned."""
     run = agent.start_sample("damaged")
-    other = Store(agent.settings.db_path)
+    other = DeskStore(agent.settings.db_path)
     other.pid = 1                                # alive (init), but not us
     other.acquire(run.id, "someone-else")
     with pytest.raises(RunBusy):

@@ -65,8 +65,8 @@ STALE = -1000           # the exit "code" of a woken process that found its run 
 def _counts(output: Path, backend: Backend) -> dict[str, int]:
     """Runs, pending approvals and replies so far (zeros before the store exists)."""
     if backend.postgres:
-        from refund_agent.store import Store
-        store = Store(backend.url(output))  # makes the schema if no process got that far
+        from refund_agent.desk.records import DeskStore
+        store = DeskStore(backend.url(output))  # makes the schema if no process got that far
         try:
             one = lambda sql: store.query(sql)[0][0]  # noqa: E731
             return {"runs": one("SELECT COUNT(*) FROM runs"),

@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 
-from refund_agent import Agent, Settings
+from refund_agent import Settings
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import Agent
 from refund_agent.desk.policy import SHIPPING, quote_refund
 from refund_agent.desk.shop import Shop
 from refund_agent.evals import corpus as corpora

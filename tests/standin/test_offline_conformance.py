@@ -39,8 +39,9 @@ from openai.types.responses import (
 from offline_model import OfflineServer, brain, reader
 from offline_model.brain import Reply, respond
 from offline_model.events import GRPC_TEXT, ApiError
-from refund_agent import RunStatus, converse
+from refund_agent import RunStatus
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk import converse
 from refund_agent.desk.prompts import customer_brief
 from refund_agent.desk.tools import tool_schemas
 
@@ -927,7 +928,8 @@ def test_the_angry_sample_after_a_rejection_makes_sense(agent, model) -> None:
     """The reproduction: ``refund-agent angry``, then ``reject --note "Send a photo"``."""
     run = agent.advance(agent.start_sample("angry").id)
     [approval] = agent.store.approvals("pending")
-    agent.decide(approval.id, approve=False, by="Dana Kim", note="Send a photo")
+    agent.decide(approval.id, approve=False, by="Dana Kim", note="Send a photo",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     run = converse(agent, run.id)
 
     assert run.status == RunStatus.DONE and agent.payments.refunds() == []

@@ -15,7 +15,8 @@ from helpers.cli import DATA
 from helpers.cli import run_forked as run_cli  # new processes, forked warm (no imports)
 from helpers.crash import record
 
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.errors import AlreadyDecided
 from refund_agent.providers.client import open_model
 from refund_agent.store import GENESIS_HASH, audit_hash
@@ -30,13 +31,16 @@ def audited(tmp_path_factory) -> Path:
     agent = Agent(settings, model=model)
     first = agent.advance(agent.start_sample("damaged").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim")                 # approved
+    agent.decide(approval.id, True, "Dana Kim",                 # approved
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(first.id)                                     # issued
     with pytest.raises(AlreadyDecided):
-        agent.decide(approval.id, False, "Sam", "Too late")     # ignored
+        agent.decide(approval.id, False, "Sam", "Too late",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)     # ignored
     second = agent.advance(agent.start_sample("angry").id)      # requested
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, False, "Sam", "The skillet was used.")  # rejected
+    agent.decide(approval.id, False, "Sam", "The skillet was used.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)  # rejected
     agent.advance(second.id)
     model.server.close()
     events = [e.event for e in agent.store.audit()]

@@ -69,7 +69,8 @@ def test_a_postgresql_store_seeded_by_copy_verifies_reconciles_and_takes_new_run
     assert len(agent.payments.refunds()) == 18 and len(agent.outbox.messages()) == 20
     assert reconcile(agent.store, tmp_path / "output") is None
     run = agent.advance(start_ticket(agent, pool.take()).id)
-    agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+    agent.decide(pending_approval_id(agent, run.id), True, APPROVER,
+                 fingerprint=agent.store.approval(pending_approval_id(agent, run.id)).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert agent.store.verify_audit() is None
     assert reconcile(agent.store, tmp_path / "output") is None
@@ -139,7 +140,7 @@ class _Undo(Exception):
 
 def _recomputed_desk(store) -> dict[str, tuple]:
     """What ``refresh_stale_desk`` makes of every run marked stale (in a transaction undone)."""
-    from refund_agent.store.inbox import refresh_stale_desk
+    from refund_agent.desk.records.inbox import refresh_stale_desk
     try:
         with store.transaction() as db:
             db.execute("UPDATE runs SET desk_dirty = 1")

@@ -24,12 +24,15 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 
 from offline_model import OfflineServer
-from refund_agent import Agent, RunStatus, Settings
+from refund_agent import RunStatus, Settings
+from refund_agent.desk import Agent
+from refund_agent.desk.migrate import migrate
 from refund_agent.desk.reconcile import reconcile
+from refund_agent.desk.records import DeskStore
 from refund_agent.errors import MigrationRefused, StoreError
 from refund_agent.providers.client import ModelAccess
 from refund_agent.store import Store
-from refund_agent.store.migrate import COPIED, migrate
+from refund_agent.store.migrate import COPIED
 
 # Orders in data/shop.json with a line the policy refunds, and their owners.
 TICKETS = [("maya.chen@example.com", "Order A1043: the glass pour-over coffee maker arrived "
@@ -56,10 +59,12 @@ def waiting(agent: Agent, which: int):
 def three_runs(agent: Agent):
     """A refunded run, a rejected one, and one waiting for approval."""
     paid, approval = waiting(agent, 0)
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(paid.id).status == RunStatus.DONE
     rejected, approval = waiting(agent, 1)
-    agent.decide(approval.id, False, "Dana Kim", "Cracks from dropping it are not covered.")
+    agent.decide(approval.id, False, "Dana Kim", "Cracks from dropping it are not covered.",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(rejected.id).status == RunStatus.DONE
     pending, approval = waiting(agent, 2)
     return paid, rejected, pending, approval
@@ -84,7 +89,7 @@ def pg_settings(folder: Path, url: str) -> Settings:
 def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgresql(
         agent, model, settings, new_db, tmp_path):
     paid, _rejected, pending, approval = three_runs(agent)
-    source = Store(settings.db_path)
+    source = DeskStore(settings.db_path)
     before = dump(source)
     refunds_before = agent.payments.refunds()
     emails_before = agent.outbox.messages()
@@ -101,7 +106,7 @@ def test_a_migrated_store_reconciles_and_its_waiting_run_finishes_once_on_postgr
     assert "export REFUND_AGENT_DATABASE_URL=" in proc.stdout
     assert "refund-agent audit --verify" in proc.stdout
 
-    target = Store(url)
+    target = DeskStore(url)
     assert dump(target, {t: source.columns(t) for t in COPIED}) == before
     assert reconcile(target, tmp_path) is None
     ledger = {log: [r for _, r in target.ledger_rows(log)] for log in ("refunds", "outbox")}
@@ -163,7 +168,7 @@ def test_the_old_sqlite_store_is_marked_moved_and_refuses_every_write(agent, set
     assert queue.returncode == 0 and approval.id in queue.stdout, queue.stderr
     verify = run_cli(settings.output_dir, "audit", "--verify")
     assert verify.returncode == 0 and "Audit log intact" in verify.stdout, verify.stderr
-    old = Store(settings.db_path)
+    old = DeskStore(settings.db_path)
     assert old.approval(approval.id).status == "pending"
     assert old.run(pending.id).status == RunStatus.WAITING
     assert old.moved_to() == shown
@@ -174,17 +179,18 @@ def test_the_old_sqlite_store_is_marked_moved_and_refuses_every_write(agent, set
     with pytest.raises(StoreError, match="was moved to PostgreSQL"):
         old.claim("worker")
     with pytest.raises(StoreError, match="was moved to PostgreSQL"):
-        agent.decide(approval.id, True, "Dana Kim")
-    assert Store(url).approval(approval.id).status == "pending"   # decided there, once
+        agent.decide(approval.id, True, "Dana Kim",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
+    assert DeskStore(url).approval(approval.id).status == "pending"   # decided there, once
 
 
 def test_refused_when_the_target_is_not_empty(agent, settings, new_db):
     three_runs(agent)
     url = new_db()
-    Store(url).create_run(sender="x@example.com", sender_name="X", subject="s", email="hi")
+    DeskStore(url).create_run(sender="x@example.com", sender_name="X", subject="s", email="hi")
     with pytest.raises(MigrationRefused, match="already has 1 run; migrate only into an empty"):
-        migrate(Store(settings.db_path), settings.output_dir, url)
-    assert Store(url).row_counts()["runs"] == 1
+        migrate(DeskStore(settings.db_path), settings.output_dir, url)
+    assert DeskStore(url).row_counts()["runs"] == 1
 
 
 def test_a_tampered_store_is_refused_and_the_target_left_empty(agent, settings, new_db):
@@ -194,10 +200,10 @@ def test_a_tampered_store_is_refused_and_the_target_left_empty(agent, settings, 
     db.close()
     url = new_db()
     with pytest.raises(MigrationRefused) as refused:
-        migrate(Store(settings.db_path), settings.output_dir, url)
+        migrate(DeskStore(settings.db_path), settings.output_dir, url)
     assert "does not reconcile" in str(refused.value)
     assert "was edited after it was written" in str(refused.value)
-    counts = Store(url).row_counts()
+    counts = DeskStore(url).row_counts()
     assert counts.pop("audit_anchor") == 1 and not any(counts.values())
 
 
@@ -210,14 +216,14 @@ def test_a_run_in_progress_is_refused_and_an_abandoned_lease_is_cleared(
     url = new_db()
     with pytest.raises(MigrationRefused, match=f"1 run is being advanced right now "
                                                f"\\({run.id} \\(process"):
-        migrate(Store(settings.db_path), settings.output_dir, url)
-    assert Store(url).row_counts()["runs"] == 0
+        migrate(DeskStore(settings.db_path), settings.output_dir, url)
+    assert DeskStore(url).row_counts()["runs"] == 0
     # The process dies holding the lease (a pid that no longer exists): nobody works on it.
     dead = _dead_pid()
     with sqlite3.connect(settings.db_path) as db:
         db.execute("UPDATE runs SET lease_pid = ? WHERE id = ?", (dead, run.id))
     db.close()
-    report = migrate(Store(settings.db_path), settings.output_dir, url)
+    report = migrate(DeskStore(settings.db_path), settings.output_dir, url)
     assert report.runs == 4 and report.leases_cleared == 1
     # On PostgreSQL any worker takes it, with a fencing token above the dead holder's.
     on_pg = Agent(settings.with_(database_url=url), model=model)
@@ -239,17 +245,17 @@ def _dead_pid() -> int:
 def test_a_copy_that_does_not_reconcile_on_postgresql_is_rolled_back(
         agent, settings, new_db, monkeypatch):
     three_runs(agent)
-    import refund_agent.store.migrate as module
+    import refund_agent.desk.migrate as module  # the desk's check of the copy
     real = module.reconcile
     monkeypatch.setattr(module, "reconcile", lambda store, out: "Broken on purpose."
                         if store.shared else real(store, out))
     url = new_db()
     with pytest.raises(MigrationRefused, match="rolled back.*Broken on purpose"):
-        migrate(Store(settings.db_path), settings.output_dir, url)
-    counts = Store(url).row_counts()
+        migrate(DeskStore(settings.db_path), settings.output_dir, url)
+    counts = DeskStore(url).row_counts()
     assert counts.pop("audit_anchor") == 1 and not any(counts.values())
     monkeypatch.undo()
-    assert migrate(Store(settings.db_path), settings.output_dir, url).runs == 3  # still empty
+    assert migrate(DeskStore(settings.db_path), settings.output_dir, url).runs == 3  # still empty
 
 
 def test_ctrl_c_during_the_copy_rolls_it_back_and_says_so(
@@ -271,15 +277,41 @@ def test_ctrl_c_during_the_copy_rolls_it_back_and_says_so(
     said = capsys.readouterr().out
     assert "A copy stopped before it committed is rolled back" in said
     assert "refund-agent resume" not in said
-    counts = Store(url).row_counts()
+    counts = DeskStore(url).row_counts()
     assert counts.pop("audit_anchor") == 1 and not any(counts.values())
+
+
+def test_the_loop_store_moves_with_what_its_agent_hands_in(agent, settings, new_db):
+    """The copy is the loop's store's and knows no agent: the check runs on the source and on
+    the copy, and the logs it is handed become ledger rows (an agent's own effect log here)."""
+    import json
+
+    from refund_agent.store.migrate import Log
+    from refund_agent.store.migrate import migrate as copy_store
+
+    three_runs(agent)
+    checked: list[bool] = []
+
+    def check(store: Store, _out: Path) -> None:
+        checked.append(store.shared)
+
+    record = {"idempotency_key": "run_1-call_1", "request": {"credit": 500}, "id": "cr_1"}
+    effects = settings.output_dir / "effects.log"
+    effects.write_text(json.dumps(record) + "\n" + '{"idempotency_key": "cut')
+    url = new_db()
+    report = copy_store(Store(settings.db_path), settings.output_dir, url, check=check,
+                        logs=lambda _store, out: [Log("effects", out / "effects.log", [record])])
+    assert checked == [False, True]
+    assert report.runs == 3 and report.ledger == {"effects": 1} and report.torn == 1
+    assert [json.loads(text) for _id, text in Store(url).ledger_rows("effects")] == [record]
+    assert Store(url).ledger_rows("refunds") == []   # the desk's logs are the desk's to move
 
 
 def test_a_torn_last_log_line_is_skipped_and_reported(agent, settings, new_db):
     three_runs(agent)
     with open(settings.output_dir / "outbox.log", "a") as log:
         log.write('{"idempotency_key": "call_cut_sh')  # a write cut short by a crash
-    report = migrate(Store(settings.db_path), settings.output_dir, new_db())
+    report = migrate(DeskStore(settings.db_path), settings.output_dir, new_db())
     assert report.torn == 1 and report.ledger == {"refunds": 1, "outbox": 2}
 
 
@@ -314,12 +346,12 @@ def test_an_upgraded_schema_3_store_migrates_and_its_runs_without_transcript_are
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 3")
     db.close()
-    source = Store(settings.db_path)  # upgraded to the current schema on opening
+    source = DeskStore(settings.db_path)  # upgraded to the current schema on opening
     assert source.columns("runs")[-1] == "lease_host"
     url = new_db()
     report = migrate(source, settings.output_dir, url)
     assert report.without_transcript == (pending.id,)
-    assert dump(Store(url), {t: source.columns(t) for t in COPIED}) == dump(source)
+    assert dump(DeskStore(url), {t: source.columns(t) for t in COPIED}) == dump(source)
 
 
 # -- generated histories --------------------------------------------------------------------------
@@ -353,20 +385,23 @@ def test_generated_histories_migrate_row_for_row(history, accounts, new_db):
                 if not pending:
                     continue  # the line was already held by an earlier ticket
                 if fate == "approve":
-                    agent.decide(pending[0].id, True, "Dana Kim")
+                    agent.decide(pending[0].id, True, "Dana Kim",
+                                 fingerprint=agent.store.approval(pending[0].id).fingerprint)
                 elif fate == "reject":
-                    agent.decide(pending[0].id, False, "Dana Kim", "Not covered.")
+                    agent.decide(pending[0].id, False, "Dana Kim", "Not covered.",
+                                 fingerprint=agent.store.approval(pending[0].id).fingerprint)
                 elif fate in ("ask", "reply"):
-                    agent.ask(pending[0].id, "Dana Kim", "Could you send a photo?")
+                    agent.ask(pending[0].id, "Dana Kim", "Could you send a photo?",
+                              fingerprint=agent.store.approval(pending[0].id).fingerprint)
                 if fate != "pending":
                     run = agent.advance(run.id)
                 if fate == "reply" and run.status == RunStatus.ASKED:
                     agent.add_reply(run.id, "Here is the photo.")
-            source = Store(settings.db_path)
+            source = DeskStore(settings.db_path)
             before = dump(source)
             url = new_db()
             report = migrate(source, settings.output_dir, url)
-            target = Store(url)
+            target = DeskStore(url)
             assert dump(target, {t: source.columns(t) for t in COPIED}) == before
             assert report.rows == {t: len(rows) for t, rows in before.items()}
             assert reconcile(target, settings.output_dir) is None
@@ -403,7 +438,7 @@ def test_mail_sent_over_smtp_stays_marked_sent_after_the_move(tmp_path, new_db):
         moved = run_cli(out, "migrate", "--to", url, **env)
         assert moved.returncode == 0, moved.stdout + moved.stderr
         assert f"{sent} from outbox-sent.log" in moved.stdout
-        target = Store(url)
+        target = DeskStore(url)
         marks = [r for _, r in target.ledger_rows("outbox-sent")]
         assert len(marks) == sent == len(target.ledger_rows("outbox"))
         verify = run_cli(tmp_path / "host-b" / "output", "audit", "--verify",
@@ -430,7 +465,7 @@ def test_mail_taken_before_the_move_is_still_taken_once_after_it(agent, settings
     url = new_db()
     proc = run_cli(settings.output_dir, "migrate", "--to", url)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    target = Store(url)
+    target = DeskStore(url)
     assert target.raw_mail(first.message_id) == raw
     again = take(target, raw, "refunds")
     assert (again.new, again.run_id) == (False, first.run_id)

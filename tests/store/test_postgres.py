@@ -26,8 +26,9 @@ from helpers.cli import DATA, cli_env, run_cli
 from helpers.crash import assert_held, measure, read_outcome, record
 
 from offline_model import OfflineServer
-from refund_agent import Agent, Settings
+from refund_agent import Settings
 from refund_agent.config import PROJECT_ROOT, load_settings
+from refund_agent.desk import Agent
 from refund_agent.desk.reconcile import reconcile
 from refund_agent.errors import (
     AlreadyDecided,
@@ -112,10 +113,13 @@ def test_an_approved_refund_end_to_end_and_reconciled(tmp_path, pg_url):
     assert run.status == RunStatus.WAITING
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused):
-        agent.decide(approval.id, False, "Dana", None)  # a rejection needs a note
-    agent.decide(approval.id, True, "Dana")
+        agent.decide(approval.id, False, "Dana", None,   # a rejection needs a note
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
+    agent.decide(approval.id, True, "Dana",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     with pytest.raises(AlreadyDecided):
-        agent.decide(approval.id, True, "Sam")
+        agent.decide(approval.id, True, "Sam",
+                     fingerprint=agent.store.approval(approval.id).fingerprint)
     assert agent.advance(run.id).status == RunStatus.DONE
     assert len(agent.payments.refunds()) == 1 and len(agent.outbox.messages()) >= 1
     assert not (tmp_path / "output" / "refunds.log").exists()  # nothing on this host's disk
@@ -218,7 +222,8 @@ def test_three_hosts_share_one_database_under_random_kills(tmp_path, pg_url):
                 approve = decided["total"] % 3 != 2
                 try:
                     desk.decide(approval.id, approve, "Dana Kim",
-                                None if approve else "Not covered, sorry.")
+                                None if approve else "Not covered, sorry.",
+                                fingerprint=desk.store.approval(approval.id).fingerprint)
                     decided["approved" if approve else "rejected"] += 1
                     decided["total"] += 1
                 except (AlreadyDecided, DecisionRefused):

@@ -30,6 +30,7 @@ import pytest
 from helpers.cli import DATA
 
 from refund_agent.desk.owners import OwnerChange
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import StoreError
@@ -303,7 +304,7 @@ def check_takes_new_work(store: Store) -> None:
                           calls=[("call_1", "issue_refund", args.model_dump_json())])
     tools = ShopTools(Shop(DATA), LEO, store.held_lines)
     approval = store.queue_approval(lease, response_id="resp_new", call_id="call_1",
-                                    order_id="A1058", summary="Split board.", customer=LEO,
+                                    subject="A1058", title="Split board.", customer=LEO,
                                     price=lambda held: tools.quote(args, held))
     assert not isinstance(approval, str), approval
     store.release(lease, RunStatus.WAITING)
@@ -348,12 +349,12 @@ def check_refuses_over_hold(store: Store) -> None:
 def test_an_sqlite_store_of_every_shipped_schema_upgrades_in_place(tmp_path, version):
     rows = old_rows(version)
     path = sqlite_store(tmp_path / "refund-agent.sqlite3", version, rows)
-    store = Store(path)
+    store = DeskStore(path)
     check_upgraded(store, version, rows)
     check_takes_new_work(store)
     check_refuses_over_hold(store)
     store.close()
-    reopened = Store(path)   # opening it again changes nothing
+    reopened = DeskStore(path)   # opening it again changes nothing
     assert reopened.schema_version() == SCHEMA_VERSION and reopened.verify_audit() is None
     reopened.close()
 
@@ -370,7 +371,7 @@ def test_an_sqlite_store_from_before_itemized_refunds_that_holds_money_is_refuse
     db.close()
     before = dump(path)
     with pytest.raises(StoreError, match=f"schema {version}.*1 approval"):
-        Store(path)
+        DeskStore(path)
     assert dump(path) == before   # nothing in it was changed (it was only switched to WAL)
 
 
@@ -387,11 +388,11 @@ def dump(path: Path) -> list[str]:
 def test_a_postgresql_store_of_every_shipped_schema_upgrades_in_place(pg_cluster, version):
     rows = old_rows(version)
     url = postgres_store(pg_cluster, version, rows)
-    store = Store(url)
+    store = DeskStore(url)
     check_upgraded(store, version, rows)
     check_takes_new_work(store)
     check_refuses_over_hold(store)
     store.close()
-    reopened = Store(url)
+    reopened = DeskStore(url)
     assert reopened.schema_version() == SCHEMA_VERSION and reopened.verify_audit() is None
     reopened.close()

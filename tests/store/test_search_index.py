@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.store import Store
 
 ALPHABET = string.ascii_letters[:8] + "ÉéĞğ%_\\*?[]-.@ 1"
@@ -62,8 +63,8 @@ def _fill(store: Store, tickets: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def stores(pg_cluster, tmp_path_factory):
     folder = tmp_path_factory.mktemp("search")
-    lite = Store(folder / "search.sqlite3")
-    pg = Store(pg_cluster.create(f"search_{uuid.uuid4().hex[:8]}"))
+    lite = DeskStore(folder / "search.sqlite3")
+    pg = DeskStore(pg_cluster.create(f"search_{uuid.uuid4().hex[:8]}"))
     yield lite, pg
     lite.close()
     pg.close()

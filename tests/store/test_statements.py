@@ -84,7 +84,8 @@ def test_advance_returns_the_run_as_stored(tmp_path, engine, request):
     run = agent.advance(start_ticket(agent, order).id)
     assert (run.status, run.desk_status) == (RunStatus.WAITING, "waiting")
     assert run == agent.store.run(run.id)
-    agent.decide(pending_approval_id(agent, run.id), True, APPROVER)
+    agent.decide(pending_approval_id(agent, run.id), True, APPROVER,
+                 fingerprint=agent.store.approval(pending_approval_id(agent, run.id)).fingerprint)
     run = agent.advance(run.id)
     assert (run.status, run.desk_status) == (RunStatus.DONE, "paid")
     assert run == agent.store.run(run.id)

@@ -17,6 +17,7 @@ import uuid
 import pytest
 from helpers.cli import DATA
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.errors import (
@@ -44,8 +45,9 @@ SHOP = Shop(DATA)
 
 def _open(backend, folder, name: str, **kwargs) -> Store:
     if backend.postgres:
-        return Store(backend.cluster.create(f"contract_{name}_{uuid.uuid4().hex[:8]}"), **kwargs)
-    return Store(folder / f"{name}.sqlite3", **kwargs)
+        return DeskStore(backend.cluster.create(f"contract_{name}_{uuid.uuid4().hex[:8]}"),
+                         **kwargs)
+    return DeskStore(folder / f"{name}.sqlite3", **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ def queue(store: Store, lines: tuple[str, ...] = ("POUR-GLS-01", "MUG-STN-2")):
     response_id = respond(store, lease, [(call_id, "issue_refund", args.model_dump_json())])
     tools = ShopTools(SHOP, MAYA, store.held_lines)
     outcome = store.queue_approval(lease, response_id=response_id, call_id=call_id,
-                                   order_id="A1043", summary="Cracked.", customer=MAYA,
+                                   subject="A1043", title="Cracked.", customer=MAYA,
                                    price=lambda held: tools.quote(args, held))
     return run_id, lease, outcome
 
@@ -470,7 +472,7 @@ def test_another_thread_and_another_handle_see_the_same_store(store, backend):
     worker.join()
     assert seen == [run_id]
     target = store.url if backend.postgres else store.path
-    again = Store(target)
+    again = DeskStore(target)
     assert again.run(run_id).id == run_id and again.schema_version() == SCHEMA_VERSION
     again.close()
 

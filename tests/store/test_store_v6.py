@@ -28,8 +28,10 @@ from helpers.cli import DATA, PROJECT_ROOT, cli_env, run_forked
 from offline_model import OfflineServer, events
 from offline_model.brain import Reply
 from offline_model.testing import ScriptedBrain
-from refund_agent import Agent, RunStatus
+from refund_agent import RunStatus
+from refund_agent.desk import Agent
 from refund_agent.desk.reconcile import reconcile
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.desk.tools import IssueRefund, ShopTools
 from refund_agent.models import Step, call_key, order_id_in
@@ -47,9 +49,10 @@ SKILLET = {"order_id": "A1066", "lines": [{"line": "SKL-CI-10", "reason": "damag
 DEEP = '{"order_id": "A1058", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
 
-def store_for(backend, settings) -> Store:
+def store_for(backend, settings) -> DeskStore:
+    """The desk's store (a refund's lines are its records) on the backend's engine."""
     backend.prepare(settings.output_dir)
-    return Store(backend.target(settings.output_dir))
+    return DeskStore(backend.target(settings.output_dir))
 
 
 def respond(store: Store, run_id: str, calls: list[tuple[str, str, str]]) -> str:
@@ -159,7 +162,8 @@ def test_two_runs_with_the_same_call_ids_keep_separate_approvals_refunds_and_ema
             run = agent.advance(agent.start(sender, body).id)
             assert run.status == RunStatus.WAITING, run.error
             (approval,) = [a for a in agent.store.approvals("pending") if a.run_id == run.id]
-            agent.decide(approval.id, True, "Dana Kim")
+            agent.decide(approval.id, True, "Dana Kim",
+                         fingerprint=agent.store.approval(approval.id).fingerprint)
             assert agent.advance(run.id).status == RunStatus.DONE
             runs.append(run)
     finally:
@@ -270,7 +274,8 @@ def test_a_schema_5_store_upgrades_keeping_its_ids_and_keys(backend, settings, m
     assert store.approval(pending.id).call_id == pending.call_id   # same id as before
     assert reconcile(store, settings.output_dir) is None
 
-    agent.decide(pending.id, True, "Dana Kim")
+    agent.decide(pending.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(pending.id).fingerprint)
     assert agent.advance(waiting.id).status == RunStatus.DONE
     (refund,) = agent.payments.refunds()
     assert refund["idempotency_key"] == pending.id         # the old approval's key
@@ -294,8 +299,8 @@ def test_a_host_whose_clock_runs_ahead_does_not_expire_a_fresh_proposal(backend,
                           steps=[], usage={}, replies_sent=[])
     tools = ShopTools(Shop(DATA), MAYA, store.held_lines)
     approval = store.queue_approval(
-        lease, response_id=response_id, call_id=call_id, order_id="A1043",
-        summary="Cracked", customer=MAYA,
+        lease, response_id=response_id, call_id=call_id, subject="A1043",
+        title="Cracked", customer=MAYA,
         price=lambda held: tools.quote(IssueRefund.model_validate(COFFEE_MAKER), held))
     store.release(lease, RunStatus.WAITING)
     real = time.time

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from refund_agent.desk.policy import quote_refund, units_left
+from refund_agent.desk.records import DeskStore
 from refund_agent.desk.shop import Shop
 from refund_agent.errors import StoreError
 from refund_agent.store import SCHEMA_HISTORY, Store
@@ -28,8 +29,8 @@ REFUSED = "beyond the line quantity"
 
 def _open(backend, folder: Path, name: str) -> Store:
     if backend.postgres:
-        return Store(backend.cluster.create(f"guard_{name}_{uuid.uuid4().hex[:8]}"))
-    return Store(folder / f"{name}.sqlite3")
+        return DeskStore(backend.cluster.create(f"guard_{name}_{uuid.uuid4().hex[:8]}"))
+    return DeskStore(folder / f"{name}.sqlite3")
 
 
 @pytest.fixture(scope="module")

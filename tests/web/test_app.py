@@ -37,7 +37,8 @@ from helpers.page import (
 )
 from streamlit.testing.v1 import AppTest
 
-from refund_agent import Agent, AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
+from refund_agent import AlreadyDecided, DecisionRefused, RunNotReady, RunStatus, Settings
+from refund_agent.desk import Agent
 from refund_agent.providers.client import offline_server
 from refund_agent.store import Store
 from refund_agent.web.worker import Worker
@@ -378,7 +379,8 @@ def test_worker_runs_a_sample_to_the_queue_and_finishes_it(worker, agent):
     wait_status(agent.store, run.id, RunStatus.WAITING)
     settle(worker, run.id)
     (approval,) = agent.store.approvals("pending")
-    worker.decide(approval.id, True, "Dana")
+    worker.decide(approval.id, True, "Dana",
+                  fingerprint=worker.agent.store.approval(approval.id).fingerprint)
     wait_status(agent.store, run.id, RunStatus.DONE)
     kinds = [s.kind for s in agent.store.steps(run.id)]
     assert "refund" in kinds and "message" in kinds and kinds[-2] == "note"
@@ -389,7 +391,8 @@ def test_worker_passes_the_kept_lines_to_the_decision(worker, agent):
     wait_status(agent.store, run.id, RunStatus.WAITING)
     settle(worker, run.id)
     (approval,) = agent.store.approvals("pending")
-    decided = worker.decide(approval.id, True, "Dana", "Mugs were used", keep=["MUG-STN-2"])
+    decided = worker.decide(approval.id, True, "Dana", "Mugs were used", keep=["MUG-STN-2"],
+                            fingerprint=worker.agent.store.approval(approval.id).fingerprint)
     assert decided.amount == 18.5 and [x.line for x in decided.declined] == ["POUR-GLS-01"]
     wait_status(agent.store, run.id, RunStatus.DONE)
     (refund,) = agent.payments.refunds()
@@ -406,7 +409,8 @@ def test_worker_decisions_race_to_one(worker, agent):
     def click(name: str) -> None:
         barrier.wait()
         try:
-            worker.decide(approval.id, True, name)
+            worker.decide(approval.id, True, name,
+                          fingerprint=worker.agent.store.approval(approval.id).fingerprint)
             outcomes.append("ok")
         except AlreadyDecided as exc:
             outcomes.append(str(exc))
@@ -487,7 +491,8 @@ def test_worker_converses_for_the_angry_sample(worker, agent):
     run = worker.submit_sample("angry")
     wait_status(agent.store, run.id, RunStatus.WAITING)
     (approval,) = agent.store.approvals("pending")
-    worker.decide(approval.id, True, "Dana")
+    worker.decide(approval.id, True, "Dana",
+                  fingerprint=worker.agent.store.approval(approval.id).fingerprint)
     wait_status(agent.store, run.id, RunStatus.DONE)
     settle(worker, run.id)
     finished = agent.store.run(run.id)
@@ -503,7 +508,8 @@ def test_worker_refuses_work_it_cannot_do(worker, agent):
         worker.resume(run.id)
     (approval,) = agent.store.approvals("pending")
     with pytest.raises(DecisionRefused, match="name"):
-        worker.decide(approval.id, True, "  ")
+        worker.decide(approval.id, True, "  ",
+                      fingerprint=worker.agent.store.approval(approval.id).fingerprint)
     assert not worker.stop(run.id)  # nothing in flight
     worker.shutdown()
     assert not worker.running
@@ -613,7 +619,8 @@ def test_over_the_limit_with_what_she_approved_before_the_page_offers_a_lead(out
     maya = "maya.chen@example.com"
     run = agent.advance(agent.start(maya, "Order A1043: the glass pour-over coffee maker "
                                           "arrived cracked.").id)
-    agent.decide(store.approvals("pending")[0].id, True, "Ana Ruiz", limit_cents=5000)
+    agent.decide(store.approvals("pending")[0].id, True, "Ana Ruiz", limit_cents=5000,
+                 fingerprint=agent.store.approval(store.approvals("pending")[0].id).fingerprint)
     agent.advance(run.id)
     agent.advance(agent.start(maya, "Order A1043: the stoneware mugs arrived shattered.").id)
     (mugs,) = store.approvals("pending")

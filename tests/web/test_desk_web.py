@@ -20,7 +20,8 @@ from helpers.browser import CARD, CHROMIUM, AppServer, open_review, sign_in
 from helpers.cli import DATA
 from playwright.sync_api import expect
 
-from refund_agent import Agent, Settings
+from refund_agent import Settings
+from refund_agent.desk import Agent
 from refund_agent.desk.accounts import Accounts
 from refund_agent.providers.client import open_model
 
@@ -46,16 +47,20 @@ def _tickets(agent: Agent) -> dict[str, str]:
         return agent.store.approvals("pending")[-1]
 
     # The coffee maker's order, decided three ways (each frees its lines for the next).
-    agent.decide(proposed("rejected", MAYA, TWO_LINES).id, False, "Lee Park",
-                 note="Please send a photo of the carafe first.")
+    rejected = proposed("rejected", MAYA, TWO_LINES)
+    agent.decide(rejected.id, False, "Lee Park",
+                 note="Please send a photo of the carafe first.",
+                 fingerprint=rejected.fingerprint)
     agent.advance(runs["rejected"])
-    agent.ask(proposed("asked", MAYA, TWO_LINES).id, "Lee Park", "Which mug is chipped?")
+    asked = proposed("asked", MAYA, TWO_LINES)
+    agent.ask(asked.id, "Lee Park", "Which mug is chipped?", fingerprint=asked.fingerprint)
     agent.advance(runs["asked"])
     proposed("expired", MAYA, TWO_LINES)
     agent.store.expire(0)
     agent.advance(runs["expired"])
     mugs_kept = proposed("partly", MAYA, TWO_LINES)
-    agent.decide(mugs_kept.id, True, "Lee Park", keep=["POUR-GLS-01"], note="Mugs were used.")
+    agent.decide(mugs_kept.id, True, "Lee Park", keep=["POUR-GLS-01"], note="Mugs were used.",
+                 fingerprint=agent.store.approval(mugs_kept.id).fingerprint)
     agent.advance(runs["partly"])
     # $59.95 (the board and the shipping): waits for two people.
     proposed("two_person", "leo.martins@example.com",
@@ -63,7 +68,8 @@ def _tickets(agent: Agent) -> dict[str, str]:
     # The angry customer's skillet, paid; her reply comes from the page.
     angry = agent.advance(agent.start_sample("angry").id)
     runs["angry"] = angry.id
-    agent.decide(agent.store.approvals("pending")[-1].id, True, "Lee Park")
+    agent.decide(agent.store.approvals("pending")[-1].id, True, "Lee Park",
+                 fingerprint=agent.store.approval(agent.store.approvals("pending")[-1].id).fingerprint)
     agent.advance(angry.id)
     runs["declined"] = agent.advance(agent.start_sample("past-window").id).id
     proposed("waiting", SAM, "Order A1099: the ceramic vase arrived cracked.")

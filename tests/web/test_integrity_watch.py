@@ -16,7 +16,7 @@ import time
 import pytest
 from helpers.page import eventually
 
-from refund_agent import Agent
+from refund_agent.desk import Agent
 from refund_agent.web.integrity import IntegrityWatch
 
 
@@ -24,7 +24,8 @@ def finished_refund(agent: Agent) -> None:
     """One ticket proposed, approved and finished: audit entries, a payment, an email."""
     run = agent.advance(agent.start_sample("damaged").id)
     (approval,) = agent.store.approvals("pending")
-    agent.decide(approval.id, True, "Dana Kim")
+    agent.decide(approval.id, True, "Dana Kim",
+                 fingerprint=agent.store.approval(approval.id).fingerprint)
     agent.advance(run.id)
 
 

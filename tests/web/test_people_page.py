@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from refund_agent.config import PROJECT_ROOT
 from refund_agent.desk.accounts import Accounts
-from refund_agent.store import Store
+from refund_agent.desk.records import DeskStore
 
 playwright, context = browser.playwright, browser.context
 app_server, server = browser.app_server, browser.server
@@ -40,7 +40,7 @@ def test_the_angry_customer_reads_as_a_thread(context, app_server: AppServer):
     out = app_server.output
     terminal(out, "angry")                                  # the model plays Priya
     terminal(out, "approve", "--as", "Dana Kim")
-    (run,) = Store(out / "refund-agent.sqlite3").runs()
+    (run,) = DeskStore(out / "refund-agent.sqlite3").runs()
     app_server.start()
     page = context.new_page()
     page.goto(f"{app_server.url}?run={run.id}")
@@ -66,7 +66,7 @@ def test_the_angry_customer_reads_as_a_thread(context, app_server: AppServer):
 
 
 def test_owners_mine_and_unassigned_and_work_offered(context, app_server: AppServer):
-    store = Store(app_server.output / "refund-agent.sqlite3")
+    store = DeskStore(app_server.output / "refund-agent.sqlite3")
     accounts = Accounts(store)
     accounts.add("Ana Ruiz", "approver", "ana-password", limit=40)
     accounts.add("Kim Vo", "approver", "kim-password", limit=60)

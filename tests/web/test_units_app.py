@@ -12,7 +12,7 @@ import pytest
 from helpers.page import confirm, open_page, plain, rerun_until, review, save_name, shows
 from streamlit.testing.v1 import AppTest
 
-from refund_agent.store import Store
+from refund_agent.desk.records import DeskStore
 
 SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 TUMBLERS = "GT-DW-350"
@@ -33,7 +33,7 @@ def output(tmp_path: Path, monkeypatch) -> Path:
 
 def test_the_review_shows_units_and_lowering_them_reprices(output: Path):
     at: AppTest = open_page()
-    store = Store(output / "refund-agent.sqlite3")
+    store = DeskStore(output / "refund-agent.sqlite3")
     at.text_input(key="mail_from").input("d.ferreira@example.org")
     at.text_input(key="mail_name").input("Daniel Ferreira")
     at.text_area(key="mail_body").input(EMAIL)

@@ -30,6 +30,7 @@ from helpers.cli import cli_env
 from playwright.sync_api import expect
 
 from refund_agent.config import PROJECT_ROOT
+from refund_agent.desk.records import DeskStore
 from refund_agent.store import Store
 
 # The browser and server fixtures, and the skip when Chromium is missing (tests/helpers/browser.py).
@@ -127,7 +128,7 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
                     ("requested", "agent", old_pid)]
     assert [json.loads(r["lines"]) for r in audit] == [
         [{"line": "POUR-GLS-01", "reason": "damaged", "amount_cents": 4800}]] * 3
-    store = Store(server.output / "refund-agent.sqlite3")
+    store = DeskStore(server.output / "refund-agent.sqlite3")
     assert [(e.event, e.pid) for e in store.audit()] == [
         ("requested", old_pid), ("approved", server.pid), ("issued", server.pid)]
     assert store.verify_audit() is None
@@ -150,7 +151,7 @@ def test_two_pages_approving_at_once_make_one_decision(context, server: AppServe
     for button in buttons:
         button.dispatch_event("click")
 
-    store = Store(server.output / "refund-agent.sqlite3")
+    store = DeskStore(server.output / "refund-agent.sqlite3")
     deadline = time.monotonic() + WAIT_MS / 1000
     while not store.approvals(None)[0].decided_by:
         assert time.monotonic() < deadline, "no approval reached the server"
@@ -190,7 +191,7 @@ def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: A
     expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
     page.get_by_text("Hash chain intact, payments and emails reconciled · 3 entries").wait_for()
 
-    store = Store(app_server.output / "refund-agent.sqlite3")
+    store = DeskStore(app_server.output / "refund-agent.sqlite3")
     assert [(e.event, e.pid) for e in store.audit()] == [
         ("requested", crashed_pid), ("approved", crashed_pid), ("reused", app_server.pid)]
     refunds = (app_server.output / "refunds.log").read_text().splitlines()
@@ -240,7 +241,7 @@ def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
     assert [r["event"] for r in audit] == ["issued", "approved", "requested"]
     assert [[x["line"] for x in json.loads(r["lines"])] for r in audit] == [
         ["POUR-GLS-01"], ["POUR-GLS-01"], ["POUR-GLS-01", "MUG-STN-2"]]
-    store = Store(server.output / "refund-agent.sqlite3")
+    store = DeskStore(server.output / "refund-agent.sqlite3")
     (decided,) = store.approvals(None)
     assert decided.amount == 48.0 and [x.line for x in decided.declined] == ["MUG-STN-2"]
     assert store.verify_audit() is None
@@ -252,7 +253,7 @@ def test_partial_approval_pays_only_the_ticked_line(context, server: AppServer):
 def test_sign_in_an_approver_above_the_limit_is_refused_and_a_lead_approves(
         context, app_server: AppServer):
     from refund_agent.desk.accounts import Accounts
-    store = Store(app_server.output / "refund-agent.sqlite3")
+    store = DeskStore(app_server.output / "refund-agent.sqlite3")
     Accounts(store).add("Ana Ruiz", "approver", "ana-password", limit=40)
     Accounts(store).add("Lee Park", "lead", "lee-password")
     app_server.start()
@@ -377,7 +378,7 @@ def test_ask_the_customer_then_their_reply_brings_a_new_proposal(context, server
     card.wait_for()                                 # the same run proposed again
     open_review(page, card).get_by_role("button", name="Approve $48.00").click()
     page.get_by_text("issued: $48.00").wait_for()
-    store = Store(server.output / "refund-agent.sqlite3")
+    store = DeskStore(server.output / "refund-agent.sqlite3")
     (run,) = store.runs()
     assert [a.status for a in store.run_approvals(run.id)] == ["asked", "approved"]
     assert [e.event for e in store.audit()] == ["requested", "asked", "requested", "approved",
@@ -403,7 +404,7 @@ def test_an_approval_nobody_decides_expires_and_the_customer_is_told(context,
     expect(page.get_by_role("group", name="Chat message from support")
            .get_by_text("wasn't reviewed in time")).to_be_visible()
     expect(page.locator(CARD)).to_have_count(0)
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     assert [e.event for e in store.audit()] == ["requested", "expired"]
     assert not (out / "refunds.log").exists()
 
@@ -423,7 +424,7 @@ def seed_tickets(store: Store, n: int) -> None:
 
 
 def test_search_filters_and_pages_over_120_tickets(context, app_server: AppServer):
-    seed_tickets(Store(app_server.output / "refund-agent.sqlite3"), 120)
+    seed_tickets(DeskStore(app_server.output / "refund-agent.sqlite3"), 120)
     app_server.start()
     page = new_page(context, app_server.url)
     rows = page.locator("[class*='st-key-run_']")

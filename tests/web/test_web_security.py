@@ -11,7 +11,7 @@ from helpers.browser import AppServer, sign_in
 from helpers.cli import run_cli
 
 from refund_agent.desk.accounts import Accounts
-from refund_agent.store import Store
+from refund_agent.desk.records import DeskStore
 
 # The end-to-end tests' browser and server fixtures, and their skip when Chromium is missing.
 playwright, context = browser.playwright, browser.context
@@ -44,7 +44,7 @@ def test_a_visitor_sees_only_the_sign_in_form(context, app_server: AppServer):
     out = app_server.output
     made = run_cli(out)            # a ticket waiting for approval: Maya Chen, order A1043
     assert made.returncode == 0, made.stderr
-    store = Store(out / "refund-agent.sqlite3")
+    store = DeskStore(out / "refund-agent.sqlite3")
     (approval,) = store.approvals("pending")
     Accounts(store).add("Lee Park", "lead", "lee-password")
     app_server.start()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from ..desk.owners import for_whom, stand_in
-from ..desk.timeouts import ESCALATE, TIMEOUT, TimeoutPolicy, step_note
-from .core import StoreCore
+from ...store.core import StoreCore
+from ..owners import for_whom, stand_in
+from ..timeouts import ESCALATE, TIMEOUT, TimeoutPolicy, step_note
 from .escalations import raise_escalation
 
 # The audit's event for each step.

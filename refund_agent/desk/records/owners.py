@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from ..desk.owners import OwnerChange, owner_problem
-from ..errors import DecisionRefused, NotFound
-from .core import StoreCore
+from ...errors import DecisionRefused, NotFound
+from ...store.core import StoreCore
+from ..owners import OwnerChange, owner_problem
 
 
 def owner_condition(owner: str | None = None, unassigned: bool = False, now: str = "0"

@@ -7,10 +7,10 @@ import json
 import time
 from typing import Any
 
-from ..models import PROVIDER_FAILED, Approval, RunStatus
-from .core import StoreCore
+from ...models import PROVIDER_FAILED, Approval, RunStatus
+from ...store.core import StoreCore
+from ...store.leases import Lease
 from .escalations import raise_escalation
-from .leases import Lease
 
 
 class ProviderEvents(StoreCore):

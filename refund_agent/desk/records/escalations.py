@@ -10,12 +10,14 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from ..desk.rules import SignOff
-from ..errors import AlreadyDecided, DecisionRefused, NotFound
-from ..models import HANDOFF, Escalation
-from .core import StoreCore, no_limit
-from .inbox import page_query, search_words
-from .leases import Lease
+from ...errors import AlreadyDecided, DecisionRefused, NotFound
+from ...models import HANDOFF, Escalation, InboxRow, Run
+from ...store.core import StoreCore, no_limit
+from ...store.leases import Lease
+from ...store.search import page_query, search_words
+from ..rules import SignOff
+from ..status import DeskStatus, customer_name
+from .owners import owner_condition
 
 
 def raise_escalation(db: Any, key: str, run_id: str, kind: str, reason: str, by: str,
@@ -53,6 +55,12 @@ class DeskRecords(StoreCore):
     """Store methods for escalations and sign-offs ."""
 
     # -- inside a call's output transaction (boundary 3) ----------------------------------
+
+    def _output_kept(self, db: Any, run_id: str, steps: list[tuple[str, dict[str, Any]]]
+                     ) -> None:
+        """The desk's part of saving a call's output (the loop's store's hook): its
+        escalation steps raised."""
+        self._raise_escalations(db, run_id, steps)
 
     def _raise_escalations(self, db: Any, run_id: str,
                            steps: list[tuple[str, dict[str, Any]]]) -> None:
@@ -155,7 +163,7 @@ class DeskRecords(StoreCore):
             DecisionRefused: it was sent to a lead already and nobody has taken it yet.
         """
         with self._tx() as db:
-            approval = self._pending(db, approval_id, "send to a lead", by)
+            approval = self._pending(db, approval_id, "send to a lead", by, noun="refund")
             if isinstance(approval, AlreadyDecided):
                 late: Exception | None = approval
             else:
@@ -215,13 +223,28 @@ class DeskRecords(StoreCore):
 
 class DeskInbox(StoreCore):
     """The inbox read by desk status, beside ``Runs.inbox``: from the status each run's row
-    keeps (schema 12, store/inbox.py), so counting and paging never read approvals."""
+    keeps (schema 12, records/inbox.py), so counting and paging never read approvals."""
+
+    def _desk_conditions(self, search: str, owner: str | None, unassigned: bool
+                         ) -> tuple[list[str], list[Any]]:
+        """The inbox's conditions on runs (``Runs._inbox_conditions``: the search), after the
+        desk's owner filter: ``owner``'s tickets or, with ``unassigned``, nobody's
+        (records/owners.py)."""
+        conditions, args = self._inbox_conditions(search)
+        mine, mine_args = owner_condition(owner, unassigned, self.now)
+        if mine:
+            return [mine, *conditions], [*mine_args, *args]
+        return conditions, args
+
+    def _desk_filter(self, search: str, owner: str | None, unassigned: bool
+                     ) -> tuple[str, tuple]:
+        conditions, args = self._desk_conditions(search, owner, unassigned)
+        return ("WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
     def desk_index(self, search: str = "") -> list[tuple[str, Any, int, float]]:
         """Every run matching ``search``, newest first, as (id, DeskStatus, open escalations,
         created_at). Reads every matching row: for reports and tests; the page uses
         :meth:`desk_groups` and :meth:`desk_page`."""
-        from ..desk.status import DeskStatus
         where, args = self._inbox_filter(search, ())
         return [(r[0], DeskStatus(r[1]), int(r[2]), r[3]) for r in self._read(
             "SELECT id, desk_status, desk_escalations, created_at FROM runs"
@@ -233,12 +256,11 @@ class DeskInbox(StoreCore):
         a dozen rows at most, however many tickets there are. Without a search or an owner
         filter, the counts the schema keeps as runs change (desk_counts, schema 16); with one,
         the matches'. ``owner``/``unassigned``: only that account's tickets, or nobody's."""
-        from ..desk.status import DeskStatus
         if not search_words(search) and owner is None and not unassigned:
             return [(DeskStatus(status), int(escalated), int(n)) for status, escalated, n in
                     self._read("SELECT status, escalated, n FROM desk_counts"
                                " WHERE n > 0 AND status <> ''")]
-        where, args = self._inbox_filter(search, (), owner=owner, unassigned=unassigned)
+        where, args = self._desk_filter(search, owner, unassigned)
         counts: dict[tuple[Any, int], int] = {}
         for status, escalations, n in self._read(
                 "SELECT desk_status, desk_escalations, COUNT(*) FROM runs"
@@ -256,9 +278,9 @@ class DeskInbox(StoreCore):
         newest first, starting after the run whose (created_at, id) is ``after`` (None: the
         newest). ``oldest_first``: the page from the other end (the last page, or the one
         before ``after``), still returned newest first. A keyset page: as quick at the end as
-        at the start (store/inbox.py, page_query). ``owner``/``unassigned`` as for
+        at the start (store/search.py, page_query). ``owner``/``unassigned`` as for
         :meth:`desk_groups`."""
-        conditions, args = self._inbox_conditions(search, owner=owner, unassigned=unassigned)
+        conditions, args = self._desk_conditions(search, owner, unassigned)
         branches: list[tuple[str, tuple]] = []
         if statuses:
             branches += [("desk_status = ?", (str(s),)) for s in statuses]
@@ -294,7 +316,6 @@ class DeskInbox(StoreCore):
     def run_customers(self, run_ids: Collection[str] | None = None) -> dict[str, str]:
         """Run id -> the customer as the desk shows them (see :meth:`customer_names`), for
         every run or only ``run_ids``."""
-        from ..desk.status import customer_name
         if run_ids is None:
             rows = self._read("SELECT id, sender FROM runs")
         elif not run_ids:
@@ -308,7 +329,6 @@ class DeskInbox(StoreCore):
 
     def inbox_rows(self, ids: list[str]) -> list[Any]:
         """The inbox entries of these runs, in the order given."""
-        from ..models import InboxRow, Run
         if not ids:
             return []
         marks = ",".join("?" * len(ids))

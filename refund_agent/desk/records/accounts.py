@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..desk.identity import same_person, taken_problem
-from ..errors import DecisionRefused, NotFound
-from .core import StoreCore
+from ...errors import DecisionRefused, NotFound
+from ...store.core import StoreCore
+from ..identity import same_person, taken_problem
 
 
 class Accounts(StoreCore):
