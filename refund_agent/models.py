@@ -350,12 +350,18 @@ PROVIDER_FAILED = "refund_failed"
 CANNOT_CONTINUE = "cannot_continue"
 
 
+# Raised by mail intake when answering a message would pass the cap on automatic answers
+# (outside/mailin/loops.py): likely an auto-responder that does not say it is one.
+MAIL_LOOP = "mail_loop"
+
+
 KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
                "policy_exception": "Exception the policy cannot grant",
                "cannot_read": "Written so the agent cannot read it; a person must answer",
                HANDOFF: "Over an approver's limit",
                PROVIDER_FAILED: "Refund failed at the payment provider",
                CANNOT_CONTINUE: "The run cannot continue; a person must finish it",
+               MAIL_LOOP: "Mail loop: too many automatic answers; a person must answer",
                "timeout": "Waiting too long for a decision"}
 
 

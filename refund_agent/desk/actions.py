@@ -20,6 +20,7 @@ from ..providers.stored import HANDED_OVER
 from ..store import Lease, Store
 from ..tools import CallContext, Outcome, toolset
 from ..turns import Waiting
+from .identity import Actor
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
 from .rules import unit_problem
 from .shop import Shop
@@ -108,7 +109,7 @@ def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
         order_id=args.order_id, summary=args.summary.strip(), customer=ctx.run.sender,
         price=lambda held: tools.quote(args, held), release=True)
     if isinstance(queued, str):
-        audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
+        audit = {"event": "refused", "actor": Actor.AGENT, "order_id": args.order_id,
                  "note": queued, "lines": [
                      {"line": line, "reason": reason,
                       **({"units": units} if units is not None else {})}
@@ -148,7 +149,7 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
         ctx.store.record_uncertain(ctx.lease, approval, str(exc))
         raise
     ctx.crash("after_refund")
-    audit = {"event": "reused" if reused else "issued", "actor": "payments",
+    audit = {"event": "reused" if reused else "issued", "actor": Actor.PAYMENTS,
              "approval_id": approval.id, "order_id": approval.order_id,
              "amount": approval.amount, "note": refund["refund_id"],
              "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..desk.identity import same_person
+from ..desk.identity import Actor, same_person
 from ..desk.policy import SHIPPING, Held, Quote
 from ..desk.rules import PAY, SIGN_OFF, four_eyes, limit_problem, overpaid_line, own_ticket_problem
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError, Undone
@@ -84,7 +84,7 @@ class Approvals(StoreCore):
                                     q.amount_cents, q.allowed_cents, q.fee_cents, q.units,
                                     q.quantity))).fetchall())
             lines = audit_lines(quote.lines)
-            self._audit(db, "requested", "agent", run_id=run_id, approval_id=approval_id,
+            self._audit(db, "requested", Actor.AGENT, run_id=run_id, approval_id=approval_id,
                         order_id=quote.order_id, amount=quote.amount, note=summary, lines=lines)
             self._step(db, run_id, "approval", {"approval_id": approval_id,
                                                 "order_id": quote.order_id,
@@ -242,7 +242,7 @@ class Approvals(StoreCore):
             raise late
         return self.approval(approval_id)
 
-    def expire(self, older_than: float, by: str = "expiry",
+    def expire(self, older_than: float, by: str = Actor.EXPIRY,
                agent: str | None = None) -> list[Approval]:
         """Close every approval pending for more than ``older_than`` seconds as 'expired'
         (on ``agent``'s runs only, if named: another agent's proposals are not ours to close).

@@ -10,6 +10,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+from ..desk.identity import Actor
 from ..desk.rules import SignOff
 from ..errors import AlreadyDecided, DecisionRefused, NotFound
 from ..models import HANDOFF, Escalation
@@ -62,8 +63,8 @@ class DeskRecords(StoreCore):
             if kind != "escalation":
                 continue
             if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"],
-                                "agent")[1]:
-                self._audit(db, "escalated", "agent", run_id=run_id,
+                                Actor.AGENT)[1]:
+                self._audit(db, "escalated", Actor.AGENT, run_id=run_id,
                             note=f"{data['kind']}: {data['reason']}")
 
     def escalate_run(self, lease: Lease, kind: str, reason: str) -> bool:
@@ -73,9 +74,9 @@ class DeskRecords(StoreCore):
         with self._tx() as db:
             self._fence(db, lease)
             raised = raise_escalation(db, f"{lease.run_id}/{kind}", lease.run_id, kind, reason,
-                                      "agent")
+                                      Actor.AGENT)
             if raised:
-                self._audit(db, "escalated", "agent", run_id=lease.run_id,
+                self._audit(db, "escalated", Actor.AGENT, run_id=lease.run_id,
                             note=f"{kind}: {reason}")
         return raised
 

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from ..desk.identity import Actor
 from ..models import PROVIDER_FAILED, Approval, RunStatus
 from .core import StoreCore
 from .escalations import raise_escalation
@@ -63,7 +64,7 @@ class ProviderEvents(StoreCore):
         sees that money may have moved before the run is resumed and settles it."""
         with self._tx() as db:
             self._fence(db, lease)
-            self._audit(db, "uncertain", "payments", run_id=lease.run_id,
+            self._audit(db, "uncertain", Actor.PAYMENTS, run_id=lease.run_id,
                         approval_id=approval.id, order_id=approval.order_id,
                         amount=approval.amount, note=note)
 

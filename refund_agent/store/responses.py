@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..desk.identity import Actor
 from ..models import Call, Run, RunStatus, TranscriptEntry, call_key, order_id_in
 from .core import StoreCore
 from .inbox import DESK_COLUMNS
@@ -93,7 +94,7 @@ class Responses(StoreCore):
                 returning_also=f", {DESK_COLUMNS}" if finish is not None else "")
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
-                self._audit(db, "resent", "agent", run_id=run_id,
+                self._audit(db, "resent", Actor.AGENT, run_id=run_id,
                             note=f"stored response {resent['missing']} was not found (expired "
                                  f"or deleted); sent the run's transcript instead "
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "
