@@ -5,6 +5,9 @@ Usage::
     python -m offline_model --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
     python -m offline_model --host 0.0.0.0 --port 8787   # one stand-in for several hosts
 
+Its state (the responses it stored) goes where the refund agent keeps everything else: the
+output folder, ``$REFUND_AGENT_OUTPUT`` or ``./output``, unless ``--state`` says otherwise.
+
 Prints the base URL to pass as ``base_url`` to ``openai.OpenAI``; Ctrl+C (or
 SIGTERM) stops it cleanly.
 """
@@ -15,14 +18,25 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
 
 from .server import FAULTS_ENV, KNOWN_FAULTS, OfflineServer
 
-DEFAULT_STATE = Path(tempfile.gettempdir()) / "refund_agent_offline" / "responses.sqlite3"
+# The file's name in the output folder: the one each refund agent process's own stand-in keeps
+# there, so a run started on either continues on the other (the store is made to be shared by
+# processes: WAL, and the key that seals reasoning kept in it).
+STATE_NAME = "offline-model.sqlite3"
+
+
+def default_state() -> Path:
+    """``$REFUND_AGENT_OUTPUT/offline-model.sqlite3``, else under ``./output``: the
+    output folder the refund agent uses (read from the environment here, as this package
+    imports nothing from the agent), never the system's temp folder, which other users of the
+    machine share and which is emptied at boot."""
+    folder = os.environ.get("REFUND_AGENT_OUTPUT", "").strip()
+    return (Path(folder) if folder else Path.cwd() / "output") / STATE_NAME
 
 
 def _port(raw: str) -> int:
@@ -57,8 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--state",
         type=Path,
-        default=DEFAULT_STATE,
-        help=f"SQLite file for stored responses (default: {DEFAULT_STATE})",
+        default=default_state(),
+        help=f"SQLite file for stored responses (default: {default_state()})",
     )
     parser.add_argument(
         "--latency", type=float, default=0.0, help="seconds per reply, spread over streamed deltas"

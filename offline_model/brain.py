@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import follower, reader
+from . import follower, reader, steering
 from .events import ApiError, function_tool_names
 
 # -- the lexicon ------------------------------------------------------------------------------
@@ -320,8 +320,10 @@ class _Proposal:
         return {line["reason"] for line in self.lines}
 
 
-# Between the customer's messages, when they are read together.
+# Between the customer's messages, when they are read together; and between their own words,
+# the later one newer (reader.NEWER).
 _MESSAGE_BREAK = "\n\x1e\n"
+_NEWER = f"\n{reader.NEWER}\n"
 
 
 def _subject(message: str) -> str:
@@ -367,12 +369,21 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
     lines = facts.get("lines", [])
     by_id = {line["line"]: line for line in lines}
     messages = email.split(_MESSAGE_BREAK)
-    own = "\n\n".join(_own_words(part) for part in messages)
+    # Each message is newer than the one before it: where it says less, it wins (issue 43).
+    own = _NEWER.join(_own_words(part) for part in messages)
     reading = reader.read(lines, own, subject=_subject(messages[0]))
+    texts = [own]
+    if any(steering.steers(_body(part)) for part in messages):
+        # Words addressed to the agent's instructions raise nothing: the lower of the readings
+        # with and without them, and no claim on "everything" spread to every item.
+        texts.append(_NEWER.join(_own_words(steering.without_steering(part))
+                                 for part in messages))
+        reading = steering.lower(reading, reader.read(lines, texts[-1], _subject(messages[0]),
+                                                      blanket=False))
     wanted = dict(reading.wanted)
     # Shipping the facts say is owed (every item refunded as damaged, by refunds proposed side
     # by side, none of which could include it) is refunded on its own when the customer asks.
-    shipping = bool(facts.get("shipping_owed")) and bool(SHIPPING_ASKED.search(own))
+    shipping = bool(facts.get("shipping_owed")) and bool(SHIPPING_ASKED.search(texts[-1]))
     if not wanted and reading.unclear and all(by_id[i].get("final_sale") for i in
                                               reading.unclear):
         wanted = {lid: "changed_mind" for lid in reading.unclear}   # declined as final sale
@@ -418,7 +429,10 @@ def _propose(facts: dict[str, Any], email: str, policy: str = "") -> _Proposal:
             # A line of several units is refunded for the units the customer counts ("one of
             # the four tumblers"), else all that remain; never more than remain.
             left = line.get("units_left")
-            units = reader.units_named(lines, own, line_id, int(line.get("quantity") or 1))
+            quantity = int(line.get("quantity") or 1)
+            counted = [reader.units_named(lines, text, line_id, quantity) for text in texts]
+            units = None if None in counted and len(set(counted)) == 1 else min(
+                quantity if n is None else n for n in counted)
             if units is not None and isinstance(left, int):
                 units = min(units, left)
             proposal.lines.append({"line": line_id, "reason": reason, "name": line["name"],

@@ -21,9 +21,13 @@ reader works in the spirit of NegEx (Chapman et al., 2001), a clause at a time:
    mentioned, not claimed; a story about another item or another time ("my old plate broke
    last winter") claims nothing; damage the customer keeps ("I'm keeping it, no refund
    needed") is a note, not a claim; and a later "it works now" after a correction ("turns
-   out", "actually") takes an earlier damage claim back (issue 38: when unsure, claim less).
+   out", "actually", "update") takes an earlier damage claim back (issue 38: when unsure,
+   claim less). Newer text wins where it says less (issue 43): a later message, or the
+   customer's words over a quoted email they adopt (read after it, past a ``NEWER`` line).
 4. **Questions.** A question with a condition ("could I return it if ...?") is a question:
    nothing in it is a claim.
+5. **Counts.** A count on the item's name, a survivors' count as the rest damaged ("only one of
+   the four survived": three, counting.py), and a smaller count in newer text; the smallest.
 
 Everything here is general support English; nothing names a shop, an item or an order format
 beyond "letters and digits". Every scan is a single pass (no pattern here can backtrack over
@@ -36,6 +40,8 @@ import html
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import counting
 
 # -- own words ----------------------------------------------------------------------------------
 
@@ -151,10 +157,13 @@ def own_words(body: str) -> str:
         kept.append(_drop_authority(line))
     if quoted and ADOPTS.search("\n".join(kept)):
         # "My partner wrote this and it's exactly right": the quoted words are theirs too
-        # (less its headers, listings and notes claiming authority).
-        kept += [_drop_authority(line) for line in quoted
+        # (less its headers, listings and notes claiming authority). They are older than the
+        # words on top of them, so they are read first, and the customer's newer words after
+        # a NEWER line: "Update: only one is broken" over "all four arrived broken" wins.
+        older = [_drop_authority(line) for line in quoted
                  if not _QUOTE_START.match(line) and not _HEADER.match(line)
                  and not _LISTING.search(line)]
+        kept = [*older, NEWER, *kept]
     return "\n".join(kept)
 
 
@@ -404,13 +413,17 @@ HYPOTHETICAL = re.compile(r"\b(?:if|in case|whether|thought|worried|afraid|sure|
                           r"|(?:about|going) to (?:say|tell|write)|assumed|at first"
                           r"|might|may|ever|before i|would have|could have|what happens|unless"
                           r"|until|wonder(?:ing)?|seems?|looks? like|just asking)\b", re.I)
-# "Only one of the cups survived": the rest of them arrived damaged.
-ONLY_SURVIVED = re.compile(r"\bonly (?:one|two|three|four|five|\d{1,2})\b[^.;]{0,60}?\b(?:survived"
-                           r"|made it|came through)", re.I)
-# A correction of something said earlier in the email: a later "it's fine" then wins.
+# A line holding only this marks where newer text begins: between the customer's messages
+# (brain.py joins them with it), and between a quoted email the customer adopts and their own
+# words on top of it. What follows is newer and, where it says less, wins (issue 43).
+NEWER = "\x1e"
+# A correction of something said earlier in the email: a later "it's fine" then wins. An
+# update ("Update:", "Edit:", "after all", "having checked again") is one too.
 CORRECTION = re.compile(RETRACTION.pattern + r"|\bactually\b|\bcorrection\b|\bon closer look"
                         r"|\blooked again\b|\bcounted again\b|\bi was wrong\b|\bmistaken\b"
-                        r"|\bjust needed\b", re.I)
+                        r"|\bjust needed\b|\bupdate\b|\bedit\b|\bafter all\b|\bmiscount"
+                        r"|\bchecked again\b|\b(?:second|closer) look\b|\blooking again\b"
+                        r"|\bre-?counted\b|\bdisregard\b|\x1e", re.I)
 CONTAINER = re.compile(r"\b(?:box|boxes|parcel|package|packaging|envelope|carton|bubble wrap"
                        r"|outer|courier|delivery)\b", re.I)
 OTHERS = re.compile(r"\b(?:the rest|everything else|all else|other(?:s| \w+)?|the remaining"
@@ -575,11 +588,14 @@ _PREPOSITION = re.compile(r"\b(?:with|next to|beside|alongside|inside|than|like|
                           r"(?:the|my|your|a|an|our)?\s*$", re.I)
 
 
-def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
+def read(lines: list[dict[str, Any]], text: str, subject: str = "",
+         blanket: bool = True) -> Reading:
     """Read the customer's own words against the order's lines (see the module docstring).
 
     ``subject`` is the email's subject line: it makes no claim, but an item it names alone is
-    what a bare "it" at the start of the email refers to.
+    what a bare "it" at the start of the email refers to. ``blanket=False`` reads a claim about
+    the whole order ("everything arrived broken") as one that names no item, to ask which
+    (steering.py: an email that addresses the agent's instructions).
     """
     aliases = _aliases(lines)
     ids = [str(line["line"]) for line in lines]
@@ -606,7 +622,16 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
         if said.fine:
             fine_at[lid] = number
 
-    for number, (sentence, question) in enumerate(_sentences(text)):
+    sentences = _sentences(text)
+    number = 0
+    # Where newer text begins counts as a correction of what came before it.
+    for sentence, _question in sentences:
+        if sentence.strip() == NEWER:
+            corrections.append(number)
+        else:
+            number += 1
+    sentences = [s for s in sentences if s[0].strip() != NEWER]
+    for number, (sentence, question) in enumerate(sentences):
         mentions = _mentions(sentence, aliases, skus)
         retracting = bool(RETRACTION.search(sentence))
         if CORRECTION.search(sentence):
@@ -629,8 +654,8 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 continue   # "my old plate broke last winter": another plate, another time
             blanked = _blank(clause, [(m.start - a, m.end - a) for m in here])
             said, hypothetical = _claims(blanked)
-            if ONLY_SURVIVED.search(blanked) and not hypothetical:
-                said.damage, said.fine = True, False   # the others did not survive
+            if not hypothetical and counting.claims_damage(blanked):
+                said.damage, said.fine = True, False   # "only one of the four survived"
             if hypothetical and (CHANGE.search(blanked) or REQUEST.search(blanked)):
                 reading.questions.append(clause.strip())   # "I might return it if ..."
             alternative = ALTERNATIVE.search(blanked)
@@ -688,7 +713,11 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
                 loose_at, loose_said = number, said   # a fragment next may name its item
     # A claim that names no item is about the whole order only when it says so, or when the
     # order has one line: "it's unused" on an order of three could be any of them.
-    spread = loose_everything or len(ids) == 1
+    if not blanket and loose_everything:
+        loose_everything, ids_spread = False, False
+    else:
+        ids_spread = len(ids) == 1
+    spread = loose_everything or ids_spread
     for lid, at in damaged_at.items():
         # "The lamp was dead. Turns out it needed a charge; it works now": corrected.
         if fine_at.get(lid, -1) > at and any(at <= c <= fine_at[lid] for c in corrections):
@@ -714,7 +743,7 @@ def read(lines: list[dict[str, Any]], text: str, subject: str = "") -> Reading:
             continue
         elif lid in excluded:
             continue   # "It all came smashed. Well, not the rug": the rug is the exception
-        elif spread and loose.damage and (loose_everything or len(ids) == 1):
+        elif spread and loose.damage and (loose_everything or ids_spread):
             reading.wanted[lid] = "damaged"
         elif spread and loose.change and not loose.keep:
             if loose.used and not (said.unused or loose.unused):
@@ -851,10 +880,8 @@ def unused_condition(policy: str) -> str:
 
 # -- units ----------------------------------------------------------------------------------------
 
-_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                 "eight": 8, "nine": 9, "ten": 10, "a single": 1, "single": 1, "a couple of": 2}
-_COUNT = (r"(?:every single one|every one|each one|each|every|all but one|a single|a couple of|one"
-          r"|two|three|four|five|six|seven|eight|nine|ten|\d{1,2}|both|all)")
+_COUNT = counting.COUNT
+_count_value = counting.count_value
 # "one of the four tumblers", "two tumblers", "one pair of the socks", "all three tea towels":
 # a count right before the item's name, with at most "(pair of) (of the) (four)" between.
 _COUNT_BEFORE = re.compile(
@@ -869,78 +896,124 @@ _COUNT_OF = re.compile(rf"\b({_COUNT})\s+of\s+(?:the|my|your|those|these)\b", re
 _COUNT_AFTER = re.compile(
     rf"^\s*(?::|-|\u2013|\u2014|,|\band\b|\bbut\b|\bof which\b)+\s*({_COUNT})\b"
     rf"(?!\s+of\s+(?:the|my)\b\s+other)", re.I)
-
-
 _ONLY_COUNT = re.compile(r"\b(?:only|just)\s+(one|two|three|four|five|six|seven|eight|nine|ten"
                          r"|\d{1,2})\b(?!\s+of\b)", re.I)
-# "Only one of the cups survived": what follows the name says the count is of those unharmed.
-_SURVIVED = re.compile(r"\s*(?:\w+\s+){0,2}?(?:survived|made it|came through|arrived (?:intact"
-                       r"|whole|unbroken|in one piece|ok|okay|fine))\b", re.I)
-
-
-def _count_value(word: str | None, quantity: int) -> int | None:
-    if not word:
-        return None
-    word = " ".join(word.lower().split())
-    if word in ("both", "all", "every single one", "every one", "each one", "each", "every"):
-        return quantity
-    if word == "all but one":
-        return quantity - 1
-    if word.isdigit():
-        return int(word)
-    return _NUMBER_WORDS.get(word)
+_ANY_COUNT = re.compile(rf"\b{_COUNT}\b", re.I)
+_ONLY_BEFORE = re.compile(r"\b(?:only|just)\s+$", re.I)
+# A count in a newer sentence that is not the count of damaged units: "of the four", "not
+# four", "the other three".
+_NOT_DAMAGED_COUNT = re.compile(r"\b(?:of|out of|from|not|other|remaining|than)\s+"
+                                r"(?:the\s+|my\s+)?$", re.I)
 
 
 def units_named(lines: list[dict[str, Any]], text: str, line_id: str,
                 quantity: int) -> int | None:
     """How many units of one line the customer's own words count, or None if they count none.
 
-    Only a count attached to the item's name is read ("one of the four tumblers", "two
-    tumblers", "Tea towels: one has a stain"); "the other three are fine" names no item and
-    counts nothing. Where the words count the line more than once, the smallest count is
-    taken: fewer units than meant is a reviewer's easy fix, more would be money not owed.
+    Read are a count attached to the item's name ("one of the four tumblers", "two tumblers",
+    "Tea towels: one has a stain"); survivors, as the rest damaged ("only one of the four
+    survived": three; counting.py); and, after a correction or in newer text (a later message,
+    the customer's words over a quoted one they adopt), a count of damaged units that names no
+    other item ("Update: only one of them is cracked"). "The other three are fine" names no
+    item and counts nothing by itself. Where the words count the line more than once, the
+    smallest count is taken: fewer units than meant is a reviewer's easy fix, more would be
+    money not owed (issue 43: the newest text wins, and it never raises the count).
     """
     if quantity <= 1:
         return None
     aliases = _aliases(lines)
     skus = tuple(str(line["line"]) for line in lines if len(str(line["line"])) >= 3)
     counts: list[int] = []
+    corrected = False
+    last_named: str | None = None   # the item the last sentence that named one named last
+    spans: list[tuple[int, int]] = []   # survivors' phrases, by position in the text
+    offset = end = 0
     for sentence, _question in _sentences(text):
-        for m in _mentions(sentence, aliases, skus):
+        offset = text.find(sentence, end)   # (sentences come in order and never overlap)
+        end = offset + len(sentence)
+        if sentence.strip() == NEWER:
+            corrected = True
+            continue
+        mentions = _mentions(sentence, aliases, skus)
+        standing = counting.survivors(sentence, quantity)
+        spans += [(offset + s.start, offset + s.end) for s in standing]
+
+        def survivors_count(at: int, standing=standing) -> bool:
+            return any(s.start <= at < s.end for s in standing)
+
+        for m in mentions:
             if m.line != line_id:
                 continue
-            before = _COUNT_BEFORE.search(sentence[max(0, m.start - 40):m.start])
-            found = None
+            window = max(0, m.start - 40)
+            before = _COUNT_BEFORE.search(sentence[window:m.start])
+            found, at = None, -1
             if before:
                 # "one of the four tumblers": the first count is the units, the last the line's.
-                found = _count_value(before.group(1), quantity)
+                found, at = _count_value(before.group(1), quantity), window + before.start(1)
                 if before.group(1).lower() == "all" and (before.group(2) or before.group(3)):
                     found = _count_value(before.group(2) or before.group(3), quantity)
             else:
                 after = _COUNT_AFTER.search(sentence[m.end:m.end + 30])
                 if after:
-                    found = _count_value(after.group(1), quantity)
-            if found is not None and found >= 1:
-                survivors = _SURVIVED.match(sentence[m.end:m.end + 60])
-                if survivors and before and not before.group(2):
-                    found = quantity - found   # "only one of the cups survived": the rest didn't
-                if found >= 1:
-                    counts.append(min(found, quantity))
-    corrected = False
-    for sentence, _question in _sentences(text):
+                    found, at = _count_value(after.group(1), quantity), m.end + after.start(1)
+            # A count of the survivors is not a count of the damaged units (read below).
+            if found is not None and found >= 1 and not survivors_count(at):
+                counts.append(min(found, quantity))
+        for s in standing:
+            # The item a survivors' count is about: the one named nearest before its verb,
+            # else the one the sentence before named last ("... only one of them survived").
+            named = [m.line for m in mentions if m.start < s.end]
+            about = named[-1] if named else (None if mentions else last_named)
+            damaged = s.damaged(quantity)
+            if about == line_id and damaged is not None and damaged >= 1:
+                counts.append(damaged)
         corrected = corrected or bool(CORRECTION.search(sentence))
-        if corrected and not any(m.line != line_id for m in _mentions(sentence, aliases, skus)):
+        if corrected and not any(m.line != line_id for m in mentions):
             # "Three arrived cracked. Correction: it is just two": the later count, if smaller.
             for match in _ONLY_COUNT.finditer(sentence):
                 found = _count_value(match.group(1), quantity)
-                if counts and found is not None and 1 <= found:
+                if counts and found is not None and 1 <= found and not survivors_count(
+                        match.start(1)):
                     counts.append(found)
+            counts += _newer_counts(sentence, quantity, survivors_count, bare=True)
+        elif not mentions and last_named == line_id:
+            # "All four cups arrived chipped. Looking properly, only three are": the item of
+            # the sentence before, narrowed, marker or not.
+            counts += _newer_counts(sentence, quantity, survivors_count, only=True)
+        if mentions:
+            last_named = mentions[-1].line
     if not counts:
         # No count on the name itself, but "one of the ..." somewhere: the customer counts
         # part of something, so the smallest such count is the most that is safe to assume.
         for match in _COUNT_OF.finditer(text):
             found = _count_value(match.group(1), quantity)
+            if any(a <= match.start() < b for a, b in spans):
+                continue   # "only one of the ... survived" counts survivors
             if found is not None and 1 <= found < quantity and match.group(1).lower() not in (
                     "both", "all"):
                 counts.append(found)
     return min(counts) if counts else None
+
+
+def _newer_counts(sentence: str, quantity: int, survivors_count: Any, bare: bool = False,
+                  only: bool = False) -> list[int]:
+    """Counts of damaged units in a correction or a newer message: a count in a clause that
+    claims damage ("only one of them is cracked", "two of them are torn, not four") or, with
+    ``bare``, claims nothing ("Update: it's three"); not a count of the whole, of the others,
+    of a denial or of the survivors. With ``only``, just "only N" and "just N"."""
+    found = []
+    for a, b, _separator in _clause_spans(sentence):
+        clause = sentence[a:b]
+        said, hypothetical = _claims(clause)
+        if hypothetical or not (said.damage or bare and not said.any()):
+            continue   # (a count of "the other three" is skipped below, not the clause)
+        for match in _ANY_COUNT.finditer(clause):
+            if _NOT_DAMAGED_COUNT.search(clause, max(0, match.start() - 16), match.start()):
+                continue
+            if only and not _ONLY_BEFORE.search(clause, max(0, match.start() - 8),
+                                                match.start()):
+                continue
+            value = _count_value(match.group(), quantity)
+            if value is not None and 1 <= value and not survivors_count(a + match.start()):
+                found.append(min(value, quantity))
+    return found

@@ -102,6 +102,16 @@ class _Range:
 # and what the docs and the walkthrough say (tests/docs/test_notebook_checks.py compares them).
 APPROVAL_DAYS = 7.0
 
+# How many automatic answers the desk sends on one thread, and to one address, within
+# MAIL_CAP_SECONDS before the next reply goes to a person instead (outside/mailin/loops.py).
+# A conversation with a person rarely needs five answers within an hour; an auto-responder
+# that does not say it is one (no Auto-Submitted) reaches five in seconds, and without a cap
+# it and the desk would mail each other forever. MAIL_CAP_MOST bounds the setting, and so how
+# many answers the store reads back to count.
+MAIL_CAP = 5
+MAIL_CAP_SECONDS = 3600.0
+MAIL_CAP_MOST = 100
+
 
 # Every numeric setting and what it allows. The bounds keep the desk working rather than
 # encode a policy: a lease under a second would make the heartbeat renew it in a busy loop
@@ -114,6 +124,8 @@ RANGES = {
     "REFUND_AGENT_LEASE_SECONDS": _Range(1, 86_400, "seconds"),
     "REFUND_AGENT_APPROVAL_DAYS": _Range(1 / 86_400, 365, "days",
                                          shown_low="0.0000116 (one second)"),
+    "REFUND_AGENT_MAIL_CAP": _Range(1, MAIL_CAP_MOST, "answers", whole=True),
+    "REFUND_AGENT_MAIL_CAP_SECONDS": _Range(60, 7 * 86_400, "seconds"),
 }
 
 
@@ -183,6 +195,12 @@ class Settings:
         offline_url: the base URL of one offline model server that every host reaches
             (REFUND_AGENT_OFFLINE_URL, e.g. ``http://10.0.0.5:8787/v1`` from
             ``python -m offline_model``); empty: each process starts its own.
+        mail_cap: how many automatic answers the desk sends on one mail thread, and to one
+            customer's address, within ``mail_cap_seconds`` (REFUND_AGENT_MAIL_CAP, default 5);
+            a reply past it is not answered but handed to a person (an escalation), so an
+            auto-responder that does not say it is one cannot keep the desk answering.
+        mail_cap_seconds: the window the cap counts answers in, seconds
+            (REFUND_AGENT_MAIL_CAP_SECONDS, default 3600).
         outside: which payment provider and email service to use, and how to reach them
             (REFUND_AGENT_PAYMENTS, STRIPE_*, REFUND_AGENT_EMAIL, SMTP_*; see
             refund_agent/outside/config.py and docs/OUTSIDE-SYSTEMS.md).
@@ -205,6 +223,8 @@ class Settings:
     zero_retention: bool = False
     database_url: str = ""
     offline_url: str = ""
+    mail_cap: int = MAIL_CAP
+    mail_cap_seconds: float = MAIL_CAP_SECONDS
     outside: OutsideSettings = field(default_factory=OutsideSettings)
 
     def __post_init__(self) -> None:
@@ -221,6 +241,13 @@ class Settings:
         if not (isinstance(self.max_retries, int) and self.max_retries >= 0):
             raise ConfigError(f"Settings.max_retries must be a whole number, 0 or more, got "
                               f"{self.max_retries!r}.")
+        if not (isinstance(self.mail_cap, int) and 1 <= self.mail_cap <= MAIL_CAP_MOST):
+            raise ConfigError(f"Settings.mail_cap must be a whole number from 1 to "
+                              f"{MAIL_CAP_MOST}, got {self.mail_cap!r}.")
+        if not (isinstance(self.mail_cap_seconds, (int, float))
+                and math.isfinite(self.mail_cap_seconds) and self.mail_cap_seconds > 0):
+            raise ConfigError(f"Settings.mail_cap_seconds must be a finite number above 0, "
+                              f"got {self.mail_cap_seconds!r}.")
         profile = PROFILES.get(self.provider, PROFILES[XAI])
         if problem := key_problem(self.api_key, profile.key_env):
             raise ConfigError(problem)
@@ -308,6 +335,8 @@ def load_settings(env_file: Path | None = None) -> Settings:
         zero_retention=_flag("REFUND_AGENT_ZERO_RETENTION"),
         database_url=_database_url(env.get("REFUND_AGENT_DATABASE_URL", "")),
         offline_url=env.get("REFUND_AGENT_OFFLINE_URL", "").strip().rstrip("/"),
+        mail_cap=int(_setting("REFUND_AGENT_MAIL_CAP", MAIL_CAP)),
+        mail_cap_seconds=_setting("REFUND_AGENT_MAIL_CAP_SECONDS", MAIL_CAP_SECONDS),
         outside=outside_settings(env),
     )
 

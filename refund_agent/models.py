@@ -364,12 +364,18 @@ PROVIDER_FAILED = "refund_failed"
 CANNOT_CONTINUE = "cannot_continue"
 
 
+# Raised by mail intake when answering a message would pass the cap on automatic answers
+# (outside/mailin/loops.py): likely an auto-responder that does not say it is one.
+MAIL_LOOP = "mail_loop"
+
+
 KIND_LABELS = {"threat": "Threat (chargeback, review, legal)", "manager": "Asks for a manager",
                "policy_exception": "Exception the policy cannot grant",
                "cannot_read": "Written so the agent cannot read it; a person must answer",
                HANDOFF: "Over an approver's limit",
                PROVIDER_FAILED: "Refund failed at the payment provider",
                CANNOT_CONTINUE: "The run cannot continue; a person must finish it",
+               MAIL_LOOP: "Mail loop: too many automatic answers; a person must answer",
                "timeout": "Waiting too long for a decision"}
 
 
@@ -417,3 +423,31 @@ def stable_name(module: str) -> str:
             return ".".join(parts)
     return stem.name
 
+
+class Actor:
+    """The one list of names the system itself signs audit lines and escalations with.
+
+    A person with one of these names (or one that looks like it) could not be told from the
+    system in the record, so every one is reserved (desk/identity.py's ``RESERVED_ACTORS`` is
+    made from this class, and nothing else). It sits here, at the bottom, because the loop's
+    store signs with some of them too. Code that signs as the system names one of these, never
+    a string of its own: tests/desk/test_system_actors.py scans the package for such strings,
+    and collects what a working desk signs with.
+    """
+
+    AGENT = "agent"                # the model's proposals, escalations and refused calls
+    PAYMENTS = "payments"          # refunds issued, reused or left uncertain
+    EXPIRY = "expiry"              # approvals closed for waiting too long
+    TIMEOUTS = "timeouts"          # the shop's reminders and escalations of waiting refunds
+    MAIL = "mail"                  # mail intake (desk/records/mail.py)
+    EVAL = "refund-agent eval"     # the eval's proposals, rejected once read
+    STRIPE = "stripe"              # the payment provider's webhooks, by the provider's name
+    SMTP = "smtp"                  # the email service, by its settings' name
+    WEBHOOKS = "webhooks"          # the webhook receiver
+    UNKNOWN_LOGIN = "unknown login"    # account changes when the OS login cannot be read
+    PAGE = "page"                  # a Stop pressed on the demo page by nobody named
+    # Not signed with today, but the ticket shows them as speakers: a person with one of these
+    # names would read as the system there.
+    SYSTEM = "system"
+    CUSTOMER = "customer"
+    MODEL = "model"

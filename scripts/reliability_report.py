@@ -278,6 +278,141 @@ NOT_COVERED = """\
 """
 
 
+# Issue 43 (trust, round four): each case, the test that now holds it, and what that test
+# showed on the code before the fix. Static, as TRUST_CASES.
+TRUST_CASES_4: list[tuple[str, str, str, str]] = [
+    ('1',
+     ('One unreadable message stopped IMAP intake for good: a From whose encoded name '
+      'holds CR/LF, 1,000 nested multiparts, a quoted-printable `=00` on PostgreSQL; never '
+      'marked seen, so every restart died on it again.'),
+     ('`tests/outside/test_mailin_unreadable.py::test_a_mailbox_message_that_cannot_be_re'
+      'ad_is_recorded_and_the_next_one_taken` (SQLite and PostgreSQL, Dovecot), '
+      '`::test_a_quoted_printable_nul_is_taken_on_postgresql`, '
+      '`::test_take_records_each_unreadable_message_once`'),
+     ('`receive --imap` exited with `ValueError: ... cannot contain CR or LF`; '
+      '`StoreError: ... cannot contain NUL` on PostgreSQL; the good message behind them '
+      'never taken')),
+    ('2',
+     ('Over SMTP the same messages got `451 try again later` for ever, a traceback each '
+      'time, and were never recorded.'),
+     ('`tests/outside/test_mailin_unreadable.py::test_over_smtp_a_message_that_cannot_be_'
+      'read_gets_250_once_recorded` (SQLite and PostgreSQL, aiosmtpd), '
+      '`::test_a_store_that_cannot_record_leaves_the_message_unacknowledged`'),
+     ('`451 4.3.0 Not recorded, try again later (ValueError)` on every try; a store '
+      'failure printed a traceback and ended the receiver')),
+    ('3',
+     ('Mail loops: an auto-responder that does not label itself got an answer to every '
+      "reply; the desk's mail carried no `Auto-Submitted`."),
+     ('`tests/outside/test_mail_loops.py::test_an_unlabelled_auto_responder_gets_at_most_'
+      'the_cap_then_a_person` (a real `receive --smtp` and a scripted responder), '
+      '`::test_never_more_than_the_cap_in_any_window` (Hypothesis), '
+      '`::test_a_held_reply_is_judged_again_when_released`, '
+      '`::test_a_responder_that_never_threads_is_capped_per_address`, '
+      '`::test_a_message_that_answers_no_mail_is_labelled_auto_generated`'),
+     ("the desk answered the responder 13 times (stopped by the test's brake), no "
+      'escalation, no `Auto-Submitted` header')),
+    ('4',
+     ('The sender was read from the display name: `From: maya.chen@example.com '
+      '<evil@x.test>` was taken as Maya.'),
+     ('`tests/outside/test_mailin_sender.py::test_a_from_that_clients_read_otherwise_is_n'
+      'ever_the_customer` (7 Froms), '
+      '`::test_whatever_the_display_name_says_the_sender_is_the_address_clients_read` '
+      '(Hypothesis against `email.headerregistry`)'),
+     ("the look-alike From and a message with two From headers continued Maya's thread; "
+      'Hypothesis found a counterexample')),
+    ('5',
+     ('A second sender reusing an existing Message-ID got 250 and was dropped: no ticket, '
+      'no audit line.'),
+     ('`tests/outside/test_mailin_sender.py::test_a_message_id_reused_by_another_sender_i'
+      's_recorded_and_flagged`'),
+     'the second message came back as a redelivery (`new=False`): no row, no audit line'),
+    ('6',
+     ('A customer\'s first message whose subject looked automatic ("Out of office chair '
+      'arrived cracked", "Returned mail: ...") was filed as automatic and never answered.'),
+     ('`tests/outside/test_mailin_parse.py::test_a_customers_first_message_is_never_autom'
+      'atic_by_its_subject` (4 subjects), `::test_headers_show_a_robot_on_any_message`'),
+     'all four subjects filed as automatic'),
+    ('7',
+     ('Connections that used up the file descriptors made both listeners write tens of '
+      'thousands of tracebacks.'),
+     ('`tests/outside/test_listener_limits.py::test_smtp_listener_refuses_connections_pas'
+      't_its_cap_with_421`, '
+      '`::test_webhook_server_refuses_connections_past_its_cap_with_503` (real processes, '
+      'the open-file limit lowered to 256, 320 connections), '
+      '`::test_refusals_are_said_once_per_interval_with_how_many`'),
+     ('the extra connections got no answer; a manual flood logged 1,340 tracebacks (SMTP) '
+      "and 7,172 (webhooks, with a 500 from Stripe's library)")),
+    ('8',
+     "The SMTP listener's login had no throttle (2,266 wrong passwords a second).",
+     ('`tests/outside/test_listener_limits.py::test_smtp_logins_are_throttled_per_name_as'
+      '_the_desk_sign_in_is`'),
+     '200 rapid wrong passwords each answered 535 at once; nothing counted or audited'),
+    ('9',
+     ('`timeouts`, `mail` and other names the system signs with were accepted as account '
+      'names.'),
+     ('`tests/desk/test_system_actors.py::test_the_terminal_refuses_a_system_name_as_an_a'
+      'ccount`, `::test_every_signature_the_code_writes_is_reserved` (a scan of every '
+      'signing site), `::test_the_actors_a_desk_really_signs_with_are_all_reserved`'),
+     ('`users add timeouts` and `users add Mail` made accounts; the scan found '
+      '`refund-agent eval`, `mail` and `timeouts` unreserved')),
+    ('10',
+     '`away --until 9999-12-31` ended in an `OverflowError` traceback.',
+     ('`tests/cli/test_typed_times.py::test_away_answers_a_date_out_of_range_in_one_line`, '
+      '`::test_a_duration_out_of_range_is_a_usage_mistake`'),
+     ('an `OverflowError` traceback; `work --idle-exit nan` never exited; `receive --every '
+      'inf` was accepted')),
+    ('11',
+     ('`refund-agent eval` printed the two characters `\\r` instead of redrawing its '
+      'progress line.'),
+     ('`tests/cli/test_terminal_progress.py::test_eval_redraws_its_progress_line_on_a_ter'
+      'minal` (a pseudo-terminal)'),
+     'a literal backslash-r in the output, no redraw'),
+    ('12',
+     ('`./dev test` (the whole suite) came with no word of its length; `./dev --help` '
+      'exited 2 with a usage line.'),
+     ('`tests/docs/test_first_hour.py::test_dev_help_says_what_each_subcommand_runs_and_h'
+      'ow_long`, `::test_the_quick_start_is_two_commands_and_says_how_long_the_tests_take`'),
+     'usage line only, exit 2; no fast lane in the Quick start'),
+    ('13',
+     'Stale figures in the docs (a 2½-minute fast lane, 1,111 tests).',
+     ('`tests/docs/test_docs_figures.py::test_every_suite_figure_is_kept_by_a_test_or_dat'
+      'ed`, `::test_the_test_counts_the_docs_quote_are_the_collected_ones` (collects the '
+      'suite)'),
+     '1,633 and 1,111 quoted where 2,049 and 1,455 were collected; four undated durations'),
+    ('14',
+     'README lines failed when pasted (`./dev cli queue | runs | show RUN_ID`).',
+     ('`tests/docs/test_docs_commands.py::test_every_readme_shell_line_runs_as_pasted`, '
+      '`::test_a_placeholder_in_a_readme_command_says_where_it_comes_from`'),
+     "`README.md:82: no command 'runs'` (and `show`, `audit`); `RUN_ID` unexplained"),
+    ('15',
+     'A 40-line setuptools "Package would be ignored" warning on the first install.',
+     ('`tests/cli/test_install.py::test_every_folder_that_ships_data_is_a_package_of_its_'
+      'own`, `::test_the_wheel_builds_without_warnings_and_carries_the_data`'),
+     ("`refund_agent.evals.brain_corpus.shop` not a package; the warning in `pip wheel`'s "
+      'output')),
+    ('16',
+     'The README named Chromium and PostgreSQL but not `dovecot-imapd` or `strace`.',
+     ('`tests/docs/test_first_hour.py::test_every_debian_package_ci_installs_is_named_in_'
+      'the_readme`'),
+     '`dovecot-imapd` and `strace` missing'),
+    ('17',
+     ('The stand-in showed a cost with no label; `python -m offline_model` kept its state '
+      'in the system temp folder.'),
+     ('`tests/cli/test_cost_labels.py::test_the_terminal_labels_the_stand_ins_cost`, '
+      '`::test_the_page_labels_the_ticket_cost_and_each_request`, '
+      '`::test_the_stand_ins_server_keeps_its_state_in_the_output_folder`'),
+     '`$0.0117` unlabelled; state in `/tmp/refund_agent_offline/responses.sqlite3`'),
+    ('stand-in',
+     ("On unseen emails the stand-in over-proposed where a thread's later message narrowed "
+      'the claim, where "only one of the four survived" meant three damaged, and where the '
+      'email told it to ignore its instructions.'),
+     ('`tests/standin/test_brain_corpus.py::test_no_email_is_over_proposed` (15 held-out '
+      'emails, `added_for` 43), `tests/standin/test_reading_toward_asking.py` (Hypothesis '
+      'phrasings)'),
+     '8 of the 15 over-proposed ($375.50 too much); 15 of the 23 reading tests failed'),
+]
+
+
 def _load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]
@@ -667,6 +802,11 @@ def render(records: list[dict[str, Any]]) -> str:
             "in the normal suite.", "",
             _table(["#", "What broke", "Test now", "On the old code"],
                    [list(case) for case in TRUST_CASES]), ""]
+    out += ["## Trust, round four (issue 43)", "",
+            "Each case broke on the code before it, as its test showed there; each test runs "
+            "in the normal suite.", "",
+            _table(["#", "What broke", "Test now", "On the old code"],
+                   [list(case) for case in TRUST_CASES_4]), ""]
     out += ["## What these tests do not cover", "", NOT_COVERED]
     return "\n".join(out)
 

@@ -19,6 +19,7 @@ from ..desk.status import amount_is, amount_label
 from ..errors import LeaseLost, MigrationRefused, RunBusy
 from ..outside import stripe_missing
 from ..outside.mailin.intake import release_held
+from ..outside.mailin.loops import MailCap
 from ..text import plural
 from .output import time_text
 from .tickets import at_work, drive
@@ -106,7 +107,7 @@ def work(args: argparse.Namespace) -> int:
                 print(f"{approval.id}: expired", flush=True)
             # Customers' replies held while their run worked or waited: a run a terminal
             # command finished takes them now (each is then claimed below like a new run).
-            release_held(agent.store, say)
+            release_held(agent.store, say, MailCap.of(agent.settings))
         run_id = agent.claim()
         if run_id is None:
             if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
@@ -122,7 +123,7 @@ def work(args: argparse.Namespace) -> int:
         done += 1
         idle_since = time.monotonic()
         print(f"{run_id}: {run.status.value}", flush=True)
-        release_held(agent.store, say)   # a reply that came while this run worked
+        release_held(agent.store, say, MailCap.of(agent.settings))   # came while it worked
 
 
 def web(args: argparse.Namespace) -> int:
@@ -158,7 +159,8 @@ def webhooks(args: argparse.Namespace) -> int:
               "checked, so none is accepted.")
         return 2
     try:
-        server = serve(agent.store, secret, host, port)
+        server = serve(agent.store, secret, host, port,
+                       max_connections=agent.settings.outside.max_connections)
     except OSError as exc:
         print(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.")
         return 2

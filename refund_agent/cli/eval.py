@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from ..evals import corpus as corpora
 from ..evals.runner import progress_bar, run_eval, table, write_csv
 from ..outside.config import OutsideSettings
+from ..web.views.format import cost_basis, cost_note
 
 
 def runs(text: str) -> int:
@@ -55,6 +56,8 @@ def evaluate(args: argparse.Namespace) -> int:
         print(f"Emails: {len(emails)} from {corpus.name}, {args.k} run(s) each\n", flush=True)
         results = run_eval(agent, emails, args.k, progress_bar(sys.stderr))
     print(table(results, emails, args.k, offline=settings.offline), end="")
+    if note := cost_note(cost_basis(settings)):
+        print(f"$/email: {note}.")
     if args.csv is not None:
         write_csv(args.csv, results, emails)
         print(f"\nOne row per run: {args.csv}")

@@ -16,12 +16,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from ..desk.accounts import smtp_logins
 from ..desk.agent import Agent
-from ..errors import ConfigError, LeaseLost, RefundAgentError, RunBusy
+from ..errors import ConfigError, LeaseLost, RefundAgentError, RunBusy, StoreError
 from ..outside.mailin.imap import Poller, mailbox_from_url
 from ..outside.mailin.intake import describe, release_held, take
-from ..store.mail import MailRow
+from ..outside.mailin.loops import MailCap
+from ..outside.mailin.rows import MailRow
+from .output import time_text
 from .tickets import drive
+from .typed import IDLE_EXIT, POLL_EVERY
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -82,7 +86,9 @@ def receive(args: argparse.Namespace) -> int:
     """``refund-agent receive --smtp HOST:PORT | --imap URL``: take mail until Ctrl+C."""
     agent = Agent()
     taken = _Taken()
-    taker = partial(take, agent.store, agent=agent.agent_name, crash_at=agent.settings.crash_at)
+    cap = MailCap.of(agent.settings)
+    taker = partial(take, agent.store, agent=agent.agent_name, crash_at=agent.settings.crash_at,
+                    cap=cap)
     poller: Poller | None = None
     server: Any = None
     if not args.no_work:
@@ -108,7 +114,8 @@ def receive(args: argparse.Namespace) -> int:
             else None
         try:
             server = serve(host, port, taker, taken, desk, login,
-                           say=partial(print, flush=True))
+                           say=partial(print, flush=True), throttle=smtp_logins(agent.store),
+                           max_connections=outside.max_connections)
         except OSError as exc:
             raise ConfigError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
         print(f"Receiving customers' mail by SMTP on {host}:{port} for "
@@ -131,9 +138,23 @@ def receive(args: argparse.Namespace) -> int:
                 poller.close()
                 time.sleep(1)
                 continue
-            for run_id in release_held(agent.store, partial(print, flush=True)):
-                taken.add(run_id)
-                busy += 1
+            except StoreError as exc:
+                # The store could not record a message (a database down, a full disk): it
+                # stays unseen, so the next poll takes it once the store is back. A message
+                # that cannot be read never lands here (intake records it as unreadable).
+                print(f"Could not record the mail ({exc}); it stays unseen and is read "
+                      "again shortly.", flush=True)
+                time.sleep(min(args.every, 5.0))
+                continue
+            try:
+                for run_id in release_held(agent.store, partial(print, flush=True), cap):
+                    taken.add(run_id)
+                    busy += 1
+            except StoreError as exc:   # as above: the store is back later, and so is this
+                print(f"Could not add the held replies ({exc}); trying again shortly.",
+                      flush=True)
+                time.sleep(min(args.every, 5.0))
+                continue
             runs = [r for r in taken.pop_all() if r]
             if not args.no_work:
                 busy += _advance(agent, runs)
@@ -160,8 +181,43 @@ def receive(args: argparse.Namespace) -> int:
             server.stop()
 
 
+# What a mail row can be (outside/mailin/decide.py, loops.py; "sent" is the desk's own).
+MAIL_KINDS = ("ticket", "flagged", "reply", "held", "auto", "bounce", "refused", "unreadable",
+              "looped", "sent")
+
+
+def mail_list(args: argparse.Namespace) -> int:
+    """``refund-agent mail [--kind KIND] [--limit N]``: the mail the desk received and sent,
+    newest last, each with what became of it (an unreadable message, a refused or flagged
+    one, and why)."""
+    agent = Agent()
+    rows = agent.store.mail(kind=args.kind)[-args.limit:]
+    if not rows:
+        print(f"No {args.kind + ' ' if args.kind else ''}mail.")
+        return 0
+    for row in rows:
+        line = (describe(row) if row.direction == "in"
+                else f"{row.message_id}: sent on {row.run_id} ({row.subject})")
+        print(f"{time_text(row.at)}  {row.direction:3}  {line}")
+    return 0
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, got {text!r}")
+    return int(text)
+
+
 def add_parser(sub: Any) -> None:
-    """The ``receive`` command on the parser's subcommands."""
+    """The ``receive`` and ``mail`` commands on the parser's subcommands."""
+    listing = sub.add_parser(
+        "mail", help="list the mail received and sent, with what became of each message "
+                     "(unreadable, refused, flagged, automatic, and why)")
+    listing.add_argument("--kind", choices=MAIL_KINDS, metavar="KIND",
+                         help=f"only this kind: {', '.join(MAIL_KINDS)}")
+    listing.add_argument("--limit", type=_count, default=50, metavar="N",
+                         help="the newest N (default 50)")
+    listing.set_defaults(func=mail_list)
     receive_cmd = sub.add_parser(
         "receive", help="take customers' mail: listen as an SMTP server, or read a mailbox "
                         "(IMAP); each message becomes one ticket, and replies continue theirs")
@@ -173,12 +229,12 @@ def add_parser(sub: Any) -> None:
                         help="read unseen mail from imaps://USER:PASSWORD@HOST[:PORT][/FOLDER] "
                              "(or imap:// on a trusted network; or the user and password in "
                              "REFUND_AGENT_IMAP_USER and REFUND_AGENT_IMAP_PASSWORD)")
-    receive_cmd.add_argument("--every", type=float, default=30.0, metavar="SECONDS",
+    receive_cmd.add_argument("--every", type=POLL_EVERY, default=30.0, metavar="SECONDS",
                              help="IMAP: how often to look when the server has no IDLE "
                                   "(default 30)")
     receive_cmd.add_argument("--no-work", action="store_true",
                              help="only take mail; leave the runs to the page's worker or "
                                   "`refund-agent work`")
-    receive_cmd.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+    receive_cmd.add_argument("--idle-exit", type=IDLE_EXIT, default=None, metavar="SECONDS",
                              help="exit after this long with nothing new (default: never)")
     receive_cmd.set_defaults(func=receive)

@@ -18,6 +18,7 @@ from ..outside import RESENT_EMAIL
 from ..providers.stored import handed_over
 from ..streaming import LiveEvent
 from ..text import printable, sender_line, size_text, transcript_text
+from ..web.views.format import REPORTED, CostBasis, cost_text
 
 #: Exit codes, documented in the epilog and the README (any other error exits 1).
 EXIT_CODES = {AlreadyDecided: 3, NothingToDecide: 4}
@@ -163,7 +164,9 @@ def fingerprint_line(fingerprint: str, indent: str) -> str:
     return f"{indent}fingerprint: {fingerprint}"
 
 
-def run_summary(run: Run, out: TextIO) -> None:
+def run_summary(run: Run, out: TextIO, basis: CostBasis = REPORTED) -> None:
+    """The run's status, requests and cost (labelled by ``basis``, see cost_basis), cache use
+    and the transcript it keeps."""
     status = {
         RunStatus.WAITING: "waiting for approval: `refund-agent approve --as NAME` or `reject`",
         RunStatus.STOPPED: "stopped: `refund-agent resume` continues it",
@@ -176,9 +179,11 @@ def run_summary(run: Run, out: TextIO) -> None:
     }[run.status]
     kept = (f"; {transcript_text(run.transcript_items, run.transcript_bytes)}"
             if run.transcript_items else "")
+    # The cost's label can be long ("simulated; the stand-in costs nothing"), so the cache
+    # and the transcript get a line of their own: a line stays within a page's width.
     out.write(f"\nRun {run.id}: {status}\n{run.requests} model requests, "
-              f"${run.cost_usd:.4f}, {run.cached_tokens:,} of {run.input_tokens:,} input tokens "
-              f"cached{kept}\n")
+              f"{cost_text(run.cost_usd, basis)}\n{run.cached_tokens:,} of "
+              f"{run.input_tokens:,} input tokens cached{kept}\n")
 
 
 class EscapedStream:
@@ -187,6 +192,11 @@ class EscapedStream:
 
     Everything printed passes through it, so text from customers, approvers or the model can
     never move the cursor, recolour the screen or fake a line the program did not write.
+
+    The program's own redraw of a line (``eval``'s progress bar) goes through :meth:`redraw`:
+    the one carriage return is the program's, and the line after it is escaped like any other
+    text. ``isatty`` stays the stream's own answer, so a bar redraws in place on a terminal
+    and prints a line now and then into a pipe or a file.
 
     Output is a report, never part of the work: when writing fails (the reader of a pipe went
     away, as in ``refund-agent reply "ok" | head -3``; a full disk behind ``> log``), the
@@ -206,6 +216,15 @@ class EscapedStream:
             except OSError as exc:
                 self._go_quiet(exc)
         return len(text)
+
+    def redraw(self, line: str) -> None:
+        """Draw ``line`` over the current one: a real carriage return, then ``line`` escaped
+        (only this method writes a control character of the program's own)."""
+        if self.failed is None:
+            try:
+                self._stream.write("\r" + printable(line))
+            except OSError as exc:
+                self._go_quiet(exc)
 
     def flush(self) -> None:
         if self.failed is None:

@@ -6,10 +6,13 @@ lock, and audits each change signed by the account."""
 from __future__ import annotations
 
 import argparse
+import math
+import time
 from datetime import datetime, timedelta
 
 from ..desk.accounts import Accounts
 from ..desk.agent import Agent
+from ..desk.owners import AWAY_DAYS_MAX, until_problem
 from ..errors import DecisionRefused
 from .output import time_text
 from .people import signer
@@ -83,14 +86,22 @@ def tickets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _until(text: str) -> float:
-    """``--until``: a date (the end of that day, local time) or a date and time."""
+def _until(text: str, now: float) -> float:
+    """``--until``: a date (the end of that day, local time) or a date and time, as seconds
+    since 1970; refused in one line when it is malformed, past or too far ahead."""
     for fmt, end_of_day in (("%Y-%m-%d", True), ("%Y-%m-%d %H:%M", False),
                             ("%Y-%m-%dT%H:%M", False)):
         try:
             when = datetime.strptime(text.strip(), fmt)
         except ValueError:
             continue
+        # Checked as dates first: the end of 9999-12-31 is past what datetime can hold, and
+        # year 1 before what the clock can (both ended in a traceback here).
+        today = datetime.fromtimestamp(now)
+        if when < today - timedelta(days=1):
+            return 0.0   # past: desk/owners.until_problem says so
+        if when > today + timedelta(days=AWAY_DAYS_MAX + 1):
+            return math.inf   # too far ahead: until_problem says so
         return (when + timedelta(days=1)).timestamp() if end_of_day else when.timestamp()
     raise DecisionRefused(f"--until takes a date as YYYY-MM-DD (or YYYY-MM-DD HH:MM), not "
                           f"{text!r}.")
@@ -104,7 +115,11 @@ def away(args: argparse.Namespace) -> int:
     if not accounts.exist():
         raise DecisionRefused("Out of office is for accounts: `refund-agent users add` makes "
                               "one.")
-    until = _until(args.until)   # a bad date before any password is asked for
+    # A bad date before any password is asked for: malformed, past or too far ahead.
+    now = time.time()
+    until = _until(args.until, now)
+    if problem := until_problem(until, now):
+        raise DecisionRefused(problem)
     by, _limit = signer(agent, args.by)
     delegate = accounts.go_away(by, args.to, until)
     print(f"{by} is away until {time_text(until)}: tickets and approvals go to {delegate}.")

@@ -9,6 +9,7 @@ import re
 from ..config import APPROVAL_DAYS
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
 from . import admin, decisions, eval, mail, owners, people, tickets
+from .typed import IDLE_EXIT
 
 EPILOG = """\
 examples:
@@ -187,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     reply.set_defaults(func=tickets.reply)
     work = sub.add_parser("work", help="advance runs that need a worker, one after another, "
                           "from any host sharing the store (PostgreSQL); Ctrl+C to stop")
-    work.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+    work.add_argument("--idle-exit", type=IDLE_EXIT, default=None, metavar="SECONDS",
                       help="exit after this long with nothing to do (default: never)")
     work.set_defaults(func=admin.work)
     mail.add_parser(sub)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..config import load_settings
 from ..desk.agent import Agent
 from ..desk.customer import converse
 from ..errors import NotFound, RunNotReady
 from ..models import Run, RunStatus, StepKind
 from ..text import size_text
+from ..web.views.format import cost_basis, cost_note
 from .output import Printer, fingerprint_line, run_summary, time_text
 
 
@@ -32,7 +34,7 @@ def drive(agent: Agent, run_id: str, printer: Printer, simulate: bool = True) ->
 
 def finish(run: Run) -> int:
     """The run's summary; the command exits 1 when the run failed."""
-    run_summary(run, sys.stdout)
+    run_summary(run, sys.stdout, cost_basis(load_settings()))
     return 1 if run.status == RunStatus.FAILED else 0
 
 
@@ -134,6 +136,8 @@ def runs(args: argparse.Namespace) -> int:
         print(f"{r.id:16}  {r.desk_status or r.status.value:11}  {time_text(r.created_at):19}  "
               f"{r.sender:28}  {r.requests:2} req    ${r.cost_usd:.4f}  "
               f"{size_text(r.transcript_bytes):>8}  {r.subject}")
+    if label := cost_note(cost_basis(agent.settings)):
+        print(f"COST: {label}.")
     return 0
 
 
@@ -149,5 +153,5 @@ def show(args: argparse.Namespace) -> int:
         printer.step(step)
         if step.kind == StepKind.APPROVAL and step.data.get("approval_id") in waiting:
             print(fingerprint_line(waiting[step.data["approval_id"]], "  ** "))
-    run_summary(agent.store.run(args.run), sys.stdout)
+    run_summary(agent.store.run(args.run), sys.stdout, cost_basis(agent.settings))
     return 0

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 
 from ..errors import DecisionRefused, NotFound, SignInFailed
 from ..text import one_line
-from .identity import canonical_name, looks_like, name_key, name_problem, taken_problem
+from .identity import (
+    LOGIN_SUFFIX,
+    Actor,
+    canonical_name,
+    looks_like,
+    name_key,
+    name_problem,
+    taken_problem,
+)
 from .records import DeskStore
 from .shop import MAX_DOLLARS
 
@@ -98,6 +106,71 @@ def sign_in_wait(failures: int, since_latest: float) -> float:
     return max(0.0, sign_in_delay(failures) - since_latest)
 
 
+@dataclass(frozen=True)
+class Tries:
+    """Where one name stands with its throttle when someone tries it."""
+
+    key: str             # what its failures are counted under (see Throttle.key)
+    failures: int        # wrong passwords for it within SIGN_IN_WINDOW
+    wait: float          # seconds before its password is checked again (0: now)
+    now: float | None    # the throttle's clock when read (None: the database's)
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """The sign-in throttle, per name, kept in the store (so every process, host and restart
+    shares it): a name's wrong passwords make that name, and no other, wait longer before its
+    password is checked again (``sign_in_delay``); the right password after the wait works.
+
+    ``door`` keeps one kind of login's names apart from another's: the desk's sign-in
+    (``""``) and the SMTP listener's logins (``smtp_logins``) count their failures
+    separately, so guessing at one door never slows a person at the other. ``logins`` is how
+    the audit calls them ("sign-ins as Dana Kim wait 8 s...").
+    """
+
+    store: DeskStore
+    clock: Callable[[], float] | None = None
+    door: str = ""
+    logins: str = "sign-ins"
+
+    def key(self, name: str) -> str:
+        """What ``name``'s failures are counted under: its key (identity.name_key), which
+        every spelling of it shares, after the door's name and a tab (a name's key never
+        holds a tab, so no name of one door can count as one of another)."""
+        return f"{self.door}\t{name_key(name)}" if self.door else name_key(name)
+
+    def tries(self, name: str) -> Tries:
+        """Where ``name`` stands now (read before its password is checked)."""
+        now = self.clock() if self.clock is not None else None
+        key = self.key(name)
+        failures, since = self.store.sign_in_failures(key, SIGN_IN_WINDOW, now=now)
+        return Tries(key, failures, sign_in_wait(failures, since), now)
+
+    def failed(self, tries: Tries, who: str, client: str, why: str,
+               slowed_as: str | None = None) -> float:
+        """Count a wrong password for the name ``tries`` was read for, and audit it as by
+        ``who`` (the name as tried) with ``why`` and ``client`` (never the password); when
+        the name now waits, a second audit line says whose name (``slowed_as``, else ``who``)
+        and for how long. Returns that wait in seconds (0: none)."""
+        failures = tries.failures + 1
+        delay = sign_in_delay(failures)
+        slowed = (f"{self.logins} as {slowed_as or who} wait {_seconds(delay)} after "
+                  f"{failures} wrong passwords within {_seconds(SIGN_IN_WINDOW)} (the latest "
+                  f"from {client})" if delay else None)
+        self.store.sign_in_failed(tries.key, client, SIGN_IN_WINDOW, who, f"{why} from {client}",
+                                  slowed=slowed, now=tries.now)
+        return delay
+
+    def succeeded(self, tries: Tries) -> None:
+        """The right password: the name's failures are forgotten."""
+        self.store.sign_in_succeeded(tries.key)
+
+
+def smtp_logins(store: DeskStore) -> Throttle:
+    """The throttle of the SMTP listener's logins (``receive --smtp``)."""
+    return Throttle(store, door="smtp", logins="SMTP logins")
+
+
 def _seconds(wait: float) -> str:
     """``8 s``, ``4 min 10 s``, ``1 h``: a wait, rounded up (never "0 s" while one is left)."""
     minutes, seconds = divmod(max(1, math.ceil(wait - 1e-9)), 60)
@@ -114,9 +187,9 @@ _DUMMY = hash_password("not a password", salt=b"\0" * 16)
 def _operator() -> str:
     """Who changes accounts from this machine: the operating-system login, as the audit says."""
     try:
-        return f"{getpass.getuser()} (login)"
+        return f"{getpass.getuser()}{LOGIN_SUFFIX}"
     except (KeyError, OSError):  # no passwd entry (some containers)
-        return "unknown login"
+        return Actor.UNKNOWN_LOGIN
 
 
 def limit_to_cents(limit: float) -> int:
@@ -301,32 +374,26 @@ class Accounts:
         how long (``sign_in_slowed``).
         """
         name = " ".join((name or "").split())
-        key = name_key(name)
-        now = self.clock() if self.clock is not None else None
-        failures, since = self.store.sign_in_failures(key, SIGN_IN_WINDOW, now=now)
-        if (wait := sign_in_wait(failures, since)) > 0:
+        throttle = Throttle(self.store, self.clock)
+        tries = throttle.tries(name)
+        if tries.wait > 0:
             raise SignInFailed(f"Too many wrong passwords for this name: its password is "
-                               f"checked again in {_seconds(wait)}.")
+                               f"checked again in {_seconds(tries.wait)}.")
         rows = self._rows(name) if name else []
         if not rows:
             check_password(password or "", _DUMMY)
         account = next((row for row in rows if check_password(password or "", row["password"])),
                        None)
         if account is None:
-            failures += 1
-            delay = sign_in_delay(failures)
-            who = rows[0]["name"] if rows else canonical_name(name)
-            slowed = (f"sign-ins as {who} wait {_seconds(delay)} after {failures} wrong "
-                      f"passwords within {_seconds(SIGN_IN_WINDOW)} (the latest from {client})"
-                      if delay else None)
             # The audit names the name as tried (NFKC, case-folded): a look-alike spelling
-            # shows as one there, while the throttle counts it with the name it imitates.
-            self.store.sign_in_failed(key, client, SIGN_IN_WINDOW, canonical_name(name),
-                                      f"{'wrong password' if rows else 'no such account'}"
-                                      f" from {client}", slowed=slowed, now=now)
+            # shows as one there, while the throttle counts it with the name it imitates. The
+            # line saying it now waits names the account.
+            delay = throttle.failed(tries, canonical_name(name), client,
+                                    "wrong password" if rows else "no such account",
+                                    slowed_as=rows[0]["name"] if rows else None)
             wait = f" Sign-ins as this name now wait {_seconds(delay)}." if delay else ""
             raise SignInFailed(f"Wrong name or password.{wait}")
-        self.store.sign_in_succeeded(key)
+        throttle.succeeded(tries)
         return _account(account)
 
     def current(self, name: str) -> Account:

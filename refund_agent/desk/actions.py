@@ -23,6 +23,7 @@ from ..providers.stored import HANDED_OVER
 from ..store import Lease, Store
 from ..tools import CallContext, Outcome, not_done, toolset
 from ..turns import Waiting
+from .identity import Actor
 from .policy import SHIPPING, Held, Quote, QuotedLine, quote_refund
 from .rules import unit_problem
 from .shop import Shop
@@ -130,7 +131,7 @@ def propose_refund(ctx: DeskCall, args: IssueRefund) -> Waiting | Outcome:
         subject=args.order_id, title=args.summary.strip(), customer=ctx.run.sender,
         price=lambda held: tools.quote(args, held), release=True)
     if isinstance(queued, str):
-        audit = {"event": "refused", "actor": "agent", "order_id": args.order_id,
+        audit = {"event": "refused", "actor": Actor.AGENT, "order_id": args.order_id,
                  "note": queued, "lines": [
                      {"line": line, "reason": reason,
                       **({"units": units} if units is not None else {})}
@@ -183,7 +184,7 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
         ctx.desk.record_uncertain(ctx.lease, approval, str(exc))
         raise
     ctx.crash("after_refund")
-    audit = {"event": "reused" if reused else "issued", "actor": "payments",
+    audit = {"event": "reused" if reused else "issued", "actor": Actor.PAYMENTS,
              "approval_id": approval.id, "order_id": approval.order_id,
              "amount": approval.amount, "note": refund["refund_id"],
              "lines": [{"line": q.line, "reason": q.reason, "amount_cents": q.amount_cents,
@@ -241,7 +242,7 @@ def send_on_thread(store: Store, lease: Lease, outbox: Outbox, key: str, run: Ru
                    ) -> tuple[dict[str, Any], bool]:
     """Email the run's customer once per ``key``; a run that came by mail is answered on its
     thread (In-Reply-To, References, "Re: " once) and the message's id is recorded there, so
-    the customer's answer to it finds this run (store/mail.py)."""
+    the customer's answer to it finds this run (desk/records/mail.py)."""
     thread = store.mail_thread(run.id)
     if thread is None:
         return outbox.send(key, run.sender, f"Re: {run.subject}", body)

@@ -14,18 +14,21 @@ Pure functions, no I/O: the store, the accounts and the shop tools call them.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from functools import cache, lru_cache
 
 from ..intake import mixed_script
+from ..models import Actor
 
-# Names the code itself writes into the audit log as the actor of an entry: a person with
-# one of these names (or one that looks like it) could not be told from the system in the
-# record. The payment and email services sign their own entries by their settings' names.
-RESERVED_ACTORS = frozenset({"agent", "payments", "expiry", "system", "customer", "model",
-                             "unknown login", "stripe", "smtp", "webhooks"})
+RESERVED_ACTORS = frozenset(value for key, value in vars(Actor).items() if key.isupper())
+# Account changes from this machine are signed "<OS login> (login)" (desk/accounts.py), and a
+# Stop from the demo page by "page <the browser's address>" (web/session.py): any name of
+# either shape is the system's as well.
+LOGIN_SUFFIX = " (login)"
+_ADDRESS = re.compile(r"[0-9a-f.:\[\]]*[0-9:][0-9a-f.:\[\]]*")
 
 # Default_Ignorable_Code_Point, from Unicode's DerivedCoreProperties.txt (unchanged since
 # Unicode 6.0; Unicode keeps these ranges for such code points): drawn as nothing, so a name
@@ -195,8 +198,18 @@ def name_problem(name: str) -> str | None:
             return (f"The name {name!r} mixes alphabets in {word!r} (a look-alike letter?); "
                     "write it in one alphabet.")
     actor = looks_like(name, sorted(RESERVED_ACTORS))
-    if actor is not None or name_key(name).endswith(name_key("(login)")):
+    if actor is not None or _system_shaped(name):
         like = f" (it looks like {actor!r})" if actor and actor != canonical_name(name) else ""
         return (f"{shown(name)} is a name the desk itself signs the audit log with{like}; choose a "
                 "person's name.")
     return None
+
+
+def _system_shaped(name: str) -> bool:
+    """Whether ``name`` has the shape of a signature the system makes up: an OS login's
+    ("ops (login)") or the demo page's ("page 203.0.113.9")."""
+    if name_key(name).endswith(name_key(LOGIN_SUFFIX)):
+        return True
+    # The address in its canonical form: the skeleton would fold its digits into letters.
+    first, _, rest = canonical_name(name).partition(" ")
+    return name_key(first) == name_key(Actor.PAGE) and _ADDRESS.fullmatch(rest) is not None

@@ -16,6 +16,9 @@ from typing import Literal
 Action = Literal["assign", "claim", "release"]
 # The audit's event for each action (the past tense the audit log uses).
 EVENTS: dict[str, str] = {"assign": "assigned", "claim": "claimed", "release": "released"}
+# How far ahead someone may be away: longer is not out of office but gone (remove the account
+# or hand the tickets over), and a date typed as 9999-12-31 is a slip, not a plan.
+AWAY_DAYS_MAX = 366
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,17 @@ def away_problem(account: str, delegate: str | None, until: float, now: float) -
         return "Name the account that takes your tickets and approvals (--to NAME)."
     if delegate.casefold() == account.casefold():
         return "Name someone else: your tickets and approvals go to the delegate."
-    if until <= now:
+    return until_problem(until, now)
+
+
+def until_problem(until: float, now: float) -> str | None:
+    """Why someone may not be away until ``until`` (seconds since 1970), or None: it has
+    passed, or it is more than a year ahead."""
+    if not until > now:   # NaN too
         return "The date you are away until has passed; give one in the future."
+    if until - now > AWAY_DAYS_MAX * 86400:
+        return (f"Out of office is for a date within a year ({AWAY_DAYS_MAX} days); someone "
+                "gone for longer hands their tickets over instead.")
     return None
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..desk.agent import Agent
+from ..desk.identity import Actor
 from ..models import RunStatus
 from .scoring import VERDICTS, Outcome, Proposed, Summary, Verdict, classify, leaks, summarize
 
@@ -50,7 +51,7 @@ def run_email(agent: Agent, email: dict[str, Any]) -> Outcome:
         # A pending proposal holds its lines; rejected, it frees them, so the next run about
         # the same order starts from the shop's own ledger whatever ran before it.
         if approval.status == "pending":
-            agent.decide(approval.id, approve=False, by="refund-agent eval",
+            agent.decide(approval.id, approve=False, by=Actor.EVAL,
                          note="Eval run: read, never paid.",
                          fingerprint=agent.store.approval(approval.id).fingerprint)
     return outcome
@@ -158,15 +159,22 @@ def write_csv(path: Path, results: Results, emails: Sequence[dict[str, Any]]) ->
 
 
 def progress_bar(stream: Any, width: int = 30) -> OnProgress:
-    """A plain-text bar on ``stream``: redrawn in place on a terminal, else a line per tenth."""
+    """A plain-text bar on ``stream``: redrawn in place on a terminal, else a line per tenth.
+
+    The terminal's stream escapes control characters (cli/output.py's EscapedStream), so a
+    carriage return written as text would show as ``\\r``; its ``redraw`` draws one of its own.
+    """
     live = hasattr(stream, "isatty") and stream.isatty()
+    redraw = getattr(stream, "redraw", None) or (lambda line: stream.write("\r" + line))
     shown = [-1]
 
     def show(done: int, total: int) -> None:
         filled = width * done // total
         text = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} runs"
         if live:
-            stream.write("\r" + text + ("\n" if done == total else ""))
+            redraw(text)
+            if done == total:
+                stream.write("\n")
         elif done * 10 // total != shown[0]:
             shown[0] = done * 10 // total
             stream.write(text + "\n")

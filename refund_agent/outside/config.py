@@ -46,6 +46,9 @@ class OutsideSettings:
         receive_user, receive_password: the login ``receive --smtp`` requires of whoever
             delivers to it (REFUND_AGENT_RECEIVE_USER and REFUND_AGENT_RECEIVE_PASSWORD); no
             login when the user is empty.
+        max_connections: the most connections each listener (``receive --smtp``,
+            ``webhooks``) holds at once (REFUND_AGENT_MAX_CONNECTIONS); 0: derived from the
+            process's open-file limit (outside/listening.py). The others are refused at once.
     """
 
     payments: str = STAND_IN
@@ -65,6 +68,7 @@ class OutsideSettings:
     receive_addresses: tuple[str, ...] = ()
     receive_user: str = ""
     receive_password: str = field(default="", repr=False)
+    max_connections: int = 0
 
     def __post_init__(self) -> None:
         if self.payments not in (STAND_IN, STRIPE):
@@ -119,6 +123,11 @@ def outside_settings(env: Mapping[str, str]) -> OutsideSettings:
     if raw_port and not (raw_port.isdigit() and 0 < int(raw_port) < 65_536):
         raise ConfigError(f"SMTP_PORT must be a port number from 1 to 65535, got {raw_port!r}.")
 
+    raw_cap = get("REFUND_AGENT_MAX_CONNECTIONS")
+    if raw_cap and not (raw_cap.isdigit() and int(raw_cap) > 0):
+        raise ConfigError("REFUND_AGENT_MAX_CONNECTIONS must be a whole number above 0 (the "
+                          f"connections each listener holds at once), got {raw_cap!r}.")
+
     return OutsideSettings(
         payments=get("REFUND_AGENT_PAYMENTS", STAND_IN).lower() or STAND_IN,
         stripe_api_key=get("STRIPE_API_KEY"),
@@ -138,4 +147,5 @@ def outside_settings(env: Mapping[str, str]) -> OutsideSettings:
                                 .split(",") if a.strip()),
         receive_user=get("REFUND_AGENT_RECEIVE_USER"),
         receive_password=env.get("REFUND_AGENT_RECEIVE_PASSWORD", ""),
+        max_connections=int(raw_cap or 0),
     )

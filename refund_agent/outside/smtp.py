@@ -17,7 +17,9 @@ inside a retry is still an attempt that may have gone out. A message is reported
 only when some earlier attempt was not refused; refused, then sent, is said as that.
 
 Every message carries a ``Message-ID`` derived from the call key, the same on every attempt, so
-a duplicate is recognisable as one (mail clients and many servers drop a repeated id).
+a duplicate is recognisable as one (mail clients and many servers drop a repeated id), and
+says it was written by a program (RFC 3834's ``Auto-Submitted``), so that auto-responders
+leave it unanswered (the desk caps its own answers too: outside/mailin/loops.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def message_id(key: str, sender: str) -> str:
     return f"<{local}.refund-agent@{domain}>"
 
 
+def auto_submitted(record: dict[str, Any]) -> str:
+    """RFC 3834's Auto-Submitted for an outbox record: ``auto-replied`` for an answer to a
+    customer's mail (it threads on it), ``auto-generated`` for any other message the desk
+    writes (a ticket typed in on the page, a sample)."""
+    return "auto-replied" if record.get("in_reply_to") else "auto-generated"
+
+
 def build_message(record: dict[str, Any], sender: str) -> EmailMessage:
     """The MIME message for an outbox record (its headers were checked to be one line each)."""
     request = record["request"]
@@ -64,6 +73,12 @@ def build_message(record: dict[str, Any], sender: str) -> EmailMessage:
     if record.get("in_reply_to"):   # an answer to the customer's mail: it threads
         message["In-Reply-To"] = record["in_reply_to"]
         message["References"] = " ".join(record.get("references") or [record["in_reply_to"]])
+    # Every message the desk sends is written by a program, and says so (RFC 3834), so that
+    # a customer's vacation responder or ticketing system does not answer it and start a
+    # loop; Exchange reads its own header instead. Only the automatic answers are
+    # suppressed there: a delivery report still reaches the desk, which records the bounce.
+    message["Auto-Submitted"] = auto_submitted(record)
+    message["X-Auto-Response-Suppress"] = "OOF, AutoReply"
     message.set_content(request["body"])
     return message
 

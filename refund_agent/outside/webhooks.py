@@ -19,7 +19,11 @@ The endpoint faces the internet (through a TLS proxy), so it is served by Tornad
 ``http.server``: one event loop holds every connection, each with a deadline for its headers
 and another for its body (:data:`READ_TIMEOUT`), so a client that sends headers and then
 nothing, or a body a byte a minute, is dropped instead of holding a thread; the store is
-written from a small pool of threads, so a slow store never stalls the reading.
+written from a small pool of threads, so a slow store never stalls the reading. It holds at most
+REFUND_AGENT_MAX_CONNECTIONS connections at once (by default derived from the process's
+open-file limit, outside/listening.py): the others are answered 503 at once and closed (Stripe
+retries), and said in one line a minute, so a flood of connections never leaves the process
+without descriptors or fills the log with tracebacks.
 """
 
 from __future__ import annotations
@@ -34,10 +38,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler, stream_request_body
 
 from ..errors import RefundAgentError
+from .listening import Acceptor, Gate, connection_cap, open_file_limit
 from .stripe import CALL_ID, FAILED_STATES, stripe  # stripe.py guards the optional import
 
 # Each carries a refund object. Endpoints on API versions before 2024-10-28.acacia get refund.*
@@ -50,6 +56,13 @@ MAX_HEADERS = 64 * 1024
 READ_TIMEOUT = 10.0
 # Threads that write to the store: deliveries are rare, and the store serialises writes anyway.
 STORE_THREADS = 4
+# The answer to a connection past the cap, sent before its request is read: Stripe retries a
+# 503 later, as it retries any answer but a 2xx.
+_BUSY = json.dumps({"message": "Too many connections at once: nothing was recorded; send it "
+                               "again later."}).encode()
+TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Retry-After: 60\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(_BUSY), _BUSY))
 
 
 def failure_note(refund: dict[str, Any], kind: str) -> str:
@@ -201,6 +214,21 @@ class _Delivery(RequestHandler):
         self.finish(json.dumps({"message": text}))
 
 
+class _CountedHTTPServer(HTTPServer):
+    """Tornado's HTTP server, each connection counted out of the gate when it closes (the
+    Acceptor counted it in)."""
+
+    gate: Gate
+
+    def on_close(self, server_conn: Any) -> None:
+        self.gate.leave()
+        super().on_close(server_conn)
+
+
+def _say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+
+
 class WebhookServer:
     """The webhook endpoint, bound at construction (so a taken port fails at once), served by
     :meth:`serve_forever` until :meth:`shutdown` (from another thread) or Ctrl+C.
@@ -208,12 +236,17 @@ class WebhookServer:
     Args:
         read_timeout: seconds a client has for its headers, and again for its body.
         max_body: the largest body read (413 above it).
+        max_connections: the most connections held at once (0: derived from the open-file
+            limit); ConfigError if the limit cannot hold them.
     """
 
     def __init__(self, store: Any, secret: str, host: str, port: int, *,
-                 read_timeout: float = READ_TIMEOUT, max_body: int = MAX_BODY) -> None:
+                 read_timeout: float = READ_TIMEOUT, max_body: int = MAX_BODY,
+                 max_connections: int = 0) -> None:
         self.store, self.secret, self.max_body = store, secret, max_body
         self.read_timeout = read_timeout
+        self.gate = Gate("The webhook server",
+                         connection_cap(open_file_limit(), max_connections), _say)
         self._sockets = bind_sockets(port, address=host)
         self.server_port: int = self._sockets[0].getsockname()[1]
         self.pool = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="webhook-store")
@@ -235,15 +268,29 @@ class WebhookServer:
         self._loop = asyncio.get_running_loop()
         # Tornado's limits: the headers' and body's deadlines, their sizes (a body over ours is
         # answered 413 by prepare() before Tornado would refuse it).
-        http = HTTPServer(self._app, idle_connection_timeout=self.read_timeout,
-                          body_timeout=self.read_timeout, max_header_size=MAX_HEADERS,
-                          max_body_size=self.max_body)
-        http.add_sockets(self._sockets)
+        http = _CountedHTTPServer(self._app, idle_connection_timeout=self.read_timeout,
+                                  body_timeout=self.read_timeout, max_header_size=MAX_HEADERS,
+                                  max_body_size=self.max_body)
+        http.gate = self.gate
+
+        def take(conn: Any, address: Any) -> None:
+            http.handle_stream(IOStream(conn, max_buffer_size=http.max_buffer_size,
+                                        read_chunk_size=http.read_chunk_size), address)
+
+        # Accepted here rather than by Tornado's own loop, which retries an accept the system
+        # refused (no descriptor left) at once, logging a traceback each time.
+        accepting = [Acceptor(self._loop, sock, self.gate, take, TOO_MANY)
+                     for sock in self._sockets]
+        for acceptor in accepting:
+            acceptor.start()
         try:
             if not self._stopping.is_set():   # shutdown() may have come before the loop
                 await self._stop.wait()
         finally:
-            http.stop()
+            for acceptor in accepting:
+                acceptor.stop()
+            for sock in self._sockets:
+                sock.close()
             await http.close_all_connections()
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -261,7 +308,8 @@ class WebhookServer:
 
 
 def serve(store: Any, secret: str, host: str, port: int, *,
-          read_timeout: float = READ_TIMEOUT, max_body: int = MAX_BODY) -> WebhookServer:
+          read_timeout: float = READ_TIMEOUT, max_body: int = MAX_BODY,
+          max_connections: int = 0) -> WebhookServer:
     """The webhook server, bound and ready (``serve_forever`` runs it)."""
     return WebhookServer(store, secret, host, port, read_timeout=read_timeout,
-                         max_body=max_body)
+                         max_body=max_body, max_connections=max_connections)

@@ -8,7 +8,7 @@ SQL stays in this package (and in the records an agent adds on top, as the refun
 - ``base.py``: :class:`Store`, every durable boundary of the loop written once, by concern in
   ``runs.py``, ``leases.py`` (one fenced owner per run), ``responses.py`` (responses, calls,
   transcripts), ``approvals.py``, ``replies.py`` (replies, timeline), ``auditlog.py``,
-  ``ledger.py`` and, for now, ``mail.py``, on ``core.py`` (connections, the transaction,
+  ``ledger.py``, on ``core.py`` (connections, the transaction,
   errors translated in one place, and the hooks an agent's own records fill);
   ``search.py``: searching and paging the runs.
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.

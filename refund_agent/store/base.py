@@ -4,8 +4,8 @@ engine.
 Each public write method is one transaction, and each is one of the durable boundaries the
 loop relies on: a process killed between two of them leaves the store consistent, and the run
 can be picked up from what was committed. The methods live by concern (runs, leases,
-responses and calls, approvals, replies, the audit log, the ledger, and for now the mail in
-and out); what the two engines do differently lives in their classes,
+responses and calls, approvals, replies, the audit log, the ledger); what the two engines
+do differently lives in their classes,
 :class:`~refund_agent.store.sqlite.SQLiteStore` and
 :class:`~refund_agent.store.postgres.PostgresStore`. Nothing here knows any one agent: an
 agent that keeps records of its own (the refund desk: ``refund_agent.desk.records``) adds
@@ -23,7 +23,6 @@ from .auditlog import AuditLog
 from .core import LEASE_STALE_SECONDS
 from .leases import Leases
 from .ledger import Ledger
-from .mail import Mail
 from .replies import Replies
 from .responses import Responses
 from .runs import Runs
@@ -34,7 +33,7 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-class Store(Runs, Leases, Responses, Approvals, Replies, AuditLog, Ledger, Mail):
+class Store(Runs, Leases, Responses, Approvals, Replies, AuditLog, Ledger):
     """Typed access to the SQLite file at ``target``, or to the PostgreSQL database when
     ``target`` is a ``postgresql://`` URL; safe to share between threads.
 

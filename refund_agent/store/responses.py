@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import Call, Run, RunStatus, TranscriptEntry, call_key, order_id_in
+from ..models import Actor, Call, Run, RunStatus, TranscriptEntry, call_key, order_id_in
 from .core import StoreCore
 from .leases import Lease
 
@@ -92,7 +92,7 @@ class Responses(StoreCore):
                 returning_also=self._released_columns if finish is not None else "")
             if resent is not None:
                 self._step(db, run_id, "resent", {**resent, "response_id": response_id})
-                self._audit(db, "resent", "agent", run_id=run_id,
+                self._audit(db, "resent", Actor.AGENT, run_id=run_id,
                             note=f"stored response {resent['missing']} was not found (expired "
                                  f"or deleted); sent the run's transcript instead "
                                  f"({resent['items']} items, {resent['bytes']:,} bytes), "

@@ -224,7 +224,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_once
 -- that ticket's refund.
 CREATE TABLE IF NOT EXISTS raised_by (run_id TEXT PRIMARY KEY, account TEXT NOT NULL);
 -- Every email in or out (schema 14), once per Message-ID: a redelivery finds its row and makes
--- nothing new. kind: what intake made of it (store/mail.py); text: what the model may read;
+-- nothing new. kind: what intake made of it (desk/records/mail.py); text: what the model may read;
 -- raw: the message exactly as it arrived.
 CREATE TABLE IF NOT EXISTS mail (
     id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, run_id TEXT,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from ..desk.accounts import Account, Accounts
+from ..desk.identity import Actor
 from .views import md
 from .worker import Worker
 
@@ -110,7 +111,7 @@ def client() -> str:
         address = st.context.ip_address
     except Exception:  # noqa: BLE001 - no request (AppTest): one client for the session
         address = None
-    return f"page {address}" if address else "page"
+    return f"{Actor.PAGE} {address}" if address else Actor.PAGE
 
 
 def signed_in(accounts: Accounts) -> Account | None:

@@ -12,6 +12,7 @@ from datetime import date, datetime, timedelta
 import streamlit as st
 
 from ..desk.accounts import Accounts
+from ..desk.owners import AWAY_DAYS_MAX
 from ..errors import RefundAgentError
 from . import views
 from .session import (
@@ -159,8 +160,10 @@ def render_away(worker: Worker, accounts: Accounts, name: str) -> None:
         with st.popover("Out of office", icon=":material/flight_takeoff:"):
             others = [a.name for a in accounts.all() if a.name != name]
             st.selectbox("Delegate", others, key="away_to")
+            # Bounded as the rule is (desk/owners.py), so the picker offers no day it refuses.
             st.date_input("Away until (the end of that day)", key="away_until",
-                          min_value=date.today())
+                          min_value=date.today(),
+                          max_value=date.today() + timedelta(days=AWAY_DAYS_MAX - 1))
             st.button("Hand over my work", key="away_go", on_click=on_away,
                       args=(worker, name), type="primary")
     show_notice("away")

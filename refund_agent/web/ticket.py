@@ -22,6 +22,7 @@ from .session import (
     signer,
 )
 from .views import md
+from .views.format import cost_basis
 from .worker import Worker
 
 
@@ -140,13 +141,14 @@ def render_ticket(worker: Worker) -> None:
         st.button("Resume", key="resume", icon=":material/play_arrow:", on_click=on_resume,
                   args=(worker, run.id), disabled=not resumable)
     render_owner(worker, run.id)
-    st.caption(f":material/payments: {views.cost_line(run)}")
+    basis = cost_basis(worker.agent.settings)
+    st.caption(f":material/payments: {views.cost_line(run, basis)}")
     show_notice("ticket")
     problem = worker.problem(run.id)
     if problem:
         st.warning(md(problem), icon=":material/warning:")
 
-    blocks = views.timeline(store.steps(run.id))
+    blocks = views.timeline(store.steps(run.id), basis)
     if st.toggle("Every step in order", key="every_step",
                  help="The agent's steps as they happened, unfolded (the thread folds them "
                       "under each email)"):

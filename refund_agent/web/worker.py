@@ -24,6 +24,7 @@ from ..desk.customer import converse
 from ..errors import RefundAgentError, RunNotReady
 from ..models import Approval, Escalation, Run, RunStatus
 from ..outside.mailin.intake import release_held
+from ..outside.mailin.loops import MailCap
 from ..streaming import Cancel, LiveEvent
 from .integrity import IntegrityWatch
 from .views import LiveSegment
@@ -118,7 +119,7 @@ class Worker:
         worked or waited on a person) and that can take them now; a receiver need not run."""
         if not self._running:   # shutting down: a later worker claims what is released
             return []
-        released = release_held(self.agent.store, log.info)
+        released = release_held(self.agent.store, log.info, MailCap.of(self.agent.settings))
         for run_id in released:
             self._launch(run_id, simulate=False)
         return released

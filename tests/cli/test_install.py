@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -88,21 +90,17 @@ def test_a_missing_shipped_shop_is_one_line_naming_the_way_out(elsewhere, tmp_pa
 def test_every_file_of_the_shipped_folders_is_in_the_package_data():
     """A file added to data/, .streamlit/ or tests/corpus/ that no package-data glob matches
     would be left out of the wheel, and only an installed desk would miss it."""
-    setuptools = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    setuptools = _setuptools_table()
     assert setuptools["package-dir"] == {"refund_agent.sample_shop": "data",
                                          "refund_agent.web.streamlit_config": ".streamlit",
                                          "refund_agent.evals.brain_corpus": "tests/corpus"}
-    for package, folder in setuptools["package-dir"].items():
-        assert package in setuptools["packages"]
-        globs = setuptools["package-data"][package]
-        tracked = subprocess.run(["git", "ls-files", folder], cwd=PROJECT_ROOT, text=True,
-                                 capture_output=True, check=True).stdout.split()
-        files = tracked or [str(p.relative_to(PROJECT_ROOT))
-                            for p in (PROJECT_ROOT / folder).iterdir()]  # no git (a tarball)
-        assert files
-        for name in files:
-            inside = Path(name).relative_to(folder).as_posix()   # globs are the package's
-            assert any(fnmatch.fnmatch(inside, g) for g in globs), (name, globs)
+    shipped = _shipped_files()
+    for folder in setuptools["package-dir"].values():
+        assert any(name.startswith(f"{folder}/") for _, name in shipped), folder
+    for package, name in shipped:
+        assert package in setuptools["packages"], (name, package)
+        globs = setuptools["package-data"].get(package, [])
+        assert any(fnmatch.fnmatch(Path(name).name, g) for g in globs), (name, package, globs)
 
 
 def test_a_dotenv_in_the_folder_you_run_in_is_read(elsewhere, monkeypatch):
@@ -164,3 +162,101 @@ def test_postgresql_without_its_extra_says_how_to_install_it(monkeypatch, tmp_pa
     monkeypatch.setattr(postgres, "psycopg", None)   # as without the [postgres] extra
     with pytest.raises(StoreError, match=r"psycopg is not installed.*refund-agent\[postgres\]"):
         Store("postgresql://desk@127.0.0.1:1/desk")
+
+
+# -- the wheel ------------------------------------------------------------------------------------
+
+
+def _setuptools_table() -> dict:
+    return tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def _shipped_files() -> list[tuple[str, str]]:
+    """Every tracked file of the folders package-dir ships, as (package, path in the checkout),
+    the package being the one its own folder is: tests/corpus/shop/x.json is in
+    refund_agent.evals.brain_corpus.shop."""
+    out = []
+    for package, folder in _setuptools_table()["package-dir"].items():
+        tracked = subprocess.run(["git", "ls-files", folder], cwd=PROJECT_ROOT, text=True,
+                                 capture_output=True, check=True).stdout.split()
+        for name in tracked or [str(p.relative_to(PROJECT_ROOT))       # no git (a tarball)
+                                for p in (PROJECT_ROOT / folder).rglob("*") if p.is_file()]:
+            inside = Path(name).relative_to(folder).parent.parts
+            out.append((".".join([package, *inside]), name))
+    return out
+
+
+def test_every_folder_that_ships_data_is_a_package_of_its_own():
+    """setuptools takes every folder under a package for a package: one it is not told about
+    (tests/corpus/shop/ was) still ships, with a 40-line "Package would be ignored" warning on
+    every install, `./dev web`'s and `./dev test`'s first run included."""
+    packages = set(_setuptools_table()["packages"])
+    missing = sorted({package for package, _ in _shipped_files()} - packages)
+    assert not missing, f"folders with data but not in [tool.setuptools] packages: {missing}"
+
+
+def _build_setuptools_ok() -> bool:
+    """Whether this interpreter's setuptools meets pyproject.toml's build requirement."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    need = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["build-system"]
+    floor = next(r.split(">=")[1] for r in need["requires"] if r.startswith("setuptools>="))
+    have = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
+    return have >= tuple(int(p) for p in floor.split("."))
+
+
+def _offline_build_options() -> tuple[list[str], dict[str, str]] | None:
+    """How pip builds the wheel here without the network, or None when it cannot: with this
+    environment's setuptools if it is new enough, else in pip's usual isolated environment
+    filled only from the local (file://) package indexes pip is configured with."""
+    if _build_setuptools_ok():
+        return ["--no-build-isolation"], {}
+    config = subprocess.run([sys.executable, "-m", "pip", "config", "list"], text=True,
+                            capture_output=True).stdout
+    indexes = list(dict.fromkeys(re.findall(r"file://[^\s']+", config)))
+    if not indexes:
+        return None
+    options = ["--index-url", indexes[0]]
+    for url in indexes[1:]:
+        options += ["--extra-index-url", url]
+    # No pip configuration at all: an index or find-links on the network it may name is not
+    # consulted, and PIP_* settings of the shell do not add one back.
+    return options, {"PIP_CONFIG_FILE": os.devnull}
+
+
+@pytest.mark.slow   # a real wheel build: about 3 s, longer with a fresh build environment
+def test_the_wheel_builds_without_warnings_and_carries_the_data(tmp_path):
+    how = _offline_build_options()
+    if how is None:
+        pytest.skip("no setuptools>=77 here and no local package index to build the wheel "
+                    "offline; .ci/run's plain `pip install .` builds it")
+    options, env_changes = how
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | env_changes
+    # From a copy of what the build reads, so that its build/ and egg-info land there and not
+    # in the checkout, where another build may be running.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (PROJECT_ROOT / name).exists():
+            shutil.copy(PROJECT_ROOT / name, source / name)
+    folders = {"refund_agent", "offline_model", *_setuptools_table()["package-dir"].values()}
+    for folder in folders:
+        shutil.copytree(PROJECT_ROOT / folder, source / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-v",
+         "--wheel-dir", str(wheels), *options, str(source)],
+        text=True, capture_output=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output[-3000:]
+    assert "Package would be ignored" not in output and "as data is deprecated" not in output, (
+        output[output.find("would be ignored") - 500:][:2000])
+    (wheel,) = wheels.glob("refund_agent-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for package, name in _shipped_files():
+        inside = f"{package.replace('.', '/')}/{Path(name).name}"
+        assert inside in names, f"{name} is not in the wheel as {inside}"

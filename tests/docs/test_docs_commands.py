@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import re
 import shlex
 import socket
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -37,6 +39,7 @@ CLI = re.compile(r"(?:\brefund-agent(?![\[\w-])|\./dev cli\b|python -m refund_ag
 OFFLINE = re.compile(r"python -m offline_model\b")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+)`")
+SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")   # a command substitution, not nested
 
 
 def _code(doc: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
@@ -109,13 +112,22 @@ def _parse(parser: argparse.ArgumentParser, words: list[str]) -> str:
     return ""
 
 
+def _unnested(line: str) -> list[str]:
+    """A line with each ``"$(...)"`` in it a word of its own (``SUBSTITUTED``), then the
+    commands those ran: ``show "$(./dev cli runs ...)"`` is two commands of ours."""
+    inner = SUBSTITUTION.findall(line)
+    outer = re.sub(r"\"?\$\([^()]*\)\"?", "SUBSTITUTED", line)
+    return [outer, *inner]
+
+
 def _cli_commands(kind: str) -> list[tuple[str, list[str]]]:
     out = []
     for doc in DOCS:
         shell, spans = _code(doc)
-        for number, line in shell if kind == "shell" else spans:
-            out += [(f"{doc}:{number}", words) for index, words in _commands(line, CLI)
-                    if index == 0 or words[0] in _subcommands(build_parser())]
+        for number, whole in shell if kind == "shell" else spans:
+            for line in _unnested(whole):
+                out += [(f"{doc}:{number}", words) for index, words in _commands(line, CLI)
+                        if index == 0 or words[0] in _subcommands(build_parser())]
     return out
 
 
@@ -236,3 +248,83 @@ def test_every_file_and_test_the_docs_name_exists():
         wrong += [f"{doc}: no test {name}" for name in TEST_SPAN.findall(text)
                   if name not in defined]
     assert not wrong, "\n".join(wrong)
+
+
+# -- README lines a person pastes ---------------------------------------------------------------
+
+# Words that join or end commands in a line of shell, as shlex splits them with punctuation.
+_JOINERS = {"|", "||", "&&", ";", "&", "(", ")"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _simple_commands(line: str) -> list[list[str]]:
+    """The simple commands of a line of shell, as bash would run them: split at pipes, ``&&``,
+    ``;`` and the like, with each ``$(...)`` inside a word a command of its own, and leading
+    ``NAME=value`` assignments dropped."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.commenters = "#"
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for token in lexer:
+        if token in _JOINERS:
+            commands.append([])
+            continue
+        for inner in SUBSTITUTION.findall(token):
+            commands += _simple_commands(inner)
+        if commands[-1] or not _ASSIGNMENT.match(token):
+            commands[-1].append(token)
+    return [words for words in commands if words]
+
+
+def _dev_subcommands() -> set[str]:
+    """The subcommands ``./dev`` runs: the labels of its second ``case`` (the dispatch)."""
+    labels = re.findall(r"^  ([\w|-]+)\)", (ROOT / "dev").read_text(), re.M)
+    return {name for label in labels for name in label.split("|")}
+
+
+def _runnable(word: str) -> bool:
+    """A command name bash finds: a file of the checkout, a builtin or a program on PATH (with
+    the project's .venv/bin first, where `./dev` puts refund-agent and python)."""
+    if "/" in word:
+        return (ROOT / word).is_file()
+    path = f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
+    found = subprocess.run(["bash", "-c", 'type -t -- "$1"', "bash", word], text=True,
+                           capture_output=True, env={**os.environ, "PATH": path})
+    return found.returncode == 0
+
+
+def _readme_shell_lines() -> list[tuple[int, str]]:
+    shell, _ = _code("README.md")
+    return [(number, line) for number, line in shell if line.split("#", 1)[0].strip()]
+
+
+def test_every_readme_shell_line_runs_as_pasted():
+    """Each line of a README ``bash`` block is valid bash on its own, every command it runs
+    exists, ``./dev X`` is a subcommand of ./dev and ``./dev cli X`` one of refund-agent's
+    (``./dev cli queue | runs`` pasted once ran ``runs`` as a program of its own)."""
+    top = _subcommands(build_parser())
+    dev = _dev_subcommands()
+    assert {"web", "test", "cli", "lab"} <= dev, dev
+    wrong = []
+    for number, line in _readme_shell_lines():
+        syntax = subprocess.run(["bash", "-n", "-c", line], text=True, capture_output=True)
+        if syntax.returncode:
+            wrong.append(f"README.md:{number}: not bash: {syntax.stderr.strip()}")
+            continue
+        for words in _simple_commands(line):
+            if not _runnable(words[0]):
+                wrong.append(f"README.md:{number}: no command {words[0]!r} ({line.strip()})")
+            elif words[0] == "./dev" and len(words) > 1 and words[1] not in dev:
+                wrong.append(f"README.md:{number}: ./dev has no {words[1]!r}")
+            elif words[:2] == ["./dev", "cli"] and len(words) > 2 and not (
+                    words[2] in top or words[2].startswith("-")):
+                wrong.append(f"README.md:{number}: refund-agent has no {words[2]!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_placeholder_in_a_readme_command_says_where_it_comes_from():
+    """A README line names no ``RUN_ID``-style placeholder a reader must replace: pasted, it
+    would run with the placeholder itself."""
+    wrong = [f"README.md:{number}: {line.strip()}" for number, line in _readme_shell_lines()
+             if re.search(r"\b[A-Z][A-Z0-9]*_(?:ID|NAME)\b", line.split("#", 1)[0])]
+    assert not wrong, "placeholders in lines a reader pastes:\n" + "\n".join(wrong)

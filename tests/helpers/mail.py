@@ -54,6 +54,30 @@ def mail(sender: str = f"Maya Chen <{MAYA}>", subject: str = "Cracked carafe",
     return message
 
 
+def nested(depth: int = 1000, sender: str = "leo.martins@example.com") -> bytes:
+    """A message of ``depth`` multiparts inside one another (the standard library's reader
+    recurses once per level)."""
+    head = (f"From: {sender}\r\nTo: {DESK}\r\nSubject: Deep\r\n"
+            "Message-ID: <deep@leo.example>\r\nMIME-Version: 1.0\r\n").encode()
+    opening = b"".join(b'Content-Type: multipart/mixed; boundary="b%d"\r\n\r\n--b%d\r\n'
+                       % (i, i) for i in range(depth))
+    closing = b"".join(b"\r\n--b%d--\r\n" % i for i in reversed(range(depth)))
+    return head + opening + b"Content-Type: text/plain\r\n\r\nhello" + closing
+
+
+# Messages that once stopped intake for good (issue #43): a From whose encoded display name
+# holds CR LF, multiparts nested a thousand deep, and a quoted-printable NUL in the body (which
+# PostgreSQL refuses in a text column). Each is followed, in the tests, by a good message.
+CRLF_FROM = (b"From: =?utf-8?q?Leo=0D=0ABcc:_x@y?= <leo@example.com>\r\n"
+             b"To: help@juniperpine.example\r\nSubject: Refund\r\n"
+             b"Message-ID: <crlf@leo.example>\r\n\r\nMy order A1043 broke.\r\n")
+NUL_BODY = (b"From: Leo Martins <leo.martins@example.com>\r\nTo: help@juniperpine.example\r\n"
+            b"Subject: Broken lamp\r\nMessage-ID: <nul@leo.example>\r\nMIME-Version: 1.0\r\n"
+            b"Content-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Transfer-Encoding: quoted-printable\r\n\r\n"
+            b"My order A1058 =00arrived broken.\r\n")
+
+
 def answer(to: EmailMessage, body: str, message_id: str, sender: str = f"Maya Chen <{MAYA}>"
            ) -> EmailMessage:
     """The customer's answer to ``to`` (a message the desk sent), threaded as a mail client
@@ -228,16 +252,24 @@ service anvil {{
         finally:
             conn.logout()
 
-    def append(self, message: EmailMessage) -> None:
-        """Put ``message`` in the inbox, unseen, as delivery would."""
+    def append(self, message: EmailMessage | bytes) -> None:
+        """Put ``message`` (or raw bytes) in the inbox, unseen, as delivery would."""
+        raw = message if isinstance(message, bytes) else message.as_bytes()
         with self.client() as conn:
-            typ, data = conn.append("INBOX", None, None, message.as_bytes())
+            typ, data = conn.append("INBOX", None, None, raw)
             assert typ == "OK", data
 
     def unseen(self) -> int:
         with self.client() as conn:
             typ, data = conn.uid("SEARCH", None, "UNSEEN")
             return len((data[0] or b"").split())
+
+    def unsee(self) -> None:
+        """Clear every message's \\Seen flag, as a mail client's "mark as unread" does."""
+        with self.client() as conn:
+            _typ, data = conn.uid("SEARCH", None, "ALL")
+            for uid in (data[0] or b"").split():
+                conn.uid("STORE", uid.decode(), "-FLAGS", "(\\Seen)")
 
     def clear(self) -> None:
         """Delete every message in the inbox."""

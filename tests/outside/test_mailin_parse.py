@@ -12,13 +12,13 @@ from helpers.cli import run_forked as run_cli
 from helpers.mail import MAYA, mail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from refund_agent.store.mail import MailThread
 
 from refund_agent.desk.records import DeskStore
 from refund_agent.outside.mailin.decide import decide
 from refund_agent.outside.mailin.imap import mailbox_from_url
 from refund_agent.outside.mailin.intake import take
 from refund_agent.outside.mailin.parse import html_text, read_mail, reply_subject, strip_quoted
-from refund_agent.store.mail import MailThread
 
 
 def raw(message: EmailMessage) -> bytes:
@@ -104,9 +104,7 @@ def test_robots_are_told_apart_from_people():
               mail(X_Auto_Response_Suppress="All")]
     robots = {
         "auto": [mail(Auto_Submitted="auto-replied"), mail(Precedence="bulk"),
-                 mail(Precedence="junk"), mail(Precedence="list"),
-                 mail(subject="Out of Office: Cracked carafe"),
-                 mail(subject="Automatic reply: your request"), mail(X_Autoreply="yes")],
+                 mail(Precedence="junk"), mail(Precedence="list"), mail(X_Autoreply="yes")],
         "bounce": [mail(sender="MAILER-DAEMON@mx.example.com", subject="Undelivered Mail")],
     }
     report = EmailMessage()
@@ -121,6 +119,11 @@ def test_robots_are_told_apart_from_people():
         for message in messages:
             read = read_mail(raw(message))
             assert read.robot == kind and read.robot_why, message
+    # A subject is only a guess (issue #43): noted, and trusted on the desk's threads alone.
+    for subject in ("Out of Office: Cracked carafe", "Automatic reply: your request"):
+        read = read_mail(raw(mail(subject=subject)))
+        assert read.robot is None and read.subject_robot
+        assert decide(read, THREAD)[0] == "auto" and decide(read, None)[0] == "ticket"
 
 
 def test_a_message_without_an_id_gets_the_same_one_on_every_delivery():

@@ -19,6 +19,8 @@ BAD = {
     "REFUND_AGENT_TIMEOUT": ["0", "-1", "nan", "inf", "100000"],
     "REFUND_AGENT_MAX_RETRIES": ["-1", "2.5", "nan", "inf", "21"],
     "REFUND_AGENT_OFFLINE_LATENCY": ["-0.1", "nan", "inf", "61"],
+    "REFUND_AGENT_MAIL_CAP": ["0", "-1", "2.5", "nan", "inf", "101"],
+    "REFUND_AGENT_MAIL_CAP_SECONDS": ["0", "59", "nan", "inf", "604801"],
 }
 GOOD = {
     "REFUND_AGENT_APPROVAL_DAYS": [("7", 7.0), ("0.5", 0.5), (str(1 / 86400), 1 / 86400),
@@ -27,11 +29,14 @@ GOOD = {
     "REFUND_AGENT_TIMEOUT": [("1", 1.0), ("900", 900.0)],
     "REFUND_AGENT_MAX_RETRIES": [("0", 0), ("5", 5), ("20", 20), ("3.0", 3)],
     "REFUND_AGENT_OFFLINE_LATENCY": [("0", 0.0), ("1.5", 1.5), ("60", 60.0)],
+    "REFUND_AGENT_MAIL_CAP": [("1", 1), ("5", 5), ("100", 100)],
+    "REFUND_AGENT_MAIL_CAP_SECONDS": [("60", 60.0), ("3600", 3600.0), ("604800", 604800.0)],
 }
 FIELDS = {"REFUND_AGENT_APPROVAL_DAYS": "approval_days",
           "REFUND_AGENT_LEASE_SECONDS": "lease_seconds", "REFUND_AGENT_TIMEOUT": "timeout",
           "REFUND_AGENT_MAX_RETRIES": "max_retries",
-          "REFUND_AGENT_OFFLINE_LATENCY": "offline_latency"}
+          "REFUND_AGENT_OFFLINE_LATENCY": "offline_latency",
+          "REFUND_AGENT_MAIL_CAP": "mail_cap", "REFUND_AGENT_MAIL_CAP_SECONDS": "mail_cap_seconds"}
 
 
 def test_every_numeric_setting_has_a_range_and_cases():
@@ -58,7 +63,8 @@ def test_a_value_in_range_is_taken(monkeypatch, name, raw, value):
 @pytest.mark.parametrize(("field", "value"), [("lease_seconds", 0), ("approval_days", -1),
                                               ("approval_days", float("nan")),
                                               ("timeout", float("inf")),
-                                              ("offline_latency", -1), ("max_retries", -1)])
+                                              ("offline_latency", -1), ("max_retries", -1),
+                                              ("mail_cap", 0), ("mail_cap_seconds", 0)])
 def test_settings_made_in_code_cannot_break_the_loops(field, value):
     with pytest.raises(ConfigError, match=f"Settings.{field} must be"):
         Settings(**{field: value})

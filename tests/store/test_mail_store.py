@@ -9,16 +9,16 @@ import uuid
 
 from helpers.mail import mail
 
+from refund_agent.desk.records import DeskStore
 from refund_agent.models import RunStatus
 from refund_agent.outside.mailin.intake import take
-from refund_agent.store import Store
 
 
-def open_store(tmp_path, backend) -> Store:
+def open_store(tmp_path, backend) -> DeskStore:
     out = tmp_path / "out"
     out.mkdir()
     backend.prepare(out)
-    return Store(backend.url(out) if backend.postgres else out / "refund-agent.sqlite3")
+    return DeskStore(backend.url(out) if backend.postgres else out / "refund-agent.sqlite3")
 
 
 def test_racing_deliveries_of_one_message_make_one_ticket(tmp_path, backend):

@@ -13,7 +13,8 @@ and calls, approvals, replies, the audit chain, the ledger) with what only the d
 - ``owners.py``: who has a ticket, who is away and who stands in; ``timeouts.py``: the
   timeout policy applied; ``accounts.py``: the desk's accounts and failed sign-ins;
 - ``provider.py``: what the payment provider reports later about the desk's refunds (Stripe's
-  webhooks) and refunds whose answer never came.
+  webhooks) and refunds whose answer never came;
+- ``mail.py``: :class:`Mail`, customers' mail in and the desk's mail out, once per Message-ID.
 
 ``DeskStore(target)`` opens the engine ``target`` names, as ``Store(target)`` does: an
 instance is a :class:`DeskSQLiteStore` or a :class:`DeskPostgresStore`, and so still an
@@ -21,8 +22,7 @@ instance is a :class:`DeskSQLiteStore` or a :class:`DeskPostgresStore`, and so s
 The desk's mixins come first and fill the hooks the loop's store leaves empty
 (``StoreCore._before_commit``, ``_output_kept``, ``_released_run``); they override nothing an
 engine defines. SQL stays here and in ``refund_agent/store``. The desk's tables are still
-made by the store's one numbered schema (``store/schema_*.py``); the mail queue (``Mail``) is
-still the loop's store's.
+made by the store's one numbered schema (``store/schema_*.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from .accounts import Accounts
 from .approvals import DeskApprovals
 from .escalations import DeskInbox, DeskRecords
 from .inbox import DESK_COLUMNS, desk_of, refresh_stale_desk
+from .mail import Mail
 from .owners import Owners
 from .provider import ProviderEvents
 from .timeouts import Timeouts
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 
 class DeskStore(DeskApprovals, DeskRecords, DeskInbox, Owners, Timeouts, Accounts,
-                ProviderEvents, Store):
+                ProviderEvents, Mail, Store):
     """The loop's store with the desk's records, on the engine ``target`` names (SQLite file
     or ``postgresql://`` URL); ``open_desk_store(settings)`` does the same from the settings.
     """

@@ -15,6 +15,7 @@ from ...models import HANDOFF, Escalation, InboxRow, Run
 from ...store.core import StoreCore, no_limit
 from ...store.leases import Lease
 from ...store.search import page_query, search_words
+from ..identity import Actor
 from ..rules import SignOff
 from ..status import DeskStatus, customer_name
 from .owners import owner_condition
@@ -70,8 +71,8 @@ class DeskRecords(StoreCore):
             if kind != "escalation":
                 continue
             if raise_escalation(db, data["key"], run_id, data["kind"], data["reason"],
-                                "agent")[1]:
-                self._audit(db, "escalated", "agent", run_id=run_id,
+                                Actor.AGENT)[1]:
+                self._audit(db, "escalated", Actor.AGENT, run_id=run_id,
                             note=f"{data['kind']}: {data['reason']}")
 
     def escalate_run(self, lease: Lease, kind: str, reason: str) -> bool:
@@ -81,9 +82,9 @@ class DeskRecords(StoreCore):
         with self._tx() as db:
             self._fence(db, lease)
             raised = raise_escalation(db, f"{lease.run_id}/{kind}", lease.run_id, kind, reason,
-                                      "agent")
+                                      Actor.AGENT)
             if raised:
-                self._audit(db, "escalated", "agent", run_id=lease.run_id,
+                self._audit(db, "escalated", Actor.AGENT, run_id=lease.run_id,
                             note=f"{kind}: {reason}")
         return raised
 

@@ -10,6 +10,7 @@ from typing import Any
 from ...models import PROVIDER_FAILED, Approval, RunStatus
 from ...store.core import StoreCore
 from ...store.leases import Lease
+from ..identity import Actor
 from .escalations import raise_escalation
 
 
@@ -63,7 +64,7 @@ class ProviderEvents(StoreCore):
         sees that money may have moved before the run is resumed and settles it."""
         with self._tx() as db:
             self._fence(db, lease)
-            self._audit(db, "uncertain", "payments", run_id=lease.run_id,
+            self._audit(db, "uncertain", Actor.PAYMENTS, run_id=lease.run_id,
                         approval_id=approval.id, order_id=approval.order_id,
                         amount=approval.amount, note=note)
 

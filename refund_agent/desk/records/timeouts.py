@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from ...store.core import StoreCore
+from ..identity import Actor
 from ..owners import for_whom, stand_in
 from ..timeouts import ESCALATE, TIMEOUT, TimeoutPolicy, step_note
 from .escalations import raise_escalation
@@ -64,8 +65,8 @@ class Timeouts(StoreCore):
             note = step_note(step, waited, for_whom(owner, stand_in(owner, away)) or None)
             if step == ESCALATE:
                 raise_escalation(db, f"timeout:{approval_id}", run_id, TIMEOUT,
-                                 f"A refund has been {note}.", "timeouts", approval_id)
-            self._audit(db, EVENTS[step], "timeouts", run_id=run_id, approval_id=approval_id,
+                                 f"A refund has been {note}.", Actor.TIMEOUTS, approval_id)
+            self._audit(db, EVENTS[step], Actor.TIMEOUTS, run_id=run_id, approval_id=approval_id,
                         order_id=approval["order_id"], amount=approval["amount_cents"] / 100,
                         note=note)
             self._step(db, run_id, "timeout", {"step": step, "approval_id": approval_id,

@@ -2,9 +2,9 @@
 imaplib), each handing every message to :func:`intake.take`, which makes it a ticket, a reply
 on its thread, or a recorded robot's message, once per Message-ID.
 
-parse.py reads a raw message (pure); decide.py says what it becomes (pure); the store keeps
-it (store/mail.py). ``refund-agent receive`` (cli/mail.py) runs either. docs/DESK.md says how
-a team points its mail at the desk.
+parse.py reads a raw message (pure); decide.py says what it becomes (pure); rows.py is what
+the store keeps of it (the desk's records keep it: desk/records/mail.py). ``refund-agent
+receive`` (cli/mail.py) runs either. docs/DESK.md says how a team points its mail at the desk.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigError
-from ...store.mail import MailRow
+from .rows import MailRow
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,12 @@ list mail). :func:`read_mail` turns one raw message into an :class:`Inbound`: th
 may read (HTML turned into text, quoted lines left out, attachments named and never read), the
 ids that place it in a thread, and, for mail a robot sent, why it is one. The raw bytes are
 kept beside it, unchanged, for the store.
+
+The sender is the address mail clients and DMARC read in the From header (RFC 5322, as
+email.headerregistry parses it), never a display name: a From that does not name one mailbox
+plainly is refused, and a display name that shows another address is flagged
+(:func:`read_sender`). A message the standard library cannot read at all becomes an
+:func:`unreadable_mail`, so it is recorded and never stops the mail behind it.
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import EmailMessage
 from email.policy import default as default_policy
-from email.utils import getaddresses
 from html.parser import HTMLParser
 
-from ...intake import MAX_EMAIL_CHARS
+from ...intake import MAX_EMAIL_CHARS, same_address
 
-# A Message-ID as it appears in Message-ID, In-Reply-To and References: "<left@right>".
-_MSG_ID = re.compile(r"<[^<>\s]+>")
-# Subjects that out-of-office and other automatic answers use (the header checks come first;
-# many such answers carry no header at all).
+# A Message-ID as it appears in Message-ID, In-Reply-To and References: "<left@right>", with no
+# control characters (a NUL in an id would be refused by PostgreSQL's text columns).
+_MSG_ID = re.compile(r"<[^<>\s\x00-\x1f\x7f]+>")
+# Subjects that out-of-office and other automatic answers use. A subject is only a guess, so
+# it is applied to replies on the desk's own threads (decide.py): a customer's first message
+# "Out of office chair arrived cracked" is a ticket. Headers are what show a robot.
 # Only the robots' own phrasings: a customer's "Undelivered order" or "Absence of a refund"
 # must still reach the desk.
 _AUTO_SUBJECT = re.compile(
@@ -38,6 +45,13 @@ _ROBOT_SENDER = re.compile(r"^(mailer-daemon|postmaster)@", re.IGNORECASE)
 _QUOTE_HEAD = re.compile(r"^\s*On\b.{0,300}\bwrote:\s*$", re.IGNORECASE | re.DOTALL)
 _OUTLOOK_HEAD = re.compile(r"^\s*-{2,}\s*Original Message\s*-{2,}\s*$", re.IGNORECASE)
 _NO_TEXT = "(The email has no text of its own.)"
+# The most multipart containers a message may hold. The standard library's reader recurses
+# once per nested multipart and checks every line against every open boundary, so a message of
+# a thousand nested parts costs seconds and ends in RecursionError; real mail holds a few.
+MAX_MULTIPARTS = 100
+_MULTIPART = re.compile(rb"(?i)multipart/")
+# Something in a display name that reads as an address ("maya@example.com", "Maya (maya@x.y)").
+_ADDRESS_LIKE = re.compile(r"[^\s<>()\[\]\"',;:@]+@[^\s<>()\[\]\"',;:@]+")
 
 
 @dataclass(frozen=True)
@@ -45,8 +59,12 @@ class Inbound:
     """One received email as the desk reads it.
 
     ``robot`` is ``"bounce"`` or ``"auto"`` for mail no person wrote (never fed to the agent),
-    with ``robot_why`` saying which header or subject showed it; None for a person's mail.
-    ``text`` is what the model may read; ``raw`` the message exactly as it arrived.
+    with ``robot_why`` saying which header showed it; None for a person's mail.
+    ``subject_robot`` says why the subject looks automatic (decide.py trusts it only for a
+    reply on the desk's own thread). ``sender_refused`` says why the From names no one sender
+    plainly, ``sender_flagged`` why its display name may mislead a reader; ``unreadable`` why
+    the message could not be read at all. ``text`` is what the model may read; ``raw`` the
+    message exactly as it arrived.
     """
 
     message_id: str
@@ -59,6 +77,10 @@ class Inbound:
     attachments: tuple[str, ...] = ()
     robot: str | None = None
     robot_why: str = ""
+    subject_robot: str = ""
+    sender_refused: str = ""
+    sender_flagged: str = ""
+    unreadable: str = ""
     raw: bytes = field(default=b"", repr=False)
 
     @property
@@ -152,12 +174,12 @@ def strip_quoted(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
 
 
-def robot_reason(message: EmailMessage) -> tuple[str, str] | None:
+def robot_reason(message: EmailMessage, sender: str = "") -> tuple[str, str] | None:
     """("bounce" | "auto", why) for mail no person wrote, else None.
 
-    Headers first (RFC 3834's Auto-Submitted, Precedence, a delivery-status report, the
-    auto-responders' own X- headers), then the sender and the subject, since many
-    out-of-office answers carry no header at all.
+    Only what the message's headers and structure say (RFC 3834's Auto-Submitted, Precedence,
+    a delivery-status report, the auto-responders' own X- headers, list headers, a null or
+    daemon ``sender``): a subject is a guess, left to :func:`subject_robot`.
     """
     if message.get_content_type() == "multipart/report":
         report = message.get_param("report-type", "") or ""
@@ -179,25 +201,66 @@ def robot_reason(message: EmailMessage) -> tuple[str, str] | None:
             return "auto", f"{header}: {value}"
     if message.get("List-Id") or message.get("List-Unsubscribe"):
         return "auto", "it is list mail (List-Id / List-Unsubscribe)"
-    sender = _address(message.get("From"))[0]
-    if _ROBOT_SENDER.match(sender) or message.get("Return-Path", "").strip() == "<>":
+    if _ROBOT_SENDER.match(sender) or str(message.get("Return-Path", "")).strip() == "<>":
         return "bounce", f"sent by {sender or 'the mail system'} (a null or daemon sender)"
-    subject = one_line_text(message.get("Subject"))
-    if _AUTO_SUBJECT.match(subject):
-        return "auto", f"an automatic answer's subject ({subject!r})"
     return None
 
 
-def _address(value: str | None) -> tuple[str, str]:
-    """(address, display name) of the first mailbox in a From header; ("", "") if none."""
-    try:
-        found = getaddresses([str(value or "")])
-    except (TypeError, ValueError, IndexError):
-        return "", ""
-    for name, address in found:
-        if address:
-            return address.strip(), one_line_text(name)
-    return "", ""
+def subject_robot(subject: str) -> str:
+    """Why ``subject`` reads as an automatic answer's ("" if it does not): a guess, for
+    replies on the desk's own threads only."""
+    subject = one_line_text(subject)
+    return f"an automatic answer's subject ({subject!r})" if _AUTO_SUBJECT.match(subject) else ""
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who a message is from, as mail clients and DMARC read its From header.
+
+    ``refused`` says why no one sender can be named (``address`` is then empty);
+    ``flagged`` why the display name may mislead a reader (``name`` is then empty, so nothing
+    shows it as the customer's name).
+    """
+
+    address: str
+    name: str
+    refused: str = ""
+    flagged: str = ""
+
+
+def read_sender(message: EmailMessage) -> Sender:
+    """The sender of ``message``: the one mailbox its one From header names.
+
+    Python's parser and a mail client can read a malformed From differently (``maya@x.y
+    <evil@x.test>`` is Maya to one and evil to the other), so a From with parse defects, with
+    several mailboxes, or given twice is refused rather than guessed. A display name that
+    shows an address other than the real one is flagged: a person reading the ticket would
+    take it for that address.
+    """
+    headers = message.get_all("From") or []
+    if not headers:
+        return Sender("", "")
+    shown = one_line_text(str(headers[0]))[:200]
+    if len(headers) > 1:
+        return Sender("", "", refused=f"it has {len(headers)} From headers, and mail clients "
+                                      "and DMARC need not read the same one")
+    defects = getattr(headers[0], "defects", ())
+    mailboxes = getattr(headers[0], "addresses", ())
+    if defects:
+        return Sender("", "", refused=f"its From header ({shown!r}) is malformed "
+                                      f"({one_line_text(str(defects[0]))}), so mail clients "
+                                      "may read another sender in it")
+    if len(mailboxes) != 1:
+        return Sender("", "", refused=f"its From header ({shown!r}) names {len(mailboxes)} "
+                                      "mailboxes, not one")
+    address = mailboxes[0].addr_spec.strip()
+    name = one_line_text(mailboxes[0].display_name)
+    others = [a for a in _ADDRESS_LIKE.findall(name)
+              if a.casefold() != address.casefold() and not same_address(a, address)]
+    if others:
+        return Sender(address, "", flagged=f"its display name {name!r} shows the address "
+                                           f"{others[0]}, but it comes from {address}")
+    return Sender(address, name)
 
 
 def _decoded(part: EmailMessage) -> str:
@@ -238,26 +301,50 @@ def fallback_id(raw: bytes) -> str:
     return f"<sha256-{hashlib.sha256(raw).hexdigest()[:32]}@refund-agent.no-message-id>"
 
 
+def unreadable_id(raw: bytes) -> str:
+    """The key of a message that cannot be read: the same for every delivery of its bytes,
+    and never a real message's id (``.invalid`` is reserved, RFC 2606)."""
+    return f"<sha256-{hashlib.sha256(raw).hexdigest()[:32]}@unreadable.invalid>"
+
+
+def unreadable_mail(raw: bytes, error: BaseException) -> Inbound:
+    """A message :func:`read_mail` failed on (``error``), as intake records it: its bytes
+    and why, nothing read from it."""
+    why = one_line_text(f"{type(error).__name__}: {error}")[:300]
+    return Inbound(message_id=unreadable_id(raw), sender="", sender_name="", subject="",
+                   text="", unreadable=f"it cannot be read ({why})", raw=raw)
+
+
 def read_mail(raw: bytes) -> Inbound:
-    """One raw message (RFC 5322 bytes, as an MTA or IMAP hands it over), read."""
+    """One raw message (RFC 5322 bytes, as an MTA or IMAP hands it over), read.
+
+    Raises whatever the standard library raises on a message it cannot read (a header it
+    refuses, parts nested past the recursion limit); intake records those with
+    :func:`unreadable_mail`.
+    """
+    if (parts := len(_MULTIPART.findall(raw))) > MAX_MULTIPARTS:
+        raise ValueError(f"it names {parts} multipart containers; the desk reads at most "
+                         f"{MAX_MULTIPARTS}")
     message = message_from_bytes(raw, policy=default_policy)
     assert isinstance(message, EmailMessage)
     ids = message_ids(str(message.get("Message-ID") or ""))
-    sender, name = _address(message.get("From"))
+    sender = read_sender(message)
     text, attachments = body_and_attachments(message)
     own = strip_quoted(text) or _NO_TEXT
     if len(own) > MAX_EMAIL_CHARS:
         cut = len(own) - MAX_EMAIL_CHARS + 200
         own = (own[: MAX_EMAIL_CHARS - 200].rstrip()
                + f"\n\n[... {cut:,} more characters; the whole message is stored]")
-    robot = robot_reason(message)
+    robot = robot_reason(message, sender.address)
+    subject = one_line_text(message.get("Subject"))
     return Inbound(
-        message_id=ids[0] if ids else fallback_id(raw), sender=sender, sender_name=name,
-        subject=one_line_text(message.get("Subject")), text=own,
+        message_id=ids[0] if ids else fallback_id(raw), sender=sender.address,
+        sender_name=sender.name, subject=subject, text=own,
         in_reply_to=message_ids(str(message.get("In-Reply-To") or "")),
         references=message_ids(str(message.get("References") or "")),
         attachments=attachments, robot=robot[0] if robot else None,
-        robot_why=robot[1] if robot else "", raw=raw)
+        robot_why=robot[1] if robot else "", subject_robot=subject_robot(subject),
+        sender_refused=sender.refused, sender_flagged=sender.flagged, raw=raw)
 
 
 def reply_subject(subject: str) -> str:

@@ -1,4 +1,5 @@
-"""Shared display helpers: money, times, Markdown escaping, short text and refund lines.
+"""Shared display helpers: money, model costs, times, Markdown escaping, short text and refund
+lines.
 
 Every page area uses these; like the rest of ``views`` they import no Streamlit.
 """
@@ -10,7 +11,12 @@ import string
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from ...providers.table import PROFILES
+
+if TYPE_CHECKING:
+    from ...config import Settings
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's
 # Markdown also gives meaning to "$" (math) and ":" (emoji and colour directives), so customer
@@ -39,6 +45,37 @@ def md(text: str) -> str:
 def money(amount: float | None) -> str:
     """Dollars with two decimals (``$48.00``); empty for None."""
     return "" if amount is None else f"${amount:,.2f}"
+
+
+# What a model cost figure is, said next to it wherever it shows (page and terminal): what the
+# provider reported (xAI), an estimate from providers/table.py's prices (a provider that
+# reports none, OpenAI), or the offline stand-in's figure, priced like Grok but costing
+# nothing (as `refund-agent doctor` says).
+CostBasis = Literal["reported", "estimate", "stand-in"]
+REPORTED: CostBasis = "reported"
+ESTIMATE: CostBasis = "estimate"
+STAND_IN: CostBasis = "stand-in"
+_COST_LABELS: dict[str, str] = {REPORTED: "", ESTIMATE: " (estimate)",
+                                STAND_IN: " (simulated; the stand-in costs nothing)"}
+
+
+def cost_basis(settings: Settings) -> CostBasis:
+    """What the cost figures of runs made with ``settings`` are."""
+    if settings.offline:
+        return STAND_IN
+    profile = PROFILES.get(settings.provider)
+    return REPORTED if profile is None or profile.reports_cost else ESTIMATE
+
+
+def cost_note(basis: CostBasis) -> str:
+    """What a column of costs is, for under a table (empty: what the provider reported)."""
+    return {ESTIMATE: "estimated from the price table (the provider reports no cost)",
+            STAND_IN: _COST_LABELS[STAND_IN].strip(" ()")}.get(basis, "")
+
+
+def cost_text(usd: float, basis: CostBasis = REPORTED) -> str:
+    """A model cost as it shows: ``$0.0117``, with ``(estimate)`` or the stand-in's label."""
+    return f"${usd:.4f}{_COST_LABELS[basis]}"
 
 
 def ago(ts: float, now: float | None = None) -> str:

@@ -11,18 +11,29 @@ from ...desk.owners import owner_text
 from ...models import KIND_LABELS, ApprovalStatus, Run, Step, StepKind
 from ...outside import RESENT_EMAIL
 from ...text import parse_bounded, sender_line, size_text, transcript_text
-from .format import line_text, md, money, shorten
+from .format import (
+    ESTIMATE,
+    REPORTED,
+    STAND_IN,
+    CostBasis,
+    cost_text,
+    line_text,
+    md,
+    money,
+    shorten,
+)
 from .status import DECISIONS, DecisionView
 
 
-def cost_line(run: Run) -> str:
-    """Requests, cost, cache use and the transcript kept for a run, in one line."""
+def cost_line(run: Run, basis: CostBasis = REPORTED) -> str:
+    """Requests, cost (labelled by its ``basis``), cache use and the transcript kept for a
+    run, in one line."""
     requests = f"{run.requests} model request{'s' if run.requests != 1 else ''}"
     cached = (f" · {run.cached_tokens:,} of {run.input_tokens:,} input tokens cached"
               if run.input_tokens else "")
     kept = (f" · {transcript_text(run.transcript_items, run.transcript_bytes)}"
             if run.transcript_items else "")
-    return f"{requests} · ${run.cost_usd:.4f}{cached}{kept}"
+    return f"{requests} · {cost_text(run.cost_usd, basis)}{cached}{kept}"
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ def _declined_text(declined: Iterable[Any]) -> str:
     return ", ".join(names)
 
 
-def _response_title(data: dict[str, Any], turn: int) -> str:
+def _response_title(data: dict[str, Any], turn: int, basis: CostBasis) -> str:
     parts = [f"Model request {turn}"]
     if data.get("seconds") is not None:
         parts.append(f"{data['seconds']:.1f} s")
@@ -129,9 +140,11 @@ def _response_title(data: dict[str, Any], turn: int) -> str:
         parts.append(f"{data.get('input_tokens', 0):,} in ({data.get('cached_tokens', 0):,} "
                      f"cached) / {data.get('output_tokens', 0):,} out tokens")
     if data.get("cost_ticks") is not None:
-        # OpenAI reports no cost: the figure is estimated from providers/table.py's price table.
-        estimate = " (estimate)" if data.get("cost_estimated") else ""
-        parts.append(f"${data['cost_ticks'] / 1e10:.4f}{estimate}")
+        # OpenAI reports no cost: the figure is estimated from providers/table.py's price table
+        # (the step says so); the stand-in's figure is simulated whatever the step says.
+        if basis != STAND_IN and data.get("cost_estimated"):
+            basis = ESTIMATE
+        parts.append(cost_text(data["cost_ticks"] / 1e10, basis))
     return " · ".join(parts)
 
 
@@ -143,6 +156,7 @@ class _Timeline:
     open_calls: dict[str, int] = field(default_factory=dict)  # call id -> its block, pairable
     all_calls: dict[str, int] = field(default_factory=dict)   # call id -> its block
     turn: int = 0
+    basis: CostBasis = REPORTED   # what the responses' cost figures are
 
     def add(self, block: Block) -> None:
         self.blocks.append(block)
@@ -173,7 +187,7 @@ def _result_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None
 
 def _response_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
     t.turn += 1
-    t.add(Block("response", _response_title(d, t.turn), **base))
+    t.add(Block("response", _response_title(d, t.turn, t.basis), **base))
 
 
 def _approval_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None:
@@ -232,7 +246,7 @@ def _refund_block(t: _Timeline, d: dict[str, Any], base: dict[str, Any]) -> None
 
 
 def mail_lines(d: dict[str, Any]) -> tuple[str, ...]:
-    """What a mailed email or reply's step adds (store/mail.py): why it was flagged, and the
+    """What a mailed email or reply's step adds (desk/records/mail.py): why it was flagged, and the
     attachments it came with, named only (the agent never reads them)."""
     rows = []
     if d.get("flagged"):
@@ -294,14 +308,15 @@ STEP_BLOCKS: dict[StepKind, _Builder] = {
 }
 
 
-def timeline(steps: Iterable[Step]) -> list[Block]:
-    """Turn a run's committed steps into display blocks, oldest first.
+def timeline(steps: Iterable[Step], basis: CostBasis = REPORTED) -> list[Block]:
+    """Turn a run's committed steps into display blocks, oldest first (``basis``: what the
+    model requests' cost figures are, see format.cost_basis).
 
     A tool call and its result become one block when nothing but the response summary came
     between them (a lookup). A refund call's result arrives after the approval, the decision
     and perhaps a restart, so it gets its own block where it happened.
     """
-    t = _Timeline()
+    t = _Timeline(basis=basis)
     for step in steps:
         if step.kind not in (StepKind.RESPONSE, StepKind.RESULT, StepKind.TEXT):
             t.open_calls.clear()   # a turn's commentary sits beside its call

@@ -1,10 +1,11 @@
-"""Mail in and out: one row per Message-ID (unique), so a message is taken once however often
-it is delivered, and the ids that tie a customer's reply to its ticket's thread.
+"""The desk's mail in and out: one row per Message-ID (unique), so a message is taken once
+however often it is delivered, and the ids that tie a customer's reply to its ticket's thread.
 
 What to do with a message is decided by a pure function the caller passes in
 (outside/mailin/decide.py); here it is carried out, with the message's row, in one transaction:
 a new ticket, a reply added to its run, a reply held until its run can take it, or a robot's
-mail recorded and audited with no run.
+mail recorded and audited with no run. The rows' types and the redelivery rule are
+outside/mailin/rows.py.
 """
 
 from __future__ import annotations
@@ -12,68 +13,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
-from ..models import RunStatus
-from .core import StoreCore
-from .leases import Lease
-
-# The kinds of a row: what the desk did with a message it received, or "sent" for its own.
-TAKEN_IN = ("ticket", "flagged", "reply")   # mail a run read (its thread's "in" messages)
-
-
-@dataclass(frozen=True)
-class MailThread:
-    """The run a message's In-Reply-To/References name, as intake decides on it."""
-
-    run_id: str
-    sender: str
-    takes_reply: bool   # finished or asking, and nobody is advancing it
-
-
-@dataclass(frozen=True)
-class MailIn:
-    """A received message as the store keeps it (outside/mailin/parse.py reads it)."""
-
-    message_id: str
-    sender: str
-    sender_name: str
-    subject: str
-    text: str
-    thread_ids: Sequence[str]
-    in_reply_to: str | None
-    references: Sequence[str]
-    attachments: Sequence[str]
-    raw: bytes
-
-
-@dataclass(frozen=True)
-class MailRow:
-    """One message's row: ``new`` is False when it had been taken before (a redelivery)."""
-
-    id: int
-    message_id: str
-    run_id: str | None
-    direction: str
-    kind: str
-    sender: str
-    subject: str
-    note: str
-    attachments: tuple[str, ...]
-    at: float
-    new: bool = True
-
-    @classmethod
-    def of(cls, row: Any, new: bool = True) -> MailRow:
-        return cls(id=row["id"], message_id=row["message_id"], run_id=row["run_id"],
-                   direction=row["direction"], kind=row["kind"], sender=row["sender"] or "",
-                   subject=row["subject"] or "", note=row["note"] or "",
-                   attachments=tuple(json.loads(row["attachments"] or "[]")), at=row["at"],
-                   new=new)
-
-
-Decide = Callable[[MailThread | None], tuple[str, str]]
+from ...config import MAIL_CAP_MOST
+from ...intake import same_address
+from ...models import MAIL_LOOP, RunStatus
+from ...outside.mailin.rows import (
+    TAKEN_IN,
+    Answered,
+    Decide,
+    MailIn,
+    MailRow,
+    MailThread,
+    redelivery,
+    reused_id,
+    reused_kind,
+)
+from ...store.core import StoreCore
+from ...store.leases import Lease
+from .escalations import raise_escalation
 
 
 class Mail(StoreCore):
@@ -83,11 +42,14 @@ class Mail(StoreCore):
         """Take one received message, once: boundary 1 for mail (its run, or its reply, exists
         with its row before anything reads it).
 
-        ``decide(thread)`` says what the message is, from the run its ids name (None: no known
-        thread): "ticket" or "flagged" (a new run), "reply" (added to ``thread``'s run),
-        "held" (that run cannot take a reply yet), "auto", "bounce" or "refused" (no run).
-        A message whose Message-ID was taken before is not looked at again: its first row
-        comes back with ``new`` False.
+        ``decide(thread, answered)`` says what the message is, from the run its ids name
+        (None: no known thread) and the desk's recent answers: "ticket" or "flagged" (a new
+        run), "reply" (added to ``thread``'s run), "held" (that run cannot take a reply yet),
+        "auto", "bounce" or "refused" (no run), or "looped" (answering would pass the cap on
+        automatic answers: kept on the run it answers, which goes to a person).
+        A message whose Message-ID was taken before is not looked at again when it is a
+        redelivery (:func:`redelivery`): its first row comes back with ``new`` False. One from
+        another sender is kept under :func:`reused_id`, and flagged (:func:`reused_kind`).
         """
         with self._tx() as db:
             # Two deliveries of one message racing (an MTA's retry while the first is still
@@ -96,11 +58,24 @@ class Mail(StoreCore):
             self.lock_order(db, f"mail {mail.message_id}")
             row = db.execute("SELECT * FROM mail WHERE message_id = ?",
                              (mail.message_id,)).fetchone()
+            first = None
             if row is not None:
-                return MailRow.of(row, new=False)
+                if redelivery(row, mail):
+                    return MailRow.of(row, new=False)
+                first, mail = row, replace(mail, message_id=reused_id(mail.raw))
+                self.lock_order(db, f"mail {mail.message_id}")
+                again = db.execute("SELECT * FROM mail WHERE message_id = ?",
+                                   (mail.message_id,)).fetchone()
+                if again is not None:
+                    return MailRow.of(again, new=False)
             thread = self._thread(db, mail.thread_ids)
-            kind, note = decide(thread)
+            answered = self._answered(db, mail.sender, thread)
+            kind, note = decide(thread, answered)
+            if first is not None:
+                kind, note = reused_kind(kind, note, first)
             run_id, reply_id = (thread.run_id if thread else None), None
+            if kind == "looped":
+                run_id = answered.thread_run or answered.sender_run
             facts = {"message_id": mail.message_id,
                      **({"attachments": list(mail.attachments)} if mail.attachments else {}),
                      **({"flagged": note} if kind == "flagged" else {})}
@@ -125,6 +100,8 @@ class Mail(StoreCore):
                 self._audit(db, f"mail_{kind}", "mail", run_id=run_id,
                             note=f"{mail.message_id} from {mail.sender or '(no sender)'}: "
                                  f"{note}")
+            if kind == "looped" and run_id:
+                self._to_a_person(db, run_id, mail.message_id, mail.sender, note)
             row = db.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
         return MailRow.of(row)
 
@@ -144,9 +121,37 @@ class Mail(StoreCore):
             return MailThread(run["id"], run["sender"], takes)
         return None
 
-    def release_held(self) -> list[MailRow]:
+    def _answered(self, db: Any, sender: str, thread: MailThread | None) -> Answered:
+        """The desk's recent answers on ``thread`` (if ``sender`` is its customer) and to
+        ``sender``, newest first, for the cap on automatic answers."""
+        ours = thread is not None and bool(sender) and same_address(sender, thread.sender)
+        on_thread = tuple(r[0] for r in db.execute(
+            "SELECT at FROM mail WHERE run_id = ? AND direction = 'out' ORDER BY at DESC"
+            " LIMIT ?", (thread.run_id, MAIL_CAP_MOST))) if ours and thread else ()
+        # Through the runs' sender index: the desk answers only a run's own customer.
+        to_sender = db.execute(
+            "SELECT m.at, m.run_id FROM runs r JOIN mail m ON m.run_id = r.id"
+            " WHERE lower(r.sender) = lower(?) AND m.direction = 'out'"
+            " ORDER BY m.at DESC LIMIT ?", (sender, MAIL_CAP_MOST)).fetchall() if sender else []
+        return Answered(on_thread, tuple(r[0] for r in to_sender), sender,
+                        thread.run_id if ours and thread else None,
+                        to_sender[0][1] if to_sender else None)
+
+    def _to_a_person(self, db: Any, run_id: str, message_id: str, sender: str,
+                     why: str) -> None:
+        """A message the desk will not answer (the cap on automatic answers is met): its
+        ticket goes to a person, one open escalation however many such messages come."""
+        reason = f"{message_id} from {sender or '(no sender)'}: {why}"
+        if raise_escalation(db, f"{MAIL_LOOP}:{message_id}", run_id, MAIL_LOOP, reason,
+                            "mail")[1]:
+            self._audit(db, "escalated", "mail", run_id=run_id, note=f"{MAIL_LOOP}: {reason}")
+
+    def release_held(self, decide: Callable[[MailThread, Answered], tuple[str, str]] | None
+                     = None) -> list[MailRow]:
         """Replies held while their run could not take one, added now that it can (oldest
-        first); the ones still held stay so."""
+        first); the ones still held stay so. ``decide(thread, answered)`` may say "looped"
+        instead of "reply" (the cap on automatic answers): that reply is kept, not added, and
+        its ticket goes to a person. Returns the rows that changed."""
         released = []
         for held in self._read("SELECT id FROM mail WHERE kind = 'held' ORDER BY id"):
             with self._tx() as db:
@@ -155,6 +160,18 @@ class Mail(StoreCore):
                 thread = row and self._thread(db, [row["message_id"]])
                 if not row or not thread or not thread.takes_reply:
                     continue
+                if decide is not None:
+                    kind, note = decide(thread, self._answered(db, row["sender"] or "", thread))
+                    if kind == "looped":
+                        db.execute("UPDATE mail SET kind = 'looped', note = ? WHERE id = ?",
+                                   (note, row["id"]))
+                        self._audit(db, "mail_looped", "mail", run_id=thread.run_id,
+                                    note=f"{row['message_id']} from {row['sender']}: {note}")
+                        self._to_a_person(db, thread.run_id, row["message_id"],
+                                          row["sender"], note)
+                        released.append(MailRow.of(db.execute(
+                            "SELECT * FROM mail WHERE id = ?", (row["id"],)).fetchone()))
+                        continue
                 text = row["text"] or "(The reply has no text of its own.)"
                 facts = {"message_id": row["message_id"],
                          **({"attachments": json.loads(row["attachments"])}
