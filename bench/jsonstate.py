@@ -79,6 +79,8 @@ def _audit_lines(lines: list[Any]) -> list[dict[str, Any]]:
 class JsonStateStore:
     """All state in one dict, saved to ``path`` in full after every change."""
 
+    shared = False   # one process's file: effects keep their JSONL log beside it (Loop.effects)
+
     def __init__(self, path: Path, lease_seconds: float = LEASE_STALE_SECONDS) -> None:
         self.path = Path(path)
         self.audit_path = self.path.parent / "audit.log"
@@ -443,18 +445,19 @@ class JsonStateStore:
                keep: list[str] | None = None, *, fingerprint: str | None = None,
                requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None
                = None, limit_cents: int | None = None,
-               two_person_above_cents: int | None = None) -> Approval:
+               two_person_above_cents: int | None = None, noun: str = "proposal") -> Approval:
         """The same rules as ``Store.decide`` (but the desk's two-person rule, which the
         benches, one person deciding, never reach): compare-and-set on pending, partial approval,
         the kept lines re-priced against what other refunds hold, the approver's limit."""
         with self._lock:
             return self._decide(approval_id, approve, by, note, keep, requote, limit_cents,
-                                fingerprint)
+                                fingerprint, noun)
 
     def _decide(self, approval_id: str, approve: bool, by: str, note: str | None,
                 keep: list[str] | None,
                 requote: Callable[[Approval, list[str], dict[str, Held]], Quote | str] | None,
-                limit_cents: int | None, fingerprint: str | None = None) -> Approval:
+                limit_cents: int | None, fingerprint: str | None = None,
+                noun: str = "proposal") -> Approval:
         row = self.state["approvals"].get(approval_id)
         if row is None:
             raise NotFound(f"No refund approval with id {approval_id!r}.")
@@ -464,7 +467,7 @@ class JsonStateStore:
         if row["status"] != "pending":
             self._audit("ignored", by, **where, amount=approval.amount)
             raise AlreadyDecided(approval_id, row["status"], row["decided_by"] or "",
-                                 row["decided_at"])
+                                 row["decided_at"], noun=noun)
         if fingerprint not in (None, approval.fingerprint):   # what you see is what you sign
             self._audit("refused", by, **where, amount=approval.amount)
             raise DecisionRefused("Cannot approve this approval: it changed since it was shown.")

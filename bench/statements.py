@@ -56,8 +56,8 @@ def one_ticket(agent: TimedAgent, order_id: str) -> None:
     count is never of a ticket that stopped half way)."""
     run = agent.advance(start_ticket(agent, order_id).id)
     assert run.status == RunStatus.WAITING, run.status
-    agent.decide(pending_approval_id(agent, run.id), True, APPROVER,
-                 fingerprint=agent.store.approval(pending_approval_id(agent, run.id)).fingerprint)
+    approval = agent.store.approval(pending_approval_id(agent, run.id))   # what it decides
+    agent.decide(approval.id, True, APPROVER, fingerprint=approval.fingerprint)
     run = agent.advance(run.id)
     assert run.status == RunStatus.DONE, run.status
 

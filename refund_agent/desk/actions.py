@@ -3,10 +3,9 @@
 The loop in loop.py knows none of this: it hands each call a :class:`DeskCall` (the loop's
 narrow context, plus the desk's store, shop and outside systems) and runs the tool the way its
 declaration says (tools.ToolKind). Effects live here, each fenced by the run's lease (the loop
-checks it before calling them, they check again before paying or sending) and keyed by the
-call's key, so a process that lost the run does nothing, and a repeat does nothing twice. A
-refund nobody approved never reaches :func:`issue_refund`: :func:`refund_not_made` (pure)
-answers the model instead.
+checks it right before calling them) and keyed by the call's key, so a process that lost the
+run does nothing, and a repeat does nothing twice. A refund nobody approved never reaches
+:func:`issue_refund`: :func:`refund_not_made` (pure) answers the model instead.
 """
 
 from __future__ import annotations
@@ -175,8 +174,9 @@ def issue_refund(ctx: DeskCall, args: IssueRefund, approval: Approval) -> Outcom
     # Approved: pay exactly what the person approved. The policy was checked inside the
     # decision's transaction and the lines stay held, so nothing can have taken them since.
     quote = paid_quote(approval)
+    # The loop checked the lease just before calling this (loop.py, _run_call): a process
+    # that lost the run pays nothing, and nothing between that check and the payment waits.
     ctx.crash("before_refund")
-    ctx.fence()   # a process that lost the run pays nothing
     try:
         refund, reused = ctx.payments.refund(payment_request(approval.id, quote,
                                                              paid_summary(approval)))
@@ -227,8 +227,7 @@ def escalate(ctx: DeskCall, args: Escalate) -> Outcome:
 def send_customer_message(ctx: DeskCall, args: SendCustomerMessage) -> Outcome:
     """Always to the sender, signed once, sent once per call key."""
     run = ctx.run
-    body = with_signature(args.message, ctx.shop.info.signature)
-    ctx.fence()   # a process that lost the run sends nothing
+    body = with_signature(args.message, ctx.shop.info.signature)   # fenced by the loop first
     record, reused = send_on_thread(ctx.desk, ctx.lease, ctx.outbox, ctx.key, run, body)
     ctx.crash("after_email")
     output = {"status": "sent", "to": run.sender, "message_id": record["message_id"]}

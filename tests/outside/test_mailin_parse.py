@@ -12,13 +12,13 @@ from helpers.cli import run_forked as run_cli
 from helpers.mail import MAYA, mail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from refund_agent.store.mail import MailThread
 
 from refund_agent.desk.records import DeskStore
 from refund_agent.outside.mailin.decide import decide
 from refund_agent.outside.mailin.imap import mailbox_from_url
 from refund_agent.outside.mailin.intake import take
 from refund_agent.outside.mailin.parse import html_text, read_mail, reply_subject, strip_quoted
+from refund_agent.outside.mailin.rows import MailThread
 
 
 def raw(message: EmailMessage) -> bytes:

@@ -17,13 +17,13 @@ import pytest
 from helpers.mail import MAYA, mail
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from refund_agent.store.mail import MailThread
 
 from refund_agent.desk.records import DeskStore
 from refund_agent.intake import same_address
 from refund_agent.outside.mailin.decide import decide
 from refund_agent.outside.mailin.intake import take
 from refund_agent.outside.mailin.parse import read_mail
+from refund_agent.outside.mailin.rows import MailThread
 
 THREAD = MailThread("run_maya", MAYA, takes_reply=True)
 EVIL = "evil@x.test"

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import pytest
 
-# Measured, and before each round: PostgreSQL 132 (156, 158, 200, 267); SQLite 131. The
-# earlier SQLite figures (175, 202, 204, 245, 299) came from its trace callback, which repeats
-# a statement for every trigger it fires.
-PG_CEILING = 133
-PG_ROUND_TRIPS = 114   # measured 113
-SQLITE_CEILING = 132
+# Measured, and before each round: PostgreSQL 134 (132, 156, 158, 200, 267); SQLite 133 (131).
+# The earlier SQLite figures (175, 202, 204, 245, 299) came from its trace callback, which
+# repeats a statement for every trigger it fires. Issue #44 added two reads to the ticket, not
+# to the loop: a decision now names the fingerprint of what was shown, so the script approving
+# it reads the approval (and its lines) first, as a person's page or terminal always did.
+PG_CEILING = 135
+PG_ROUND_TRIPS = 116   # measured 115
+SQLITE_CEILING = 134
 
 
 def _agent_after_one_ticket(tmp_path, **settings):
