@@ -38,13 +38,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any, ClassVar
 
 import openai
@@ -54,14 +52,23 @@ from .config import Settings, load_settings
 from .crash import LOOP_POINTS, crash_point, undeclared
 from .errors import ConfigError, DecisionRefused, EndRun, LeaseLost, RunNotReady, Stopped
 from .models import Approval, ApprovalStatus, Call, Reply, Run, RunStatus, stable_name
-from .outside.ledger import IdempotentLog, StoreLog
 from .providers.client import ModelAccess, open_model
 from .providers.endings import Ending, end_run, ending_for
 from .providers.stored import response_gone
 from .providers.table import effort_for, needs_include
 from .store import Lease, Output, Store
 from .streaming import Cancel, Heartbeat, LiveEvent, OnEvent, stream_response
-from .tools import CallContext, EffectLog, Outcome, Tool, ToolKind, parse_call, run_ahead, schemas
+from .tools import (
+    CallContext,
+    Outcome,
+    Tool,
+    ToolKind,
+    done_at_once,
+    open_effect_log,
+    parse_call,
+    run_ahead,
+    schemas,
+)
 from .turns import NextInput, Waiting
 
 MAX_TURNS = 12
@@ -112,7 +119,8 @@ class Loop:
         self._model = model
         self._crash = self.settings.crash_at
         self._claimed: dict[str, str] = {}
-        self._effects: EffectLog | None = None
+        # Where ``ctx.once`` records (opening it reads nothing until an effect looks).
+        self.effects = open_effect_log(self.store, self.effect_log, self.settings.output_dir)
 
     @property
     def model(self) -> ModelAccess:
@@ -123,14 +131,6 @@ class Loop:
 
     def system_prompt(self, run: Run) -> str:
         raise NotImplementedError
-
-    @property
-    def effects(self) -> EffectLog:
-        """The effect log ``ctx.once`` records in (see effect_log), opened on first use."""
-        if self._effects is None:
-            self._effects = StoreLog(self.store, self.effect_log) if self.store.shared else \
-                IdempotentLog(Path(self.settings.output_dir) / f"{self.effect_log}.log")
-        return self._effects
 
     def context(self, run: Run, lease: Lease, call: Call) -> CallContext:
         """What a call's tool functions receive (an agent adds its own: CallContext.extend)."""
@@ -362,7 +362,8 @@ class Loop:
         recorded = self.store.record_response(
             lease, response_id=read.response_id, calls=read.calls, steps=read.steps,
             usage=read.usage, replies_sent=step.reply_ids, transcript=read.transcript,
-            resent=resent, outputs=self._leading_reads(run, lease, read), finish=finish)
+            resent=resent, outputs=self._leading_reads(run, lease, read), finish=finish,
+            effects=done_at_once(self.tools, read.calls))
         return recorded.run, recorded.calls, finish is not None
 
     def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
@@ -493,7 +494,3 @@ class Loop:
         if problem := self.store.approval_run(approval_id).owner_problem(self.agent_name,
                                                                          "decide"):
             raise refused(problem)
-
-    @property
-    def pid(self) -> int:
-        return os.getpid()

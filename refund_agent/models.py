@@ -30,7 +30,7 @@ class RunStatus(StrEnum):
 
 class StepKind(StrEnum):
     """What a timeline step records. Stored as its value; every front end maps each member
-    through one table (tests/loop/test_step_tables.py checks they are complete)."""
+    through one table (tests/desk/test_step_tables.py checks they are complete)."""
 
     EMAIL = "email"             # the customer's first email (the run's start)
     RESTART = "restart"         # a new process picked the run up

@@ -18,11 +18,13 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, Self
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 from .models import Approval, Call, Proposal, Run, Step, StepKind
+from .outside.ledger import IdempotentLog, StoreLog
 from .store import Lease, Output, Store
 from .turns import StepData, Waiting
 
@@ -274,6 +276,20 @@ class CallContext:
         if isinstance(queued, Approval):
             return Waiting(queued.id, released=True)
         return Outcome({"error": queued}, [])
+
+
+def open_effect_log(store: Store, name: str, folder: str | Path) -> EffectLog:
+    """Where an agent's ``ctx.once`` records (Loop.effect_log): the store's ledger where
+    several hosts share the store, else ``<name>.log`` (JSONL) in the output folder."""
+    return StoreLog(store, name) if store.shared else IdempotentLog(Path(folder) / f"{name}.log")
+
+
+def done_at_once(tools: Mapping[str, Tool], calls: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether any of a response's calls (call id, name, arguments) is an outside effect done
+    as soon as it runs (ToolKind.EFFECT): that response's commit is synced first, since its
+    call ids are the effects' idempotency keys (store/responses.py, record_response)."""
+    return any((tool := tools.get(name)) is not None and tool.kind is ToolKind.EFFECT
+               for _, name, _ in calls)
 
 
 def run_ahead(tools: Mapping[str, Tool], calls: Iterable[Call],

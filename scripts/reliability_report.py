@@ -39,9 +39,9 @@ from refund_agent.desk.agent import CRASH_POINTS
 ROOT = Path(__file__).resolve().parent.parent
 # The test files that write to the log, below tests/ (the report names them so).
 FILES = ["reliability/test_crash_matrix.py", "reliability/test_soak.py",
-         "reliability/test_races.py", "loop/test_faults.py", "desk/test_hostile.py",
+         "reliability/test_races.py", "desk/test_faults.py", "desk/test_hostile.py",
          "store/test_audit_chain.py", "desk/test_decision_recheck.py",
-         "reliability/test_money_invariants.py", "loop/test_fencing.py", "loop/test_edges.py",
+         "reliability/test_money_invariants.py", "desk/test_desk_fencing.py", "desk/test_edges.py",
          "store/test_postgres.py", "reliability/test_power_loss.py",
          "reliability/test_crash_matrix_outside.py"]
 MONEY_FILE = "reliability/test_money_invariants.py"
@@ -174,7 +174,7 @@ TRUST_CASES: list[tuple[str, str, str, str]] = [
     ('5',
      ("A custom agent's waiting run in the desk's store was finished by the desk's resume with the "
       'refund tools.'),
-     ('`tests/loop/test_second_agent.py::test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it`,'
+     ('`tests/desk/test_foreign_runs.py::test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it`,'
       ' `::test_the_desks_resume_worker_and_claim_never_pick_up_a_closure_run`'),
      ('resume ended the closure run done after 4 model requests, nothing closed, its approval '
       'pending for ever')),
@@ -210,7 +210,7 @@ TRUST_CASES: list[tuple[str, str, str, str]] = [
     ('10',
      ("After the refund was paid, a refusal resume cannot fix (xAI's 422) left the customer never "
       'told.'),
-     ('`tests/loop/test_faults.py::test_a_permanent_refusal_after_the_refund_hands_the_ticket_to_a_person`,'
+     ('`tests/desk/test_faults.py::test_a_permanent_refusal_after_the_refund_hands_the_ticket_to_a_person`,'
       ' '
       '`tests/providers/test_providers.py::test_resume_is_promised_only_where_asking_again_can_help`'
       ' (Hypothesis)'),

@@ -92,7 +92,7 @@ def work(args: argparse.Namespace) -> int:
     say: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     idle_since, done = time.monotonic(), 0
     swept = -SWEEP_EVERY
-    print(f"Worker {agent.pid} on {agent.store.host}: taking runs from {agent.store.path}.",
+    print(f"Worker {os.getpid()} on {agent.store.host}: taking runs from {agent.store.path}.",
           flush=True)
     if foreign := agent.foreign_runs():   # runs it will not take: say so, once
         print(agent.foreign_note(foreign), flush=True)

@@ -81,7 +81,7 @@ def _note_line(printer: Printer, d: dict[str, Any]) -> str:
 
 
 # The terminal's one table of step kinds: each kind's line (None: not shown, as the turn's
-# reasoning and usage stream past or belong to `show`). tests/loop/test_step_tables.py checks
+# reasoning and usage stream past or belong to `show`). tests/desk/test_step_tables.py checks
 # that every StepKind has an entry.
 STEP_LINES: dict[StepKind, Callable[[Printer, dict[str, Any]], str | None]] = {
     StepKind.EMAIL: lambda _p, d: (f"Email from {sender_line(d.get('name'), d['from'])}: "

@@ -13,10 +13,6 @@ from ..models import Actor, Call, Run, RunStatus, TranscriptEntry, call_key, ord
 from .core import StoreCore
 from .leases import Lease
 
-# Calls whose effect leaves the system as soon as they run (see record_response).
-# issue_refund is not one: it only queues an approval, itself a durable commit.
-_EFFECT_CALLS = frozenset({"send_customer_message"})
-
 
 @dataclass(frozen=True)
 class Output:
@@ -46,7 +42,7 @@ class Responses(StoreCore):
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
                         resent: dict[str, Any] | None = None,
                         outputs: Mapping[str, Output] | None = None,
-                        finish: RunStatus | None = None) -> Recorded:
+                        finish: RunStatus | None = None, effects: bool = False) -> Recorded:
         """Boundary 2: a response, its calls and its timeline steps, before any call with an
         effect runs (the read-only calls it starts with may have run: ``outputs``).
 
@@ -67,13 +63,16 @@ class Responses(StoreCore):
                 sent): the run gets this status and the lease is given up in the same
                 transaction, committed synced, as :meth:`release` would (one commit, not two).
                 The returned run is then read as :meth:`release` reads it.
+            effects: some call of it has an outside effect done at once (a ToolKind.EFFECT
+                tool's, which the loop knows and the store does not); its commit is synced.
         """
         run_id = lease.run_id
-        # Durable only before an email: its call id is the outbox's idempotency key, and a
-        # response lost with the power would be asked for again and bring a new call id.
-        # Anything else is re-done safely (the request sent again, read-only calls re-run).
-        # The run's end is reported to people: durable, as release() makes it.
-        durable = finish is not None or any(name in _EFFECT_CALLS for _, name, _ in calls)
+        # Durable only before an effect (an email, a credit): its call id is the effect's
+        # idempotency key, and a response lost with the power would be asked for again and
+        # bring a new call id. A proposal is not one: it only queues an approval, itself a
+        # durable commit. Anything else is re-done safely (the request sent again, read-only
+        # calls re-run). The run's end is reported to people: durable, as release() makes it.
+        durable = finish is not None or effects
         lease_now = (" lease_pid = NULL, lease_token = NULL, lease_at = NULL, status = ?,"
                      " error = NULL" if finish is not None else f" lease_at = {self.now}")
         with self._tx(durable=durable) as db:

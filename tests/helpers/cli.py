@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,20 +10,14 @@ from pathlib import Path
 from refund_agent.config import PROJECT_ROOT
 
 from .forkserver import ForkServer
-
-DATA = PROJECT_ROOT / "data"
+from .process import DATA, process_env
 
 __all__ = ["DATA", "PROJECT_ROOT", "cli_env", "run_cli", "run_forked", "running_on"]
 
 
 def cli_env(output_dir: Path, **extra: str) -> dict[str, str]:
     """Environment for a ``refund-agent`` subprocess writing into ``output_dir``."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("REFUND_AGENT_CRASH_AT", "CRASH_AFTER_REFUND", "XAI_API_KEY")}
-    env.update({"REFUND_AGENT_OUTPUT": str(output_dir), "REFUND_AGENT_DATA": str(DATA),
-                "XAI_API_KEY": "", "REFUND_AGENT_MAX_RETRIES": "2", "PYTHONUNBUFFERED": "1",
-                **extra})   # extra may name another shop's data
-    return env
+    return process_env(output_dir, **extra)
 
 
 def run_cli(output_dir: Path, *args: str, timeout: float = 60, **extra: str

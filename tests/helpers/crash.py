@@ -27,8 +27,10 @@ from typing import Any
 
 from refund_agent.desk.records import DeskStore
 
+from . import process
 from .cli import run_forked, running_on
 from .pg import Backend
+from .process import expect_ok
 
 # -- the scenarios -----------------------------------------------------------------------------
 
@@ -310,12 +312,6 @@ def cli(output: Path, *args: str, backend: Backend = SQLITE,
     return run_forked(output, *args, timeout=60, **backend.env(output), **env)
 
 
-def expect_ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    assert proc.returncode == 0, (f"{what} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
-                                  f"stderr:\n{proc.stderr}")
-    assert "Traceback" not in proc.stderr, proc.stderr
-
-
 class Baselines:
     """Crash-free runs of each scenario, made once per test session and on first use."""
 
@@ -361,21 +357,9 @@ REPEATING = {"before_tool", "before_refund", "after_refund", "after_email"}
 def crash_again(output: Path, point: str, backend: Backend = SQLITE) -> int:
     """Resume with the same crash point: at every later occurrence, or once more at the same
     spot. Returns the extra kills."""
-    kills = 0
-    if point in REPEATING:
-        again = cli(output, "resume", backend=backend, REFUND_AGENT_CRASH_AT=point)
-        assert again.returncode == -9, f"resume did not reach {point} again:\n{again.stdout}"
-        kills += 1
-    elif point in PROGRESSING:
-        for _ in range(20):
-            again = cli(output, "resume", backend=backend, REFUND_AGENT_CRASH_AT=point)
-            if again.returncode != -9:
-                expect_ok(again, f"resume with {point}")
-                break
-            kills += 1
-        else:
-            raise AssertionError(f"{point} never stopped firing: no progress between kills")
-    return kills
+    return process.crash_again(
+        lambda **env: cli(output, "resume", backend=backend, **env), point,
+        repeating=REPEATING, progressing=PROGRESSING)
 
 
 def finish_chain(output: Path, scenario: str, after: int, backend: Backend = SQLITE

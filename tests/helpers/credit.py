@@ -30,6 +30,7 @@ from refund_agent import (
 )
 
 ANA = "ana.ruiz@example.com"
+STRANGER = "mallory@example.com"   # owns no account: sees none, is credited nothing
 EMAIL = "Hi,\n\nPlease credit my account CR-1001 for the late delivery.\n\nAna"
 AccountId = Annotated[str, StringConstraints(strip_whitespace=True, to_upper=True,
                                              max_length=32),

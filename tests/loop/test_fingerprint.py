@@ -4,12 +4,21 @@ shown, and the store decides only the approval whose fingerprint the decision na
 from __future__ import annotations
 
 import pytest
-from helpers.cli import DATA
+from helpers.credit import ANA, EMAIL, CreditDesk
+from helpers.process import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refund_agent import AlreadyDecided, Approval, DecisionRefused, NotFound, Settings
 from refund_agent.examples import PayablesAgent
+
+# Two agents of one's own, neither the refund desk: each with a customer whose email it proposes
+# an effect for, and what it has done so far (the desk's own: tests/desk, tests/cli).
+AGENTS = {
+    "payables": (PayablesAgent, "billing@acme-tools.example", "Please pay invoice INV-2041.",
+                 lambda agent: agent.transfers_sent()),
+    "credit": (CreditDesk, ANA, EMAIL, lambda agent: agent.credits()),
+}
 
 BASE = {"id": "run_1-call-1", "run_id": "run_1", "response_id": "resp_1", "call_id": "call-1",
         "order_id": "A1043", "amount_cents": 4800, "proposed_cents": 4800,
@@ -49,14 +58,19 @@ def test_what_a_reviewer_does_not_see_leaves_it_alone():
     assert Approval.model_validate(decided).fingerprint == Approval.model_validate(BASE).fingerprint
 
 
+def _agent(name: str, output):
+    made, sender, email, done = AGENTS[name]
+    agent = made(Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=2,
+                          timeout=30.0))
+    return agent, agent.start(sender, email), done
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
 @settings(max_examples=25, deadline=None)
 @given(wrong=st.text(alphabet="0123456789abcdef", min_size=1, max_size=16))
 def test_a_decision_naming_another_fingerprint_is_refused_and_changes_nothing(tmp_path_factory,
-                                                                              wrong):
-    output = tmp_path_factory.mktemp("fp") / "output"
-    agent = PayablesAgent(Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=2,
-                                   timeout=30.0))
-    run = agent.start("billing@acme-tools.example", "Please pay invoice INV-2041.")
+                                                                              name, wrong):
+    agent, run, done = _agent(name, tmp_path_factory.mktemp("fp") / "output")
     agent.advance(run.id)
     (pending,) = agent.store.approvals("pending")
     if wrong == pending.fingerprint:
@@ -73,3 +87,23 @@ def test_a_decision_naming_another_fingerprint_is_refused_and_changes_nothing(tm
         agent.approve(pending.id, pending.fingerprint, by="Lee Park")
     with pytest.raises(NotFound):
         agent.approve("run_nope-call-0", pending.fingerprint, by="Dana Kim")
+    assert done(agent) == []   # decided, not yet carried out: nothing done on a refusal
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_a_stale_fingerprint_is_refused_and_nothing_is_done(tmp_path, name):
+    """The proposal as stored changes under the reviewer after it was shown: their decision
+    names what they saw and is refused (audited); the run is carried out only on what is
+    approved as it stands."""
+    agent, run, done = _agent(name, tmp_path / "output")
+    agent.advance(run.id)
+    (pending,) = agent.store.approvals("pending")
+    shown = pending.fingerprint
+    agent.store.execute("UPDATE approvals SET proposed_cents = proposed_cents * 10, "
+                        "amount_cents = amount_cents * 10 WHERE id = ?", (pending.id,))
+    with pytest.raises(DecisionRefused, match="changed since it was shown"):
+        agent.approve(pending.id, shown, by="Dana Kim")
+    assert agent.store.approval(pending.id).status == "pending"
+    refused = [e for e in agent.store.audit() if e.event == "refused"]
+    assert refused and "changed since it was shown" in refused[-1].note
+    assert agent.advance(run.id).status == "waiting" and done(agent) == []

@@ -326,3 +326,115 @@ def test_every_package_folder_ships():
     folders = {".".join(init.parent.relative_to(ROOT).parts)
                for base in (PACKAGE, STAND_IN) for init in base.rglob("__init__.py")}
     assert folders <= listed, sorted(folders - listed)
+
+
+# -- the loop's own tests need nothing of the desk ----------------------------------------------
+
+TESTS = ROOT / "tests"
+# What the loop's tests may not import: the desk, the page, the terminal (whose fork server
+# preloads the desk), directly, through a helper, or through the package's old desk names.
+DESK_SIDE = ("refund_agent.desk", "refund_agent.web", "refund_agent.cli")
+# tests/conftest.py's fixtures that make the desk's Agent (or run its terminal).
+DESK_FIXTURES = {"agent", "scripted", "baselines"}
+# The one desk import allowed: the layout test above checks that the package's old desk names
+# are the desk's own (test_the_desk_is_imported_as_the_desk), which needs the desk to compare.
+LAYOUT_CHECKS_THE_DESK = ("tests/loop/test_layout.py", "refund_agent.desk")
+
+
+def _test_imports(path: Path, helpers: Path) -> set[str]:
+    """Every module ``path`` imports, lazy ones and those of the Python snippets it runs in
+    new processes (string constants that parse as code) too; ``helpers``' relative imports
+    resolved, and ``from refund_agent import <a desk name>`` counted as the desk. (This file's
+    own snippets are the readers' test data, not code it runs: left out.)"""
+    tree = ast.parse(path.read_text(), str(path))
+    runs_snippets = path.resolve() != Path(__file__).resolve()
+    trees = [tree] + [snippet for node in ast.walk(tree)
+                      if runs_snippets and isinstance(node, ast.Constant)
+                      and isinstance(node.value, str)
+                      and "import " in node.value and (snippet := _parsed(node.value))]
+    found: set[str] = set()
+    in_helpers = path.parent == helpers
+    for node in (n for t in trees for n in ast.walk(t)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level and in_helpers:
+                module = ".".join(filter(None, ["helpers", module]))
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if module == "helpers" or (module == "refund_agent"
+                                                    and alias.name in refund_agent._DESK))
+    return {("refund_agent.desk" if name.startswith("refund_agent.") and
+             name.rpartition(".")[2] in refund_agent._DESK else name) for name in found}
+
+
+def _parsed(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def desk_imports(files: Iterable[Path], helpers: Path = TESTS / "helpers") -> list[str]:
+    """``file -> helpers.x -> ... -> module`` for each import of :data:`DESK_SIDE` the files
+    reach, following ``helpers.*`` imports transitively."""
+    found = []
+    for start in files:
+        came_from: dict[Path, Path | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            path = queue.popleft()
+            for module in sorted(_test_imports(path, helpers)):
+                if module.startswith(DESK_SIDE):
+                    where = [path]
+                    while (before := came_from[where[-1]]) is not None:
+                        where.append(before)
+                    names = [p.name for p in reversed(where)]
+                    found.append(" -> ".join([*names, module]))
+                elif module.startswith("helpers."):
+                    helper = helpers / f"{module.split('.')[1]}.py"
+                    if helper.is_file() and helper not in came_from:
+                        came_from[helper] = path
+                        queue.append(helper)
+    return found
+
+
+def test_the_desk_import_reader_follows_helpers_snippets_and_old_names(tmp_path):
+    """The reader itself: a helper importing a helper that imports the terminal lazily, a
+    snippet run in a new process, and a desk name asked of the package each count."""
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "a.py").write_text("from . import b\n")
+    (helpers / "b.py").write_text("def f():\n    import refund_agent.cli\n")
+    test = tmp_path / "test_x.py"
+    test.write_text("from helpers import a\nfrom refund_agent import Agent, Loop\n"
+                    "CODE = 'import sys\\nfrom refund_agent.web import views\\n'\n")
+    assert sorted(desk_imports([test], helpers)) == [
+        "test_x.py -> a.py -> b.py -> refund_agent.cli",
+        "test_x.py -> refund_agent.desk", "test_x.py -> refund_agent.web"]
+
+
+def test_the_loops_tests_import_nothing_of_the_desk():
+    """tests/loop (and the small agent it runs on) imports nothing of the desk, the page or the
+    terminal, directly or through tests/helpers: the loop is tested on its own. The desk's
+    behaviour through the loop is tested in tests/desk."""
+    files = [*sorted((TESTS / "loop").glob("*.py")), TESTS / "helpers" / "credit.py"]
+    found = [line for line in desk_imports(files)
+             if line != " -> ".join([Path(LAYOUT_CHECKS_THE_DESK[0]).name,
+                                     LAYOUT_CHECKS_THE_DESK[1]])]
+    assert not found, "the loop's tests reach the desk:\n" + "\n".join(found)
+
+
+def test_the_loops_tests_use_no_fixture_of_the_desk():
+    """Nor the root conftest's fixtures that make the desk's Agent; tests/loop/conftest.py has
+    the small agent's (``credit``, ``scripted_credit``)."""
+    root = ast.parse((TESTS / "conftest.py").read_text())
+    defined = {node.name for node in ast.walk(root) if isinstance(node, ast.FunctionDef)}
+    assert DESK_FIXTURES <= defined and "Agent(" in (TESTS / "conftest.py").read_text()
+    wrong = [f"{path.name}::{node.name}({arg.arg})"
+             for path in sorted((TESTS / "loop").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.FunctionDef)
+             for arg in node.args.args if arg.arg in DESK_FIXTURES]
+    assert not wrong, wrong

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import DATA, cli_env
+from helpers.process import DATA
+from helpers.process import process_env as cli_env
 
 import refund_agent
 from refund_agent import ConfigError, DecisionRefused, RunStatus, Settings

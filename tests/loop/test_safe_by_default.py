@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers.cli import cli_env
 from helpers.credit import ANA, EMAIL, CreditDesk, InstantCredit
+from helpers.process import process_env as cli_env
 
 from refund_agent import AlreadyDecided, ApprovalStatus, DecisionRefused, LeaseLost, RunStatus
 from refund_agent.config import PROJECT_ROOT

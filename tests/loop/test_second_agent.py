@@ -3,8 +3,9 @@
 Driven by the offline stand-in from the tool declarations alone (offline_model/follower.py): it
 pauses durably, is approved and resumed in another process, and closes the account exactly
 once across a SIGKILL between closing and recording, and across a second approval. Its runs are
-its own: kept in their own file by default, and where it shares the desk's store the desk's
-resume, worker, claim, expiry and decisions leave them alone (issue 33, item 5).
+its own: kept in their own file by default, and where two agents share a store, the other one
+(here the store-credit agent of tests/helpers/credit.py) leaves them alone. The refund desk
+doing the same is tests/desk/test_foreign_runs.py.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import subprocess
 import sys
 
 import pytest
-from helpers.cli import cli_env, run_forked
+from helpers.credit import CreditDesk
+from helpers.process import process_env as cli_env
 
-from refund_agent import AlreadyDecided, RunStatus
-from refund_agent.desk import Agent
-from refund_agent.errors import DecisionRefused, RunNotReady
+from refund_agent import AlreadyDecided, DecisionRefused, RunNotReady, RunStatus
 from refund_agent.examples import ClosureAgent
 from refund_agent.examples.closure import TOOLS
 from refund_agent.models import ApprovalStatus
 from refund_agent.tools import ToolKind
-from refund_agent.web.worker import Worker
 
 ANA = "ana.ruiz@example.com"
 EMAIL = "Hi,\n\nPlease close my account AC1001, we are moving abroad.\n\nAna"
@@ -173,90 +172,49 @@ def test_the_stand_in_follows_any_look_up_then_act_tools():
 
 
 class _SharedCloser(ClosureAgent):
-    """The closure agent on the refund desk's own store file, as two agents on one shared
+    """The closure agent on the store-credit agent's store file, as two agents on one shared
     PostgreSQL store are (its name, "closure", is inherited)."""
 
-    store_file = None
+    store_file = CreditDesk.store_file
 
 
-def test_the_closure_example_keeps_its_runs_out_of_the_desks_store(closer, settings, model):
-    desk = Agent(settings, model=model)
-    run_id = _waiting(closer)
-    assert closer.store.path != desk.store.path
-    assert desk.store.runs() == [] and closer.store.run(run_id).agent == "closure"
-
-
-def test_the_desk_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it(settings, model):
-    """Before: the desk's `resume --run` answered close_account with "There is no tool called
-    'close_account'", the run ended done with nothing closed, its approval pending for ever;
-    the desk's approve and expiry decided the closure as if it were a refund."""
+def test_another_agent_leaves_a_waiting_closure_run_alone_and_the_closer_finishes_it(
+        settings, model):
+    """Two agents of one's own on one store: the store-credit agent can neither advance,
+    continue, decide, ask about nor expire the closure agent's run, nor resume or claim it."""
     closer = _SharedCloser(settings, model=model)
-    desk = Agent(settings, model=model)
+    other = CreditDesk(settings, model=model)
     run_id = _waiting(closer)
     (pending,) = closer.store.approvals("pending")
-    assert desk.store.path == closer.store.path
+    assert other.store.path == closer.store.path
 
-    resumed = run_forked(settings.output_dir, "resume", "--run", run_id)
-    assert resumed.returncode == 1
-    assert "made by the 'closure' agent" in resumed.stderr and "Traceback" not in resumed.stderr
     with pytest.raises(RunNotReady, match="made by the 'closure' agent: only that agent may "
-                                          "advance it, not the 'refunds' agent"):
-        desk.advance(run_id)
+                                          "advance it, not the 'store-credit' agent"):
+        other.advance(run_id)
     with pytest.raises(RunNotReady, match="only that agent may continue it"):
-        desk.add_reply(run_id, "It is AC-1001, please hurry.")
+        other.add_reply(run_id, "It is AC-1001, please hurry.")
     assert closer.store.replies(run_id) == []
-    for attempt in (lambda: desk.decide(pending.id, True, "Dana Kim",
-                                        fingerprint=desk.store.approval(pending.id).fingerprint),
-                    lambda: desk.decide(pending.id, False, "Dana Kim", note="No.",
-                                        fingerprint=desk.store.approval(pending.id).fingerprint),
-                    lambda: desk.ask(pending.id, "Dana Kim", "Which account?",
-                                     fingerprint=desk.store.approval(pending.id).fingerprint),
-                    lambda: desk.hand_off(pending.id, "Dana Kim")):
+    for attempt in (lambda: other.approve(pending.id, pending.fingerprint, by="Dana Kim"),
+                    lambda: other.reject(pending.id, pending.fingerprint, by="Dana Kim",
+                                         note="No."),
+                    lambda: other.ask(pending.id, "Dana Kim", "Which account?",
+                                      fingerprint=pending.fingerprint)):
         with pytest.raises(DecisionRefused, match="made by the 'closure' agent: only that "
-                                                  "agent may (decide|hand off) it"):
+                                                  "agent may decide it"):
             attempt()
-    # Long overdue: the desk's expiry leaves it to its own agent's.
+    # Long overdue: the other agent's expiry leaves it to its own agent's.
     closer.store.execute("UPDATE approvals SET requested_at = requested_at - 100 * 86400")
-    assert desk.expire() == []
+    assert other.expire() == []
+    assert other.resumable() == [] and other.claim() is None
 
     assert closer.store.run(run_id).status == RunStatus.WAITING
     assert closer.store.approval(pending.id).status is ApprovalStatus.PENDING
     assert closer.store.calls_named("close_account")[0].output is None
     assert [e.event for e in closer.store.audit()] == ["requested"]
 
-    closer.decide(pending.id, approve=True, by="Dana Kim",
-                  fingerprint=closer.store.approval(pending.id).fingerprint)
+    closer.store.execute("UPDATE approvals SET requested_at = requested_at + 100 * 86400")
+    closer.approve(pending.id, pending.fingerprint, by="Dana Kim")
+    assert other.resumable() == [] and other.foreign_runs() == {"closure": 1}
     assert closer.advance(run_id).status == RunStatus.DONE
     (closure,) = closer.closed()
     assert closure["request"]["account_id"] == "AC-1001"
-
-
-def test_the_desks_resume_worker_and_claim_never_pick_up_a_closure_run(settings, model):
-    """Two closure runs a resume would take: one decided while nobody ran it, one cut off
-    before its first turn (working, no live owner). Before, the desk's resume, its page's
-    worker at start-up and `refund-agent work` took them both."""
-    closer = _SharedCloser(settings, model=model)
-    desk = Agent(settings, model=model)
-    decided = _waiting(closer)
-    (pending,) = closer.store.approvals("pending")
-    closer.decide(pending.id, approve=True, by="Dana Kim",
-                  fingerprint=closer.store.approval(pending.id).fingerprint)
-    orphaned = closer.start(ANA, EMAIL, sender_name="Ana Ruiz").id
-    assert {r.id for r in closer.resumable()} == {decided, orphaned}
-
-    assert desk.resumable() == [] and desk.claim() is None
-    nothing = run_forked(settings.output_dir, "resume")
-    assert nothing.returncode == 0 and "Nothing to resume." in nothing.stdout, nothing.stderr
-    worker = Worker(desk)
-    try:
-        assert worker.start() == []
-    finally:
-        worker.shutdown()
-    assert closer.store.run(decided).status == RunStatus.WAITING
-    assert closer.store.run(orphaned).status == RunStatus.WORKING
-    assert closer.store.calls_named("close_account")[0].output is None
-
-    assert closer.claim() in (decided, orphaned)
-    for run_id in (decided, orphaned):
-        assert closer.advance(run_id).status in (RunStatus.DONE, RunStatus.WAITING)
-    assert closer.store.run(decided).status == RunStatus.DONE and len(closer.closed()) == 1

@@ -1,6 +1,6 @@
 """How statuses look: a run's, a ticket's (what happened to it) and a decision's.
 
-The page's tables of statuses; tests/loop/test_step_tables.py checks they are complete.
+The page's tables of statuses; tests/desk/test_step_tables.py checks they are complete.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class DecisionView:
     tone: str   # the Streamlit message box: success, info, warning or error
 
 
-# The page's one table of approval statuses. tests/loop/test_step_tables.py checks it is complete.
+# The page's one table of approval statuses. tests/desk/test_step_tables.py checks it is complete.
 DECISIONS: dict[ApprovalStatus, DecisionView] = {
     ApprovalStatus.PENDING: DecisionView("Waiting for a decision", "warning"),
     ApprovalStatus.APPROVED: DecisionView("Approved", "success"),

@@ -259,7 +259,7 @@ def mail_lines(d: dict[str, Any]) -> tuple[str, ...]:
 _Builder = Callable[[_Timeline, dict[str, Any], dict[str, Any]], None]
 
 # The page's one table of step kinds: how each becomes a timeline block.
-# tests/loop/test_step_tables.py checks that every StepKind has an entry.
+# tests/desk/test_step_tables.py checks that every StepKind has an entry.
 STEP_BLOCKS: dict[StepKind, _Builder] = {
     StepKind.EMAIL: lambda t, d, base: t.add(Block(
         "email", sender_line(d.get("name"), d["from"]), d["body"],

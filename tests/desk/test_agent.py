@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -285,7 +286,7 @@ def test_two_threads_cannot_advance_one_run(agent):
 
     run = agent.start_sample("damaged")
     lease = agent.store.acquire(run.id, "someone-else")  # this process, another token
-    with pytest.raises(RunBusy, match=str(agent.pid)):
+    with pytest.raises(RunBusy, match=str(os.getpid())):
         agent.advance(run.id)
     agent.store.release(lease, RunStatus.STOPPED)
     assert agent.advance(run.id).status == RunStatus.WAITING
