@@ -33,7 +33,7 @@ run = agent.advance(agent.start("maya.chen@example.com", sender_name="Maya Chen"
 proposal = agent.store.approvals("pending")[0]
 print([(x.line, x.amount) for x in proposal.lines])
 decided = agent.decide(proposal.id, approve=True, by="Dana Kim", keep=["POUR-GLS-01"],
-                       note="The mugs were a gift; they stay.")
+                       note="The mugs were a gift; they stay.", fingerprint=proposal.fingerprint)
 alone = quote_refund(order, shop.terms, [("POUR-GLS-01", "changed_mind")], {}, shop.today)
 check("the kept line is priced again: $40.50, not $43.14", decided.amount == alone.amount
       == 40.50)
@@ -102,7 +102,8 @@ _ = agent.store.release(takeover, RunStatus.DONE)   # returns the run as it leav
 '''),
 md("""
 Writes are not the only danger: a payment or an email leaves the building before anything is
-written. So the agent checks the lease once more just before paying and just before emailing.
+written. So the loop checks the lease once more just before any effect function runs (paying,
+emailing): an agent cannot forget it.
 To show it, a run started by another process (`refund-agent sample`) is approved here, and the
 lease is taken over at the exact moment this process picks the run up.
 """),
@@ -164,6 +165,7 @@ and every approved payment has its refund; every email in `outbox.log` belongs t
 code('''
 import shutil, sqlite3
 from contextlib import closing
+from refund_agent.desk import DeskStore
 from refund_agent.desk.reconcile import reconcile
 
 def copy_of_desk(name, log=None, edit=None):
@@ -176,7 +178,7 @@ def copy_of_desk(name, log=None, edit=None):
     for each in ("refunds.log", "outbox.log"):
         lines = (OUTPUT / each).read_text().splitlines(keepends=True)
         (folder / each).write_text("".join(edit(lines) if each == log else lines))
-    return Store(folder / "refund-agent.sqlite3"), folder
+    return DeskStore(folder / "refund-agent.sqlite3"), folder
 
 made = len((OUTPUT / "refunds.log").read_text().splitlines())
 sent = len((OUTPUT / "outbox.log").read_text().splitlines())

@@ -178,7 +178,7 @@ from tutorial import wrap
 other = Agent(agent.settings.with_(output_dir=OUTPUT / "rejection"))   # a second desk
 run = other.advance(other.start_sample("damaged").id)
 [no] = other.store.approvals("pending")
-other.decide(no.id, approve=False, by="Dana Kim",
+other.reject(no.id, no.fingerprint, by="Dana Kim",
              note="The photos show a chip from use, not damage in transit.")
 run = other.advance(run.id)
 told = other.outbox.messages()[-1]["request"]
@@ -483,14 +483,17 @@ md('''
 Nothing above is specific to refunds. Here is a wire-transfer desk on the package's loop
 (`refund_agent.Loop`), written to a module so other processes can import it. A tool
 **declares** what it is and the loop dispatches by that: `lookup_wire` is read-only (it may
-run again after a crash); `send_wire` `needs_approval`: its first call proposes and the run
-pauses; once a person decides, the loop calls `send_wire` with the decision.
+run again after a crash); `send_wire` `needs_approval`: its first call proposes
+(`ctx.propose`) and the run pauses; the loop calls `send_wire` only once a person approved
+(it checks no decision, and need not), after checking the lease. A tool gets its run, its
+call's key, `ctx.once`, never the store.
 
 Two rules from the references. **The code before a pause runs again on resume**: LangGraph
 restarts an interrupted node from its first line, so side effects before the interrupt must be
 idempotent ([LangGraph, Interrupts](https://docs.langchain.com/oss/python/langgraph/interrupts)).
 Here, a run resumes from its last durable boundary: `send_wire` starts again from its first
-line if a crash hit between the wire and its saved output, so the wire is keyed by the call.
+line if a crash hit between the wire and its saved output, so `ctx.once` keys the wire by
+the call.
 **An approval is not authorization**: the tool must check its arguments when it runs
 ([Pydantic AI, Deferred tools](https://ai.pydantic.dev/deferred-tools/#human-in-the-loop-tool-approval)).
 A balance may have dropped, or the request been cancelled, since the person said yes.
@@ -500,12 +503,11 @@ code('''
 import json, os, uuid
 from pathlib import Path
 from pydantic import BaseModel, Field
-from refund_agent import LOOP_POINTS, IdempotentLog, Loop, Outcome, Tool, ToolKind, toolset
+from refund_agent import LOOP_POINTS, Loop, Outcome, Tool, ToolKind, toolset
 
 HERE = Path(os.environ["REFUND_AGENT_OUTPUT"])
 WIRES = {"WR-5001": {"wire_id": "WR-5001", "to": "Acme Tools", "amount_cents": 125000},
          "WR-5002": {"wire_id": "WR-5002", "to": "Birch Paper", "amount_cents": 90000}}
-SENT = IdempotentLog(HERE / "wires.log")                  # the bank, keyed like Stripe
 
 class WireId(BaseModel):
     wire_id: str = Field(description="The wire's id, for example WR-5001.")
@@ -520,23 +522,20 @@ def propose(ctx, args):
     return ctx.propose(f"Send {args.wire_id}: ${args.amount_cents / 100:,.2f}",
                        subject=args.wire_id, amount_cents=args.amount_cents)
 
-def send_wire(ctx, args, approval):
+def send_wire(ctx, args, approval):                       # only ever approved
     with open(HERE / "attempts.log", "a") as log:         # to count runs of this function
         log.write(args.wire_id + "\\n")
-    if approval.status != "approved":
-        return Outcome({"status": approval.status, "note": approval.note or ""}, [])
     balance = json.loads((HERE / "balance.json").read_text())["cents"]
     if WIRES.get(args.wire_id, {}).get("amount_cents") != args.amount_cents or \\
             args.amount_cents > balance:                  # approval is not authorization
         return Outcome({"status": "refused", "why": "amount or balance changed"}, [])
-    ctx.fence()                                           # lost the run: send nothing
-    record, reused = SENT.once(approval.id, args.model_dump(),
-                               lambda: {"ref": "wr_" + uuid.uuid4().hex[:12]})
+    record, reused = ctx.once(args.model_dump(),          # the bank, keyed by the call
+                              lambda: {"ref": "wr_" + uuid.uuid4().hex[:12]})
     ctx.crash("after_wire")
     return Outcome({"status": "sent", "ref": record["ref"], "again": reused}, [])
 
 class WireDesk(Loop):
-    agent_name, store_file = "wires", "wires.sqlite3"
+    agent_name, store_file, effect_log, proposal_noun = "wires", "wires.sqlite3", "wires", "wire"
     crash_points = {**LOOP_POINTS, "after_wire": "the wire left; its output is not saved"}
     tools = toolset(
         Tool("lookup_wire", "Look up a wire transfer request: payee and amount.", WireId,
@@ -568,7 +567,8 @@ try:
     second = "accepted"
 except AlreadyDecided as exc:
     second = str(exc)
-check("the second click is refused, naming the first", "Dana Kim" in second)
+check("the second click is refused, naming the wire and who approved it",
+      second.startswith("This wire was already approved by Dana Kim"))
 child = f"import wires; wires.WireDesk().advance({run.id!r})"     # another process
 killed = subprocess.run([sys.executable, "-c", child],
                         env={**os.environ, "REFUND_AGENT_CRASH_AT": "after_wire", "PYTHONPATH":
@@ -583,8 +583,16 @@ check("resumed: send_wire ran again from its first line, the wire left once",
       and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
 '''),
 code('''
-run = desk.advance(desk.start("ops@north.example", "Please send wire WR-5002.").id)
-pending = desk.store.approvals("pending")[0]
+def proposed(text):                                       # a new run, up to its proposal
+    run = desk.advance(desk.start("ops@north.example", text).id)
+    return run, desk.store.approvals("pending")[0]
+
+run, pending = proposed("Please send wire WR-5002.")
+desk.reject(pending.id, pending.fingerprint, by="Dana Kim", note="Paid by card.")
+run = desk.advance(run.id)
+check("rejected: send_wire never ran", len(wired()) == 1
+      and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
+run, pending = proposed("Please send wire WR-5002 after all.")
 desk.approve(pending.id, pending.fingerprint, by="Dana Kim")
 (OUTPUT / "balance.json").write_text('{"cents": 50000}')       # another payment went out first
 run = desk.advance(run.id)

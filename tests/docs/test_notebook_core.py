@@ -55,7 +55,9 @@ BREAKS = [
     # The wire-transfer desk: the rules its prose states, each removed.
     Break("approval_taken_as_authorization", "args.amount_cents > balance:", "False:",
           "approved, but refused when it ran", part="wires"),
-    Break("wire_not_keyed", "SENT.once(approval.id,", "SENT.once(uuid.uuid4().hex,",
+    # ctx.once keys the wire by the call; the break keys it by a fresh id each time.
+    Break("wire_not_keyed", "ctx.once(args.model_dump(),",
+          "ctx._effects.once(uuid.uuid4().hex, args.model_dump(),",
           "resumed: send_wire ran again from its first line, the wire left once", part="wires"),
     Break("no_crash_point", '    ctx.crash("after_wire")\n', "",
           "killed after the wire left", part="wires"),

@@ -126,9 +126,9 @@ MUTANTS = [
     # -- the ten the walkthrough has caught since it had mutants --------------------------------
     Mutant("reused_refund_new_id", "a reused refund reports a new refund id", ((
         "outside/payments.py",
-        '        return self.log.once(key, refund_request(quote, summary),\n'
+        '        return self.log.once(request.key, request.record(),\n'
         '                             lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n',
-        '        record, reused = self.log.once(key, refund_request(quote, summary),\n'
+        '        record, reused = self.log.once(request.key, request.record(),\n'
         '            lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n'
         '        if reused:  # MUTANT\n'
         '            record = {**record, "refund_id": "re_" + uuid.uuid4().hex[:16]}\n'
@@ -175,8 +175,8 @@ MUTANTS = [
            "the approval records the response the turn continued from, not the one that "
            "made the call", ((
                "store/approvals.py",
-               "            quote = price(self._held(db, order_id))\n",
-               "            quote = price(self._held(db, order_id))\n"
+               "            proposal = price(self._holds(db, subject))\n",
+               "            proposal = price(self._holds(db, subject))\n"
                "            row = db.execute(  # MUTANT\n"
                '                "SELECT response_id FROM calls WHERE run_id = ? AND '
                'response_id != ?"\n'
@@ -199,31 +199,28 @@ MUTANTS = [
         "                if False:  # MUTANT\n                    output = call.output\n"),),
         claim="3. no call ran twice"),
     # -- every other durable boundary and guarantee the notebooks state -------------------------
-    Mutant("lease_unchecked_before_paying", "a process that lost its run's lease still pays", ((
-        "agent.py",
-        "        self.store.check_lease(lease)   # a process that lost the run pays nothing\n",
-        "        pass  # MUTANT: the lease is not checked before paying\n"),),
-        notebook="beyond", claim="the process that lost the run paid nothing",
-        alternatives=((("calls.py",
-                        "    ctx.fence()   # a process that lost the run pays nothing\n",
-                        "    pass  # MUTANT: the lease is not checked before paying\n"),),)),
-    Mutant("lease_unchecked_before_emailing", "a process that lost its run's lease still emails",
-           (("agent.py",
-             "        self.store.check_lease(lease)   # a process that lost the run sends nothing\n"
-             "        record, reused = self.outbox.send(",
-             "        pass  # MUTANT: the lease is not checked before emailing\n"
-             "        record, reused = self.outbox.send("),),
-           notebook="beyond", claim="the process that lost the run sent no email",
-           alternatives=((("calls.py",
-                           "    ctx.fence()   # a process that lost the run sends nothing\n"
-                           "    record, reused = ctx.outbox.send(",
-                           "    pass  # MUTANT: the lease is not checked before emailing\n"
-                           "    record, reused = ctx.outbox.send("),),
-                         (("desk/actions.py",
-                           "    ctx.fence()   # a process that lost the run sends nothing\n"
-                           "    record, reused = send_on_thread(",
-                           "    pass  # MUTANT: the lease is not checked before emailing\n"
-                           "    record, reused = send_on_thread("),),)),
+    # The loop checks the lease itself before any effect function runs (loop.py, _run_call):
+    # these two break that check, one branch each. They replace the desk's own fence calls
+    # before paying and emailing, which the loop's check made redundant (#44).
+    Mutant("loop_lease_unchecked_before_paying", "the loop no longer checks the lease before an "
+           "approved effect: a process that lost its run's lease still pays", ((
+               "loop.py",
+               "                self.store.check_lease(lease)   # a process that lost the run "
+               "does nothing\n"
+               "                outcome = tool.run(self.context(run, lease, call), args, "
+               "approval)",
+               "                outcome = tool.run(self.context(run, lease, call), args, "
+               "approval)  # MUTANT: unfenced"),),
+           notebook="beyond", claim="the process that lost the run paid nothing"),
+    Mutant("loop_lease_unchecked_before_emailing", "the loop no longer checks the lease before "
+           "an effect: a process that lost its run's lease still emails", ((
+               "loop.py",
+               "            if tool.has_effect:\n"
+               "                self.store.check_lease(lease)   # a process that lost the run "
+               "does nothing\n",
+               "            if tool.has_effect:\n"
+               "                pass  # MUTANT: the lease is not checked before an effect\n"),),
+           notebook="beyond", claim="the process that lost the run sent no email"),
     Mutant("decision_not_repriced", "a decision pays the proposal's line amounts, not a new quote",
            (("agent.py", "requote=requote if approve else None,",
              "requote=None,  # MUTANT"),),
@@ -338,17 +335,17 @@ MUTANTS = [
     Mutant("approved_audit_after_commit", "boundary 5: the 'approved' audit line written after "
            "the decision committed", (
                ("store/approvals.py",
-                '        self._audit(db, "approved", by, **where, amount=total / 100,\n',
-                "        self._late = (by, where)  # MUTANT: audited after the commit\n"
-                "        self._late_kw = dict(amount=total / 100,\n"),
+                '        self._audit(db, "approved", by, run_id=approval.run_id,'
+                ' approval_id=approval.id,\n',
+                "        self._late = by  # MUTANT: audited after the commit\n"
+                "        self._late_kw = dict(run_id=approval.run_id, approval_id=approval.id,\n"),
                ("store/approvals.py",
                 '                late = self._close(db, approval, "rejected", by, note)\n'
                 "        if late:\n",
                 '                late = self._close(db, approval, "rejected", by, note)\n'
                 "        if approve and not late and getattr(self, '_late', None):  # MUTANT\n"
                 "            with self._tx() as db:\n"
-                '                self._audit(db, "approved", self._late[0], **self._late[1],\n'
-                "                            **self._late_kw)\n"
+                '                self._audit(db, "approved", self._late, **self._late_kw)\n'
                 "            self._late = None\n"
                 "        if late:\n"),
            ), claim="5. the decision and its audit line: one transaction"),
@@ -396,8 +393,8 @@ MUTANTS = [
            claim="and the next request chains from the new response"),
     Mutant("rejection_note_dropped", "the reviewer's note never reaches the rejected customer", ((
         "desk/actions.py",
-        '"note": approval.note or "", "lines": lines}, [])',
-        '"note": "", "lines": lines}, [])  # MUTANT'),),
+        '"note": approval.note or "", "lines": lines}\n',
+        '"note": "", "lines": lines}  # MUTANT\n'),),
         claim="the customer is told the reviewer's note"),
     Mutant("partial_note_dropped", "a partial approval's note is not passed on", ((
         "desk/actions.py", '        output["note"] = approval.note or ""\n',
@@ -493,9 +490,9 @@ MUTANTS = [
         claim="a resume would pick the run up"),
     Mutant("payments_not_idempotent", "the payment stand-in pays again for a key it has seen", ((
         "outside/payments.py",
-        '        return self.log.once(key, refund_request(quote, summary),\n'
+        '        return self.log.once(request.key, request.record(),\n'
         '                             lambda: {"refund_id": "re_" + uuid.uuid4().hex[:16]})\n',
-        '        record = {"idempotency_key": key, "request": refund_request(quote, summary),\n'
+        '        record = {"idempotency_key": request.key, "request": request.record(),\n'
         '                  "refund_id": "re_" + uuid.uuid4().hex[:16]}  # MUTANT: no key check\n'
         '        self.log.path.parent.mkdir(parents=True, exist_ok=True)\n'
         '        with open(self.log.path, "a", encoding="utf-8") as fh:\n'
@@ -530,7 +527,10 @@ MUTANTS = [
                "fingerprint=fingerprint)\n"
                "        except Exception:\n"
                "            return self.store.approval(approval_id)\n"),),
-           claim="the second click is refused, naming the first"),
+           # The race's clicks go through Loop.approve too (#44: fingerprints), so it sees
+           # this first; the wire desk's double click must fail on its own as well.
+           first="exactly one click won",
+           claim="the second click is refused, naming the wire and who approved it"),
     Mutant("stand_in_xai_takes_instructions", "the stand-in's xAI dialect accepts instructions "
            "with previous_response_id", ((
                "../offline_model/events.py",
@@ -589,6 +589,12 @@ MUTANTS = [
                '    ctx.crash("after_email")\n'),),
            first="the customer is told the reviewer's note",
            claim="the answer went to Maya only"),
+    Mutant("rejection_reaches_effect", "the loop hands a rejected proposal to the effect "
+           "function: an agent's effect that checks no decision carries it out (#44)", ((
+               "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
+               "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
+               "                                         ApprovalStatus.REJECTED) or ("),),
+           first="rejected: nothing paid", claim="rejected: send_wire never ran"),
     Mutant("stored_response_fallback_removed_end", "a gone stored response fails the run "
            "instead of resending the transcript: the run never pays",
            STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
