@@ -4,6 +4,7 @@ Usage::
 
     python -m offline_model --port 8787 --state /tmp/offline.sqlite3 --latency 1.5
     python -m offline_model --host 0.0.0.0 --port 8787   # one stand-in for several hosts
+    python -m offline_model --rate-limit 60/min           # 429s past 60 requests a minute
 
 Its state (the responses it stored) goes where the refund agent keeps everything else: the
 output folder, ``$REFUND_AGENT_OUTPUT`` or ``./output``, unless ``--state`` says otherwise.
@@ -22,7 +23,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from .server import FAULTS_ENV, KNOWN_FAULTS, OfflineServer
+from .pacing import parse_rate
+from .server import FAULTS_ENV, KNOWN_FAULTS, RATE_LIMIT_ENV, OfflineServer
 
 # The file's name in the output folder: the one each refund agent process's own stand-in keeps
 # there, so a run started on either continues on the other (the store is made to be shared by
@@ -83,6 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated fault queue, from {sorted(KNOWN_FAULTS)} (default: ${FAULTS_ENV})",
     )
     parser.add_argument(
+        "--rate-limit",
+        default=os.environ.get(RATE_LIMIT_ENV, "").strip() or None,
+        help="answer 429, with the dialect's rate-limit headers, past this pace: 60/min, 10/s, "
+        f"600/10min (default: ${RATE_LIMIT_ENV}, else no limit)",
+    )
+    parser.add_argument(
         "--dialect",
         choices=["xai", "openai"],
         default=None,
@@ -99,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         The process exit status.
     """
     args = parse_args(argv)
+    if args.rate_limit:
+        try:
+            parse_rate(args.rate_limit)
+        except ValueError as exc:
+            print(f"error: --rate-limit: {exc}", file=sys.stderr)
+            return 2
     faults = (
         [f.strip() for f in args.faults.split(",") if f.strip()]
         if args.faults is not None
@@ -118,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                    or os.environ.get("REFUND_AGENT_PROVIDER", "").strip().lower() or None)
         server = OfflineServer(
             args.state, latency=args.latency, faults=faults, port=args.port, dialect=dialect,
-            host=args.host,
+            host=args.host, rate_limit=args.rate_limit,
         ).start()
     except OSError as exc:
         # A host that does not resolve, an address not on this machine, a port in use, a state
@@ -134,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         listening = "" if args.host in ("127.0.0.1", "localhost") else f"listening on {args.host}, "
         print(
             f"Offline Responses API at {server.base_url} ({server.dialect} dialect, {listening}"
+            f"{f'rate limit {args.rate_limit}, ' if args.rate_limit else ''}"
             f"state: {args.state}); Ctrl+C to stop.",
             flush=True,
         )

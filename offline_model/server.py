@@ -53,7 +53,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import events, sealing
+from . import events, pacing, sealing
 from .events import (
     TERMINAL,
     ApiError,
@@ -77,6 +77,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FAULTS_ENV = "REFUND_AGENT_OFFLINE_FAULTS"
+RATE_LIMIT_ENV = "REFUND_AGENT_OFFLINE_RATE_LIMIT"
 DIALECT_ENV = "REFUND_AGENT_OFFLINE_DIALECT"
 # "credits": a 429 saying the team is out of credits (not worth retrying). "422": a request
 # refused for good (xAI: "a field in the POST request body has an invalid format"), as a
@@ -330,6 +331,9 @@ class OfflineServer:
             (default xai).
         gone_as: how a continuation of a gone stored response is refused (``GONE_FORMS``).
         zero_retention: the team keeps no data: requests with ``store: true`` are refused.
+        rate_limit: past this pace (``"60/min"``, ``"10/s"``; pacing.py) a create request is
+            answered 429 with the dialect's headers, and every answer carries them; None: no
+            limit. ``pace`` then counts what was accepted and refused.
 
     Attributes:
         requests: Every JSON body received at ``POST /v1/responses``, in order.
@@ -348,6 +352,7 @@ class OfflineServer:
         gone_as: str = "404",
         zero_retention: bool = False,
         host: str = "127.0.0.1",
+        rate_limit: str | None = None,
     ) -> None:
         self.dialect = (dialect or os.environ.get(DIALECT_ENV, "").strip().lower()
                         or events.XAI)
@@ -364,6 +369,7 @@ class OfflineServer:
         self.port = port
         self.host = host
         self.requests: list[dict[str, Any]] = []
+        self.pace = pacing.Pace(pacing.parse_rate(rate_limit)) if rate_limit else None
         self._brain = brain
         self._lock = threading.Lock()
         self._faults: deque[str] = deque()
@@ -1032,6 +1038,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _create(self, query: dict[str, list[str]]) -> None:
         body = self._read_json()
         app = self.server.app
+        limited: dict[str, str] = {}
+        if app.pace is not None:  # before anything is processed: a refusal leaves no trace
+            verdict = app.pace.take()
+            if not verdict.accepted:
+                raise pacing.refusal(verdict, app.dialect, app.pace.rate)
+            limited = pacing.headers(verdict, app.dialect)
         fault = app.record(body) if isinstance(body, dict) else None
         if fault in ("422", "429", "500", "503", "credits"):
             raise fault_error(fault, app.dialect)
@@ -1042,20 +1054,20 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             queued = app.queue(body)
             if body.get("stream"):
-                self._stream(self._follow(queued["id"], after=-1))
+                self._stream(self._follow(queued["id"], after=-1), headers=limited)
             else:
-                self._send_json(200, queued)
+                self._send_json(200, queued, limited)
             return
         created = app.create(body)
         if body.get("stream"):
-            self._stream_created(created, cut=fault == "cut")
+            self._stream_created(created, cut=fault == "cut", headers=limited)
         elif fault == "cut":
             self._abort()  # no answer at all: the client sees a dropped connection
         else:
             if app.latency > 0:
                 time.sleep(app.latency)
             app.persist(created)
-            self._send_json(200, created.response)
+            self._send_json(200, created.response, limited)
 
     def _retrieve(self, id: str, query: dict[str, list[str]]) -> None:
         """``GET /v1/responses/{id}``: JSON, or the events replayed with ``?stream=true``."""
@@ -1127,7 +1139,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- streams -----------------------------------------------------------------
 
-    def _stream_created(self, created: _Created, *, cut: bool) -> None:
+    def _stream_created(self, created: _Created, *, cut: bool,
+                        headers: dict[str, str] | None = None) -> None:
         """Streams a new response; it's stored just before ``response.completed``.
 
         Storing before the final event means a client that reacts to
@@ -1152,7 +1165,7 @@ class _Handler(BaseHTTPRequestHandler):
                 deltas_sent += event["type"].endswith(".delta")
                 yield event
 
-        self._stream(paced(), complete=not cut)
+        self._stream(paced(), complete=not cut, headers=headers)
 
     def _follow(self, response_id: str, *, after: int) -> Iterator[dict[str, Any]]:
         """The events of a stored response after ``after``, following it until it finishes.
@@ -1221,7 +1234,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, stream: Iterable[dict[str, Any]], *, complete: bool = True) -> None:
+    def _stream(self, stream: Iterable[dict[str, Any]], *, complete: bool = True,
+                headers: dict[str, str] | None = None) -> None:
         """Writes events as chunked ``text/event-stream``.
 
         Args:
@@ -1229,12 +1243,15 @@ class _Handler(BaseHTTPRequestHandler):
             complete: False to drop the connection after the events instead of
                 ending the chunked body, which the SDK reports as a broken
                 connection (``APIConnectionError``).
+            headers: more headers to send (the rate-limit mode's).
         """
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", f"req_{uuid.uuid4().hex}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         try:
             for event in stream:

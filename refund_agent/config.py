@@ -112,6 +112,13 @@ MAIL_CAP = 5
 MAIL_CAP_SECONDS = 3600.0
 MAIL_CAP_MOST = 100
 
+# How many runs one process advances at once (``refund-agent work --concurrency`` and the page's
+# worker): each is a thread that mostly waits on the model, so the bound is what the provider
+# allows rather than the cores. CONCURRENCY_MOST keeps a typo (16000) from opening that many
+# connections to the store and the provider.
+CONCURRENCY = 8
+CONCURRENCY_MOST = 256
+
 
 # Every numeric setting and what it allows. The bounds keep the desk working rather than
 # encode a policy: a lease under a second would make the heartbeat renew it in a busy loop
@@ -126,6 +133,13 @@ RANGES = {
                                          shown_low="0.0000116 (one second)"),
     "REFUND_AGENT_MAIL_CAP": _Range(1, MAIL_CAP_MOST, "answers", whole=True),
     "REFUND_AGENT_MAIL_CAP_SECONDS": _Range(60, 7 * 86_400, "seconds"),
+    "REFUND_AGENT_CONCURRENCY": _Range(1, CONCURRENCY_MOST, "runs", whole=True),
+    # A budget of our own under the provider's limit (0: none, the provider's 429s and headers
+    # alone set the pace); patience: how long one request waits out rate limits before its run
+    # fails resumably (past REFUND_AGENT_MAX_RETRIES refusals).
+    "REFUND_AGENT_RATE_RPM": _Range(0, 10_000_000, "requests a minute", whole=True),
+    "REFUND_AGENT_RATE_TPM": _Range(0, 10_000_000_000, "tokens a minute", whole=True),
+    "REFUND_AGENT_RATE_PATIENCE": _Range(0, 86_400, "seconds"),
 }
 
 
@@ -201,6 +215,17 @@ class Settings:
             auto-responder that does not say it is one cannot keep the desk answering.
         mail_cap_seconds: the window the cap counts answers in, seconds
             (REFUND_AGENT_MAIL_CAP_SECONDS, default 3600).
+        concurrency: how many runs one process advances at once (REFUND_AGENT_CONCURRENCY,
+            default 8): ``refund-agent work``'s default for ``--concurrency`` and the page's
+            worker's bound; more runs wait for a free slot.
+        rate_rpm: requests a minute this process never exceeds towards the provider
+            (REFUND_AGENT_RATE_RPM; 0, the default: no budget of its own, the provider's 429s
+            and rate-limit headers set the pace; providers/limiter.py).
+        rate_tpm: tokens a minute likewise (REFUND_AGENT_RATE_TPM, 0: none).
+        rate_patience: seconds one request waits out rate limits, past ``max_retries``
+            refusals, before its run fails resumably (REFUND_AGENT_RATE_PATIENCE, default 900).
+        offline_rate_limit: the in-process stand-in answers 429 past this pace, ``60/min`` or
+            ``10/s`` (REFUND_AGENT_OFFLINE_RATE_LIMIT; empty: no limit).
         outside: which payment provider and email service to use, and how to reach them
             (REFUND_AGENT_PAYMENTS, STRIPE_*, REFUND_AGENT_EMAIL, SMTP_*; see
             refund_agent/outside/config.py and docs/OUTSIDE-SYSTEMS.md).
@@ -225,6 +250,11 @@ class Settings:
     offline_url: str = ""
     mail_cap: int = MAIL_CAP
     mail_cap_seconds: float = MAIL_CAP_SECONDS
+    concurrency: int = CONCURRENCY
+    rate_rpm: int = 0
+    rate_tpm: int = 0
+    rate_patience: float = 900.0
+    offline_rate_limit: str = ""
     outside: OutsideSettings = field(default_factory=OutsideSettings)
 
     def __post_init__(self) -> None:
@@ -248,6 +278,10 @@ class Settings:
                 and math.isfinite(self.mail_cap_seconds) and self.mail_cap_seconds > 0):
             raise ConfigError(f"Settings.mail_cap_seconds must be a finite number above 0, "
                               f"got {self.mail_cap_seconds!r}.")
+        if not (isinstance(self.concurrency, int)
+                and 1 <= self.concurrency <= CONCURRENCY_MOST):
+            raise ConfigError(f"Settings.concurrency must be a whole number from 1 to "
+                              f"{CONCURRENCY_MOST}, got {self.concurrency!r}.")
         profile = PROFILES.get(self.provider, PROFILES[XAI])
         if problem := key_problem(self.api_key, profile.key_env):
             raise ConfigError(problem)
@@ -337,6 +371,11 @@ def load_settings(env_file: Path | None = None) -> Settings:
         offline_url=env.get("REFUND_AGENT_OFFLINE_URL", "").strip().rstrip("/"),
         mail_cap=int(_setting("REFUND_AGENT_MAIL_CAP", MAIL_CAP)),
         mail_cap_seconds=_setting("REFUND_AGENT_MAIL_CAP_SECONDS", MAIL_CAP_SECONDS),
+        concurrency=int(_setting("REFUND_AGENT_CONCURRENCY", CONCURRENCY)),
+        rate_rpm=int(_setting("REFUND_AGENT_RATE_RPM", 0)),
+        rate_tpm=int(_setting("REFUND_AGENT_RATE_TPM", 0)),
+        rate_patience=_setting("REFUND_AGENT_RATE_PATIENCE", 900.0),
+        offline_rate_limit=env.get("REFUND_AGENT_OFFLINE_RATE_LIMIT", "").strip(),
         outside=outside_settings(env),
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from openai.types.responses import Response
 
 from .errors import LeaseLost, RefundAgentError, Stopped
 from .models import Step
+from .providers.limiter import Halted, Limiter
 from .store import Lease, Store
 
 
@@ -153,7 +155,31 @@ def stream_response(client: openai.OpenAI, run_id: str, params: dict[str, Any], 
     final response becomes the SDK's ``Response``. The input items and tool schemas go as
     ``extra_body``, already plain JSON, which skips the SDK's walk over them looking for
     fields to rename (there are none in them).
+
+    With the client's process-wide limiter (providers/limiter.py), the request holds one of
+    its places in flight until its stream ends, and waits for it first (a Stop or a lost
+    lease ends that wait); its usage then replaces the estimate the budget counted.
     """
+    limiter: Limiter | None = getattr(client, "limiter", None)
+
+    def stop() -> bool:
+        return bool(cancel and cancel.is_set()) or heartbeat.lost is not None
+
+    try:
+        with limiter.slot(run_id, stop) if limiter else nullcontext() as ticket:
+            final = _stream(client, run_id, params, emit, cancel, heartbeat)
+            if limiter and ticket:
+                usage = getattr(final, "usage", None)
+                limiter.settle(ticket, getattr(usage, "total_tokens", None))
+            return final
+    except Halted:
+        heartbeat.check()
+        raise Stopped from None
+
+
+def _stream(client: openai.OpenAI, run_id: str, params: dict[str, Any], emit: OnEvent,
+            cancel: Cancel | None, heartbeat: Heartbeat) -> Any:
+    """The request and its events (stream_response's body, inside its place in flight)."""
     params = dict(params)
     body = {key: params.pop(key) for key in ("input", "tools") if key in params}
     raw = client.responses.with_streaming_response.create(

@@ -22,6 +22,7 @@ module per area:
     decisions.py  approve, reject, ask, handoff, take, queue, expire
     people.py     users add | list | remove, and signing a decision as an account
     admin.py      doctor, audit, work, web, webhooks, migrate
+    work.py       the worker: many runs at once, its progress line, its stop
     mail.py       receive (customers' mail in, by SMTP or IMAP)
 """
 

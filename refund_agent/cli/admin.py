@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
 from ..config import load_settings
 from ..desk.agent import Agent
@@ -16,13 +13,12 @@ from ..desk.migrate import migrate as migrate_store
 from ..desk.reconcile import email_notes, log_names, provider_problems, reconcile
 from ..desk.records import DeskStore
 from ..desk.status import amount_is, amount_label
-from ..errors import LeaseLost, MigrationRefused, RunBusy
+from ..errors import MigrationRefused
 from ..outside import stripe_missing
-from ..outside.mailin.intake import release_held
-from ..outside.mailin.loops import MailCap
 from ..text import plural
 from .output import time_text
-from .tickets import at_work, drive
+from .tickets import at_work
+from .work import Drain
 
 
 def doctor(_args: argparse.Namespace) -> int:
@@ -76,54 +72,21 @@ def _verify(agent: Agent) -> int:
     return 1 if problem else 0
 
 
-SWEEP_EVERY = 60.0   # seconds between a worker's sweeps of the timeouts and the expiry
-
-
 def work(args: argparse.Namespace) -> int:
-    """``refund-agent work``: claim runs (new, decided, or left by a dead process on any host)
-    and advance each.
+    """``refund-agent work [--concurrency N] [--grace SECONDS]``: claim runs (new, decided, or
+    left by a dead process on any host) and advance up to N at once (cli/work.py).
 
-    One line per run: a worker is meant to run unattended, several of them on several hosts.
+    One line per run, and a progress line: a worker is meant to run unattended, several of
+    them on several hosts. Ctrl+C or SIGTERM stops taking runs and lets those in flight end.
     """
     agent, _printer = at_work()
     agent.store.front = "worker"
-    idle_exit: float | None = args.idle_exit
-    quiet: Callable[[Any], None] = lambda _event: None  # noqa: E731
-    say: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
-    idle_since, done = time.monotonic(), 0
-    swept = -SWEEP_EVERY
-    print(f"Worker {os.getpid()} on {agent.store.host}: taking runs from {agent.store.path}.",
-          flush=True)
+    concurrency = args.concurrency or agent.settings.concurrency
+    print(f"Worker {os.getpid()} on {agent.store.host}: taking runs from {agent.store.path}, "
+          f"{plural(concurrency, 'run', 'runs')} at a time.", flush=True)
     if foreign := agent.foreign_runs():   # runs it will not take: say so, once
         print(agent.foreign_note(foreign), flush=True)
-    while True:
-        if time.monotonic() - swept >= SWEEP_EVERY:
-            # The shop's timeouts and the expiry, as the page's worker sweeps them: each step
-            # once per refund whoever else applies it (an expired run is then claimed below).
-            swept = time.monotonic()
-            for approval_id, step in agent.apply_timeouts():
-                print(f"{approval_id}: {step}", flush=True)
-            for approval in agent.expire():
-                print(f"{approval.id}: expired", flush=True)
-            # Customers' replies held while their run worked or waited: a run a terminal
-            # command finished takes them now (each is then claimed below like a new run).
-            release_held(agent.store, say, MailCap.of(agent.settings))
-        run_id = agent.claim()
-        if run_id is None:
-            if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
-                print(f"Nothing to do for {idle_exit:g} s; advanced {done} run(s).", flush=True)
-                return 0
-            time.sleep(0.2)
-            continue
-        try:
-            run = drive(agent, run_id, quiet)  # type: ignore[arg-type]
-        except (RunBusy, LeaseLost) as exc:  # another worker got there first, or took it over
-            print(f"{run_id}: {exc}", flush=True)
-            continue
-        done += 1
-        idle_since = time.monotonic()
-        print(f"{run_id}: {run.status.value}", flush=True)
-        release_held(agent.store, say, MailCap.of(agent.settings))   # came while it worked
+    return Drain(agent, concurrency, args.idle_exit, args.grace).run()
 
 
 def web(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import re
 from ..config import APPROVAL_DAYS
 from ..desk.accounts import DEFAULT_LIMIT, ROLES
 from . import admin, decisions, eval, mail, owners, people, tickets
-from .typed import IDLE_EXIT
+from .typed import CONCURRENCY, GRACE, IDLE_EXIT
 
 EPILOG = """\
 examples:
@@ -186,10 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     reply.add_argument("--run", help="run id (needed unless exactly one run is done or "
                                      "waiting on the customer)")
     reply.set_defaults(func=tickets.reply)
-    work = sub.add_parser("work", help="advance runs that need a worker, one after another, "
+    work = sub.add_parser("work", help="advance runs that need a worker, several at once, "
                           "from any host sharing the store (PostgreSQL); Ctrl+C to stop")
     work.add_argument("--idle-exit", type=IDLE_EXIT, default=None, metavar="SECONDS",
                       help="exit after this long with nothing to do (default: never)")
+    work.add_argument("--concurrency", type=CONCURRENCY, default=None, metavar="N",
+                      help="runs advanced at once (default: REFUND_AGENT_CONCURRENCY, 8)")
+    work.add_argument("--grace", type=GRACE, default=30.0, metavar="SECONDS",
+                      help="after Ctrl+C or SIGTERM, how long the runs in flight get to finish "
+                           "before they stop at their last stored response and are handed "
+                           "back (default 30)")
     work.set_defaults(func=admin.work)
     mail.add_parser(sub)
     migrate = sub.add_parser(

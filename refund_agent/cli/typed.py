@@ -8,6 +8,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from ..config import CONCURRENCY_MOST
+
 DAY = 86400.0
 
 
@@ -41,3 +43,16 @@ def seconds(low: float, high: float, low_included: bool = True) -> Callable[[str
 IDLE_EXIT = seconds(0, 30 * DAY)
 # ``--every``: how often to poll a mailbox; never a busy loop, at most once a day.
 POLL_EVERY = seconds(0, DAY, low_included=False)
+# ``work --grace``: how long runs in flight get to finish once asked to stop; an hour at most.
+GRACE = seconds(0, 3600)
+
+
+def CONCURRENCY(text: str) -> int:  # noqa: N802 - an argparse type, named like the others
+    """``work --concurrency``: a whole number of runs from 1 to CONCURRENCY_MOST."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= CONCURRENCY_MOST:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of runs from 1 to {CONCURRENCY_MOST}, got {text!r}")
+    return int(text)
+
+
+CONCURRENCY.__name__ = "runs"

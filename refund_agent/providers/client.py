@@ -6,8 +6,10 @@ base URL and key differ. That is what lets every test exercise the real SDK with
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ import httpx2
 import openai
 
 from ..config import Settings
+from .limiter import Limiter, limiter_for
 from .table import RESUME, ProviderError, read_error, worth_retrying
 
 if TYPE_CHECKING:  # the stand-in is imported only when it is started (offline_server)
@@ -35,7 +38,8 @@ def offline_server(settings: Settings) -> OfflineServer:
     from offline_model import start_offline_server
 
     state = settings.output_dir / "offline-model.sqlite3"
-    key = f"{state}|{settings.provider}"  # the stand-in speaks the provider's dialect
+    # The stand-in speaks the provider's dialect, at the pace it is set to.
+    key = f"{state}|{settings.provider}|{settings.offline_rate_limit}"
     with _lock:
         server = _servers.get(key)
         if server is not None and not state.exists():
@@ -45,29 +49,58 @@ def offline_server(settings: Settings) -> OfflineServer:
             server = None
         if server is None:
             server = start_offline_server(state, latency=settings.offline_latency,
-                                          dialect=settings.provider)
+                                          dialect=settings.provider,
+                                          rate_limit=settings.offline_rate_limit or None)
             _servers[key] = server
         return server
 
 
 class ProviderClient(openai.OpenAI):
-    """The SDK's client, retrying only what is worth retrying.
+    """The SDK's client, retrying only what is worth retrying, at the process's pace.
 
     The SDK retries every 429, but a 429 that says the team is out of credits will say the same
     five times over (each after a longer wait), so its body is read first and such an answer is
-    not retried. Rate limits and 5xx are retried as before, and so is a connection cut before
-    the answer starts.
+    not retried. 5xx are retried as before, and so is a connection cut before the answer starts.
+
+    With a ``limiter`` (``open_model`` always gives one), every attempt passes through it
+    (``limiter.py``): it waits its turn, and a rate-limit 429 is sent again by the limiter,
+    which slows every run of the process, instead of by the SDK, which would slow this one.
     """
+
+    def __init__(self, *args: Any, limiter: Limiter | None = None, patience: float = 0.0,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limiter = limiter
+        self.patience = patience
 
     def _should_retry(self, response: httpx2.Response) -> bool:
         if response.status_code == 429:
-            try:
-                body = response.read()
-            except (httpx2.HTTPError, httpx2.StreamError):
-                body = b""
-            if not worth_retrying(response.status_code, body):
+            if self.limiter is not None:
+                return False  # the limiter retried it already, as far as it may
+            if not _rate_limited(response):
                 return False
         return super()._should_retry(response)
+
+    def _send_request(self, request: httpx2.Request, *, stream: bool,
+                      **kwargs: Any) -> httpx2.Response:
+        send = super()._send_request
+        if self.limiter is None:
+            return send(request, stream=stream, **kwargs)
+        try:
+            size = len(request.content)
+        except httpx2.RequestNotRead:
+            size = 0
+        return self.limiter.send(lambda: send(request, stream=stream, **kwargs), size,
+                                 _rate_limited, self.max_retries, self.patience)
+
+
+def _rate_limited(response: httpx2.Response) -> bool:
+    """Whether a 429 is a rate limit (worth waiting out), not a lack of credits."""
+    try:
+        body = response.read()
+    except (httpx2.HTTPError, httpx2.StreamError):
+        body = b""
+    return worth_retrying(response.status_code, body)
 
 
 def unreachable(exc: BaseException) -> str | None:
@@ -129,16 +162,37 @@ class ModelAccess:
 
 def open_model(settings: Settings) -> ModelAccess:
     """An SDK client for Grok, or for the offline stand-in when no key is set."""
-    common = {"max_retries": settings.max_retries, "timeout": settings.timeout}
+    common: dict[str, Any] = {"max_retries": settings.max_retries, "timeout": settings.timeout,
+                              "patience": settings.rate_patience}
     if settings.offline and settings.offline_url:
         # One offline service for every host (see the README's PostgreSQL section): a run
         # continued on another host finds its stored responses there, as it would at xAI.
         client = ProviderClient(base_url=settings.offline_url, api_key="offline-stand-in",
-                               **common)
+                               limiter=_limiter(settings, settings.offline_url, ""), **common)
         return ModelAccess(client, settings.model_label, None)
     if settings.offline:
         server = offline_server(settings)
-        client = ProviderClient(base_url=server.base_url, api_key="offline-stand-in", **common)
+        with _lock:  # one per stand-in: a later one on the same port starts afresh
+            limiter = _stand_in_limiters.get(server)
+            if limiter is None:
+                limiter = Limiter(settings.rate_rpm, settings.rate_tpm)
+                _stand_in_limiters[server] = limiter
+        client = ProviderClient(base_url=server.base_url, api_key="offline-stand-in",
+                                limiter=limiter, **common)
         return ModelAccess(client, settings.model_label, server)
-    client = ProviderClient(base_url=settings.base_url, api_key=settings.api_key, **common)
+    client = ProviderClient(base_url=settings.base_url, api_key=settings.api_key,
+                            limiter=_limiter(settings, settings.base_url, settings.api_key),
+                            **common)
     return ModelAccess(client, settings.model_label, None)
+
+
+_stand_in_limiters: weakref.WeakKeyDictionary[OfflineServer, Limiter] = \
+    weakref.WeakKeyDictionary()
+
+
+def _limiter(settings: Settings, base_url: str, key: str) -> Limiter:
+    """The process's limiter for this endpoint and team (a provider limits each team: the
+    key's digest tells them apart, the key itself is never kept), shared by every client
+    opened on them."""
+    team = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return limiter_for(f"{base_url}|{team}", settings.rate_rpm, settings.rate_tpm)

@@ -7,7 +7,15 @@ import streamlit as st
 from ..desk.accounts import Accounts
 from ..errors import RefundAgentError
 from .session import notify, permitted, select, selected_run_id, show_notice
-from .views import DESK_FILTERS, OWNER_FILTERS, desk_counts, md, page_range, run_label
+from .views import (
+    DESK_FILTERS,
+    OWNER_FILTERS,
+    desk_counts,
+    drain_text,
+    md,
+    page_range,
+    run_label,
+)
 from .worker import Worker
 
 PAGE_SIZE = 50   # tickets per inbox page; older ones are a click on "Older" away
@@ -152,6 +160,7 @@ def render_tickets(worker: Worker) -> None:
     rows = store.inbox_rows(ids)
     owners = store.owners([row.run.id for row in rows])
     st.caption(f"Tickets, newest first · {page_range(offset, len(rows), total)}")
+    render_drain(worker)
     if not rows:
         st.caption("No tickets match." if search or chosen != "all" or whose else
                    "No tickets yet. Send a sample to start one.")
@@ -172,3 +181,13 @@ def render_tickets(worker: Worker) -> None:
         older.button("Older", key="inbox_older", icon=":material/chevron_right:",
                      on_click=on_page, args=(PAGE_SIZE, last),
                      disabled=offset + PAGE_SIZE >= total, width="stretch")
+
+
+def render_drain(worker: Worker) -> None:
+    """How many tickets wait for the agent (any worker's, on any host) and how fast they
+    drain; what this server advances itself, and how many wait here for a free slot."""
+    waiting, pace = worker.drain.note(worker.agent.store.inbox_counts())
+    advancing, queued = worker.load()
+    here = (f" This server advances {advancing} of at most {worker.slots}"
+            + (f"; {queued} wait here for a slot." if queued else ".")) if advancing else ""
+    st.caption(f":material/hourglass_top: {drain_text(waiting, pace)}{here}")

@@ -6,6 +6,10 @@ them instead: each active run gets a thread, a :class:`~refund_agent.desk.agent.
 button, and a small in-memory buffer of the deltas the model is streaming, which any page may
 read. Everything durable is in the store; the buffer is only for watching a turn as it happens.
 
+At most ``settings.concurrency`` runs (REFUND_AGENT_CONCURRENCY, as ``refund-agent work``) have a
+thread at once; the others wait in order for a free slot, shown as working, and Stop works on
+them too (the run stops before its first request).
+
 The worker never calls Streamlit. At start-up it resumes the runs an earlier process left
 behind: runs cut off mid-turn, and runs whose refund was decided while nobody advanced them.
 It also keeps the audit panel's integrity check going in the background (see integrity.py).
@@ -17,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..desk.agent import Agent
@@ -27,7 +32,7 @@ from ..outside.mailin.intake import release_held
 from ..outside.mailin.loops import MailCap
 from ..streaming import Cancel, LiveEvent
 from .integrity import IntegrityWatch
-from .views import LiveSegment
+from .views import DrainMeter, LiveSegment
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +54,13 @@ class _Job:
     # clicked in the instant between the run pausing and its thread returning).
     again: bool | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Waiting for a free slot (the worker's bound): no thread yet.
+    queued: bool = False
+    simulate: bool = True   # the model plays the customer (see SIMULATED_KINDS)
 
     def alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        """Advancing, or waiting in line to advance."""
+        return self.queued or (self.thread is not None and self.thread.is_alive())
 
 
 class Worker:
@@ -67,6 +76,12 @@ class Worker:
         self.started_at: float | None = None
         self.recovered: list[str] = []
         self._jobs: dict[str, _Job] = {}
+        # The bound on runs advanced at once, and the runs waiting for a slot, oldest first.
+        self.slots = agent.settings.concurrency
+        self._advancing = 0
+        self._queue: deque[str] = deque()
+        # How fast the tickets waiting for the agent drain, as the inbox sees it (any host's).
+        self.drain = DrainMeter()
         self._problems: dict[str, str] = {}
         self._lock = threading.RLock()
         self._running = False
@@ -90,8 +105,9 @@ class Worker:
                 return self.recovered
             self._running = True
             self.started_at = time.time()
-        # Open the model once here, so the run threads do not race to open it lazily.
-        _ = self.agent.model
+        # Open the model and the effect log once here, so the run threads do not race to
+        # open them lazily.
+        _ = self.agent.model, self.agent.effects
         self.recovered = [run.id for run in self.agent.resumable() if self._launch(run.id)]
         if self.recovered:
             log.info("Resumed %d run(s) left by an earlier process: %s", len(self.recovered),
@@ -152,6 +168,11 @@ class Worker:
         self.integrity.stop()
         with self._lock:
             self._running = False
+            # Runs still in line never started here: they stay working and unleased, so the
+            # next process (a page's, or `refund-agent work`) takes them up.
+            for run_id in self._queue:
+                self._jobs.pop(run_id, None)
+            self._queue.clear()
             jobs = list(self._jobs.values())
         for job in jobs:
             job.cancel.set()
@@ -237,7 +258,12 @@ class Worker:
             if job is None or not job.alive():
                 return False
             job.again = None  # a stop also cancels a pending go-again
-        job.cancel.set()
+            job.cancel.set()
+            if job.queued:
+                # Out of line and started now, past the bound: with its cancel set, the
+                # advance only marks the run stopped (no request), as Stop does mid-turn.
+                self._queue.remove(run_id)
+                self._start(run_id, job)
         if by:
             self.agent.store.record_stop(run_id, by)
         return True
@@ -275,8 +301,14 @@ class Worker:
         return job is not None and job.alive()
 
     def active_runs(self) -> list[str]:
+        """The runs advancing here, or waiting for a slot."""
         with self._lock:
             return [run_id for run_id, job in self._jobs.items() if job.alive()]
+
+    def load(self) -> tuple[int, int]:
+        """(runs advancing now, runs waiting for a free slot)."""
+        with self._lock:
+            return self._advancing, len(self._queue)
 
     def live(self, run_id: str) -> list[LiveSegment]:
         """What the model has streamed so far in the run's current turn (empty between turns)."""
@@ -298,22 +330,36 @@ class Worker:
             raise RunNotReady("The background worker is not running; restart the server.")
 
     def _launch(self, run_id: str, simulate: bool = True) -> bool:
-        """Advance the run in a new thread; False if one is already on it (it will go again)."""
+        """Advance the run in a thread of its own, or once a slot frees (the bound); False if
+        it is already advancing (it will go again) or waiting in line."""
         with self._lock:
             if not self._running:
                 return False
             job = self._jobs.get(run_id)
+            if job is not None and job.queued:
+                job.simulate = job.simulate or simulate   # as a go-again merges (below)
+                return False
             if job is not None and job.alive():
                 job.again = simulate if job.again is None else job.again or simulate
                 return False
-            job = _Job()
-            job.thread = threading.Thread(target=self._work, args=(run_id, job, simulate),
-                                          name=f"refund-run-{run_id}", daemon=True)
+            job = _Job(simulate=simulate)
             self._jobs[run_id] = job
             self._problems.pop(run_id, None)
-            job.thread.start()
+            if self._advancing < self.slots:
+                self._start(run_id, job)
+            else:
+                job.queued = True
+                self._queue.append(run_id)
             self.version += 1
             return True
+
+    def _start(self, run_id: str, job: _Job) -> None:
+        """Give the job its thread (the caller holds the lock and checked the bound)."""
+        job.queued = False
+        job.thread = threading.Thread(target=self._work, args=(run_id, job, job.simulate),
+                                      name=f"refund-run-{run_id}", daemon=True)
+        self._advancing += 1
+        job.thread.start()
 
     def _work(self, run_id: str, job: _Job, simulate: bool) -> None:
         def on_event(event: LiveEvent) -> None:
@@ -355,6 +401,11 @@ class Worker:
                 again = job.again
                 if self._jobs.get(run_id) is job:
                     del self._jobs[run_id]
+                self._advancing -= 1
+                # The slot goes to the run that waited longest.
+                while self._queue and self._advancing < self.slots and self._running:
+                    queued = self._queue.popleft()
+                    self._start(queued, self._jobs[queued])
                 self.version += 1
             if again is not None and not job.cancel.is_set():
                 self._launch(run_id, simulate=again)

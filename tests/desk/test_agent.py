@@ -236,6 +236,7 @@ def test_rate_limit_before_the_answer_is_retried(agent, model):
 
 
 def test_rate_limit_past_the_retry_budget_fails_resumably(agent, model):
+    model.client.patience = 0.0  # REFUND_AGENT_RATE_PATIENCE=0: no waiting past the retries
     model.server.inject("429", "429", "429")  # max_retries=2 in the test settings
     run = agent.advance(agent.start_sample("damaged").id)
     assert run.status == RunStatus.FAILED and "rate-limiting" in run.error

@@ -28,8 +28,10 @@ MAX_RETRIES = 2   # the test settings' budget: one attempt plus two retries
 
 
 def _settings(output: Path) -> Settings:
+    # rate_patience=0: a 429 past the retries fails the run (resumably), as a 500 does, so the
+    # matrix puts it at every turn (by default the limiter waits rate limits out: tests/providers)
     return Settings(api_key="", data_dir=DATA, output_dir=output, max_retries=MAX_RETRIES,
-                    timeout=30.0)
+                    timeout=30.0, rate_patience=0.0)
 
 
 class FaultAt:
@@ -161,7 +163,8 @@ def test_a_cut_stream_leaves_nothing_half_recorded(tmp_path: Path):
 
 def test_the_terminal_reports_a_model_failure_and_resume_finishes(tmp_path: Path):
     output = tmp_path / "output"
-    failed = run_cli(output, "sample", "damaged", REFUND_AGENT_OFFLINE_FAULTS="429,429,429")
+    failed = run_cli(output, "sample", "damaged", REFUND_AGENT_OFFLINE_FAULTS="429,429,429",
+                     REFUND_AGENT_RATE_PATIENCE="0")
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     assert "failed: The provider is rate-limiting requests (429)" in failed.stdout
     assert "`refund-agent resume` retries" in failed.stdout

@@ -21,6 +21,10 @@ BAD = {
     "REFUND_AGENT_OFFLINE_LATENCY": ["-0.1", "nan", "inf", "61"],
     "REFUND_AGENT_MAIL_CAP": ["0", "-1", "2.5", "nan", "inf", "101"],
     "REFUND_AGENT_MAIL_CAP_SECONDS": ["0", "59", "nan", "inf", "604801"],
+    "REFUND_AGENT_CONCURRENCY": ["0", "-1", "2.5", "nan", "inf", "257"],
+    "REFUND_AGENT_RATE_RPM": ["-1", "2.5", "nan", "inf", "10000001"],
+    "REFUND_AGENT_RATE_TPM": ["-1", "2.5", "nan", "inf", "10000000001"],
+    "REFUND_AGENT_RATE_PATIENCE": ["-1", "nan", "inf", "86401"],
 }
 GOOD = {
     "REFUND_AGENT_APPROVAL_DAYS": [("7", 7.0), ("0.5", 0.5), (str(1 / 86400), 1 / 86400),
@@ -31,12 +35,18 @@ GOOD = {
     "REFUND_AGENT_OFFLINE_LATENCY": [("0", 0.0), ("1.5", 1.5), ("60", 60.0)],
     "REFUND_AGENT_MAIL_CAP": [("1", 1), ("5", 5), ("100", 100)],
     "REFUND_AGENT_MAIL_CAP_SECONDS": [("60", 60.0), ("3600", 3600.0), ("604800", 604800.0)],
+    "REFUND_AGENT_CONCURRENCY": [("1", 1), ("8", 8), ("256", 256)],
+    "REFUND_AGENT_RATE_RPM": [("0", 0), ("60", 60), ("10000000", 10_000_000)],
+    "REFUND_AGENT_RATE_TPM": [("0", 0), ("200000", 200_000)],
+    "REFUND_AGENT_RATE_PATIENCE": [("0", 0.0), ("900", 900.0), ("86400", 86400.0)],
 }
 FIELDS = {"REFUND_AGENT_APPROVAL_DAYS": "approval_days",
           "REFUND_AGENT_LEASE_SECONDS": "lease_seconds", "REFUND_AGENT_TIMEOUT": "timeout",
           "REFUND_AGENT_MAX_RETRIES": "max_retries",
           "REFUND_AGENT_OFFLINE_LATENCY": "offline_latency",
-          "REFUND_AGENT_MAIL_CAP": "mail_cap", "REFUND_AGENT_MAIL_CAP_SECONDS": "mail_cap_seconds"}
+          "REFUND_AGENT_MAIL_CAP": "mail_cap", "REFUND_AGENT_MAIL_CAP_SECONDS": "mail_cap_seconds",
+          "REFUND_AGENT_CONCURRENCY": "concurrency", "REFUND_AGENT_RATE_RPM": "rate_rpm",
+          "REFUND_AGENT_RATE_TPM": "rate_tpm", "REFUND_AGENT_RATE_PATIENCE": "rate_patience"}
 
 
 def test_every_numeric_setting_has_a_range_and_cases():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ...desk.status import DeskStatus, amount_is, amount_label, customer_name
@@ -123,3 +126,48 @@ def page_range(offset: int, shown: int, total: int) -> str:
     if not total:
         return "No tickets"
     return f"{offset + 1}–{offset + shown} of {total}"
+
+
+class DrainMeter:
+    """How fast the tickets waiting for the agent drain, from what the inbox counts as it is
+    drawn: each look notes (time, tickets the agent is done with); the pace is how many more
+    it was done with over the last ``window`` seconds. Every worker's runs count, on any host
+    sharing the store, not only this server's. One per server process (the Worker's), shared
+    by its sessions, hence the lock.
+    """
+
+    def __init__(self, window: float = 600.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.window = window
+        self.clock = clock
+        self._looks: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def note(self, counts: Mapping[RunStatus, int]) -> tuple[int, float | None]:
+        """(tickets waiting for the agent, tickets it finishes a minute or None while too
+        little is known) from Store.inbox_counts's numbers."""
+        waiting = counts.get(RunStatus.WORKING, 0)
+        finished = sum(counts.values()) - waiting
+        now = self.clock()
+        with self._lock:
+            while self._looks and now - self._looks[0][0] > self.window:
+                self._looks.popleft()
+            self._looks.append((now, finished))
+            then, before = self._looks[0]
+        if now - then < 10:   # under ten seconds of looks: no pace to speak of yet
+            return waiting, None
+        return waiting, max(0, finished - before) * 60 / (now - then)
+
+
+def drain_text(waiting: int, per_minute: float | None) -> str:
+    """``12 tickets wait for the agent · 8.5 done a minute, about 2 min to go``."""
+    if not waiting:
+        return "No ticket waits for the agent."
+    head = f"{waiting} ticket{'s wait' if waiting != 1 else ' waits'} for the agent"
+    if per_minute is None:
+        return head + "."
+    if per_minute <= 0:
+        return head + " · none finished in the last minutes."
+    left = waiting / per_minute
+    eta = f"about {left:.0f} min to go" if left >= 1 else "under a minute to go"
+    return f"{head} · {per_minute:.1f} done a minute, {eta}."
