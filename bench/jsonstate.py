@@ -247,7 +247,9 @@ class JsonStateStore:
                         transcript: Sequence[tuple[str, dict[str, Any]]] = (),
                         resent: dict[str, Any] | None = None,
                         outputs: Mapping[str, Output] | None = None,
-                        finish: RunStatus | None = None) -> Recorded:
+                        finish: RunStatus | None = None, effects: bool = False) -> Recorded:
+        # ``effects``: whether the store's commit would be synced; this store saves every
+        # change in full anyway.
         with self._lock:
             run = self._fence(lease)
             if finish is not None:   # the run's end, saved with the response (one save)

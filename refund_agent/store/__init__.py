@@ -12,8 +12,9 @@ SQL stays in this package (and in the records an agent adds on top, as the refun
   errors translated in one place, and the hooks an agent's own records fill);
   ``search.py``: searching and paging the runs.
 - ``sqlite.py`` and ``postgres.py``: one class per engine, holding only what differs.
-- ``schema.py``: what each version added; ``schema_sqlite.py``, ``schema_postgres.py``: each
-  engine's tables and numbered steps (the desk's tables too, for now); ``audit.py``: the
+- ``schema.py``: what each version added, and the parts an agent's store adds (its own
+  tables, versioned on their own in ``schema_parts``: the desk's); ``schema_sqlite.py``,
+  ``schema_postgres.py``: each engine's loop tables and numbered steps; ``audit.py``: the
   chain's pure check.
 """
 

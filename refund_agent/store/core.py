@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import StoreError
 from ..models import Run
 from .audit import GENESIS_HASH, audit_hash
-from .schema import SCHEMA_VERSION, shipped_version
+from .schema import RECORD_PART, SCHEMA_VERSION, TABLES, SchemaPart, parts_due, shipped_version
 
 try:  # the postgres extra: pip install 'refund-agent[postgres]'
     import psycopg
@@ -91,6 +91,7 @@ class StoreCore:
     lock_row: str                 # appended to a SELECT that reads rows it will change
     skip_locked: str              # appended after lock_row by claim: skip rows others hold
     like: str                     # case-insensitive LIKE for ASCII letters
+    table_exists: str             # a row where the table named by the one ``?`` exists
     pushes_changes: bool = False  # change_counter moves by itself (NOTIFY): reading it is free
 
     path: Any                     # where the store is, for messages (file, or URL w/o password)
@@ -109,7 +110,10 @@ class StoreCore:
             raise StoreError(f"{self.path} was written by a newer version of refund-agent.")
         if version == 7:  # shipped once without schema 6 (see schema.shipped_version)
             version = shipped_version(version, self.columns("calls"))
-        if version < SCHEMA_VERSION:
+        # A store with parts (the desk's) installs them as it opens; the loop's alone reads
+        # nothing more.
+        if version < SCHEMA_VERSION or (self._parts and parts_due(
+                self._parts, self._recorded_parts(self._db()), version)):
             self._upgrade(version)
 
     # -- engine hooks --------------------------------------------------------------------
@@ -144,6 +148,10 @@ class StoreCore:
 
     # -- what a store adding an agent's records fills in (the loop's store: nothing) --------
 
+    #: The parts of the schema this store adds on the loop's tables (the desk's store: its
+    #: tables), installed or upgraded by :meth:`_upgrade` as the store opens (schema.py).
+    _parts: tuple[SchemaPart, ...] = ()
+
     #: More columns for the ``RETURNING *`` of a write that gives a run's lease up
     #: (``", expr AS name, ..."``), read by :meth:`_released_run`.
     _released_columns: str = ""
@@ -168,8 +176,25 @@ class StoreCore:
         raise NotImplementedError
 
     def _upgrade(self, version: int) -> None:
-        """Create the schema, or bring a store at ``version`` up to date when that is safe."""
+        """Create the schema, or bring a store at ``version`` up to date when that is safe,
+        with the parts :attr:`_parts` names that are due, in one transaction."""
         raise NotImplementedError
+
+    def _recorded_parts(self, db: Any) -> dict[str, int] | None:
+        """The versions of the parts the store records (``schema_parts``), read through
+        ``db``; None where it has no such table (new, or made before parts)."""
+        if db.execute(self.table_exists, ("schema_parts",)).fetchone() is None:
+            return None
+        return {row[0]: row[1] for row in
+                db.execute("SELECT part, version FROM schema_parts").fetchall()}
+
+    def _install_parts(self, db: Any, version: int, recorded: dict[str, int] | None) -> None:
+        """Install or upgrade the parts due on a store at ``version`` that records
+        ``recorded`` (read before the loop's schema ran), in ``db``'s transaction, after the
+        loop's schema; record their versions."""
+        for part, since in parts_due(self._parts, recorded, version):
+            part.install(self, db, since)
+            db.execute(RECORD_PART, (part.name, part.version))
 
     def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
         """The condition on runs (and its ``?`` values) that keeps the runs whose kept search
@@ -292,6 +317,14 @@ class StoreCore:
         with self._errors():
             cursor = self._db().execute(f"SELECT * FROM {table} LIMIT 0")
             return [column[0] for column in cursor.description]
+
+    def tables(self) -> dict[str, str]:
+        """:data:`~.schema.TABLES` (each table with the columns its rows are ordered by), those
+        this store has: a loop store alone has none of the desk's."""
+        with self._errors():
+            db = self._db()
+            return {table: key for table, key in TABLES.items()
+                    if db.execute(self.table_exists, (table,)).fetchone() is not None}
 
     def close(self) -> None:
         """Close this thread's connection (another call opens a new one)."""

@@ -73,8 +73,9 @@ class Ledger(StoreCore):
     # -- moving a whole store (see store/migrate.py) ---------------------------------------------
 
     def row_counts(self) -> dict[str, int]:
-        """How many rows each table holds."""
-        return {table: self._read(f"SELECT COUNT(*) FROM {table}")[0][0] for table in TABLES}
+        """How many rows each table it has holds (a loop store has none of the desk's)."""
+        return {table: self._read(f"SELECT COUNT(*) FROM {table}")[0][0]
+                for table in self.tables()}
 
     def table_rows(self, table: str, columns: Sequence[str], batch: int = 5000
                    ) -> Iterator[list[tuple[Any, ...]]]:

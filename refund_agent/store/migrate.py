@@ -146,6 +146,7 @@ def migrate(source: Store, output_dir: Path, target_url: str,
     output_dir = Path(output_dir)
     check = check or (lambda _store, _output_dir: None)
     target = open_target(target_url)  # reaches it, and makes the schema in an empty database
+    _check_schema(source, target)
     timings: dict[str, float] = {}
     try:
         with source.writers_held_off():
@@ -252,9 +253,25 @@ def _check_empty(load: BulkLoad, where: str) -> None:
     load.clear("audit_anchor")  # the new schema's (0 entries); the source's replaces it
 
 
+def _check_schema(source: Store, target: Store) -> None:
+    """Every table and column the source has, the target has: a store whose agent added tables
+    of its own (the desk's) is copied into that agent's store (``open_target``), never into
+    one that would drop them."""
+    have = target.tables()
+    for table in source.tables():
+        lacking = [c for c in source.columns(table)
+                   if table not in have or c not in target.columns(table)]
+        if lacking:
+            raise MigrationRefused(
+                f"The target's schema has no {table}.{lacking[0]}, which {source.path} holds: "
+                "open the target as the store of the agent that made the source (open_target); "
+                "nothing was copied.")
+
+
 def _copy_tables(source: Store, load: BulkLoad, say: Progress) -> dict[str, int]:
     rows: dict[str, int] = {}
-    for table in COPIED:
+    kept = source.tables()   # a loop store alone has none of the desk's
+    for table in (t for t in COPIED if t in kept):
         columns = source.columns(table)
         batches: Iterator[list[tuple[Any, ...]]] = source.table_rows(table, columns)
         if table == "runs":

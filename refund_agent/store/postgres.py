@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import StoreError
 from .base import Store
 from .core import psycopg
-from .schema import SCHEMA_VERSION, TABLES, due, shipped_version
+from .schema import SCHEMA_VERSION, due, parts_due, shipped_version
 from .schema_postgres import POSTGRES_SCHEMA, POSTGRES_STEPS, POSTGRES_VERSION_TABLE
 from .search import like_pattern
 
@@ -54,6 +54,7 @@ class PostgresStore(Store):
     lock_row = " FOR UPDATE"
     skip_locked = " SKIP LOCKED"
     like = "ILIKE"       # as SQLite's LIKE: the case of ASCII letters does not matter
+    table_exists = "SELECT 1 WHERE to_regclass(?) IS NOT NULL"
     pushes_changes = True
 
     path: str
@@ -150,7 +151,8 @@ class PostgresStore(Store):
         return rows[0][0] if rows else 0
 
     def _upgrade(self, version: int) -> None:
-        """Create the schema, or run the steps an older store needs, then the schema.
+        """Create the schema, or run the steps an older store needs, then the schema, then
+        the parts due (the desk's tables), in one transaction.
 
         Under an advisory lock, reading the version again: several hosts starting on a new
         (or older) database at once make (or upgrade) it once.
@@ -163,7 +165,9 @@ class PostgresStore(Store):
             if version == 7:
                 columns = db.execute("SELECT * FROM calls LIMIT 0").description
                 version = shipped_version(version, [c[0] for c in columns])
-            if version >= SCHEMA_VERSION:
+            # Read before the loop's schema makes schema_parts (see schema.parts_due).
+            recorded = self._recorded_parts(db)
+            if version >= SCHEMA_VERSION and not parts_due(self._parts, recorded, version):
                 return
             steps = due(POSTGRES_STEPS, version)
             for step in steps:
@@ -171,6 +175,7 @@ class PostgresStore(Store):
                     db.execute(statement)
             for statement in POSTGRES_SCHEMA:
                 db.execute(statement)
+            self._install_parts(db, version, recorded)   # the desk's tables, if due
             for step in steps:
                 if step.data is not None:
                     step.data(db)
@@ -245,7 +250,7 @@ class PostgresStore(Store):
         ``reconcile``, see the rows loaded so far.
         """
         with self._tx() as db:
-            db.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+            db.execute(f"LOCK TABLE {', '.join(self.tables())} IN EXCLUSIVE MODE")
             db.desk_stale = db.shown = True   # COPY passes by execute: refresh, notify
             yield BulkLoad(self, db)
 
@@ -272,12 +277,12 @@ class BulkLoad:
 
     def analyze(self) -> None:
         """Give the planner the new tables' statistics now, not at autovacuum's next pass."""
-        self.db.execute(f"ANALYZE {', '.join(TABLES)}")
+        self.db.execute(f"ANALYZE {', '.join(self.store.tables())}")
 
     def reset_sequences(self) -> None:
         """Move each ``id`` sequence past the highest id copied in, so new rows never collide
         with copied ones (an ``id`` SQLite numbers itself is a BIGSERIAL here)."""
-        for table, key in TABLES.items():
+        for table, key in self.store.tables().items():
             if key != "id":
                 continue
             sequence = self.db.execute("SELECT pg_get_serial_sequence(?, 'id')",

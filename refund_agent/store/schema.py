@@ -10,6 +10,20 @@ TABLE IF NOT EXISTS`` never adds a column), the schema then adds whatever table 
 A schema change adds a line to :data:`SCHEMA_HISTORY` and, on each engine whose tables change,
 a :class:`Step` with that number; the engine's store runs the steps its store is below, then the
 schema, then the steps' data moves, in one transaction (see ``sqlite.py`` and ``postgres.py``).
+
+The schema here is the loop's: runs, steps, calls, approvals, transcript, replies, audit and its
+anchor, ledger, store_moved, the runs' search, and ``schema_parts``. An agent's store that keeps
+tables of its own (the refund desk: desk/records/schema_part.py) names a :class:`SchemaPart`,
+numbered on its own in ``schema_parts``; the store installs or upgrades it, in the same
+transaction as the loop's schema, when it opens. Up to 16 this one history made the desk's
+tables too, so the steps below that change a desk table (8: approval_lines' units; 13: merging
+open escalations) stay here: they only run on a store from before 16, which has those tables
+(a step leaves out what a table it changes lacks). Steps 11 (PostgreSQL's units guard) and 12
+(the desk status columns on runs) are left empty: the desk's part makes both wherever they are
+missing. A new store runs no step, and gets none of the desk's tables. Schema 16 stays the
+loop's version: a store made before parts records 16 and holds every desk table, which
+:func:`parts_due` reads as the desk's part at its first version, so such a store opens without
+a write.
 """
 
 from __future__ import annotations
@@ -198,20 +212,60 @@ def runs_agent_v13(db: Any) -> None:
                f" AND id NOT IN (SELECT run_id FROM calls WHERE name IN ({desk}))")
 
 
-# Schema 16's data: the derived tables filled from the rows an older store holds (the
-# triggers keep them from then on). ``body`` is the engine's expression for one run's text.
-RECOUNT_DESK = ("INSERT INTO desk_counts(status, escalated, n)"
-                " SELECT COALESCE(desk_status, ''), CASE WHEN desk_escalations > 0 THEN 1"
-                " ELSE 0 END, COUNT(*) FROM runs GROUP BY 1, 2")
-
-
-def fill_search_and_counts(body: str) -> Callable[[Any], None]:
+# Schema 16's data: the search text filled from the runs an older store holds (the triggers
+# keep it from then on). ``body`` is the engine's expression for one run's text. (16's other
+# derived table, the desk's counts, is the desk part's: it fills it when it makes it.)
+def fill_search(body: str) -> Callable[[Any], None]:
     def fill(db: Any) -> None:
         db.execute("DELETE FROM run_search")
         db.execute(f"INSERT INTO run_search(run_id, body) SELECT r.id, {body} FROM runs r")
-        db.execute("DELETE FROM desk_counts")
-        db.execute(RECOUNT_DESK)
     return fill
+
+
+@dataclass(frozen=True)
+class SchemaPart:
+    """Tables, columns and triggers an agent's store adds on the loop's, versioned on its own.
+
+    ``install(store, db, since)`` brings the part from version ``since`` (0: not there) to
+    ``version``, inside the opening transaction ``db`` (every statement idempotent: two
+    processes may open one store at once). ``legacy``: the version a store made before parts
+    holds (the one history to schema 16 made the desk's tables); 0 for any other part.
+    """
+
+    name: str
+    version: int
+    install: Callable[[Any, Any, int], None]
+    legacy: int = 0
+
+
+def parts_due(parts: Collection[SchemaPart], recorded: dict[str, int] | None,
+              version: int) -> list[tuple[SchemaPart, int]]:
+    """The parts a store needs installed or upgraded, each with the version it holds.
+
+    ``recorded``: the store's ``schema_parts`` rows, None where it has no such table (a new
+    store, or one made before parts); ``version``: the loop's version it records. A store below
+    :data:`PARTS_SINCE` predates parts: it holds none (its upgrade runs each part's install
+    whole, which keeps what is already there), whatever rows were put back in it by hand. One
+    at PARTS_SINCE without the table was made by the one history: each part at ``legacy``.
+    """
+    due_parts = []
+    for part in parts:
+        if version < PARTS_SINCE:
+            since = 0
+        elif recorded is None:
+            since = part.legacy
+        else:
+            since = recorded.get(part.name, 0)
+        if since < part.version:
+            due_parts.append((part, since))
+    return due_parts
+
+
+# The loop's version from which a store may record its parts (schema_parts came beside 16).
+PARTS_SINCE = 16
+
+RECORD_PART = ("INSERT INTO schema_parts(part, version) VALUES (?, ?)"
+               " ON CONFLICT (part) DO UPDATE SET version = excluded.version")
 
 
 def _data_v13(db: Any) -> None:
@@ -227,7 +281,9 @@ def _data_v13(db: Any) -> None:
 
 
 # Every table of a store, with the columns its rows are ordered by (its primary key): what a
-# copy of the whole store (store/migrate.py) reads and fills, in this order.
+# copy of the whole store (store/migrate.py) reads and fills, in this order: the loop's and the
+# desk's. A loop store alone lacks the desk's and reads or copies only those it has
+# (StoreCore.tables); a copy's target must have every table and column its source has.
 TABLES: dict[str, str] = {
     "runs": "id", "steps": "id", "calls": "run_id, response_id, seq", "approvals": "id",
     "approval_lines": "approval_id, line", "transcript": "run_id, seq", "replies": "id",

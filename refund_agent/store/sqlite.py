@@ -20,8 +20,8 @@ from urllib.parse import quote
 
 from ..errors import StoreError
 from .base import Store
-from .schema import SCHEMA_VERSION, due
-from .schema_sqlite import SQLITE_SCHEMA, SQLITE_STEPS
+from .schema import SCHEMA_VERSION, due, parts_due
+from .schema_sqlite import SQLITE_SCHEMA_STATEMENTS, SQLITE_STEPS
 from .search import glob_pattern
 
 
@@ -36,6 +36,7 @@ class SQLiteStore(Store):
     lock_row = ""       # BEGIN IMMEDIATE already excludes every other writer
     skip_locked = ""
     like = "LIKE"       # SQLite's LIKE already ignores the case of ASCII letters
+    table_exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
     pushes_changes = False
 
     path: Path
@@ -174,27 +175,42 @@ class SQLiteStore(Store):
                     "output-old`) to start afresh; nothing in it was changed.")
             # No money was ever proposed there: the runs, replies and audit carry over as they
             # are, and the empty approvals table is made again with its new columns (step 3).
-        script = "".join(f"{statement};\n" for step in steps
-                         for statement in step.statements(self._table_columns))
         db = self._db()
-        try:  # executescript commits on its own, so the schema gets its own transaction
-            db.executescript(f"BEGIN IMMEDIATE; {script}{SQLITE_SCHEMA}")
+        try:
+            # One transaction, statement by statement (executescript would commit first): the
+            # steps (each reading the tables as they are inside it, so a second process that
+            # waited on the lock skips what the first did), the loop's schema, the parts due
+            # (the desk's tables, read from schema_parts before the schema makes it), the
+            # steps' data, then the agent's store's own refresh (the desk's rows).
+            db.execute("BEGIN IMMEDIATE")
+            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                version, steps = SCHEMA_VERSION, []   # another process upgraded it meanwhile
+            recorded = self._recorded_parts(db)
+            for step in steps:
+                for statement in step.statements(self._table_columns):
+                    db.execute(statement)
+            for statement in SQLITE_SCHEMA_STATEMENTS:
+                db.execute(statement)
+            self._install_parts(db, version, recorded)
             for step in steps:
                 if step.data is not None:
                     step.data(db)
-            self._before_commit(db)   # as every write transaction (the desk's rows, step 12)
-            db.executescript(f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            self._before_commit(db)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             # Two processes may open an old store at once; the second one's ALTER TABLE then
             # finds the column already there. The store is upgraded either way.
-            if self._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION:
+            if self._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION and not parts_due(
+                    self._parts, self._recorded_parts(db), SCHEMA_VERSION):
                 return
             raise StoreError(self.explain(exc)) from None
 
     def _table_columns(self, table: str) -> set[str]:
-        """The table's columns (none: no such table), before the schema runs."""
+        """The table's columns (none: no such table), before the schema runs (inside the
+        upgrade's transaction, on its connection)."""
         return {row[1] for row in self._read(f"PRAGMA table_info({table})")}
 
     # -- what only this engine does ------------------------------------------------------

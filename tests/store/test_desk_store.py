@@ -61,6 +61,7 @@ def test_the_engines_methods_win_and_the_desk_overrides_none_of_them():
 def test_a_commit_of_the_loops_store_runs_no_desk_code(tmp_path):
     # Old code: every commit of the store recomputed the run's desk status (desk/status.py).
     path = tmp_path / "store.sqlite3"
+    DeskStore(path).close()   # the desk's tables, its columns on runs and their triggers
     loop = Store(path)
     run_id = _run(loop)
     assert _desk_row(loop, run_id) == (None, 1)   # left as the triggers marked it

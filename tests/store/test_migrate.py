@@ -299,8 +299,13 @@ def test_the_loop_store_moves_with_what_its_agent_hands_in(agent, settings, new_
     effects = settings.output_dir / "effects.log"
     effects.write_text(json.dumps(record) + "\n" + '{"idempotency_key": "cut')
     url = new_db()
+    # The source holds the desk's tables (its agent made it): the copy is opened as the desk's
+    # store, which makes them; a loop store alone would lack them, and is refused.
+    with pytest.raises(MigrationRefused, match="open the target as the store of the agent"):
+        copy_store(Store(settings.db_path), settings.output_dir, new_db())
     report = copy_store(Store(settings.db_path), settings.output_dir, url, check=check,
-                        logs=lambda _store, out: [Log("effects", out / "effects.log", [record])])
+                        logs=lambda _store, out: [Log("effects", out / "effects.log", [record])],
+                        open_target=DeskStore)
     assert checked == [False, True]
     assert report.runs == 3 and report.ledger == {"effects": 1} and report.torn == 1
     assert [json.loads(text) for _id, text in Store(url).ledger_rows("effects")] == [record]

@@ -4,7 +4,8 @@
 ``refund_agent/store.py`` in git history (and, for PostgreSQL, as its ``dialects.pg_schema``
 rewrote it): SQLite 1 to 7, 10 and 12, PostgreSQL 5 (its first) to 7, 10 (the last before the
 database's units guard on PostgreSQL, schema 11) and 12 (the last before runs named their agent
-and open escalations were unique, 13), and "7a", the schema 7 that main shipped for
+and open escalations were unique, 13), 16 on both (from store/schema_*.py, the last schema of
+one history for the loop's and the desk's tables), and "7a", the schema 7 that main shipped for
 half an hour before schema 6 was merged (sign-in throttle, but calls without keys).
 Each test fills one with the rows that version wrote (runs, timeline, calls, a paid and approved
 refund with its audit chain, replies, accounts, transcript, ledger, as far as the version had
@@ -17,6 +18,10 @@ escalations (9 on) are merged into the oldest, leaving one open per ticket, kind
 Schema 14: every upgraded store takes mail once per Message-ID (the new mail table).
 Schema 15: no ticket has an owner until one is claimed.
 Schema 16: every run's search text is indexed and the desk's counts are kept from the start.
+A schema-16 store (the one history's last, every table in one) opens as the desk's store with
+its rows as they were. The desk's tables are the desk's own part now (desk/records/
+schema_part.py): an old store opened by the loop's store alone gets the loop's upgrade and none
+of the desk's tables it lacked; opened by the desk's store afterwards, it reads as above.
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ from refund_agent.outside.mailin.intake import take
 from refund_agent.store import GENESIS_HASH, SCHEMA_VERSION, Store, audit_hash
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
-SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10", "12"]
-POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10", "12"]
+SQLITE_VERSIONS = ["1", "2", "3", "4", "5", "6", "7a", "7", "10", "12", "16"]
+POSTGRES_VERSIONS = ["5", "6", "7a", "7", "10", "12", "16"]
 T0 = 1_764_000_000.0
 DONE, NEW = "run_0123456789ab", "run_ba9876543210"
 CLOSURE = "run_c105ed0acc01"   # made by the closure example (its tools' calls say so)
@@ -160,6 +165,12 @@ def old_rows(version: str) -> dict[str, list[dict]]:
             {**escalation, "id": 4, "key": "e4", "raised_at": T0 + 4},
             {**escalation, "id": 5, "key": "e5", "raised_at": T0 + 5, "taken_by": "Lee Park",
              "taken_at": T0 + 6}]
+        if has(version, 13):   # a store from 13 on merged them as they were raised
+            for merged in (rows["escalations"][1], rows["escalations"][3]):
+                merged.update(taken_by="merged into escalation 1", taken_at=merged["raised_at"])
+    if has(version, 13):   # runs name their agent
+        for made in rows["runs"]:
+            made["agent"] = "closure" if made["id"] == CLOSURE else "refunds"
     return rows
 
 
@@ -396,3 +407,43 @@ def test_a_postgresql_store_of_every_shipped_schema_upgrades_in_place(pg_cluster
     reopened = DeskStore(url)
     assert reopened.schema_version() == SCHEMA_VERSION and reopened.verify_audit() is None
     reopened.close()
+
+
+# -- The loop's store first, then the desk's: each upgrades its own part -------------------------
+
+DESK_ONLY = ("mail", "owners", "delegates", "timeout_steps", "desk_counts")
+
+
+@pytest.mark.parametrize("version", ["5", "12"])
+def test_an_sqlite_store_upgraded_by_the_loops_store_then_opened_by_the_desk(tmp_path, version):
+    """The loop's store upgrades the loop's tables and makes none of the desk's that the old
+    store lacked; the desk's store then adds them, computes its rows and keeps every row."""
+    rows = old_rows(version)
+    path = sqlite_store(tmp_path / "refund-agent.sqlite3", version, rows)
+    loop = Store(path)
+    assert loop.schema_version() == SCHEMA_VERSION
+    assert loop.query("SELECT COUNT(*) FROM schema_parts")[0][0] == 0
+    have = {r[0] for r in loop.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert not have & set(DESK_ONLY)
+    loop.close()
+    store = DeskStore(path)
+    check_upgraded(store, version, rows)
+    check_takes_new_work(store)
+    check_refuses_over_hold(store)
+    store.close()
+
+
+@pytest.mark.parametrize("version", ["5", "12"])
+def test_a_postgresql_store_upgraded_by_the_loops_store_then_opened_by_the_desk(
+        pg_cluster, version):
+    rows = old_rows(version)
+    url = postgres_store(pg_cluster, version, rows)
+    loop = Store(url)
+    assert loop.schema_version() == SCHEMA_VERSION
+    assert not [t for t in DESK_ONLY if loop.query("SELECT to_regclass(?)", (t,))[0][0]]
+    loop.close()
+    store = DeskStore(url)
+    check_upgraded(store, version, rows)
+    check_takes_new_work(store)
+    check_refuses_over_hold(store)
+    store.close()

@@ -17,10 +17,10 @@ import pytest
 
 from refund_agent.desk.policy import quote_refund, units_left
 from refund_agent.desk.records import DeskStore
+from refund_agent.desk.records.schema_postgres import POSTGRES_UNITS_GUARD
 from refund_agent.desk.shop import Shop
 from refund_agent.errors import StoreError
 from refund_agent.store import SCHEMA_HISTORY, Store
-from refund_agent.store.schema_postgres import POSTGRES_UNITS_GUARD
 
 CORPUS_SHOP = Path(__file__).parents[1] / "corpus" / "shop"
 TUMBLERS = "GT-DW-350"   # RT20602: four double-wall tumblers at $14.50, and a tray

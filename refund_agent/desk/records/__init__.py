@@ -21,8 +21,13 @@ instance is a :class:`DeskSQLiteStore` or a :class:`DeskPostgresStore`, and so s
 ``SQLiteStore`` or ``PostgresStore``, whose engine methods come before the loop's store's.
 The desk's mixins come first and fill the hooks the loop's store leaves empty
 (``StoreCore._before_commit``, ``_output_kept``, ``_released_run``); they override nothing an
-engine defines. SQL stays here and in ``refund_agent/store``. The desk's tables are still
-made by the store's one numbered schema (``store/schema_*.py``).
+engine defines. SQL stays here and in ``refund_agent/store``.
+
+The desk's tables, the columns it keeps on the loop's runs and their triggers are its own part
+of the schema (``schema_part.py``, with each engine's DDL in ``schema_sqlite.py`` and
+``schema_postgres.py``), versioned on its own in the loop's ``schema_parts``: the loop's store
+installs the part, idempotently and in one transaction with its own upgrade, as a desk store
+opens (``_parts``). A loop ``Store`` alone makes none of them.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from .inbox import DESK_COLUMNS, desk_of, refresh_stale_desk
 from .mail import Mail
 from .owners import Owners
 from .provider import ProviderEvents
+from .schema_part import DESK_PART
 from .timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -54,6 +60,8 @@ class DeskStore(DeskApprovals, DeskRecords, DeskInbox, Owners, Timeouts, Account
 
     # The run a release returns carries its desk status, read by the releasing UPDATE itself.
     _released_columns = f", {DESK_COLUMNS}"
+    # The desk's tables, installed as the store opens (schema_part.py).
+    _parts = (DESK_PART,)
 
     def __new__(cls, target: Path | str, lease_seconds: float = LEASE_STALE_SECONDS
                 ) -> DeskStore:
