@@ -68,6 +68,7 @@ def test_rate_limit_before_the_answer_is_retried(credit, model):
 
 def test_rate_limit_past_the_retry_budget_fails_resumably(credit, model):
     model.server.inject("429", "429", "429")  # max_retries=2 in the test settings
+    model.client.patience = 0.0  # REFUND_AGENT_RATE_PATIENCE=0: no waiting past the retries
     run = credit.advance(credit.start(ANA, EMAIL).id)
     assert run.status == RunStatus.FAILED and "rate-limiting" in run.error
     assert credit.advance(run.id).status == RunStatus.WAITING
