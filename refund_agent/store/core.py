@@ -161,6 +161,15 @@ class StoreCore:
         included), in that transaction: an agent's store keeps its derived rows up to date
         here (the desk refreshes its inbox rows). The loop's store does nothing."""
 
+    def _raised_by(self, db: Any, run_id: str, account: str) -> None:
+        """A run was typed in by ``account`` (a person at an agent's desk), in ``db``'s
+        transaction: an agent whose store keeps accounts records it (the desk, so nobody
+        approves a refund on a ticket they opened). The loop's store keeps no accounts, so it
+        refuses rather than drop the name."""
+        raise TypeError(f"This store keeps no record of who typed a run in ({account!r}): "
+                        "start runs without raised_by, or give the agent a store_class that "
+                        "records it.")
+
     def _output_kept(self, db: Any, run_id: str, steps: list[tuple[str, dict[str, Any]]]
                      ) -> None:
         """A call's output and its timeline ``steps`` were saved in ``db``'s transaction: an

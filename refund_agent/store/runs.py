@@ -45,8 +45,7 @@ class Runs(StoreCore):
             (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
              self.pid, agent))
         if raised_by:
-            db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)",
-                       (run_id, raised_by))
+            self._raised_by(db, run_id, raised_by)
         self._step(db, run_id, "email", {"from": sender, "name": sender_name,
                                          "subject": subject, "body": email, **(extra or {})})
         return run_id

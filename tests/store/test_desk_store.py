@@ -7,6 +7,8 @@ same transaction as every write.
 
 from __future__ import annotations
 
+import pytest
+
 from refund_agent.desk.records import (
     DeskPostgresStore,
     DeskSQLiteStore,
@@ -76,3 +78,18 @@ def test_the_desk_brings_rows_the_loops_store_left_stale_up_to_date_as_it_opens(
     desk = DeskStore(path)
     assert _desk_row(desk, run_id) == ("working", 0)
     assert desk.desk_groups() and desk.desk_page("", None, False, 10) == [run_id]
+
+
+def test_who_typed_a_run_in_is_the_desks_record_and_the_loops_store_refuses_to_drop_it(
+        tmp_path):
+    # Before: the loop's store wrote the desk's raised_by table itself, so a run typed in on a
+    # plain Store failed with "no such table: raised_by" once the desk's tables were its own.
+    store = Store(tmp_path / "loop.sqlite3")
+    with pytest.raises(TypeError, match="keeps no record of who typed a run in"):
+        store.create_run(sender="c@example.com", sender_name="C", subject="s", email="e",
+                         raised_by="Ana Ruiz")
+    assert store.runs() == []   # refused in its transaction: nothing half written
+    desk = DeskStore(tmp_path / "desk.sqlite3")
+    run = desk.create_run(sender="c@example.com", sender_name="C", subject="s", email="e",
+                          raised_by="Ana Ruiz")
+    assert desk.raised_by_of([run.id]) == {run.id: "Ana Ruiz"}

@@ -57,6 +57,10 @@ class DeskRecords(StoreCore):
 
     # -- inside a call's output transaction (boundary 3) ----------------------------------
 
+    def _raised_by(self, db: Any, run_id: str, account: str) -> None:
+        """Who typed the ticket in (the loop's store's hook), so they may not approve it."""
+        db.execute("INSERT INTO raised_by(run_id, account) VALUES (?,?)", (run_id, account))
+
     def _output_kept(self, db: Any, run_id: str, steps: list[tuple[str, dict[str, Any]]]
                      ) -> None:
         """The desk's part of saving a call's output (the loop's store's hook): its
