@@ -9,7 +9,9 @@ The walkthrough (`walkthrough.ipynb`) teaches the pattern: stop at the gated cal
 values, pay once keyed by the call id, resume with `previous_response_id`. This notebook is
 for when you run it for real: a person who approves only part of a proposal, or who needs to
 ask the customer first; two processes that both believe they own a run; the books checked
-against the outside systems; accounts with limits; and the store on PostgreSQL. As in the
+against the outside systems; accounts with limits; a customer who writes back, an angry one
+played by a second model; a stored response gone after 30 days; xAI versus OpenAI; and the
+store on PostgreSQL. As in the
 walkthrough, every claim is a cell that prints `True` and asserts it.
 """),
 code(SETUP.format(name="beyond")),
@@ -121,7 +123,7 @@ def take_over_at(kind, name=None):
 cli("sample", "angry")
 [approval] = [a for a in agent.store.approvals("pending") if a.order_id == "A1066"]
 priya = agent.store.run(approval.run_id)
-agent.decide(approval.id, approve=True, by="Dana Kim", fingerprint=approval.fingerprint)
+agent.approve(approval.id, approval.fingerprint, by="Dana Kim")
 try:
     agent.advance(priya.id, on_event=take_over_at("restart"))
 except LeaseLost as exc:
@@ -302,6 +304,182 @@ check("the store is chosen by the settings alone: a database URL there opens Pos
       engine_for(elsewhere.store_target).engine == "postgresql")
 '''),
 md("""
+## Two people click Approve at once
+
+Boundary 5, raced. A decision reads the approval and writes it
+in one `BEGIN IMMEDIATE` transaction, only `WHERE status = 'pending'`, so exactly one wins; the
+other gets `AlreadyDecided` naming the winner (the web page answers 409), audited `ignored`.
+"""),
+code('''
+import threading
+from refund_agent import AlreadyDecided
+
+race = Agent(agent.settings.with_(output_dir=OUTPUT / "double-click"))
+ticket = race.advance(race.start_sample("damaged").id)
+pending = race.store.approvals("pending")[0]
+barrier, outcomes = threading.Barrier(2), {}
+def click(name):
+    barrier.wait()
+    try:
+        outcomes[name] = race.approve(pending.id, pending.fingerprint, by=name)
+    except AlreadyDecided as exc:
+        outcomes[name] = exc
+threads = [threading.Thread(target=click, args=(n,)) for n in ("Dana Kim", "Sam Lee")]
+[t.start() for t in threads]; [t.join() for t in threads]
+won = [n for n, o in outcomes.items() if not isinstance(o, Exception)]
+lost = [o for o in outcomes.values() if isinstance(o, AlreadyDecided)]
+check("exactly one click won; the other was told who", len(won) == len(lost) == 1
+      and won[0] in str(lost[0]))
+check("the late click is audited 'ignored'", [e.event for e in race.store.audit()].count(
+      "ignored") == 1)
+ticket = race.advance(ticket.id)
+approved = [e.actor for e in race.store.audit() if e.event == "approved"]
+paid = [s.data.get("approved_by") for s in race.store.steps(ticket.id) if s.kind == "refund"]
+check("the run pays once, on the one decision that won", ticket.status.value == "done"
+      and len(race.payments.refunds()) == 1 and approved == paid == won)
+'''),
+md("""
+## Expiry: nobody decides in time
+
+Durable execution needs a timeout. `agent.expire()` (the web app runs it on a timer; a cron job
+can run `refund-agent expire`) closes approvals left pending longer than `approval_days`, 7 by
+default, as a compare-and-set like a decision. Ages are read by the **database's** clock, which
+wrote them: a host whose clock runs a week ahead expires nothing early. We age one approval by
+editing its row, and move this process's clock with `mock`.
+"""),
+code('''
+import sqlite3, time
+from unittest import mock
+from refund_agent.config import APPROVAL_DAYS   # the default, one constant
+
+late = Agent(agent.settings.with_(output_dir=OUTPUT / "expiry"))
+run = late.advance(late.start_sample("damaged").id)
+age = lambda days: sqlite3.connect(late.settings.db_path, isolation_level=None).execute(
+    "UPDATE approvals SET requested_at = requested_at - ?", (days * 86400,))
+ahead = time.time() + 8 * 86400
+with mock.patch("time.time", lambda: ahead):
+    check("a process clock 8 days ahead expires nothing", late.expire() == [])
+age(6.9)
+check("7 days by default: at 6.9 days it waits", late.settings.approval_days == APPROVAL_DAYS
+      == 7 and late.expire() == [])
+age(0.2)
+check("at 7.1 days it expires", [a.status for a in late.expire()] == ["expired"])
+run = late.advance(run.id)
+check("the run told the customer and paid nothing", run.status.value == "done"
+      and not late.payments.refunds() and len(late.outbox.messages()) == 1)
+'''),
+md("""
+## The customer writes back, and an angry one
+
+A finished run continues when the customer replies: `add_reply` saves the reply, and the next
+`advance` sends it as one user message on top of the run's last stored response.
+
+Then Priya wants all `$94.95` back for order A1066, gift card included, and threatens a
+chargeback. `converse` lets a second model play her: it writes at most three replies (the
+stand-in here; with `XAI_API_KEY` set, Grok plays her from a short brief and the emails so
+far, never the team's notes). The amount is never the model's: the policy prices the lines, so
+the gift card (final sale) is refused and the skillet pays `$39.00` less the `$7.50` return fee.
+"""),
+code('''
+chat = Agent(agent.settings.with_(output_dir=OUTPUT / "replies"))    # a desk of their own
+requests = chat.model.server.requests        # what the stand-in received, for the checks
+maya = chat.advance(chat.start_sample("damaged").id)
+shown = chat.store.approvals("pending")[0]
+chat.approve(shown.id, shown.fingerprint, by="Dana Kim")
+maya = chat.advance(maya.id)
+last = chat.store.run(maya.id).last_response_id
+chat.add_reply(maya.id, "Thank you, that was quick!")
+sent_before = len(requests)
+maya = chat.advance(maya.id)
+body = requests[sent_before]
+check("the reply continues the last stored response", body.get("previous_response_id") == last)
+check("and is the only input", [i.get("role") for i in body["input"]] == ["user"])
+check("the answer went to Maya only", chat.outbox.messages()[-1]["request"]["to"]
+      == "maya.chen@example.com")
+'''),
+code('''
+from refund_agent.desk import converse, quote_refund
+from tutorial import emails
+
+priya = converse(chat, chat.start_sample("angry").id)
+approval = chat.store.approvals("pending")[0]
+allowed = quote_refund(chat.shop.order("A1066"), chat.shop.terms,
+                       [("SKL-CI-10", "changed_mind")], {}, chat.shop.today)
+check("proposed exactly what the policy computes", approval.amount == allowed.amount == 31.50
+      and [x.line for x in approval.lines] == ["SKL-CI-10"])
+check("the gift card is refused: final sale", isinstance(quote_refund(chat.shop.order("A1066"),
+      chat.shop.terms, [("GIFT-50", "changed_mind")], {}, chat.shop.today), str))
+sent_before = len(requests)
+chat.approve(approval.id, approval.fingerprint, by="Dana Kim",
+             note="TEAM ONLY: chargeback risk.")
+priya = converse(chat, priya.id)
+thread = emails(chat, priya.id, last=2)
+playing = [r for r in requests[sent_before:] if not r.get("tools")]   # the customer's model
+paid = [r for r in chat.payments.refunds() if r["request"]["order_id"] == "A1066"]
+check(f"at most 3 simulated replies ({priya.simulated_replies}), still one refund of $31.50",
+      1 <= priya.simulated_replies <= 3 and [r["request"]["amount_cents"] for r in paid] == [3150])
+check("the simulated customer read the emails, never the team's note", playing
+      and not any("TEAM ONLY" in json.dumps(r["input"]) for r in playing))
+private = [json.dumps(s.data["text"])[1:-1] for s in chat.store.steps(priya.id)
+           if s.kind in ("note", "reasoning")]                # the agent's, for the team
+check("nor the agent's notes for the team or its reasoning", private and not any(
+      p in json.dumps(r["input"]) for p in private for r in playing))
+'''),
+md("""
+## Thirty days later, and the two providers
+
+The stored response expires too: the API keeps it 30 days. A decision that comes later still
+works: the request naming the gone response gets a 404, the agent sends the same turn once more
+with the run's own transcript (saved at boundary 2), and chains from the new response. We move
+the stand-in's clock 31 days ahead.
+"""),
+code('''
+slow = Agent(agent.settings.with_(output_dir=OUTPUT / "thirty-days"))
+run = slow.advance(slow.start_sample("damaged").id)
+slow.model.server.advance_clock(days=31)
+shown = slow.store.approvals("pending")[0]
+slow.approve(shown.id, shown.fingerprint, by="Dana Kim")
+sent_before = len(slow.model.server.requests)
+run = slow.advance(run.id)
+resent = [s.data["response_id"] for s in slow.store.steps(run.id) if s.kind == "resent"]
+after = slow.model.server.requests[sent_before:]
+check("the gone response was replaced by the transcript", resent and len(after) >= 3
+      and after[1].get("previous_response_id") is None)
+check("and the next request chains from the new response", len(resent) == 1
+      and len(after) >= 3 and after[2].get("previous_response_id") == resent[0])
+check("the run finished and paid once", run.status.value == "done"
+      and len(slow.payments.refunds()) == 1)
+'''),
+md('''
+**The real provider's key.** Stripe takes it as `idempotency_key=approval.id` (run id + call
+id) but forgets keys after 24 hours, so a resume days later looks the refund up by its key
+(kept in the refund's metadata) before creating one (`docs/OUTSIDE-SYSTEMS.md`).
+
+**xAI versus OpenAI.** Both speak the Responses API, with differences kept in one place
+(`refund_agent/providers/table.py`, `docs/PROVIDERS.md`). The one that shapes this pattern:
+xAI refuses `instructions` together with `previous_response_id`, so the system prompt goes as
+the first input message. The stand-in speaks both dialects:
+'''),
+code('''
+import openai
+from offline_model import start_offline_server
+
+answers = {}
+for dialect, model in (("xai", "grok-4.7"), ("openai", "gpt-5")):
+    stand_in = start_offline_server(OUTPUT / f"{dialect}.sqlite3", latency=0, dialect=dialect)
+    api = openai.OpenAI(base_url=stand_in.base_url, api_key="offline", max_retries=0)
+    first = api.responses.create(model=model, input="Hello", store=True)
+    try:
+        api.responses.create(model=model, input="Again", previous_response_id=first.id,
+                             instructions="Be brief.")
+        answers[dialect] = "accepted"
+    except openai.BadRequestError as exc:
+        answers[dialect] = f"refused ({exc.status_code})"
+print(answers)
+check("xAI refuses instructions with previous_response_id, OpenAI accepts them",
+      answers == {"xai": "refused (400)", "openai": "accepted"})
+'''),
+md("""
 ## Recap
 
 - A partial approval is priced again at the decision, pays only the kept lines, and frees
@@ -312,5 +490,8 @@ md("""
   hash covers every field of every entry.
 - `lookup_order` shows only the sender's orders; approvers' limits are checked in the
   decision's transaction; the store's API is the same on SQLite and PostgreSQL.
+- A reply continues the run's last stored response; a simulated customer reads only the
+  emails, never the team's notes; a response gone after 30 days is replaced by the run's own
+  transcript; xAI refuses `instructions` with `previous_response_id`.
 """),
 ]

@@ -109,13 +109,15 @@ def trace() -> Printer:
     return Printer(Lines())
 
 
-def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    "Run `refund-agent ARGS` in a new process sharing OUTPUT; print its output, cut to the page."
+def cli(*args: str, only: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `refund-agent ARGS` in a new process sharing OUTPUT; print its output, cut to the
+    page (with ``only``, just the lines holding one of those texts: what the reader needs)."""
     done = subprocess.run([sys.executable, "-m", "refund_agent", *args], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **env})
     page = Page()
     for line in (done.stdout + done.stderr).splitlines():
-        if line.strip() and not line.startswith(("Model:", "Single-user demo mode")):
+        if line.strip() and not line.startswith(("Model:", "Single-user demo mode")) and (
+                not only or any(text in line for text in only)):
             page.write(line + "\n")
     return done
 
@@ -179,9 +181,10 @@ def one_transaction(found: list[list[str]], first: str, *others: str) -> bool:
                                     for o in others)
 
 
-def emails(desk: Any, run_id: str) -> list[tuple[str, str, str, str]]:
+def emails(desk: Any, run_id: str, last: int = 0) -> list[tuple[str, str, str, str]]:
     """A run's emails in order, as (from, to, subject, body): what the customer wrote (their
-    first email and every reply) and what the desk sent them. Printed as a person reads them."""
+    first email and every reply) and what the desk sent them. Printed as a person reads them
+    (with ``last``, only the last that many)."""
     run = desk.store.run(run_id)
     shop = getattr(desk, "shop", None)
     desk_address = f"{shop.info.name} support" if shop else "the desk"
@@ -194,6 +197,6 @@ def emails(desk: Any, run_id: str) -> list[tuple[str, str, str, str]]:
         elif step.kind == "message":
             found.append((desk_address, run.sender, f"Re: {run.subject}",
                           step.data.get("body") or ""))
-    for sender, to, subject, body in found:
+    for sender, to, subject, body in found[-last:] if last else found:
         show(f"From: {sender}\nTo: {to}\nSubject: {subject}\n\n{wrap(body)}\n" + "-" * 60)
     return found

@@ -153,12 +153,12 @@ def test_the_notebooks_use_only_the_public_api() -> None:
 
 def test_the_seven_days_default_is_the_settings_constant() -> None:
     """The approval window's default lives in one constant (config.APPROVAL_DAYS): the
-    walkthrough's "7 days by default" check compares the desk's setting with that constant,
+    notebooks' "7 days by default" check compares the desk's setting with that constant,
     and every number of days the notebook and the docs give as the default is its value."""
     from refund_agent.config import APPROVAL_DAYS
 
     days = f"{APPROVAL_DAYS:g}"
-    cells = ["".join(c["source"]) for c in _cells(NOTEBOOKS["walkthrough"])]
+    cells = ["".join(c["source"]) for path in NOTEBOOKS.values() for c in _cells(path)]
     [cell] = [c for c in cells if "days by default" in c and "check(" in c]
     tree = ast.parse(cell)
     imported = [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)

@@ -52,6 +52,12 @@ BREAKS = [
     # Without stored responses the chain cannot be followed: the API answers 404 at once.
     Break("store_false", "store=True, previous_response_id", "store=False, previous_response_id",
           "NotFoundError"),
+    # The double click: approve reads the waiting row instead of claiming it, so a second
+    # approve resumes again from the same response (the "--" comments out the rest).
+    Break("approve_reads_without_claiming",
+          '"DELETE FROM waiting WHERE run_id = ? RETURNING response_id, call_id, "',
+          '"SELECT response_id, call_id, arguments FROM waiting WHERE run_id = ? --"',
+          "a second approve sends nothing"),
     # The wire-transfer desk: the rules its prose states, each removed.
     Break("approval_taken_as_authorization", "args.amount_cents > balance:", "False:",
           "approved, but refused when it ran", part="wires"),
@@ -61,6 +67,11 @@ BREAKS = [
           "resumed: send_wire ran again from its first line, the wire left once", part="wires"),
     Break("no_crash_point", '    ctx.crash("after_wire")\n', "",
           "killed after the wire left", part="wires"),
+    # The wire's amount is no longer compared with the request's when it runs: a scripted
+    # model's wrong amount goes out.
+    Break("wire_amount_unchecked", '.get("amount_cents") != args.amount_cents or',
+          '.get("amount_cents") != args.amount_cents and False or',
+          "a scripted model asks $950.00 for a $900.00 wire", part="wires"),
 ]
 
 
@@ -71,7 +82,8 @@ def _code_cells() -> list[str]:
 
 def _script(part: str, broken: Break | None = None) -> str:
     """``core``: the code cells up to the approval (setup, core setup, core, run, approve).
-    ``wires``: the setup cell and the wire-transfer desk's cells, its module written by Python
+    ``wires``: the setup cell and the wire-transfer desk's cells (the scripted model's
+    last), its module written by Python
     instead of %%writefile. ``broken``: its text replaced first (it must be there once)."""
     cells = _code_cells()
     if part == "core":
@@ -79,7 +91,7 @@ def _script(part: str, broken: Break | None = None) -> str:
                       + 1]
     else:
         start = next(i for i, c in enumerate(cells) if c.startswith("%%writefile"))
-        cells = [cells[0], *cells[start:start + 3]]
+        cells = [cells[0], *cells[start:start + 4]]
     if broken is not None:
         found = sum(c.count(broken.old) for c in cells)
         assert found == 1, f"{broken.name}: re-point it, {broken.old!r} is in the {part} cells " \

@@ -154,7 +154,7 @@ MUTANTS = [
         "policy.py",
         '    left = item.quantity - held_units(order, line, holders)\n',
         '    left = item.quantity  # MUTANT: what other refunds hold is ignored\n'),),
-        claim="the gift card is refused"),
+        notebook="beyond", claim="the gift card is refused"),
     Mutant("outbox_not_idempotent", "the outbox sends again for a key it has seen", (
         ("outside/email.py", "import uuid\n", "import json\nimport uuid\n"),
         ("outside/email.py",
@@ -170,7 +170,7 @@ MUTANTS = [
          '        reused = False\n'),
     ), claim="one email, although its process died after sending"),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'",
-           SECOND_APPROVAL_ACCEPTED, claim="exactly one click won"),
+           SECOND_APPROVAL_ACCEPTED, notebook="beyond", claim="exactly one click won"),
     Mutant("approval_wrong_response_id",
            "the approval records the response the turn continued from, not the one that "
            "made the call", ((
@@ -284,11 +284,11 @@ MUTANTS = [
         "loop.py", "        return self.store.expire(self.settings.approval_days * 86400, "
                    "agent=self.agent_name)\n",
         "        return []  # MUTANT: nothing ever expires\n"),),
-        claim="at 7.1 days it expires"),
+        notebook="beyond", claim="at 7.1 days it expires"),
     Mutant("stored_response_fallback_removed",
            "a gone stored response fails the run instead of resending the transcript",
            STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
-           claim="the gone response was replaced by the transcript"),
+           notebook="beyond", claim="the gone response was replaced by the transcript"),
     # -- each durable boundary broken the way a careless change would (issue 35) --------------
     Mutant("run_and_email_split", "boundary 1: the customer's email saved in a transaction of its "
            "own, after the run", ((
@@ -379,10 +379,10 @@ MUTANTS = [
         "store/approvals.py",
         "requested_at < {self.now} - ?{mine}",
         "requested_at < {time.time()} - ?{mine}"),),
-        claim="a process clock 8 days ahead expires nothing"),
+        notebook="beyond", claim="a process clock 8 days ahead expires nothing"),
     Mutant("approval_days_not_seven", "approvals expire after 3 days by default", (
         ("config.py", "APPROVAL_DAYS = 7.0\n", "APPROVAL_DAYS = 3.0  # MUTANT\n"),),
-        claim="7 days by default"),
+        notebook="beyond", claim="7 days by default"),
     Mutant("no_chain_after_resend", "after the transcript was resent once, later requests "
            "no longer chain from the stored response", ((
                "loop.py",
@@ -390,7 +390,7 @@ MUTANTS = [
                "previous_response_id=None if any(s.kind == 'resent' for s in  # MUTANT\n"
                "                self.store.steps(run.id)) else run.last_response_id,\n"
                "            zero_retention=keep_nothing,"),),
-           claim="and the next request chains from the new response"),
+           notebook="beyond", claim="and the next request chains from the new response"),
     Mutant("rejection_note_dropped", "the reviewer's note never reaches the rejected customer", ((
         "desk/actions.py",
         '"note": approval.note or "", "lines": lines}\n',
@@ -408,7 +408,7 @@ MUTANTS = [
         '        elif step.kind == "decision" and step.data.get("note"):  # MUTANT\n'
         '            blocks.append(f"--- Email from support ---\\n{step.data[\'note\']}")\n'
         '        elif step.kind == "message":\n'),),
-        claim="the simulated customer read the emails, never the team's note"),
+        notebook="beyond", claim="the simulated customer read the emails, never the team's note"),
     # -- more claims the walkthrough and beyond make, each with the break that fails it ---------
     Mutant("decision_not_in_output", "the resumed call's output leaves out who approved it", ((
         "desk/actions.py", '"amount": approval.amount, "approved_by": approval.decided_by,',
@@ -430,7 +430,7 @@ MUTANTS = [
         claim="audit: requested, approved, reused"),
     Mutant("late_click_not_audited", "the losing click of a race leaves no audit line", ((
         "store/approvals.py", "        if audit_late:\n", "        if False:  # MUTANT\n"),),
-        claim="the late click is audited 'ignored'"),
+        notebook="beyond", claim="the late click is audited 'ignored'"),
     Mutant("declined_line_stays_held", "a line the approver unticked stays reserved", ((
         "store/approvals.py", "UPDATE approval_lines SET held = 0, decision = 'declined'",
         "UPDATE approval_lines SET held = 1, decision = 'declined'"),),
@@ -469,7 +469,7 @@ MUTANTS = [
                "        if step.reply_ids:  # MUTANT: a reply starts the conversation over\n"
                "            params = turns.resend_request(params, self._history(run), step.items)\n"
                "        try:\n"),),
-           claim="the reply continues the last stored response"),
+           notebook="beyond", claim="the reply continues the last stored response"),
     Mutant("reply_resends_system_prompt", "a customer's reply goes with the system prompt again",
            (("turns.py",
              '    return NextInput([user_message(f"The customer wrote back:\\n\\n{r.text}") '
@@ -477,7 +477,7 @@ MUTANTS = [
              '    return NextInput([{"role": "system", "content": "You answer customers."}] + [\n'
              '        user_message(f"The customer wrote back:\\n\\n{r.text}") for r in replies],'
              '  # MUTANT\n'),),
-           claim="and is the only input"),
+           notebook="beyond", claim="and is the only input"),
     Mutant("crash_after_refund_too_late", "CRASH_AFTER_REFUND kills the process after the "
            "refund's output was saved, not before", ((
                "config.py", '        crash.add("after_refund")\n',
@@ -507,16 +507,17 @@ MUTANTS = [
         "amount_cents=to_cents(item.price) * units - fees.get(item.sku, 0),",
         "amount_cents=to_cents(item.price) * units,  # MUTANT: no return fee\n"
         "                        "),),
+        notebook="beyond", first="the kept line is priced again",
         claim="proposed exactly what the policy computes"),
     Mutant("expired_pays", "an expired refund is paid as if it were approved", ((
         "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
         "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
         "                                         ApprovalStatus.EXPIRED) or ("),),
-        claim="the run told the customer and paid nothing"),
+        notebook="beyond", claim="the run told the customer and paid nothing"),
     Mutant("simulated_reply_not_marked", "the simulated customer's replies are saved as real ones",
            (("desk/customer.py", "simulated=True, lease=lease)",
              "simulated=False, lease=lease)  # MUTANT"),),
-           claim="at most 3 simulated replies"),
+           notebook="beyond", claim="at most 3 simulated replies"),
     Mutant("second_approve_taken", "Loop.approve answers a second click with the approval "
            "instead of refusing it", ((
                "loop.py",
@@ -529,7 +530,7 @@ MUTANTS = [
                "            return self.store.approval(approval_id)\n"),),
            # The race's clicks go through Loop.approve too (#44: fingerprints), so it sees
            # this first; the wire desk's double click must fail on its own as well.
-           first="exactly one click won",
+           first="a stale fingerprint is refused",
            claim="the second click is refused, naming the wire and who approved it"),
     Mutant("stand_in_xai_takes_instructions", "the stand-in's xAI dialect accepts instructions "
            "with previous_response_id", ((
@@ -537,7 +538,7 @@ MUTANTS = [
                '    if dialect == XAI and body.get("previous_response_id") and '
                'body.get("instructions"):\n',
                "    if False:  # MUTANT: xAI's refusal is not imitated\n"),),
-           claim="xAI refuses instructions with previous_response_id"),
+           notebook="beyond", claim="xAI refuses instructions with previous_response_id"),
     Mutant("transaction_check_weakened", "the notebook's one_transaction looks only for the "
            "first statement", ((
                "../notebooks/tutorial.py",
@@ -575,7 +576,8 @@ MUTANTS = [
     # break first; the run goes on (soft checks) and the scenario's own end check fails too ---
     Mutant("double_click_both_carried_out", "a decision no longer compares-and-sets on "
            "'pending': the run pays on the last of two decisions", SECOND_APPROVAL_ACCEPTED,
-           first="exactly one click won", claim="the run pays once, on the one decision that won"),
+           notebook="beyond", first="exactly one click won",
+           claim="the run pays once, on the one decision that won"),
     Mutant("stalled_owner_unfenced_end", "writes no longer check the lease's epoch: the stalled "
            "owner's hand-over email reaches the customer beside the new owner's answer",
            FENCING_REMOVED, first="the stalled owner's write is refused",
@@ -587,7 +589,7 @@ MUTANTS = [
                '    ctx.outbox.send(f"{ctx.call.key}/copy",  # MUTANT: a copy for the shop\n'
                '                    ctx.shop.info.support_email, f"Re: {run.subject}", body)\n'
                '    ctx.crash("after_email")\n'),),
-           first="the customer is told the reviewer's note",
+           notebook="beyond", first="this desk's books agree",
            claim="the answer went to Maya only"),
     Mutant("rejection_reaches_effect", "the loop hands a rejected proposal to the effect "
            "function: an agent's effect that checks no decision carries it out (#44)", ((
@@ -598,7 +600,7 @@ MUTANTS = [
     Mutant("stored_response_fallback_removed_end", "a gone stored response fails the run "
            "instead of resending the transcript: the run never pays",
            STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
-           first="the gone response was replaced by the transcript",
+           notebook="beyond", first="the gone response was replaced by the transcript",
            claim="the run finished and paid once"),
     Mutant("fencing_removed_end", "writes no longer check the lease's epoch: the process that "
            "lost the run also pays and emails", FENCING_REMOVED, notebook="beyond",
@@ -623,6 +625,40 @@ MUTANTS = [
                'target.startswith(("postgresql://", "postgres://"))',
                'target.startswith("postgres://")  # MUTANT: one spelling'),),
            notebook="beyond", claim="the store is chosen by the settings alone"),
+]
+MUTANTS += [
+    # -- issue 45: the two planted bugs both notebooks let pass, and the decision's forms -------
+    Mutant("claim_takes_live_run", "claim() takes a run whose lease a live process still holds",
+           (("store/leases.py",
+             '                if row["lease_token"] is None or not self._lease_live(db, row):\n',
+             "                if True:  # MUTANT: a live holder's run is taken too\n"),),
+           claim="7. a worker takes no run a live process holds"),
+    Mutant("customer_reads_agent_notes", "the simulated customer is shown the agent's notes for "
+           "the team and its reasoning, not only the emails", ((
+               "desk/customer.py",
+               '            blocks.append(f"--- Email from support ---\\n{step.data[\'body\']}")\n',
+               '            blocks.append(f"--- Email from support ---\\n{step.data[\'body\']}")\n'
+               '        elif step.kind in ("note", "reasoning"):  # MUTANT\n'
+               '            blocks.append(f"--- Note ---\\n{step.data[\'text\']}")\n'),),
+           notebook="beyond", claim="nor the agent's notes for the team or its reasoning"),
+    Mutant("stale_fingerprint_accepted", "a decision naming a fingerprint the approval no longer "
+           "has is applied anyway", ((
+               "store/approvals.py",
+               '        if approval.status == "pending" and fingerprint not in (None, '
+               "approval.fingerprint):\n",
+               "        if False:  # MUTANT: what was shown is not compared\n"),),
+           claim="a stale fingerprint is refused"),
+    Mutant("expiry_reaches_effect", "the loop hands an expired proposal to the effect function: "
+           "an agent's effect that checks no decision carries it out", ((
+               "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
+               "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
+               "                                         ApprovalStatus.EXPIRED) or ("),),
+           claim="expired: send_wire never ran"),
+    Mutant("wire_expiry_disabled", "nothing ever expires: the wire desk's proposal waits forever",
+           (("loop.py", "        return self.store.expire(self.settings.approval_days * 86400, "
+                        "agent=self.agent_name)\n",
+             "        return []  # MUTANT: nothing ever expires\n"),),
+           claim="expired after 7 days"),
 ]
 CONTROL = Mutant("unbroken", "the package as it is", ())
 
