@@ -60,7 +60,8 @@ pytestmark = pytest.mark.timeout(7200 if FULL else 900)
 _BREAK_DECISION_SYNC = r"""
 import sys
 import refund_agent.store as store
-_tx, _decide = store.Store._tx, store.Store.decide
+from refund_agent.desk.records import DeskStore
+_tx, _decide = store.Store._tx, DeskStore.decide
 def decide(self, *args, **kwargs):
     self._unsynced = True
     try:
@@ -69,7 +70,7 @@ def decide(self, *args, **kwargs):
         self._unsynced = False
 def tx(self, durable=True):
     return _tx(self, durable=durable and not getattr(self, "_unsynced", False))
-store.Store.decide, store.Store._tx = decide, tx
+DeskStore.decide, store.Store._tx = decide, tx
 from refund_agent.cli import main
 sys.exit(main(sys.argv[1:]))
 """
