@@ -17,6 +17,7 @@ import httpx2
 import openai
 
 from ..config import Settings
+from ..errors import ConfigError
 from .limiter import Limiter, limiter_for
 from .table import RESUME, ProviderError, read_error, worth_retrying
 
@@ -48,9 +49,12 @@ def offline_server(settings: Settings) -> OfflineServer:
             server.close()
             server = None
         if server is None:
-            server = start_offline_server(state, latency=settings.offline_latency,
-                                          dialect=settings.provider,
-                                          rate_limit=settings.offline_rate_limit or None)
+            try:
+                server = start_offline_server(state, latency=settings.offline_latency,
+                                              dialect=settings.provider,
+                                              rate_limit=settings.offline_rate_limit or None)
+            except ValueError as exc:   # the stand-in reads the pace; its words name the form
+                raise ConfigError(f"REFUND_AGENT_OFFLINE_RATE_LIMIT: {exc}.") from None
             _servers[key] = server
         return server
 

@@ -33,7 +33,7 @@ import refund_agent
 from refund_agent import Settings, load_settings
 from refund_agent import config as config_module
 from refund_agent.cli import main
-from refund_agent.desk import Agent, Shop
+from refund_agent.desk import Agent, DeskStore, Shop
 from refund_agent.errors import ConfigError
 
 
@@ -260,3 +260,45 @@ def test_the_wheel_builds_without_warnings_and_carries_the_data(tmp_path):
     for package, name in _shipped_files():
         inside = f"{package.replace('.', '/')}/{Path(name).name}"
         assert inside in names, f"{name} is not in the wheel as {inside}"
+
+
+_WITHOUT = """import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None   # as if the extra were not installed: importing it fails
+from refund_agent.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize(("missing", "env", "args", "extra"), [
+    ("psycopg", {"REFUND_AGENT_DATABASE_URL": "postgresql://x@127.0.0.1:1/db"}, ["runs"],
+     "postgres"),
+    ("stripe", {"REFUND_AGENT_PAYMENTS": "stripe", "STRIPE_API_KEY": "sk_test_x"}, [],
+     "stripe"),
+])
+def test_a_setting_that_needs_an_extra_names_it_in_one_line(tmp_path, missing, env, args,
+                                                            extra):
+    """psycopg and stripe are extras (aiosmtpd's case: tests/outside/test_mailin_parse.py): a
+    plain `pip install .` that is asked for PostgreSQL or Stripe says which extra to install,
+    in one line, before any ticket is started."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, missing, *args], capture_output=True, text=True,
+        env={**cli_env(tmp_path / "out"), **env}, timeout=300)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert f"pip install 'refund-agent[{extra}]'" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    store = tmp_path / "out" / "refund-agent.sqlite3"
+    assert not store.exists() or DeskStore(store).runs() == []   # no ticket was started
+
+
+def test_a_stand_in_pace_in_the_wrong_form_is_one_line_naming_the_setting(tmp_path):
+    """The stand-in reads REFUND_AGENT_OFFLINE_RATE_LIMIT when it starts (old code: a
+    ValueError traceback); the ticket it was started for waits, saved, for a resume."""
+    result = subprocess.run(
+        [sys.executable, "-m", "refund_agent"], capture_output=True, text=True, timeout=300,
+        env={**cli_env(tmp_path / "out"), "REFUND_AGENT_OFFLINE_RATE_LIMIT": "fast"})
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: REFUND_AGENT_OFFLINE_RATE_LIMIT: a rate limit is a count per time, like 60/min,"
+        " 10/s or 600/10min; got 'fast'."]
