@@ -1,10 +1,10 @@
 """Regenerate the README's pictures of the helpdesk.
 
-    python scripts/screenshot.py [--docs docs]
+    python scripts/screenshot.py [--docs docs] [--only desk|review|timeline]
 
 It starts ``streamlit run app.py`` on a free port with a throwaway output folder and the
 offline stand-in model, drives it with Debian's headless Chromium (never a downloaded
-browser), and saves three PNGs:
+browser), and saves four PNGs:
 
 - ``screenshot.png``: the desk. Maya's ticket from her email to the team note, with the
   "Server restarted" mark between the approval and the refund, the angry customer's refund
@@ -12,6 +12,9 @@ browser), and saves three PNGs:
 - ``review.png``: the review that opens before any money moves, at 1280×800, with one line
   unticked and the amount re-priced.
 - ``sign-in.png``: the desk once accounts exist: the sign-in, and an approver's limit.
+- ``timeline.png``: a ticket's timeline (docs/HOW-IT-WORKS.md): a refund proposed by a terminal
+  command, approved on the page "three days and four hours later" (the store's times before
+  the decision are moved back by that much; the model requests take the demo's one second).
 """
 
 from __future__ import annotations
@@ -46,12 +49,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int, output: Path, log: Path) -> subprocess.Popen:
+def clean_env(output: Path, latency: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("XAI_API_KEY", "CRASH_AFTER_REFUND", "REFUND_AGENT_CRASH_AT")}
-    # Latency 0: the picture is the same at any speed, and it is taken sooner.
-    env.update(REFUND_AGENT_OUTPUT=str(output), REFUND_AGENT_OFFLINE_LATENCY="0",
+    env.update(REFUND_AGENT_OUTPUT=str(output), REFUND_AGENT_OFFLINE_LATENCY=latency,
                XAI_API_KEY="")
+    return env
+
+
+def start_server(port: int, output: Path, log: Path, latency: str = "0") -> subprocess.Popen:
+    # Latency 0: the picture is the same at any speed, and it is taken sooner.
+    env = clean_env(output, latency)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -211,13 +219,67 @@ def review_and_sign_in(review_out: Path, sign_in_out: Path) -> tuple[int, int]:
     return save_png(review_png, review_out), save_png(sign_in_png, sign_in_out)
 
 
+# How long the timeline's approver "took": long enough to be a break in the chart's axis.
+WAITED = 3 * 86400 + 4 * 3600
+
+
+def timeline(out: Path) -> int:
+    """A ticket's timeline: proposed in a terminal, approved on the page after a long wait."""
+    sys.path.insert(0, str(ROOT))
+    from refund_agent.models import StepKind
+    from refund_agent.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="refund-desk-") as tmp:
+        output, log = Path(tmp) / "output", Path(tmp) / "streamlit.log"
+        # One second per model request (the page's demo pace), so the requests have a length.
+        subprocess.run([sys.executable, "-m", "refund_agent", "sample"], cwd=ROOT, check=True,
+                       env=clean_env(output, "1"), capture_output=True, timeout=120)
+        port = free_port()
+        server = start_server(port, output, log, latency="1")
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+                page = browser.new_page(viewport={"width": WIDTH, "height": 1000},
+                                        device_scale_factor=2)
+                page.set_default_timeout(30_000)
+                page.goto(f"http://127.0.0.1:{port}/")
+                save_name(page)
+                card(page, "$48.00 for order A1043").get_by_role("button",
+                                                                 name="Approve…").click()
+                page.get_by_role("button", name="Approve $48.00").click()
+                page.locator("[class*='st-key-run_']").first.click()
+                page.get_by_text("Note for the team", exact=True).wait_for()
+                store = Store(output / "refund-agent.sqlite3")
+                (run,) = store.runs()
+                decided = min(s.id for s in store.steps(run.id) if s.kind == StepKind.DECISION)
+                store.execute("UPDATE steps SET at = at - ? WHERE id < ?", (WAITED, decided))
+                store.execute("UPDATE approvals SET requested_at = requested_at - ?", (WAITED,))
+                store.execute("UPDATE runs SET created_at = created_at - ?", (WAITED,))
+                page.reload()
+                chart = page.locator("[class*='st-key-run_chart']")
+                chart.get_by_text("waited 3 d 4 h", exact=False).first.wait_for()
+                page.wait_for_timeout(1500)  # let the refresh timers settle the layout
+                png = chart.screenshot()
+                browser.close()
+        finally:
+            kill(server)
+    return save_png(png, out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    parser.add_argument("--only", choices=["desk", "review", "timeline"],
+                        help="make only this picture (review also makes sign-in.png)")
     args = parser.parse_args()
-    sizes = {"screenshot.png": desk(args.docs / "screenshot.png")}
-    sizes["review.png"], sizes["sign-in.png"] = review_and_sign_in(
-        args.docs / "review.png", args.docs / "sign-in.png")
+    sizes = {}
+    if args.only in (None, "desk"):
+        sizes["screenshot.png"] = desk(args.docs / "screenshot.png")
+    if args.only in (None, "review"):
+        sizes["review.png"], sizes["sign-in.png"] = review_and_sign_in(
+            args.docs / "review.png", args.docs / "sign-in.png")
+    if args.only in (None, "timeline"):
+        sizes["timeline.png"] = timeline(args.docs / "timeline.png")
     for name, size in sizes.items():
         print(f"Saved {args.docs / name} ({size / 1024:.0f} KB)")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import streamlit as st
@@ -9,7 +10,7 @@ import streamlit as st
 from ..desk.accounts import Accounts
 from ..desk.status import run_desk_status
 from ..errors import NotFound, RefundAgentError
-from ..models import RunStatus
+from ..models import Approval, RunStatus, Step
 from . import views
 from .session import (
     acting_as,
@@ -21,7 +22,7 @@ from .session import (
     signed_in,
     signer,
 )
-from .views import md
+from .views import md, timeline_chart, timeline_marks
 from .views.format import cost_basis
 from .worker import Worker
 
@@ -148,7 +149,9 @@ def render_ticket(worker: Worker) -> None:
     if problem:
         st.warning(md(problem), icon=":material/warning:")
 
-    blocks = views.timeline(store.steps(run.id), basis)
+    steps = store.steps(run.id)
+    render_run_chart(steps, store.run_approvals(run.id))
+    blocks = views.timeline(steps, basis)
     if st.toggle("Every step in order", key="every_step",
                  help="The agent's steps as they happened, unfolded (the thread folds them "
                       "under each email)"):
@@ -179,6 +182,24 @@ def render_ticket(worker: Worker) -> None:
                          placeholder="That's not enough, I want the whole order refunded.")
             st.form_submit_button("Send reply", key=f"reply_send_{run.id}", on_click=on_reply,
                                   args=(worker, run.id), icon=":material/reply:")
+
+
+def render_run_chart(steps: Sequence[Step], approvals: Sequence[Approval]) -> None:
+    """The run on one time axis, a lane per process, long waits drawn as breaks; the same in
+    words below it (the chart's alt text too), and mark by mark in a fold."""
+    marks = timeline_marks.events(steps, approvals, now=time.time())
+    if not marks:
+        return
+    axis = timeline_marks.axis_for(marks)
+    lanes = timeline_marks.lane_names(steps)
+    said = timeline_chart.summary(marks, axis, lanes)
+    with st.container(key="run_chart"):
+        st.vega_lite_chart(spec=timeline_chart.chart_spec(marks, axis, lanes), width="stretch",
+                           alt=f"Timeline of the run: {said}")
+        st.caption(f":material/timeline: {md(said)}")
+        with st.expander("The timeline as text", icon=":material/list:"):
+            st.markdown("\n".join(f"- {md(row)}"
+                                   for row in timeline_chart.rows_text(marks, lanes)))
 
 
 def render_thread(blocks: Sequence[views.Block]) -> None:

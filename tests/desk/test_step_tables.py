@@ -12,13 +12,15 @@ import pytest
 from refund_agent import cli
 from refund_agent.models import ApprovalStatus, RunStatus, Step, StepKind
 from refund_agent.web import views
+from refund_agent.web.views import timeline_marks
 
 
 @pytest.mark.parametrize("table, enum", [
     (cli.STEP_LINES, StepKind), (cli.DECISION_WORDS, ApprovalStatus),
     (views.STEP_BLOCKS, StepKind), (views.DECISIONS, ApprovalStatus),
-    (views.STATUS, RunStatus),
-], ids=["cli-steps", "cli-decisions", "web-steps", "web-decisions", "web-run-status"])
+    (views.STATUS, RunStatus), (timeline_marks.TIMELINE_MARKS, StepKind),
+], ids=["cli-steps", "cli-decisions", "web-steps", "web-decisions", "web-run-status",
+        "web-timeline-marks"])
 def test_every_table_covers_its_enum(table, enum):
     assert set(table) == set(enum)
 

@@ -8,6 +8,8 @@ modules decide *what* they say, one module per page area:
 - ``status``: how a run, a ticket and a decision are named and coloured
 - ``inbox``: a ticket's inbox entry, the status filters and their counts, the page range
 - ``ticket``: a ticket's cost line, its timeline of steps, what is streaming now
+- ``timeline_marks``, ``timeline_chart``: the run on one time axis (a lane per process, long
+  waits drawn as breaks), as typed marks and as a Vega-Lite chart with its words
 - ``approvals``: the approver's card, the review's notices and its confirm button
 - ``audit``: the audit log as a table and as CSV
 
