@@ -169,6 +169,11 @@ class FsyncCounter:
 class Worker:
     """What every configuration shares: the shop, the stand-ins, the meters."""
 
+    # The async client's retries and httpx options (bench/burst_peers.py sets them for a
+    # burst); none here, where one scenario runs at a time.
+    retries = 0
+    http_options: dict[str, Any] = {}
+
     def __init__(self, config: str, out: Path, data: Path, base_url: str, first_order: int,
                  counter_file: Path | None = None) -> None:
         from benchlib import clone_id
@@ -435,9 +440,9 @@ class SdkWorker(Worker):
 
         async def hook(request: Any) -> None:
             self.sent.append(len(request.content))
-        client = AsyncOpenAI(base_url=self.base_url, api_key="bench", max_retries=0,
+        client = AsyncOpenAI(base_url=self.base_url, api_key="bench", max_retries=self.retries,
                              timeout=60.0, http_client=httpx2.AsyncClient(
-                                 event_hooks={"request": [hook]}))
+                                 event_hooks={"request": [hook]}, **self.http_options))
         create = client.responses.create
 
         async def timed_create(*args: Any, **kwargs: Any) -> Any:
