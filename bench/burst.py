@@ -580,7 +580,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=int, default=120, help="requests a minute")
     parser.add_argument("--rate-emails", type=int, default=100)
     parser.add_argument("--rate-concurrency", type=int, default=64)
-    parser.add_argument("--peers-python", default="/work/venv-peers/bin/python",
+    parser.add_argument("--peers-python", default=sys.executable,
                         help="a Python with the peers installed (pip install -e '.[peers]')")
     parser.add_argument("--peer-concurrency", default="32,64")
     parser.add_argument("--pg-emails", type=int, default=300)
@@ -609,6 +609,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown := args.parts - {"project", "rate", "peers", "hosts"}:
         parser.error(f"unknown part(s) {sorted(unknown)}: project, rate, peers, hosts")
     return args
+
+
+def has_peers(python: str) -> bool:
+    """Whether ``python`` can import both peers (they live in a venv of their own, mostly)."""
+    try:
+        return subprocess.run([python, "-c", "import agents, langgraph"],
+                              capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -641,14 +650,15 @@ def main(argv: list[str] | None = None) -> int:
                 results["rate"] = rate_limited(root, data, args.rate_emails,
                                                args.rate_concurrency, args.rate, args.latency)
             if "peers" in args.parts:
-                if Path(args.peers_python).exists():
+                if has_peers(args.peers_python):
                     rows = peers(root, data, model.base_url, args.peers_python,
                                  {c: plan.get(c, args.emails) for c in args.peer_concurrency},
                                  args.latency)
                     results["peers"] = merged(results.get("peers", []), rows,
                                               ("config", "concurrency"))
                 else:
-                    log(f"peers skipped: no {args.peers_python}")
+                    log(f"peers skipped: {args.peers_python} cannot import agents and langgraph"
+                        " (pip install -e '.[peers]' there, or pass --peers-python)")
             if "hosts" in args.parts:
                 results["hosts"] = hosts(root, data, model.base_url, args.pg_emails,
                                          args.pg_concurrency, args.latency, fixed)
