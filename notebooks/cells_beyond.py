@@ -24,6 +24,8 @@ the customer is told.
 """),
 code('''
 other = Agent(agent.settings.with_(output_dir=OUTPUT / "rejection"))   # a second desk
+check("each desk runs on SQLite, the file in its output folder", other.store.engine == "sqlite"
+      and other.store.path == OUTPUT / "rejection" / "refund-agent.sqlite3")
 run = other.advance(other.start_sample("damaged").id)
 [no] = other.store.approvals("pending")
 other.reject(no.id, no.fingerprint, by="Dana Kim",
@@ -391,8 +393,6 @@ notebooks depends on the engine: they call the store's methods, never SQL.
 code('''
 from refund_agent.store import engine_for
 
-check("this desk runs on SQLite, the file in its output folder", agent.store.engine == "sqlite"
-      and agent.store.path == OUTPUT / "refund-agent.sqlite3")
 elsewhere = agent.settings.with_(database_url="postgresql://desk@db.example/refunds")
 check("the store is chosen by the settings alone: a database URL there opens PostgreSQL",
       engine_for(elsewhere.store_target).engine == "postgresql")

@@ -622,7 +622,7 @@ MUTANTS = [
                "config.py", '        return self.output_dir / "refund-agent.sqlite3"\n',
                '        return Path(os.environ.get("TMPDIR", "/tmp")) / "refund-agent.sqlite3"'
                "  # MUTANT\n"),),
-           notebook="beyond", claim="this desk runs on SQLite, the file in its output folder"),
+           notebook="beyond", claim="each desk runs on SQLite, the file in its output folder"),
     Mutant("postgres_scheme_short_only", "only a postgres:// URL opens PostgreSQL; a "
            "postgresql:// one opens a SQLite file of that name", ((
                "store/base.py",
