@@ -57,7 +57,7 @@ for name in ("CRASH_AFTER_REFUND", "REFUND_AGENT_CRASH_AT", "REFUND_AGENT_OFFLIN
 
 from refund_agent import load_settings
 from refund_agent.desk import Agent
-from tutorial import check, cli, fails, show, trace  # printing helpers: notebooks/tutorial.py
+from tutorial import check, cli, fails, refused, show, trace, wrap  # notebooks/tutorial.py
 
 agent = Agent(load_settings())
 print("model:", agent.settings.model_label)

@@ -7,14 +7,69 @@ md("""
 
 The walkthrough (`walkthrough.ipynb`) teaches the pattern: stop at the gated call, save three
 values, pay once keyed by the call id, resume with `previous_response_id`. This notebook is
-for when you run it for real: a person who approves only part of a proposal, or who needs to
-ask the customer first; two processes that both believe they own a run; the books checked
-against the outside systems; accounts with limits; a customer who writes back, an angry one
-played by a second model; a stored response gone after 30 days; xAI versus OpenAI; and the
-store on PostgreSQL. As in the
-walkthrough, every claim is a cell that prints `True` and asserts it.
+for when you run it for real: a rejection; a restart mid-run (the walkthrough's boundary 3);
+a person who approves only part of a proposal, or who needs to ask the customer first; two
+processes that both believe they own a run (boundary 7); the books checked against the
+outside systems; accounts with limits; a customer who writes back, an angry one played by a
+second model; a stored response gone after 30 days; xAI versus OpenAI; the store on
+PostgreSQL; and testing your own agent with a scripted model. As in the walkthrough, every
+claim is a cell that prints `True` and asserts it.
 """),
 code(SETUP.format(name="beyond")),
+md("""
+## A rejection, and what the customer is told
+
+`reject(id, fingerprint, by=..., note=...)`: nothing is paid, and the reviewer's note is what
+the customer is told.
+"""),
+code('''
+other = Agent(agent.settings.with_(output_dir=OUTPUT / "rejection"))   # a second desk
+check("each desk runs on SQLite, the file in its output folder", other.store.engine == "sqlite"
+      and other.store.path == OUTPUT / "rejection" / "refund-agent.sqlite3")
+run = other.advance(other.start_sample("damaged").id)
+[no] = other.store.approvals("pending")
+other.reject(no.id, no.fingerprint, by="Dana Kim",
+             note="The photos show a chip from use, not damage in transit.")
+run = other.advance(run.id)
+told = other.outbox.messages()[-1]["request"]
+show(wrap(told["body"]))
+check("rejected: nothing paid", run.status.value == "done" and not other.payments.refunds())
+check("the customer is told the reviewer's note", told["to"] == "maya.chen@example.com"
+      and "a chip from use" in told["body"])
+'''),
+md("""
+## A restart, mid-run
+
+Boundary 3 of the walkthrough: each call's output is saved as the call returns. Without it, a
+resume runs every call again. Tom's email (past the 30-day window) is handled by a process
+killed right after its first response was saved with the lookup's output (`after_response`).
+`resume` sends that output without running the lookup again, and is killed just after the
+email goes out (`after_email`). This notebook finishes the run, and the outbox's key keeps it
+to one email. Then the store forgets saved outputs, on purpose, and the check fails.
+"""),
+code('''
+from unittest import mock
+from refund_agent import Store
+
+def restarted(kill_again=True):
+    cli("sample", "past-window", only=("crash point",), REFUND_AGENT_CRASH_AT="after_response")
+    tom = agent.store.runs(limit=1)[0]
+    if kill_again:
+        cli("resume", only=("crash point",), REFUND_AGENT_CRASH_AT="after_email")
+    tom = agent.advance(tom.id)                          # this notebook
+    ran = [s.data["call_id"] for s in agent.store.steps(tom.id) if s.kind == "result"]
+    check("3. no call ran twice, across the processes", tom.status.value == "done"
+          and len(ran) == len(set(ran)) == 3)
+    mails = [m for m in agent.outbox.messages() if m["idempotency_key"].startswith(tom.id)]
+    check("one email, although its process died after sending", len(mails) == 1)
+
+restarted()
+saved = Store.calls   # the break: this process forgets the outputs the killed one saved
+with mock.patch.object(Store, "calls", lambda self, response_id: [
+        c.model_copy(update={"output": None}) for c in saved(self, response_id)]):
+    failed = fails(lambda: restarted(kill_again=False))
+check("the broken store fails the check", failed.startswith("3."))
+'''),
 md("""
 ## Partial approvals, priced again at the decision
 
@@ -79,6 +134,47 @@ Every `advance` takes the run's *lease*; a lease whose holder died or stopped re
 taken over, and each takeover raises its *epoch*, a fencing token. A process that was only
 stalled (a long GC pause, a laptop lid) wakes up believing it still owns the run. Every write
 on a run's behalf checks the epoch in its own transaction, so its first write is refused.
+"""),
+md("""
+**A worker's claim: one owner at a time** (the walkthrough's boundary 7). Without it, a
+stalled process wakes up and writes, pays or emails beside the new owner. `claim()`, what
+`refund-agent worker` runs, takes a decided run under a fresh lease (its epoch raised), never
+one a live process holds. The stalled owner's first write is refused, and so is its hand-over
+of the run to a person, which would email the customer.
+"""),
+code('''
+import time
+from refund_agent import LeaseLost
+
+fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.5))
+held = fenced.advance(fenced.start_sample("damaged").id)
+shown = fenced.store.approvals("pending")[0]
+fenced.approve(shown.id, shown.fingerprint, by="Dana Kim")
+epoch = lambda: fenced.store.lease_epoch(held.id)      # the fencing token, as stored
+stalled, before = fenced.store.acquire(held.id, token="stalled owner"), epoch()
+check("7. a worker takes no run a live process holds", fenced.claim() is None)
+time.sleep(0.6)                                  # it stalls: no renewal for longer than a lease
+claimed = fenced.claim()
+check("7. the worker claimed the run under a fresh lease", claimed == held.id
+      and epoch() == before + 1)
+try:
+    fenced.store.record_output(stalled, "call-0", "{}", [])    # the stalled owner wakes up
+    refused = "accepted"
+except LeaseLost:
+    refused = "refused"
+check("the stalled owner's write is refused", refused == "refused")
+try:   # a run that cannot continue is handed to a person, and the customer emailed: fenced too
+    fenced.hand_over(held.id, stalled, "The stalled owner gives up on the run.")
+except LeaseLost:
+    pass
+check("nor can it hand the run over: no email went out", not [m for m in
+      fenced.outbox.messages() if m["idempotency_key"] == f"{held.id}/follow-up"])
+check("the new owner finishes and pays once; the customer got its one answer",
+      fenced.advance(claimed).status.value == "done" and len(fenced.payments.refunds()) == 1
+      and len([m for m in fenced.outbox.messages() if m["request"]["to"] == held.sender]) == 1)
+'''),
+md("""
+The same takeover, drawn on a timeline, on the desk's own store:
 """),
 code('''
 from refund_agent import RunStatus, Store
@@ -297,8 +393,6 @@ notebooks depends on the engine: they call the store's methods, never SQL.
 code('''
 from refund_agent.store import engine_for
 
-check("this desk runs on SQLite, the file in its output folder", agent.store.engine == "sqlite"
-      and agent.store.path == OUTPUT / "refund-agent.sqlite3")
 elsewhere = agent.settings.with_(database_url="postgresql://desk@db.example/refunds")
 check("the store is chosen by the settings alone: a database URL there opens PostgreSQL",
       engine_for(elsewhere.store_target).engine == "postgresql")
@@ -479,13 +573,51 @@ print(answers)
 check("xAI refuses instructions with previous_response_id, OpenAI accepts them",
       answers == {"xai": "refused (400)", "openai": "accepted"})
 '''),
+md('''
+## Testing your agent with a scripted model
+
+The wire desk of the walkthrough's "Your own agent", imported from the module its
+`%%writefile` cell writes. `ScriptedBrain` answers each request with the next `Reply` you give
+it (reasoning, text, calls), mistakes included, and fails the test if a step is never asked
+for. Here it asks for the wrong amount; `send_wire` refuses it.
+'''),
+code('''
+from tutorial import module_of
+WireDesk = module_of("walkthrough.ipynb", OUTPUT).WireDesk   # as the walkthrough wrote it
+'''),
+code('''
+import openai
+from offline_model import OfflineServer, Reply
+from offline_model.testing import ScriptedBrain
+from refund_agent import ModelAccess
+
+(OUTPUT / "balance.json").write_text('{"cents": 200000}')
+brain = ScriptedBrain(Reply("Look it up.", calls=[("lookup_wire", {"wire_id": "WR-5002"})]),
+                      Reply("Send it.", calls=[("send_wire", {"wire_id": "WR-5002",
+                                                              "amount_cents": 95000})]))
+server = OfflineServer(OUTPUT / "scripted.sqlite3", brain=brain).start()
+client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+tested = WireDesk(agent.settings.with_(output_dir=OUTPUT / "scripted"),
+                  model=ModelAccess(client, "scripted", server))
+run = tested.advance(tested.start("ops@north.example", "Send wire WR-5002.").id)
+shown = tested.store.approvals("pending")[0]
+tested.approve(shown.id, shown.fingerprint, by="Dana Kim")
+run = tested.advance(run.id)
+brain.assert_all_used()                                   # every scripted step was asked for
+outputs = [s.data["output"] for s in tested.store.steps(run.id) if s.kind == "result"]
+check("a scripted model asks $950.00 for a $900.00 wire: send_wire refuses it",
+      outputs[-1]["status"] == "refused" and not (OUTPUT / "scripted" / "wires.log").exists())
+'''),
 md("""
 ## Recap
 
+- A rejection pays nothing and tells the customer the reviewer's note; a restarted run sends
+  each saved output instead of running its call again.
 - A partial approval is priced again at the decision, pays only the kept lines, and frees
   the others; `ask` sends a proposal back to the customer with nothing paid.
 - A process that lost its run's lease is refused at its first write, and checks the lease
-  again before paying and before emailing; a payment and its audit line commit together.
+  again before paying and before emailing; a worker's `claim()` takes only a run no live
+  process holds; a payment and its audit line commit together.
 - `reconcile` compares refunds and emails with the store in both directions, and the audit
   hash covers every field of every entry.
 - `lookup_order` shows only the sender's orders; approvers' limits are checked in the
@@ -493,5 +625,6 @@ md("""
 - A reply continues the run's last stored response; a simulated customer reads only the
   emails, never the team's notes; a response gone after 30 days is replaced by the run's own
   transcript; xAI refuses `instructions` with `previous_response_id`.
+- A scripted model tests your own agent: its wrong amount is refused when the tool runs.
 """),
 ]

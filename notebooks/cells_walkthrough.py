@@ -5,21 +5,18 @@ WALKTHROUGH = [
 md("""
 # Pause an agent for a person, resume it exactly once
 
-**The problem.** Your agent is about to do something that cannot be undone: refund a
-customer, send a wire. A person must say yes first, in five minutes or three days, from
-another machine. Then the action must happen **exactly once**: not zero times because a
-process died, not twice because someone clicked twice or a retry ran again.
+**The problem.** Your agent is about to do something that cannot be undone, such as a
+refund. A person must say yes first, minutes or days later, from another machine. Then the
+action must happen **exactly once**: not zero times because a process died, not twice because
+someone clicked twice.
 
-**The pattern.** Run the model until it asks for the gated tool; save three values (the
+**The pattern.** Run the model until it asks for the gated tool. Save three values (the
 response id, the call id, the arguments) and stop. Later, in any process, do the action once,
-keyed by the run id and the call id, and resume with `previous_response_id` and the call's
-output (the Responses API keeps the conversation, `store=True`). You will write it in thirty
-lines, make it survive a `kill -9`, a double click, a restart, a rejection and a decision
-that never comes, see each of its seven durable boundaries checked, and build your own agent.
+keyed by the run id and the call id. Then resume with `previous_response_id` and the call's
+output (the Responses API keeps the conversation, `store=True`).
 
-With no `XAI_API_KEY`, requests go to the *offline stand-in*, a small Responses API server in
-this process (a fixed support policy, not a language model), so the stored outputs are what
-you get. Every claim is a `check`: it prints the claim with `True`, or stops the notebook.
+With no `XAI_API_KEY`, requests go to the *offline stand-in*, a small Responses API server
+following a fixed policy. Every claim is a `check`: it prints `True`, or stops the notebook.
 """),
 code(SETUP.format(name="walkthrough")),
 md("""
@@ -27,12 +24,11 @@ md("""
 
 ![Who does what: the agent saves, a person decides, whoever resumes pays once](../docs/flow.png)
 
-The agent runs until the gated call and saves; a person decides, later, anywhere; whoever
-resumes pays once and continues. A refund desk: the model may look orders up freely, but
-`issue_refund` is **gated**. From the package we take only the shop: `ShopTools` (its
-look-ups: an order, the refund policy, a quote), `tool_schemas()` (those tools declared to the
-model) and the desk's `system_prompt`. Our store is a SQLite file of two tables: `waiting`
-(the three values) and `effects` (what happened, one row per idempotency key).
+A refund desk: the model may look orders up freely, but `issue_refund` is **gated**. From the
+package we take only the shop: `ShopTools` (look-ups of an order, the policy, a quote),
+`tool_schemas()` (the tools as the model sees them) and the `system_prompt`. The store is a
+SQLite file of two tables: `waiting` (the three values) and `effects` (one row per
+idempotency key).
 """),
 code('''
 import sqlite3, uuid, openai
@@ -52,12 +48,12 @@ check("effects: one row per idempotency key, the table's primary key", db.execut
       "SELECT pk FROM pragma_table_info('effects') WHERE name = 'key'").fetchone() == (1,))
 '''),
 md("""
-The whole loop. Look-ups run at once; an effect runs once per **idempotency key**, the run id
-plus the call id (call ids are unique within one conversation only); the gated call saves its
-three values and stops. `approve` is what any process runs later: it **claims** the waiting
-row in one statement (`DELETE ... RETURNING`), so a second click finds nothing. Without it,
-a second `approve` pays once (same key) but resumes again from the same response: the model
-writes the email again with a new call id, a new key, and the customer gets two.
+The whole loop. Look-ups run at once. An effect runs once per **idempotency key**: the run id
+plus the call id (a call id is unique within one conversation only). The gated call saves its
+three values and stops. `approve`, run later by any process, **claims** the waiting row in one
+statement (`DELETE ... RETURNING`). Without the claim, a second `approve` would resume again
+from the same response: the model writes the email again under a new call id, so a new key,
+and the customer gets two.
 """),
 code('''
 GATED, EFFECTS = {"issue_refund"}, {"issue_refund", "send_customer_message"}
@@ -92,7 +88,8 @@ def approve(run_id, by):                                 # later, in any process
                              "output": json.dumps(output)}], previous=response_id)
 '''),
 md("""
-Run Maya's email until the gated call. The run id is ours; the model never sees it.
+Run Maya's email (a cracked coffee maker) until the gated call. The model never sees the
+run id.
 """),
 code('''
 run_id = "run_" + uuid.uuid4().hex[:12]
@@ -108,9 +105,7 @@ print("waiting for a person:", json.loads(arguments)["lines"])
 md("""
 ### Later: a person approves; pay once and resume
 
-Hours later, in another process, Dana approves: `approve` reads the three values, pays keyed by
-the run and the call, and resumes with the same `previous_response_id`. A retry of the payment
-(the approving process died and ran again) gets the first refund back.
+Dana approves. A retry of the payment gets the first refund back; a second click sends nothing.
 """),
 code('''
 sent_before = len(server.requests)
@@ -134,17 +129,15 @@ check("a second approve sends nothing: no request, no second email", again is No
 md("""
 ## The same with the package
 
-`refund_agent.desk.Agent` is that loop with the hard parts done: the three values in a store,
-committed before anything runs, and a process dying between paying and saving that it paid.
-`start` saves the email as a run; `advance` drives it, printing the terminal's trace (`->` a
-call, `<-` its saved output, `**` an approval), until it finishes or waits for a person.
+`refund_agent.desk.Agent` is that loop with the hard parts done. `start` saves the email as a
+run. `advance` drives it until it finishes or waits for a person, printing a trace (`->` a
+call, `<-` its saved output, `**` an approval).
 """),
 code('''
 maya = agent.advance(agent.start_sample("damaged").id, on_event=trace())
 approval = agent.store.approvals("pending")[0]
 [refund_call] = agent.store.calls(approval.response_id)
 requests = agent.model.server.requests        # what the stand-in received, for the checks
-print()
 check("the run waits, and no process holds it", maya.status.value == "waiting"
       and maya.lease_pid is None)
 check("the approval saved the three values", approval.response_id == maya.last_response_id
@@ -157,25 +150,21 @@ md("""
 ## Approve, or reject, then resume
 
 One way to decide: `approve(id, fingerprint, by=...)` or `reject(id, fingerprint, by=...,
-note=...)` (the note is what the customer is told). The **fingerprint** is a hash of what the
-person was shown: the order, the customer, the lines and the amount. It binds the decision to
-that: a decision made on a page drawn before the proposal changed is refused, never applied
-to something nobody saw. The next `advance`, from any process, pays once and resumes.
+note=...)`; the note is what the customer is told (`beyond.ipynb` starts with a rejection).
+The **fingerprint** is a hash of what the person was shown: order, customer, lines, amount. A
+decision made on a page that is out of date is refused. The next `advance`, from any process,
+pays once and resumes.
 """),
 code('''
-from refund_agent import DecisionRefused
-try:                                    # a page drawn before the proposal changed
-    agent.approve(approval.id, "fp-of-an-older-version", by="Sam Lee")
-    stale = "accepted"
-except DecisionRefused as exc:
-    stale = str(exc)
+from refund_agent import AlreadyDecided, DecisionRefused, IdempotencyConflict
+stale = refused(lambda: agent.approve(approval.id, "fp-of-an-older-version", by="Sam Lee"),
+                DecisionRefused)        # a page drawn before the proposal changed
 check("a stale fingerprint is refused; the approval still waits", "changed since it was shown"
       in stale and agent.store.approval(approval.id).status == "pending")
 sent_before = len(requests)
 agent.approve(approval.id, approval.fingerprint, by="Dana Kim")
 maya = agent.advance(maya.id)
 resume = requests[sent_before]
-print()
 check("the resume continues the response that made the call",
       resume.get("previous_response_id") == approval.response_id)
 check("its input is the call's output, with the decision",
@@ -186,49 +175,31 @@ check("one refund, keyed by the run and the call", maya.status.value == "done"
       and [r["idempotency_key"] for r in agent.payments.refunds()]
       == [approval.id] == [f"{maya.id}-{approval.call_id}"])
 '''),
-code('''
-from tutorial import wrap
-other = Agent(agent.settings.with_(output_dir=OUTPUT / "rejection"))   # a second desk
-run = other.advance(other.start_sample("damaged").id)
-[no] = other.store.approvals("pending")
-other.reject(no.id, no.fingerprint, by="Dana Kim",
-             note="The photos show a chip from use, not damage in transit.")
-run = other.advance(run.id)
-told = other.outbox.messages()[-1]["request"]
-show(wrap(told["body"]))
-check("rejected: nothing paid", run.status.value == "done" and not other.payments.refunds())
-check("the customer is told the reviewer's note", told["to"] == "maya.chen@example.com"
-      and "a chip from use" in told["body"])
-'''),
 md("""
 ## Seven durable boundaries, each checked
 
 Each numbered badge of the picture is one committed transaction, a *durable boundary*. Each
 why is what a process killed right there would leave behind without it:
 
-1. **The run and its email, before any request.** Apart: a run with no email, which a worker
-   picks up with nothing to send the model; the customer is never answered.
+1. **The run and its email, before any request.** Apart: a run with no email, never
+   answered.
 2. **Each response with its calls, before any call runs.** Apart: the email goes out, the
-   process dies before the response is saved, and the resume asks the model again from the
-   response before; it writes the email again under a new call id, a new key: two emails.
-   (The core's double click is this story; there, `approve` claiming its row prevents it.)
-3. **Each output as the call returns**: a resume sends it, never running the call again.
+   response is lost, and the resume asks again: a new call id, a new key, two emails.
+3. **Each output as the call returns.** Apart: a resume runs every call again. Its check is
+   in `beyond.ipynb`, section "A restart, mid-run".
 4. **The pending approval, its `requested` audit line and the run's `waiting` status.**
-   Apart: a run marked waiting with nothing for a person to decide, stuck; or an approval
-   whose run a worker advances again, proposing twice.
-5. **A decision: a compare-and-set on `pending`, with its audit line.** Apart: an approval
-   decided with no audit line; two clicks at once both win, and the run pays on the later.
-6. **Payments and emails take the call's key** as their idempotency key.
-7. **One process at a time holds the run's lease**, and every write checks it.
+   Apart: a waiting run with nothing to decide, or a proposal made twice.
+5. **A decision: a compare-and-set on `pending`, with its audit line.** Apart: a decision
+   with no audit line; two clicks at once both win.
+6. **Payments and emails take the call's key** as their idempotency key (next section).
+7. **One process at a time holds the run's lease**, and every write checks it. Apart: a
+   stalled process wakes up and pays beside the new owner. Its check is in `beyond.ipynb`,
+   section "Fencing".
 
-A claim that "this is one transaction" should be checked, and seen to fail.
-`transactions(store)` records the SQL this process sends, grouped by transaction (SQLite's
-trace, `notebooks/tutorial.py`). `boundaries_hold` runs a refund and checks 1, 2, 4 and 5;
-run again with every statement committed on its own, the first check fails.
+`boundaries_hold` runs a refund and checks 1, 2, 4 and 5 on the SQL sent, grouped by
+transaction. With each statement committed alone, the first check fails.
 """),
 code('''
-from unittest import mock
-from refund_agent import Store
 from tutorial import no_transactions, one_transaction, transactions
 
 def boundaries_hold(name):
@@ -253,15 +224,11 @@ with no_transactions():             # SQLite drops BEGIN and COMMIT: each statem
 check("without transactions, the first check fails", failed.startswith("1."))
 '''),
 md("""
-Each of the four also fails on its own: `tests/docs/test_notebook_mutations.py` breaks the
-package one boundary at a time and runs this notebook against it.
-
 ## Idempotency: a crash after the refund
 
-Boundaries 3 and 6. The dangerous gap is between paying and saving that we paid: without a
-key, the resume pays again. Dana approves Leo's cracked cutting board from the terminal, in a
-process started with `CRASH_AFTER_REFUND=1`: it pays, then is killed (`SIGKILL`) before it
-records the payment.
+Boundary 6. The dangerous gap is between paying and saving that we paid: without a key, the
+resume pays again. Dana approves Leo's refund from the terminal, in a process that pays and
+is then killed (`SIGKILL`) before it records the payment.
 """),
 code('''
 leo = agent.start("leo.martins@example.com", sender_name="Leo Martins", subject="Cracked board",
@@ -275,13 +242,11 @@ check("it paid, but never saved that it did", len(paid) == 1 and leo_call.output
 check("a resume would pick the run up", leo.id in [r.id for r in agent.resumable()])
 '''),
 md("""
-`refund-agent resume`, another process, runs the refund call again (its output was never
-saved). The payment stand-in has seen the key: it hands back the first refund, marked
-*reused*. The same key with other arguments is refused, as at Stripe.
+`refund-agent resume`, another process, runs the refund call again. The payment stand-in
+has seen the key and hands back the first refund, marked *reused*. The same key with other
+arguments is refused, as at Stripe.
 """),
 code('''
-from refund_agent import IdempotencyConflict
-
 resumed = cli("resume", only=("$$",))
 paid = [r for r in agent.payments.refunds() if r["idempotency_key"] == leo_call.key]
 reported = [s.data for s in agent.store.steps(leo.id) if s.kind == "refund"]
@@ -291,92 +256,21 @@ check("the run reports that same refund, as reused", [(r["refund_id"], r["reused
 check("audit: requested, approved, reused", [e.event for e in agent.store.audit()
       if e.run_id == leo.id] == ["requested", "approved", "reused"])
 quote = agent.payments.refunds()[0]["request"]
-try:
-    agent.payments.log.once(leo_call.key, {**quote, "amount_cents": 1}, dict)
-    conflict = "accepted"
-except IdempotencyConflict as exc:
-    conflict = str(exc)
+conflict = refused(lambda: agent.payments.log.once(leo_call.key, {**quote, "amount_cents": 1},
+                                                   dict), IdempotencyConflict)
 check("the same key with another amount is refused", "already used" in conflict)
-'''),
-md("""
-**Boundary 3: a restart, mid-run.** Without saved outputs, a resume runs every call again.
-Tom's email (past the 30-day window) is handled by a process killed right after its first
-response was saved with the lookup's output (`after_response`); `resume` sends that output
-without running the lookup again and is killed just after the email goes out (`after_email`);
-this notebook finishes, and the outbox's key keeps it to one email. Then the store forgets
-saved outputs, on purpose, and the check fails.
-"""),
-code('''
-def restarted(kill_again=True):
-    cli("sample", "past-window", only=("crash point",), REFUND_AGENT_CRASH_AT="after_response")
-    tom = agent.store.runs(limit=1)[0]
-    if kill_again:
-        cli("resume", only=("crash point",), REFUND_AGENT_CRASH_AT="after_email")
-    tom = agent.advance(tom.id)                          # this notebook
-    ran = [s.data["call_id"] for s in agent.store.steps(tom.id) if s.kind == "result"]
-    check("3. no call ran twice, across the processes", tom.status.value == "done"
-          and len(ran) == len(set(ran)) == 3)
-    mails = [m for m in agent.outbox.messages() if m["idempotency_key"].startswith(tom.id)]
-    check("one email, although its process died after sending", len(mails) == 1)
-
-restarted()
-saved = Store.calls   # the break: this process forgets the outputs the killed one saved
-with mock.patch.object(Store, "calls", lambda self, response_id: [
-        c.model_copy(update={"output": None}) for c in saved(self, response_id)]):
-    failed = fails(lambda: restarted(kill_again=False))
-check("the broken store fails the check", failed.startswith("3."))
-'''),
-md("""
-**Boundary 7: one owner at a time.** Without it, a process that was only stalled (a GC
-pause) wakes up and writes, pays or emails beside the new owner. Every `advance` takes the
-run's *lease*; a lease whose holder stopped renewing it is taken over, raising its *epoch*, a
-fencing token. `claim()` (what `refund-agent worker` runs) takes a decided run under a fresh
-lease, never one a live process holds; the stalled owner's first write is refused.
-"""),
-code('''
-import time
-from refund_agent import LeaseLost
-
-fenced = Agent(agent.settings.with_(output_dir=OUTPUT / "fencing", lease_seconds=0.5))
-run = fenced.advance(fenced.start_sample("damaged").id)
-shown = fenced.store.approvals("pending")[0]
-fenced.approve(shown.id, shown.fingerprint, by="Dana Kim")
-epoch = lambda: fenced.store.lease_epoch(run.id)      # the fencing token, as stored
-stalled, before = fenced.store.acquire(run.id, token="stalled owner"), epoch()
-check("7. a worker takes no run a live process holds", fenced.claim() is None)
-time.sleep(0.6)                                  # it stalls: no renewal for longer than a lease
-claimed = fenced.claim()
-check("7. the worker claimed the run under a fresh lease", claimed == run.id
-      and epoch() == before + 1)
-try:
-    fenced.store.record_output(stalled, "call-0", "{}", [])    # the stalled owner wakes up
-    refused = "accepted"
-except LeaseLost:
-    refused = "refused"
-check("the stalled owner's write is refused", refused == "refused")
-try:   # a run that cannot continue is handed to a person, and the customer emailed: fenced too
-    fenced.hand_over(run.id, stalled, "The stalled owner gives up on the run.")
-except LeaseLost:
-    pass
-check("nor can it hand the run over: no email went out", not [m for m in
-      fenced.outbox.messages() if m["idempotency_key"] == f"{run.id}/follow-up"])
-check("the new owner finishes and pays once; the customer got its one answer",
-      fenced.advance(claimed).status.value == "done" and len(fenced.payments.refunds()) == 1
-      and len([m for m in fenced.outbox.messages() if m["request"]["to"] == run.sender]) == 1)
 '''),
 md('''
 ## Your own agent
 
 Nothing above is specific to refunds. Here is a wire-transfer desk on the package's loop
-(`refund_agent.Loop`), written to a module so other processes can import it. A tool
-**declares** what it is: `lookup_wire` is read-only; `send_wire` `needs_approval`: its call
-proposes (`ctx.propose`) and the run pauses. The loop calls `send_wire` only once a person
-approved, and checks the lease first; a rejected or expired proposal never reaches it. A tool
-gets its run, its call's key and `ctx.once`, never the store. Two rules:
-**code before a pause runs again on resume**
-([LangGraph](https://docs.langchain.com/oss/python/langgraph/interrupts)): a crash between the
-wire and its saved output starts `send_wire` again from its first line, so `ctx.once` keys
-the wire by the call. **An approval is not authorization**
+(`refund_agent.Loop`), written to a module that other processes import. `lookup_wire` is
+read-only. `send_wire` `needs_approval`: its call proposes (`ctx.propose`) and the run
+pauses. The loop calls `send_wire` only after a person approved it. Two rules.
+**Code before a pause runs again on resume**
+([LangGraph](https://docs.langchain.com/oss/python/langgraph/interrupts)): after a crash,
+`send_wire` starts again from its first line, so `ctx.once` keys the wire by the call.
+**An approval is not authorization**
 ([Pydantic AI](https://ai.pydantic.dev/deferred-tools/#human-in-the-loop-tool-approval)):
 `send_wire` checks the amount and the balance when it runs.
 '''),
@@ -429,20 +323,19 @@ class WireDesk(Loop):
         return "You send the wire transfers customers ask for. A person approves each one."
 '''),
 md('''
-**How the stand-in drives your tools** (`docs/OFFLINE-MODEL.md`): from their declarations
-only. The tool whose description starts with "Look up" is called first, with the identifier
-in the email shaped like its field's example ("for example WR-5001"); then the action sharing
-the most words with the email, each parameter filled from the look-up's output **by the same
-name**. Rename `amount_cents` in `WIRES` only and the run ends `done` with "Not done:
-send_wire needs amount_cents.", calling nothing.
+**How the stand-in drives your tools** (`docs/OFFLINE-MODEL.md`): from their declarations.
+It calls the tool whose description starts with "Look up", with the email's identifier shaped
+like its field's example ("for example WR-5001"). Then it calls the action that shares most
+words with the email, filling each parameter from the look-up's output **by the same name**.
+Rename `amount_cents` in `WIRES` only, and the run ends with "Not done: send_wire needs
+amount_cents.".
 
-Dana approves; a second click is refused. The process sending the wire is killed right after
-the bank took it (`after_wire`); a worker claims the run, `send_wire` runs again, and the bank
-hands back the first wire. Then a rejection, an expiry and a balance that dropped.
+Dana approves; a second click is refused. The process sending the wire is killed after the
+bank took it; a worker resumes, and the bank hands back the first wire. Then a rejection, an
+expiry and a balance that dropped.
 '''),
 code('''
-import subprocess, sys
-from refund_agent import AlreadyDecided
+import sqlite3, subprocess, sys
 sys.path.insert(0, str(OUTPUT))                   # where the module was written
 from wires import WireDesk
 
@@ -451,28 +344,22 @@ desk = WireDesk(agent.settings)
 run = desk.advance(desk.start("ops@north.example", "Please send wire WR-5001 today.").id)
 pending = desk.store.approvals("pending")[0]
 desk.approve(pending.id, pending.fingerprint, by="Dana Kim")
-try:
-    desk.approve(pending.id, pending.fingerprint, by="Sam Lee")    # the double click
-    second = "accepted"
-except AlreadyDecided as exc:
-    second = str(exc)
+second = refused(lambda: desk.approve(pending.id, pending.fingerprint, by="Sam Lee"),
+                 AlreadyDecided)                          # the double click
 check("the second click is refused, naming the wire and who approved it",
       second.startswith("This wire was already approved by Dana Kim"))
 child = f"import wires; wires.WireDesk().advance({run.id!r})"     # another process
-killed = subprocess.run([sys.executable, "-c", child],
-                        env={**os.environ, "REFUND_AGENT_CRASH_AT": "after_wire", "PYTHONPATH":
-                             os.pathsep.join([str(OUTPUT), os.environ.get("PYTHONPATH", "")])},
-                        capture_output=True)
-wired = lambda: (OUTPUT / "wires.log").read_text().splitlines()
+killed = subprocess.run([sys.executable, "-c", child], cwd=OUTPUT, capture_output=True,
+                        env={**os.environ, "REFUND_AGENT_CRASH_AT": "after_wire"})
+wired = lambda: (OUTPUT / "wires.log").read_text().splitlines()     # the bank's log
+attempts = lambda: (OUTPUT / "attempts.log").read_text().split()  # runs of send_wire
 check("killed after the wire left, before its output was saved",
       killed.returncode == -signal.SIGKILL and len(wired()) == 1)
 run = desk.advance(desk.claim())
 check("resumed: send_wire ran again from its first line, the wire left once",
-      run.status == "done" and len(wired()) == 1
-      and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
+      run.status == "done" and len(wired()) == 1 and attempts() == ["WR-5001"] * 2)
 '''),
 code('''
-import sqlite3
 def proposed(text):                                       # a new run, up to its proposal
     run = desk.advance(desk.start("ops@north.example", text).id)
     return run, desk.store.approvals("pending")[0]
@@ -480,15 +367,14 @@ def proposed(text):                                       # a new run, up to its
 run, pending = proposed("Please send wire WR-5002.")
 desk.reject(pending.id, pending.fingerprint, by="Dana Kim", note="Paid by card.")
 run = desk.advance(run.id)
-check("rejected: send_wire never ran", len(wired()) == 1
-      and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
+check("rejected: send_wire never ran", len(wired()) == 1 and attempts() == ["WR-5001"] * 2)
 run, pending = proposed("Please send wire WR-5002 by Friday.")    # nobody decides in 7 days
 sqlite3.connect(desk.store.path, isolation_level=None).execute(
     "UPDATE approvals SET requested_at = requested_at - ? WHERE id = ?", (8 * 86400, pending.id))
 check("expired after 7 days", [a.id for a in desk.expire()] == [pending.id])
 run = desk.advance(run.id)
 check("expired: send_wire never ran", run.status == "done" and len(wired()) == 1
-      and (OUTPUT / "attempts.log").read_text().split() == ["WR-5001"] * 2)
+      and attempts() == ["WR-5001"] * 2)
 run, pending = proposed("Please send wire WR-5002 after all.")
 desk.approve(pending.id, pending.fingerprint, by="Dana Kim")
 (OUTPUT / "balance.json").write_text('{"cents": 50000}')       # another payment went out first
@@ -498,51 +384,20 @@ check("approved, but refused when it ran: the balance no longer covers it",
       outputs[-1]["status"] == "refused" and len(wired()) == 1)
 '''),
 md('''
-**Testing your agent with a scripted model.** `ScriptedBrain` answers each request with the
-next `Reply` you give it (reasoning, text, calls), mistakes included, and fails the test if a
-step is never asked for. Here it asks for the wrong amount; `send_wire` refuses it.
-'''),
-code('''
-import openai
-from offline_model import OfflineServer, Reply
-from offline_model.testing import ScriptedBrain
-from refund_agent import ModelAccess
-
-(OUTPUT / "balance.json").write_text('{"cents": 200000}')
-brain = ScriptedBrain(Reply("Look it up.", calls=[("lookup_wire", {"wire_id": "WR-5002"})]),
-                      Reply("Send it.", calls=[("send_wire", {"wire_id": "WR-5002",
-                                                              "amount_cents": 95000})]))
-server = OfflineServer(OUTPUT / "scripted.sqlite3", brain=brain).start()
-client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-tested = WireDesk(agent.settings.with_(output_dir=OUTPUT / "scripted"),
-                  model=ModelAccess(client, "scripted", server))
-run = tested.advance(tested.start("ops@north.example", "Send wire WR-5002.").id)
-shown = tested.store.approvals("pending")[0]
-tested.approve(shown.id, shown.fingerprint, by="Dana Kim")
-run = tested.advance(run.id)
-brain.assert_all_used()                                   # every scripted step was asked for
-outputs = [s.data["output"] for s in tested.store.steps(run.id) if s.kind == "result"]
-check("a scripted model asks $950.00 for a $900.00 wire: send_wire refuses it",
-      outputs[-1]["status"] == "refused" and not (OUTPUT / "scripted" / "wires.log").exists())
-'''),
-md('''
-**Which tool to gate**: any whose effect cannot be undone or must not happen without a
-person. **Who resumes**: the process that records the decision, a worker looping on `claim()`,
-or a sweep for runs left behind (`refund-agent resume`).
+**Which tool to gate**: any whose effect cannot be undone or needs a person. **Who resumes**:
+whoever records the decision, a worker looping on `claim()`, or `refund-agent resume`. To
+test your agent with a scripted model, see `beyond.ipynb`, section "Testing your agent with a
+scripted model".
 '''),
 md('''
 ## Recap
 
-1. **Thirty lines**: save the response id, the call id and the arguments at the gated call;
-   claim them once, pay keyed by run id + call id, resume with `previous_response_id`.
-2. **Seven boundaries**, each with its why, each check seen to fail when it is broken.
-3. **Real life**: a `kill -9` after paying, a double click, a stale page, a restart mid-run,
-   a rejection, a decision that never comes.
-4. **Your agent**: gate the tool, key its effect by the call, check its arguments when it
-   runs, test it with a scripted model.
+1. **Thirty lines**: save three values at the gated call; claim them once, pay keyed by run
+   id + call id, resume with `previous_response_id`.
+2. **Seven boundaries**, each with its why and a check seen to fail when broken.
+3. **Your agent**: gate the tool, key its effect by the call, check its arguments when it runs.
 
-Partial approvals, asking the customer, fencing of payments and emails, reconciliation,
-ownership, accounts, a race of two clicks, expiry by the database's clock, a reply and an angry
-customer, a response gone after 30 days, xAI versus OpenAI and PostgreSQL: `beyond.ipynb`.
+The rest is in `beyond.ipynb`: a restart mid-run, fencing, a scripted model, partial approvals,
+reconciliation, expiry, an angry customer, PostgreSQL.
 '''),
 ]

@@ -2,14 +2,17 @@
 cut to the page, ``cli`` (the terminal command in a new process), and the helpers of the
 "break it on purpose" cells: ``transactions`` (the SQL the store commits, grouped by
 transaction), ``no_transactions`` (stores opened inside commit each statement alone) and
-``fails`` (run a check that must fail, and show how it failed). Only the package's public API is
+``fails`` (run a check that must fail, and show how it failed); ``refused`` (the message of a
+call that must be refused) and ``module_of`` (import the module a notebook writes). Only the package's public API is
 used here and in the notebooks (tests/docs/test_notebook_checks.py checks it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import json
 import os
 import re
 import sqlite3
@@ -18,6 +21,8 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -28,6 +33,29 @@ def check(claim: str, holds: Any) -> None:
     "Print a claim with whether it holds, and stop the notebook if it does not."
     print(f"{claim}: {bool(holds)}")
     assert holds, claim
+
+
+def refused(attempt: Callable[[], Any], *errors: type[BaseException]) -> str:
+    """Run ``attempt``, which should be refused with one of ``errors``: the refusal's message,
+    or "accepted" if it went through (a check on the answer then fails, saying so)."""
+    try:
+        attempt()
+    except errors as exc:
+        return str(exc)
+    return "accepted"
+
+
+def module_of(notebook: str, folder: Path) -> ModuleType:
+    """Write the module of ``notebook``'s ``%%writefile`` cell into ``folder`` and import it:
+    beyond.ipynb uses the wire desk walkthrough.ipynb writes, without copying its code."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                and "".join(c["source"]).startswith("%%writefile")]
+    first, body = source.split("\n", 1)
+    path = folder / Path(first.split(None, 1)[1]).name
+    path.write_text(body + "\n")
+    sys.path.insert(0, str(folder))   # as the walkthrough does, so other processes find it too
+    return importlib.import_module(path.stem)
 
 
 def fails(attempt: Callable[[], Any]) -> str:

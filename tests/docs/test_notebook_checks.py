@@ -85,7 +85,9 @@ def test_the_walkthrough_reads_in_twenty_minutes() -> None:
     headings = [line for c in cells if c["cell_type"] == "markdown"
                 for line in "".join(c["source"]).splitlines() if line.startswith("#")]
     assert len(cells) <= 45, f"{len(cells)} cells"
-    assert words <= 4500, f"{words} words (about 200 a minute: 20 minutes is about 4,000)"
+    # Every word of every cell, code too: a coarse ceiling. The reading estimate (prose, code
+    # and output lines counted apart) is scripts/notebook_reading.py's, tested beside this file.
+    assert words <= 4500, f"{words} words"
     assert any("idempotency" in h.lower() for h in headings), headings
     assert any("thirty lines" in h.lower() for h in headings), headings
 

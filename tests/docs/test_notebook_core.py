@@ -2,11 +2,12 @@
 
 Two parts of walkthrough.ipynb are code of the notebook's own, not the package: the thirty lines
 of plain ``openai`` calls (a loop, two SQLite tables) and the wire-transfer desk of "Your own
-agent". The package mutants (test_notebook_mutations.py) cannot reach them. Here the cells'
-source is broken instead: each variant replaces one piece and runs the cells as a script in a
-new process. The unbroken cells must pass; each break must stop the script at the check written
-for it (``check`` raises AssertionError with its claim), or, where the API itself refuses the
-broken request before any check runs, with the API's error.
+agent" (whose scripted-model test is in beyond.ipynb). The package mutants
+(test_notebook_mutations.py) cannot reach them. Here the cells' source is broken instead: each
+variant replaces one piece and runs the cells as a script in a new process. The unbroken cells
+must pass; each break must stop the script at the check written for it (``check`` raises
+AssertionError with its claim), or, where the API itself refuses the broken request before any
+check runs, with the API's error.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
+BEYOND = ROOT / "notebooks" / "beyond.ipynb"
 
 
 @dataclass(frozen=True)
@@ -75,23 +77,26 @@ BREAKS = [
 ]
 
 
-def _code_cells() -> list[str]:
-    return ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]
+def _code_cells(notebook: Path = NOTEBOOK) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
             if c["cell_type"] == "code"]
 
 
 def _script(part: str, broken: Break | None = None) -> str:
     """``core``: the code cells up to the approval (setup, core setup, core, run, approve).
-    ``wires``: the setup cell and the wire-transfer desk's cells (the scripted model's
-    last), its module written by Python
-    instead of %%writefile. ``broken``: its text replaced first (it must be there once)."""
+    ``wires``: the setup cell and the wire-transfer desk's cells, its module written by Python
+    instead of %%writefile, then beyond.ipynb's scripted-model cell (which runs that desk).
+    ``broken``: its text replaced first (it must be there once)."""
     cells = _code_cells()
     if part == "core":
         cells = cells[:next(i for i, c in enumerate(cells) if 'approve(run_id, "Dana Kim")' in c)
                       + 1]
     else:
         start = next(i for i, c in enumerate(cells) if c.startswith("%%writefile"))
-        cells = [cells[0], *cells[start:start + 4]]
+        end = next(i for i, c in enumerate(cells) if i > start and "desk.expire()" in c)
+        scripted = [c for c in _code_cells(BEYOND) if "ScriptedBrain(" in c]
+        assert len(scripted) == 1, "beyond.ipynb has no one scripted-model cell to re-point"
+        cells = [cells[0], *cells[start:end + 1], *scripted]
     if broken is not None:
         found = sum(c.count(broken.old) for c in cells)
         assert found == 1, f"{broken.name}: re-point it, {broken.old!r} is in the {part} cells " \
@@ -180,8 +185,7 @@ def test_every_check_has_a_break_or_is_listed() -> None:
         claims = re.findall(r"^(.*): True$", printed, re.MULTILINE)
         broken = [m.claim for m in mutations.MUTANTS if m.notebook == name]
         broken += re.findall(r"^broken on purpose, this check fails: (.*)$", printed, re.MULTILINE)
-        if name == "walkthrough":
-            broken += [b.fails_with for b in BREAKS]
+        broken += [b.fails_with for b in BREAKS]   # the wires part ends in beyond's cell
         unbroken = [c for c in claims if not any(c.startswith(b) for b in broken)]
         assert unbroken == NOT_YET_BROKEN[name], (
             f"{name}: checks without a break changed; unbroken now: {unbroken}")

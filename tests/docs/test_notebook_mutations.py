@@ -4,11 +4,11 @@ Each mutant below is one named break of the package, of the kind a careless chan
 a reused refund reporting a new id, a process that lost its lease still paying, a decision not
 priced again, reconciliation looking one way only, and so on; a few break the stand-in
 (``../offline_model/``), the notebooks' helpers (``../notebooks/tutorial.py``) or a check in a
-notebook's own cell (``walkthrough.ipynb``), where the check guards those. For each one the
-package is copied to a temporary folder (the real files are never touched), the break is
-applied to the copy, and the code cells of the notebook whose checks cover it run with the copy
-first on PYTHONPATH, so the cells and every process they start import the broken package. The
-run must fail, and its first failure must be the check written for the mutant
+notebook's own cell (``walkthrough.ipynb``, ``beyond.ipynb``), where the check guards those.
+For each one the package is copied to a temporary folder (the real files are never touched),
+the break is applied to the copy, and the code cells of the notebook whose checks cover it run
+with the copy first on PYTHONPATH, so the cells and every process they start import the broken
+package. The run must fail, and its first failure must be the check written for the mutant
 (``check(claim, holds)`` raising AssertionError with the mutant's claim), not an exception on
 the way. A mutant with ``first`` is one an earlier check catches first: its run records failed
 checks and goes on (notebook_runner.py --soft-checks), its first failed check must be ``first``
@@ -81,7 +81,8 @@ class Mutant:
     first: str = ""
 
 
-# Writes that no longer check the lease's epoch: beyond's fencing cell and the walkthrough's.
+# Writes that no longer check the lease's epoch: beyond's fencing cells (its timeline and a
+# worker's claim).
 FENCING_REMOVED = (
     ("store/leases.py",
      '        if row is None or (row["lease_token"], row["lease_epoch"]) != '
@@ -170,7 +171,7 @@ MUTANTS = [
          '        with open(self.log.path, "a", encoding="utf-8") as fh:\n'
          '            fh.write(json.dumps(record) + "\\n")\n'
          '        reused = False\n'),
-    ), claim="one email, although its process died after sending"),
+    ), notebook="beyond", claim="one email, although its process died after sending"),
     Mutant("second_approval_accepted", "a decision no longer compares-and-sets on 'pending'",
            SECOND_APPROVAL_ACCEPTED, notebook="beyond", claim="exactly one click won"),
     Mutant("approval_wrong_response_id",
@@ -194,12 +195,12 @@ MUTANTS = [
         "quantity=line.quantity)\n        for line in approval.lines])  # MUTANT"),),
         notebook="beyond", claim="the payment holds the kept line only"),
     Mutant("fencing_removed", "writes no longer check the lease's epoch", FENCING_REMOVED,
-           notebook="beyond", claim="epoch"),
+           notebook="beyond", first="the stalled owner's write is refused", claim="epoch"),
     Mutant("saved_outputs_rerun", "a resumed run runs calls whose output was saved again", ((
         "agent.py", "                if call.output is not None:\n                    output = "
         "call.output\n",
         "                if False:  # MUTANT\n                    output = call.output\n"),),
-        claim="3. no call ran twice"),
+        notebook="beyond", claim="3. no call ran twice"),
     # -- every other durable boundary and guarantee the notebooks state -------------------------
     # The loop checks the lease itself before any effect function runs (loop.py, _run_call):
     # these two break that check, one branch each. They replace the desk's own fence calls
@@ -360,7 +361,7 @@ MUTANTS = [
     Mutant("lease_epoch_not_bumped", "boundary 7: a takeover keeps the old fencing token",
            (("store/leases.py", '        epoch, now = row["lease_epoch"] + 1, time.time()\n',
              '        epoch, now = row["lease_epoch"], time.time()  # MUTANT\n'),),
-           claim="7. the worker claimed the run under a fresh lease"),
+           notebook="beyond", claim="7. the worker claimed the run under a fresh lease"),
     Mutant("hand_over_unfenced", "the hand-over email is sent before the lease is checked", ((
         "desk/actions.py",
         "    store.escalate_run(lease, CANNOT_CONTINUE, why)\n"
@@ -369,7 +370,7 @@ MUTANTS = [
         '    _record, reused = outbox.send(f"{run_id}/follow-up", run.sender, f"Re: {run.subject}",'
         " body)\n"
         "    store.escalate_run(lease, CANNOT_CONTINUE, why)  # MUTANT: fenced after sending\n"),),
-        claim="nor can it hand the run over",
+        notebook="beyond", claim="nor can it hand the run over",
            alternatives=((("desk/actions.py",
         "    store.escalate_run(lease, CANNOT_CONTINUE, why)\n"
         '    _record, reused = send_on_thread(store, lease, outbox, f"{run_id}/follow-up", run,'
@@ -397,7 +398,7 @@ MUTANTS = [
         "desk/actions.py",
         '"note": approval.note or "", "lines": lines}\n',
         '"note": "", "lines": lines}  # MUTANT\n'),),
-        claim="the customer is told the reviewer's note"),
+        notebook="beyond", claim="the customer is told the reviewer's note"),
     Mutant("partial_note_dropped", "a partial approval's note is not passed on", ((
         "desk/actions.py", '        output["note"] = approval.note or ""\n',
         "        pass  # MUTANT: the note is dropped\n"),),
@@ -425,7 +426,7 @@ MUTANTS = [
         "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
         "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
         "                                         ApprovalStatus.REJECTED) or ("),),
-        claim="rejected: nothing paid"),
+        notebook="beyond", claim="rejected: nothing paid"),
     Mutant("reuse_audited_as_issued", "a reused refund is audited as a new one", ((
         "desk/actions.py", '"event": "reused" if reused else "issued"',
         '"event": "issued"  # MUTANT\n           '),),
@@ -502,8 +503,8 @@ MUTANTS = [
         '        return record, False\n'),),
         claim="6. still one refund for the call"),
     Mutant("fencing_removed_walkthrough", "writes no longer check the lease's epoch (the "
-           "walkthrough's stalled owner)", FENCING_REMOVED,
-           claim="the stalled owner's write is refused"),
+           "stalled owner a worker's claim fenced off, once in the walkthrough)", FENCING_REMOVED,
+           notebook="beyond", claim="the stalled owner's write is refused"),
     Mutant("return_fee_dropped", "a change of mind is refunded without the return fee", ((
         "desk/policy.py",
         "amount_cents=to_cents(item.price) * units - fees.get(item.sku, 0),",
@@ -549,9 +550,9 @@ MUTANTS = [
                "    return bool(with_first)  # MUTANT: the others are not looked for\n"),),
            claim="without transactions, the first check fails"),
     Mutant("restart_check_weakened", "the restart cell counts distinct calls, not runs of them",
-           (("walkthrough.ipynb", "and len(ran) == len(set(ran)) == 3)",
+           (("beyond.ipynb", "and len(ran) == len(set(ran)) == 3)",
              "and len(set(ran)) == 3)  # MUTANT: distinct calls"),),
-           claim="the broken store fails the check"),
+           notebook="beyond", claim="the broken store fails the check"),
     Mutant("ask_question_dropped", "the approver's question never reaches the customer", ((
         "desk/actions.py", '"question": approval.note or "", "lines": lines,',
         '"question": "", "lines": lines,  # MUTANT'),),
@@ -582,7 +583,7 @@ MUTANTS = [
            claim="the run pays once, on the one decision that won"),
     Mutant("stalled_owner_unfenced_end", "writes no longer check the lease's epoch: the stalled "
            "owner's hand-over email reaches the customer beside the new owner's answer",
-           FENCING_REMOVED, first="the stalled owner's write is refused",
+           FENCING_REMOVED, notebook="beyond", first="the stalled owner's write is refused",
            claim="the new owner finishes and pays once; the customer got its one answer"),
     Mutant("customer_email_copied_to_shop", "every email to the customer is copied to the "
            "shop's support address", ((
@@ -591,14 +592,14 @@ MUTANTS = [
                '    ctx.outbox.send(f"{ctx.call.key}/copy",  # MUTANT: a copy for the shop\n'
                '                    ctx.shop.info.support_email, f"Re: {run.subject}", body)\n'
                '    ctx.crash("after_email")\n'),),
-           notebook="beyond", first="this desk's books agree",
+           notebook="beyond", first="the customer is told the reviewer's note",
            claim="the answer went to Maya only"),
     Mutant("rejection_reaches_effect", "the loop hands a rejected proposal to the effect "
            "function: an agent's effect that checks no decision carries it out (#44)", ((
                "loop.py", "            elif approval.status != ApprovalStatus.APPROVED or (",
                "            elif approval.status not in (ApprovalStatus.APPROVED,  # MUTANT\n"
                "                                         ApprovalStatus.REJECTED) or ("),),
-           first="rejected: nothing paid", claim="rejected: send_wire never ran"),
+           claim="rejected: send_wire never ran"),
     Mutant("stored_response_fallback_removed_end", "a gone stored response fails the run "
            "instead of resending the transcript: the run never pays",
            STORED_RESPONSE_FALLBACK_REMOVED[0], alternatives=STORED_RESPONSE_FALLBACK_REMOVED[1:],
@@ -606,7 +607,8 @@ MUTANTS = [
            claim="the run finished and paid once"),
     Mutant("fencing_removed_end", "writes no longer check the lease's epoch: the process that "
            "lost the run also pays and emails", FENCING_REMOVED, notebook="beyond",
-           first="epoch", claim="the new owner finishes: one refund, one email"),
+           first="the stalled owner's write is refused",
+           claim="the new owner finishes: one refund, one email"),
     Mutant("order_any_sender", "the tools' ownership check is gone: whoever names an order has "
            "it (looked up, priced, proposed)", ((
                "desk/tools.py",
@@ -620,7 +622,7 @@ MUTANTS = [
                "config.py", '        return self.output_dir / "refund-agent.sqlite3"\n',
                '        return Path(os.environ.get("TMPDIR", "/tmp")) / "refund-agent.sqlite3"'
                "  # MUTANT\n"),),
-           notebook="beyond", claim="this desk runs on SQLite, the file in its output folder"),
+           notebook="beyond", claim="each desk runs on SQLite, the file in its output folder"),
     Mutant("postgres_scheme_short_only", "only a postgres:// URL opens PostgreSQL; a "
            "postgresql:// one opens a SQLite file of that name", ((
                "store/base.py",
@@ -634,7 +636,7 @@ MUTANTS += [
            (("store/leases.py",
              '                if row["lease_token"] is None or not self._lease_live(db, row):\n',
              "                if True:  # MUTANT: a live holder's run is taken too\n"),),
-           claim="7. a worker takes no run a live process holds"),
+           notebook="beyond", claim="7. a worker takes no run a live process holds"),
     Mutant("customer_reads_agent_notes", "the simulated customer is shown the agent's notes for "
            "the team and its reasoning, not only the emails", ((
                "desk/customer.py",

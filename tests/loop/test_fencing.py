@@ -61,7 +61,7 @@ def test_every_write_of_a_replaced_owner_is_refused(tmp_path):
 
 
 def test_lease_epoch_reads_the_stored_fencing_token(tmp_path):
-    """Store.lease_epoch is the public reader the walkthrough's fencing cell checks a claim
+    """Store.lease_epoch is the public reader beyond.ipynb's fencing cell checks a claim
     with: it follows every taking of the lease (acquire, claim) and outlives a release."""
     store = Store(tmp_path / "s.sqlite3", lease_seconds=0.05)
     run = store.create_run(sender="a@example.com", sender_name="A", subject="s", email="e")
