@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 import openai
 
-from . import intake, turns
+from . import intake, telemetry, turns
 from .config import Settings, load_settings
 from .crash import LOOP_POINTS, crash_point, undeclared
 from .errors import ConfigError, DecisionRefused, EndRun, LeaseLost, RunNotReady, Stopped
@@ -155,10 +155,10 @@ class Loop:
         ``raised_by``: the desk account that typed it in, who may not approve its refund."""
         sender, body, subject, sender_name = intake.checked_email(
             sender, body, self.default_subject if subject is None else subject, sender_name)
-        run = self.store.create_run(sender=sender, sender_name=sender_name or sender,
-                                    subject=subject.strip() or self.default_subject,
-                                    email=body, kind=kind, raised_by=raised_by,
-                                    agent=self.agent_name)
+        with telemetry.starting(self.agent_name) as create:   # its trace, if on
+            run = create(self.store.create_run, sender=sender, sender_name=sender_name or sender,
+                         subject=subject.strip() or self.default_subject, email=body,
+                         kind=kind, raised_by=raised_by, agent=self.agent_name)
         self._crash_at("after_run_created")
         return run
 
@@ -194,7 +194,7 @@ class Loop:
         end: turns.TurnResult | turns.Released | Ending
         # One heartbeat for the whole advance, not one per request: it renews the lease while
         # requests stream and tools run, and closes whichever stream is open if it is lost.
-        with Heartbeat(self.store, lease) as heartbeat:
+        with telemetry.advancing(self, run, lease), Heartbeat(self.store, lease) as heartbeat:
             try:
                 budget = MAX_TURNS
                 while budget:
@@ -276,6 +276,7 @@ class Loop:
             return turns.replies_input(replies)
         return turns.Finished(RunStatus.ASKED if self._asking(run_id) else RunStatus.DONE)
 
+    @telemetry.traced_call   # its execute_tool span
     def _run_call(self, run: Run, lease: Lease, call: Call) -> str | Waiting:
         """Run one saved call as its tool is declared; save its output at once (boundary 3).
 
@@ -425,6 +426,7 @@ class Loop:
         self._own_approval(approval_id, DecisionRefused, fingerprint)
         decided = self.store.decide(approval_id, approve, by, note, fingerprint=fingerprint,
                                     noun=self.proposal_noun, **rules)
+        telemetry.decided(self, decided)
         self._crash_at("after_decision")
         return decided
 
@@ -436,6 +438,7 @@ class Loop:
         self._own_approval(approval_id, DecisionRefused, fingerprint)
         asked = self.store.ask(approval_id, by, question, fingerprint=fingerprint,
                                noun=self.proposal_noun)
+        telemetry.decided(self, asked)
         self._crash_at("after_decision")
         return asked
 

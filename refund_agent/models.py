@@ -90,6 +90,7 @@ class Run(BaseModel):
     transcript_bytes: int = 0       # their size as stored JSON, in bytes
     transcript_complete: bool = False  # it goes back to the first request (runs since schema 4)
     agent: str = "refunds"          # the agent that made it, and alone advances it (schema 13)
+    trace_context: str | None = None  # the W3C context its spans join (schema 17, telemetry)
     # What happened, for the desk (desk/status.DeskStatus; kept on the row since schema 12):
     # a finished run reads "rejected" or "paid" here where its status says only "done".
     desk_status: str | None = None

@@ -21,6 +21,8 @@ from .errors import LeaseLost, RefundAgentError, Stopped
 from .models import Step
 from .providers.limiter import Halted, Limiter
 from .store import Lease, Store
+from .telemetry import points
+from .turns import usage_of
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,10 @@ def stream_response(client: openai.OpenAI, run_id: str, params: dict[str, Any], 
         return bool(cancel and cancel.is_set()) or heartbeat.lost is not None
 
     try:
-        with limiter.slot(run_id, stop) if limiter else nullcontext() as ticket:
+        with (limiter.slot(run_id, stop) if limiter else nullcontext() as ticket,
+              points.chat(client, params) as span):
             final = _stream(client, run_id, params, emit, cancel, heartbeat)
+            points.answered(span, final, lambda: usage_of(final, params.get("model", "")))
             if limiter and ticket:
                 usage = getattr(final, "usage", None)
                 limiter.settle(ticket, getattr(usage, "total_tokens", None))

@@ -26,6 +26,7 @@ from pydantic import AfterValidator, BaseModel, ValidationError
 from .models import Approval, Call, Proposal, Run, Step, StepKind
 from .outside.ledger import IdempotentLog, StoreLog
 from .store import Lease, Output, Store
+from .telemetry import points
 from .turns import StepData, Waiting
 
 
@@ -305,8 +306,9 @@ def run_ahead(tools: Mapping[str, Tool], calls: Iterable[Call],
         if tool is None or tool.kind is not ToolKind.READ_ONLY or call.call_id in outputs:
             break
         args = parse_call(tools, call.name, call.arguments)
-        outcome = (Outcome({"error": args}, []) if isinstance(args, str)
-                   else tool.run(context(call), args))  # type: ignore[misc]
+        with points.tool_span(call, tool):
+            outcome = (Outcome({"error": args}, []) if isinstance(args, str)
+                       else tool.run(context(call), args))  # type: ignore[misc]
         outputs[call.call_id] = outcome.saved(call)
         if outcome.changes_the_store:
             break

@@ -31,6 +31,7 @@ from __future__ import annotations
 import getpass  # noqa: F401 (tests/desk/test_accounts.py patches cli.getpass.getpass)
 import sys
 
+from .. import telemetry
 from ..desk.agent import Agent  # noqa: F401 (tests/helpers/powerloss_recover.py: cli.Agent)
 from ..errors import RefundAgentError
 from .decisions import only_lines
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CODES.get(type(exc), 1)
     finally:
+        # A command is a short process: its spans and metrics are exported before it ends
+        # (the console exporter writes them to stderr, while it is still wrapped).
+        telemetry.flush()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()      # while still wrapped, so an output error stays quiet
         sys.stdout, sys.stderr = out, err

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IdempotencyConflict, LedgerError
+from ..telemetry import points
 
 
 class IdempotentLog:
@@ -119,12 +120,14 @@ class IdempotentLog:
             IdempotencyConflict: the key was used before with a different ``request``.
         """
         try:
-            return self._once(key, request, make)
+            record, reused = self._once(key, request, make)
         except OSError as exc:  # a full disk, a read-only folder, an I/O error
             raise LedgerError(
                 f"Could not write to {self.path}: {exc.strerror or exc}. Nothing was recorded "
                 "there; fix that (free space, permissions) and run `refund-agent resume`, "
                 "which carries on exactly once.") from None
+        points.effect(self.path.stem, key, reused)
+        return record, reused
 
     def _once(self, key: str, request: dict[str, Any],
               make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
@@ -250,7 +253,9 @@ class StoreLog:
 
     def once(self, key: str, request: dict[str, Any],
              make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-        return self.store.ledger_once(self.name, key, request, make)
+        record, reused = self.store.ledger_once(self.name, key, request, make)
+        points.effect(self.name, key, reused)
+        return record, reused
 
     def find(self, key: str) -> dict[str, Any] | None:
         return self.store.ledger_find(self.name, key)

@@ -18,6 +18,7 @@ import openai
 
 from ..config import Settings
 from ..errors import ConfigError
+from ..telemetry import points
 from .limiter import Limiter, limiter_for
 from .table import RESUME, ProviderError, read_error, worth_retrying
 
@@ -83,7 +84,10 @@ class ProviderClient(openai.OpenAI):
                 return False  # the limiter retried it already, as far as it may
             if not _rate_limited(response):
                 return False
-        return super()._should_retry(response)
+        again = super()._should_retry(response)
+        if again:
+            points.retried(response.status_code)
+        return again
 
     def _send_request(self, request: httpx2.Request, *, stream: bool,
                       **kwargs: Any) -> httpx2.Response:

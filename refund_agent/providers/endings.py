@@ -15,6 +15,7 @@ from ..errors import EndRun, Stopped
 from ..models import Run, RunStatus, StepKind
 from ..store import Lease, Store
 from ..streaming import Cancel
+from ..telemetry import points
 from .client import provider_error
 from .stored import refused_after_payment, refused_transcript, still_gone
 
@@ -62,7 +63,14 @@ def ending_for(loop: Loop, exc: BaseException, run_id: str, lease: Lease,
 def end_run(store: Store, lease: Lease,
             end: turns.Released | turns.Waiting | turns.Finished | Ending) -> Run:
     """Leave the run as ``end`` says (giving up its lease, unless a commit already did), and
-    return it as that left it."""
+    return it as that left it (on the advance's span too, when telemetry is on)."""
+    run = _end_run(store, lease, end)
+    points.run_left(run)
+    return run
+
+
+def _end_run(store: Store, lease: Lease,
+             end: turns.Released | turns.Waiting | turns.Finished | Ending) -> Run:
     match end:
         case turns.Released(run=run):
             return run

@@ -27,6 +27,7 @@ from typing import Any
 
 import openai
 
+from ..telemetry import points
 from . import limits
 from .limits import Headroom, Rolling, Window
 
@@ -217,6 +218,7 @@ class Limiter:
             self.room = limits.headroom_from(said, now, self.room)
             if limited:
                 self.limited += 1
+                points.rate_limited()
                 if entry is not None:
                     entry[1] = 1.0
                 delay = limits.backoff(said.retry_after, self.streak, self.rand())
@@ -281,6 +283,7 @@ class Limiter:
                 return response
             response.close()
             retries += 1
+            points.retried(429)
             started = self.clock()
             self._again(ticket)
             waited += self.clock() - started

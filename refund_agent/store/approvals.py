@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import AlreadyDecided, DecisionRefused, NotFound, StoreError, Undone
 from ..models import Approval, Proposal, Run, RunStatus, call_key
+from ..telemetry import points
 from .audit import audit_lines
 from .core import StoreCore, no_limit
 from .leases import Lease
@@ -43,10 +44,12 @@ class Approvals(StoreCore):
         it again (turns.Waiting.released).
         """
         try:
-            return self._queue_approval(lease, response_id, call_id, subject, title, customer,
-                                        price, release)
+            queued = self._queue_approval(lease, response_id, call_id, subject, title,
+                                          customer, price, release)
         except Undone as not_queued:   # rolled back: the run's pause too
             return not_queued.answer  # type: ignore[return-value]
+        points.proposed(queued)   # on the call's execute_tool span, if telemetry is on
+        return queued
 
     def _queue_approval(self, lease: Lease, response_id: str, call_id: str, subject: str,
                         title: str, customer: str,

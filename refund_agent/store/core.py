@@ -25,7 +25,15 @@ from typing import Any
 from ..errors import StoreError
 from ..models import Run
 from .audit import GENESIS_HASH, audit_hash
-from .schema import RECORD_PART, SCHEMA_VERSION, TABLES, SchemaPart, parts_due, shipped_version
+from .schema import (
+    PARTS_SINCE,
+    RECORD_PART,
+    SCHEMA_VERSION,
+    TABLES,
+    SchemaPart,
+    parts_due,
+    shipped_version,
+)
 
 try:  # the postgres extra: pip install 'refund-agent[postgres]'
     import psycopg
@@ -201,9 +209,18 @@ class StoreCore:
         """Install or upgrade the parts due on a store at ``version`` that records
         ``recorded`` (read before the loop's schema ran), in ``db``'s transaction, after the
         loop's schema; record their versions."""
-        for part, since in parts_due(self._parts, recorded, version):
+        due = parts_due(self._parts, recorded, version)
+        for part, since in due:
             part.install(self, db, since)
             db.execute(RECORD_PART, (part.name, part.version))
+        if recorded is None and version >= PARTS_SINCE:
+            # A store of the one history, upgraded (16 to 17 on): the loop's schema just made
+            # schema_parts, so it now says which parts the store holds, each at its legacy
+            # version; left empty, the next opening would read the store as holding none.
+            installed = {part.name for part, _ in due}
+            for part in self._parts:
+                if part.name not in installed and part.legacy:
+                    db.execute(RECORD_PART, (part.name, part.legacy))
 
     def _search_condition(self, words: list[str]) -> tuple[str, list[str]]:
         """The condition on runs (and its ``?`` values) that keeps the runs whose kept search

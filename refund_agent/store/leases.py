@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import LeaseLost, NotFound, RunBusy, RunNotReady
 from ..models import Run, RunStatus
+from ..telemetry import points
 from .core import StoreCore, pid_alive
 from .runs import _agent_filter
 
@@ -79,6 +80,8 @@ class Leases(StoreCore):
                                                "pid": self.pid, "front": self.front,
                                                "previous_front": row.get("last_front"),
                                                "cut_off": row["lease_token"] is not None})
+            points.taken_over(run_id, row.get("agent", ""), row["last_pid"],
+                              row["lease_token"] is not None)
         epoch, now = row["lease_epoch"] + 1, time.time()
         db.execute(f"UPDATE runs SET lease_pid = ?, lease_token = ?, lease_at = {self.now},"
                    " lease_epoch = ?, last_pid = ?, status = ?, error = NULL,"

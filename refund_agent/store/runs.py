@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFound
@@ -19,31 +20,34 @@ class Runs(StoreCore):
 
     def create_run(self, *, sender: str, sender_name: str, subject: str, email: str,
                    kind: str = "custom", raised_by: str | None = None,
-                   agent: str = "refunds") -> Run:
+                   agent: str = "refunds", trace_context: str | None = None) -> Run:
         """Boundary 1: the run and the customer's email exist before any model request.
 
         ``raised_by`` is the desk account that typed the ticket in, if any; ``agent`` the
-        agent that makes the run (Loop.agent_name), the only one that advances or decides it.
+        agent that makes the run (Loop.agent_name), the only one that advances or decides it;
+        ``trace_context`` the W3C trace context its later spans join (telemetry on).
         """
         with self._tx() as db:
             run_id = self._insert_run(db, sender=sender, sender_name=sender_name,
                                       subject=subject, email=email, kind=kind,
-                                      raised_by=raised_by, agent=agent)
+                                      raised_by=raised_by, agent=agent,
+                                      trace_context=trace_context)
         return self.run(run_id)
 
     def _insert_run(self, db: Any, *, sender: str, sender_name: str, subject: str, email: str,
                     kind: str, raised_by: str | None, agent: str,
-                    extra: dict[str, Any] | None = None) -> str:
+                    extra: dict[str, Any] | None = None, trace_context: str | None = None
+                    ) -> str:
         """create_run's rows, in ``db``'s transaction (mail intake makes a run in its own);
         ``extra``: more facts for the email's timeline step (a mailed ticket's attachments)."""
         run_id = "run_" + uuid.uuid4().hex[:12]
         now = time.time()
         db.execute(
             "INSERT INTO runs(id, created_at, kind, sender, sender_name, subject, email,"
-            " status, updated_at, last_pid, transcript_complete, agent)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,1,?)",
+            " status, updated_at, last_pid, transcript_complete, agent, trace_context)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?)",
             (run_id, now, kind, sender, sender_name, subject, email, RunStatus.WORKING, now,
-             self.pid, agent))
+             self.pid, agent, trace_context))
         if raised_by:
             self._raised_by(db, run_id, raised_by)
         self._step(db, run_id, "email", {"from": sender, "name": sender_name,
@@ -153,7 +157,34 @@ class Runs(StoreCore):
         return [Run.model_validate(dict(r)) for r in rows
                 if not live or self._lease_live(db, dict(r))]
 
+    def keep_trace_context(self, run_id: str, context: str) -> None:
+        """Keep ``context`` as the run's trace context, unless it has one: for a run made
+        without one (by mail intake, or with telemetry off), its first traced advance's."""
+        with self._tx(durable=False) as db:   # lost with the power: the next advance's then
+            db.execute("UPDATE runs SET trace_context = ? WHERE id = ?"
+                       " AND trace_context IS NULL", (context, run_id))
+
+    def telemetry_counts(self) -> TelemetryCounts:
+        """What the telemetry gauges read (refund_agent/telemetry): runs by agent and status,
+        and per agent the proposals waiting and how long the oldest has waited (by the
+        database's clock). Two grouped reads, made only when a metric reader collects."""
+        runs = {(r[0], r[1]): int(r[2]) for r in self._read(
+            "SELECT agent, status, COUNT(*) FROM runs GROUP BY agent, status")}
+        waiting, oldest = {}, {}
+        for agent, n, age in self._read(
+                f"SELECT r.agent, COUNT(*), {self.now} - MIN(a.requested_at) FROM approvals a"
+                " JOIN runs r ON r.id = a.run_id WHERE a.status = 'pending' GROUP BY r.agent"):
+            waiting[agent], oldest[agent] = int(n), max(0.0, float(age))
+        return TelemetryCounts(runs, waiting, oldest)
+
 
 def _agent_filter(agent: str | None, table: str = "") -> tuple[str, tuple[str, ...]]:
     """The clause that keeps one agent's runs (none for None: every agent's)."""
     return ("", ()) if agent is None else (f" AND {table}agent = ?", (agent,))
+
+
+@dataclass(frozen=True)
+class TelemetryCounts:
+    runs: dict[tuple[str, str], int]   # (agent, status) -> runs
+    waiting: dict[str, int]            # agent -> pending proposals
+    oldest_wait: dict[str, float]      # agent -> seconds the oldest pending one has waited

@@ -103,6 +103,10 @@ SCHEMA_HISTORY: dict[int, str] = {
         "lower-cased), kept by triggers and indexed by trigrams (SQLite FTS5, PostgreSQL "
         "pg_trgm), and desk_counts holds how many runs each (desk status, escalated) has, "
         "kept by triggers on runs; both filled from the existing rows on upgrade.",
+    17: "runs.trace_context: the W3C trace context (traceparent, tracestate) of the span that "
+        "started the run, when tracing was on (refund_agent/telemetry), so a decision and a "
+        "resume in another process, days later, join the run's trace. NULL on runs from "
+        "before and on runs made with tracing off (a new column only).",
 }
 SCHEMA_VERSION = max(SCHEMA_HISTORY)
 

@@ -40,6 +40,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     # The extension, tables and triggers are the schema's; their rows come from the store's
     # (the desk's counts are the desk part's, filled when it makes their table).
     Step(16, (), data=fill_search(SEARCH_BODY)),
+    Step(17, ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS trace_context TEXT",)),
 )
 
 
@@ -65,7 +66,7 @@ POSTGRES_SCHEMA: tuple[str, ...] = (
     transcript_items BIGINT NOT NULL DEFAULT 0, transcript_bytes BIGINT NOT NULL DEFAULT 0,
     transcript_complete BIGINT NOT NULL DEFAULT 0, lease_host TEXT,
     agent TEXT NOT NULL DEFAULT 'refunds',
-    last_front TEXT)""",
+    last_front TEXT, trace_context TEXT)""",
     "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at)",
     """CREATE TABLE IF NOT EXISTS steps (

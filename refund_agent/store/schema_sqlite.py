@@ -61,6 +61,8 @@ SQLITE_STEPS: tuple[Step, ...] = (
     # The new tables are the schema's; their rows come from the runs and approvals already kept
     # (the desk's counts are the desk's part's, filled when it makes their table).
     Step(16, (), data=fill_search(SEARCH_BODY)),
+    Step(17, ("ALTER TABLE runs ADD COLUMN trace_context TEXT",),
+         adds=(("runs", "trace_context"),)),
 )
 
 
@@ -78,7 +80,7 @@ CREATE TABLE IF NOT EXISTS runs (
     transcript_items INTEGER NOT NULL DEFAULT 0, transcript_bytes INTEGER NOT NULL DEFAULT 0,
     transcript_complete INTEGER NOT NULL DEFAULT 0, lease_host TEXT,
     agent TEXT NOT NULL DEFAULT 'refunds',
-    last_front TEXT
+    last_front TEXT, trace_context TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);

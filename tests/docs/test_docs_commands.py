@@ -30,7 +30,7 @@ from refund_agent.cli import build_parser
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", *(f"docs/{name}.md" for name in (
     "TOUR", "CONFIGURATION", "MANY-MACHINES", "PROVIDERS", "HOW-IT-WORKS", "OFFLINE-MODEL",
-    "DESK", "OUTSIDE-SYSTEMS", "TESTING", "RELIABILITY", "EVAL"))]
+    "DESK", "OUTSIDE-SYSTEMS", "TESTING", "RELIABILITY", "EVAL", "TELEMETRY"))]
 # Where settings are documented for users: every one the package reads is in one of these.
 SETTINGS_DOCS = ["docs/CONFIGURATION.md", "docs/OUTSIDE-SYSTEMS.md"]
 SETTING = re.compile(r"\b(?:REFUND_AGENT|STRIPE|SMTP)_[A-Z0-9_]*[A-Z0-9]\b")

@@ -10,6 +10,7 @@ from typing import Any
 from ...models import PROVIDER_FAILED, Approval, RunStatus
 from ...store.core import StoreCore
 from ...store.leases import Lease
+from ...telemetry import points
 from ..identity import Actor
 from .escalations import raise_escalation
 
@@ -67,6 +68,7 @@ class ProviderEvents(StoreCore):
             self._audit(db, "uncertain", Actor.PAYMENTS, run_id=lease.run_id,
                         approval_id=approval.id, order_id=approval.order_id,
                         amount=approval.amount, note=note)
+        points.outcome_unknown(approval.id, note)
 
     def provider_events(self) -> list[dict[str, Any]]:
         """Every provider event recorded, oldest first (for reconciling)."""
