@@ -194,7 +194,9 @@ class Limiter:
             counted = limits.learned_limit(
                 (t for t, refused in self._sends if not refused and start < t <= end),
                 end, end - start)
-            self.pace_base, self.margin = limits.relearned(self.pace_base, self.margin, counted)
+            budget = self.per_second.limit if self.per_second else None
+            self.pace_base, self.margin = limits.relearned(self.pace_base, self.margin, counted,
+                                                           budget)
         if self.pace_base is None:
             return 0.0
         limit = limits.probed_limit(self.pace_base, now - self.last_limited)

@@ -219,7 +219,8 @@ def learned_limit(accepted: Iterable[float], now: float, span: float = PACE_PERI
     return max(1, round(count * PACE_PERIOD / span))
 
 
-def relearned(base: int | None, margin: float, counted: int) -> tuple[int, float]:
+def relearned(base: int | None, margin: float, counted: int,
+              budget: int | None = None) -> tuple[int, float]:
     """The pace (a count per PACE_PERIOD, and the room kept) after a 429 of which
     ``counted`` had got through.
 
@@ -227,7 +228,15 @@ def relearned(base: int | None, margin: float, counted: int) -> tuple[int, float
     then is the network's jitter (requests sent evenly arrive a little less so), answered by
     keeping a little more room (2 % more, up to MOST_MARGIN); fewer than that means the
     provider allows fewer now, and the pace becomes what got through.
+
+    Before any 429 the pace is our own budget's (``budget`` a period, None when there is
+    none), so the first 429 is judged against it: sent at the budget's full pace, a request
+    that crossed the provider's minute a moment early on the network is refused from a second
+    that held ``budget`` of ours, and only ``budget - 1`` got through. Read as the provider's
+    limit, that one refusal would halve a pace of 2 a second for PROBE_EVERY seconds.
     """
+    if base is None:
+        base = budget
     if base is None or counted < base - 1:
         return counted, margin
     return base, min(MOST_MARGIN, margin * 1.02)
