@@ -256,7 +256,7 @@ def timeline(out: Path) -> int:
                 store.execute("UPDATE approvals SET requested_at = requested_at - ?", (WAITED,))
                 store.execute("UPDATE runs SET created_at = created_at - ?", (WAITED,))
                 page.reload()
-                chart = page.locator("[class*='st-key-run_chart']")
+                chart = page.locator("[class*='st-key-timeline_chart']")
                 chart.get_by_text("waited 3 d 4 h", exact=False).first.wait_for()
                 page.wait_for_timeout(1500)  # let the refresh timers settle the layout
                 png = chart.screenshot()

@@ -193,7 +193,7 @@ def render_run_chart(steps: Sequence[Step], approvals: Sequence[Approval]) -> No
     axis = timeline_marks.axis_for(marks)
     lanes = timeline_marks.lane_names(steps)
     said = timeline_chart.summary(marks, axis, lanes)
-    with st.container(key="run_chart"):
+    with st.container(key="timeline_chart"):
         st.vega_lite_chart(spec=timeline_chart.chart_spec(marks, axis, lanes), width="stretch",
                            alt=f"Timeline of the run: {said}")
         st.caption(f":material/timeline: {md(said)}")

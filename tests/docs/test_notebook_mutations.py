@@ -310,9 +310,11 @@ MUTANTS = [
                ' **(extra or {})})\n        return run_id\n',
                '        return run_id  # MUTANT: the email is written apart, below\n'),
               ("store/runs.py",
-               '                                      raised_by=raised_by, agent=agent)\n'
+               '                                      raised_by=raised_by, agent=agent,\n'
+               '                                      trace_context=trace_context)\n'
                '        return self.run(run_id)\n',
-               '                                      raised_by=raised_by, agent=agent)\n'
+               '                                      raised_by=raised_by, agent=agent,\n'
+               '                                      trace_context=trace_context)\n'
                '        with self._tx() as db:  # MUTANT: the email in a transaction of its own\n'
                '            self._step(db, run_id, "email", {"from": sender, "name": sender_name,\n'
                '                                             "subject": subject, "body": email})\n'
@@ -752,13 +754,9 @@ def _last_cell(book: str, claim: str) -> int:
     return len(cells) - 1   # test_every_mutant_names_a_check_its_notebook_makes says why
 
 
-def _run(mutant: Mutant, scratch: Path) -> Outcome:
-    """Run the mutant's notebook (both, unbroken) against a broken copy of the package.
-
-    The code cells run in one plain Python process (notebook_runner.py), up to the cell of the
-    mutant's check; the notebooks' own nbval run (strict, outputs compared) is CI's, not this
-    test's: here only the first failing check matters."""
-    home = scratch / mutant.name
+def broken_copy(mutant: Mutant, home: Path) -> dict[str, list[str]]:
+    """The package, the stand-in and tutorial.py copied into ``home`` with the mutant's edits
+    applied; the notebooks' code cells, edited where the mutant edits them."""
     shutil.copytree(PACKAGE, home / "refund_agent",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "offline_model", home / "offline_model",
@@ -773,6 +771,17 @@ def _run(mutant: Mutant, scratch: Path) -> Outcome:
     cells = {book: ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]
                     if c["cell_type"] == "code"] for book, path in NOTEBOOKS.items()}
     _apply(mutant, home / "refund_agent", cells)
+    return cells
+
+
+def _run(mutant: Mutant, scratch: Path) -> Outcome:
+    """Run the mutant's notebook (both, unbroken) against a broken copy of the package.
+
+    The code cells run in one plain Python process (notebook_runner.py), up to the cell of the
+    mutant's check; the notebooks' own nbval run (strict, outputs compared) is CI's, not this
+    test's: here only the first failing check matters."""
+    home = scratch / mutant.name
+    cells = broken_copy(mutant, home)
     # The environment notebooks/conftest.py gives the notebooks' kernel under nbval.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(home), str(home / "notebooks"), *filter(None, [os.environ.get("PYTHONPATH")])]),

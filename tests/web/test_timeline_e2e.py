@@ -53,7 +53,7 @@ def test_a_ticket_approved_days_later_in_another_process_draws_its_timeline(
     page.goto(app_server.url)
     page.get_by_text("Audit log").first.wait_for()
     open_ticket(page)
-    chart = page.locator("[class*='st-key-run_chart']")
+    chart = page.locator("[class*='st-key-timeline_chart']")
     drawing = chart.get_by_test_id("stVegaLiteChart").locator("svg").first
     expect(drawing).to_be_visible()
     # The marks and labels are SVG text in the page (the chart asks for the SVG renderer).

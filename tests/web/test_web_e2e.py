@@ -119,7 +119,7 @@ def test_refund_survives_a_server_restart(context, server: AppServer):
     expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
     expect(page.get_by_text("Approved by Dana Kim", exact=True)).to_be_visible()
     expect(page.get_by_text("issued: $48.00")).to_be_visible()
-    expect(page.get_by_text("Email to maya.chen@example.com")).to_be_visible()
+    expect(page.get_by_text("Email to maya.chen@example.com", exact=True)).to_be_visible()
     expect(page.locator(CARD)).to_have_count(0)
 
     audit = downloaded_audit(page, 3)
@@ -187,7 +187,8 @@ def test_crash_after_refund_is_picked_up_and_not_repeated(context, app_server: A
     app_server.start()  # without the crash point, as a person would restart it
     page.get_by_text(f"Server pid {app_server.pid}").wait_for()
     page.get_by_text("Note for the team", exact=True).wait_for()
-    expect(page.get_by_text("reused, not repeated", exact=False)).to_be_visible()
+    # The thread's words (the timeline's text list says "reused, not repeated" too).
+    expect(page.get_by_text("already made before the crash; reused, not repeated")).to_be_visible()
     expect(page.get_by_text("Server restarted: process", exact=False)).to_be_visible()
     page.get_by_text("Hash chain intact, payments and emails reconciled · 3 entries").wait_for()
 
