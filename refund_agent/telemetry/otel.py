@@ -24,6 +24,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .points import error_type
 from .switches import Switches
 
 SCOPE = "refund_agent"
@@ -49,12 +50,6 @@ HISTOGRAMS = {
     "refund_agent.decision.wait": ("s", "How long a proposal waited for its decision."),
     "refund_agent.proposal.amount": ("{cent}", "What a proposal moves, in cents."),
 }
-
-
-def error_type(exc: BaseException) -> str:
-    """error.type: a provider's HTTP status when it sent one, else the exception's class."""
-    status = getattr(exc, "status_code", None)
-    return str(status) if isinstance(status, int) else type(exc).__qualname__
 
 
 def _build(wanted: Switches) -> tuple[Any, Any]:

@@ -153,6 +153,13 @@ def chat(client: Any, params: dict[str, Any]) -> AbstractContextManager[Any]:
     return _timed(tel, f"chat {model}", attributes)
 
 
+# Pure, so the failure path of a span never imports OpenTelemetry itself.
+def error_type(exc: BaseException) -> str:
+    """error.type: a provider's HTTP status when it sent one, else the exception's class."""
+    status = getattr(exc, "status_code", None)
+    return str(status) if isinstance(status, int) else type(exc).__qualname__
+
+
 @contextmanager
 def _timed(tel: Any, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
     started = time.monotonic()
@@ -163,7 +170,6 @@ def _timed(tel: Any, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
         with tel.span(name, attributes, client=True) as span:
             yield span
     except BaseException as exc:
-        from .otel import error_type
         error = error_type(exc)
         raise
     finally:
