@@ -168,7 +168,7 @@ class Loop:
                 cancel: Cancel | None = None, follow_up: FollowUp | None = None) -> Run:
         """Advance the run until it finishes, waits for a person, stops, or fails.
 
-        Each turn is one streamed request; before it, the previous response's calls run (the
+        Each turn is one request; before it, the previous response's calls run (the
         read-only ones it starts with are saved with it, any other as it returns), or a call
         that needs approval pauses the run. ``follow_up`` is asked, still under the run's
         lease, each time the run would end done: it may add input (a reply) and answer True
@@ -181,8 +181,7 @@ class Loop:
             KeyboardInterrupt: after marking the run stopped, so Ctrl+C still ends the program.
             RunNotReady: another agent made the run.
         """
-        emit = on_event or (lambda _e: None)
-        # Nobody listening (the terminal, a worker): the new steps are not read back at all.
+        # Nobody listening (the terminal, a worker): no steps read back, each reply asked whole.
         before = self.store.last_step_id(run_id) if on_event else -1
         # A run this process claimed (see claim) is continued under the claim's token. The run
         # as acquiring it left it (another agent's is refused there, RunNotReady), then as each
@@ -190,7 +189,7 @@ class Loop:
         lease, run = self.store.acquire_run(
             run_id, self._claimed.pop(run_id, None) or uuid.uuid4().hex, self.agent_name)
         calls: list[Call] | None = None
-        seen = self._emit_steps(run_id, before, emit)  # the "new process" mark, if any
+        seen = self._emit_steps(run_id, before, on_event)  # the "new process" mark, if any
         end: turns.TurnResult | turns.Released | Ending
         # One heartbeat for the whole advance, not one per request: it renews the lease while
         # requests stream and tools run, and closes whichever stream is open if it is lost.
@@ -204,12 +203,12 @@ class Loop:
                     end = self._next(run, lease, calls)
                     if follow_up and end == turns.Finished() and follow_up(run, lease):
                         budget, end = MAX_TURNS, self._next(run, lease, calls)  # a new input
-                    seen = self._emit_steps(run_id, seen, emit)
+                    seen = self._emit_steps(run_id, seen, on_event)
                     if not isinstance(end, NextInput):
                         break
-                    run, calls, ended = self._turn(run, lease, end, emit, cancel, heartbeat,
+                    run, calls, ended = self._turn(run, lease, end, on_event, cancel, heartbeat,
                                                    follow_up is not None)
-                    seen = self._emit_steps(run_id, seen, emit)
+                    seen = self._emit_steps(run_id, seen, on_event)
                     if ended:   # that response ended the run, and its commit the lease: one
                         end = turns.Released(run)   # boundary, the run's end (no calls to run)
                         break
@@ -234,7 +233,7 @@ class Loop:
                     raise  # Ctrl+C, or a programming error: the run is marked, the error goes on
             else:
                 left = end_run(self.store, lease, end)
-        self._emit_steps(run_id, seen, emit)
+        self._emit_steps(run_id, seen, on_event)
         return left   # as the release left it: not read again
 
     def _next(self, run: Run, lease: Lease, calls: list[Call] | None = None
@@ -322,10 +321,10 @@ class Loop:
         calls = (Call.new(run.id, read.response_id, *c) for c in read.calls)  # as needed
         return run_ahead(self.tools, calls, partial(self.context, run, lease))
 
-    def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent,
+    def _turn(self, run: Run, lease: Lease, step: NextInput, emit: OnEvent | None,
               cancel: Cancel | None, heartbeat: Heartbeat, following: bool = False
               ) -> tuple[Run, list[Call], bool]:
-        """One streamed request; its response is committed before any call with an effect runs.
+        """One request; its response is committed before any call with an effect runs.
         Returns the run and the response's calls as that commit left them, and whether the
         response ended the run: no calls and nothing else to send, so the same commit set the
         run's end and gave up the lease (one transaction, not a second one to release it).
@@ -367,9 +366,9 @@ class Loop:
             effects=done_at_once(self.tools, read.calls))
         return recorded.run, recorded.calls, finish is not None
 
-    def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent, cancel: Cancel | None,
-                heartbeat: Heartbeat) -> Any:
-        """One streamed request (a method of its own, so bench/ can time it)."""
+    def _stream(self, run_id: str, params: dict[str, Any], emit: OnEvent | None,
+                cancel: Cancel | None, heartbeat: Heartbeat) -> Any:
+        """One request (a method of its own, so bench/ can time it)."""
         return stream_response(self.model.client, run_id, params, emit, cancel, heartbeat)
 
     def _asking(self, run_id: str) -> bool:
@@ -386,8 +385,8 @@ class Loop:
             return []
         return turns.history(run, self.store.transcript(run.id), self.store.steps(run.id))
 
-    def _emit_steps(self, run_id: str, after: int, emit: OnEvent) -> int:
-        if after < 0:   # no listener (see advance)
+    def _emit_steps(self, run_id: str, after: int, emit: OnEvent | None) -> int:
+        if after < 0 or emit is None:   # no listener (see advance)
             return after
         steps = self.store.steps(run_id, after)
         for step in steps:

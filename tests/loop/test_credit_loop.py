@@ -50,13 +50,28 @@ def test_requests_follow_the_stored_response_protocol(credit, model):
     assert [i["role"] for i in first["input"]] == ["system", "user"]
     assert "previous_response_id" not in first and "instructions" not in first
     for body in model.server.requests:
-        assert body["store"] is True and body["stream"] is True
+        # Nobody watched this advance: each reply was asked for whole, not streamed.
+        assert body["store"] is True and body["stream"] is False
         assert body["parallel_tool_calls"] is False and body["prompt_cache_key"] == run.id
     for body in later:
         assert body["previous_response_id"]
         assert [i["type"] for i in body["input"]] == ["function_call_output"]
     chain = [s.data["response_id"] for s in credit.store.steps(run.id) if s.kind == "response"]
     assert [b["previous_response_id"] for b in later] == chain[:-1]
+
+
+def test_a_watched_advance_streams_and_ends_as_an_unwatched_one(credit, model):
+    watched = []
+    run = credit.advance(credit.start(ANA, EMAIL).id, watched.append)
+    assert [b["stream"] for b in model.server.requests] == [True] * run.requests
+    kinds = {e.kind for e in watched}
+    assert {"call", "arguments", "step"} <= kinds, kinds   # deltas as they came, then steps
+    assert [e.text for e in watched if e.kind == "call"] == ["lookup_account", "issue_credit"]
+    unwatched = credit.advance(credit.start(ANA, EMAIL).id)
+    assert [b["stream"] for b in model.server.requests[run.requests:]] == [False] * run.requests
+    assert (unwatched.status, unwatched.requests) == (run.status, run.requests)
+    assert [s.kind for s in credit.store.steps(unwatched.id)] == \
+        [s.kind for s in credit.store.steps(run.id)]
 
 
 def test_rate_limit_before_the_answer_is_retried(credit, model):
