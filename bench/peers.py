@@ -16,7 +16,8 @@ are medians and ratios taken in one run.
 
 Configurations:
 
-- ``project``: refund-agent's own Agent (streamed requests, previous_response_id, SQLite store).
+- ``project``: refund-agent's own Agent (previous_response_id, SQLite store; nobody watches,
+  so each reply is asked for whole, as the peers ask for theirs).
 - ``sdk``: the Agents SDK as its human-in-the-loop guide shows it: ``needs_approval=True`` on
   the refund tool, ``Runner.run``, ``result.to_state()``, the state written to a JSON file with
   ``Path.write_text``, read back with ``RunState.from_json``, ``state.approve``, ``Runner.run``.

@@ -83,7 +83,8 @@ DIALECT_ENV = "REFUND_AGENT_OFFLINE_DIALECT"
 # refused for good (xAI: "a field in the POST request body has an invalid format"), as a
 # transcript the provider cannot read is refused however often it is sent. "ok": no fault, to
 # place a later one (the transcript resent after a 404, not the request that got the 404).
-KNOWN_FAULTS = frozenset({"422", "429", "500", "503", "cut", "credits", "ok"})
+# "failed": accepted, then failed while generating (status "failed"; streamed, response.failed).
+KNOWN_FAULTS = frozenset({"422", "429", "500", "503", "cut", "credits", "failed", "ok"})
 # How a continuation of a gone stored response is refused: a 404 naming the id (both
 # dialects), a bare 404 that names nothing (only a retrieve tells), or xAI's 400
 # previous_response_not_found (its WebSocket-mode documentation).
@@ -306,6 +307,16 @@ class _Created:
     created_at: float
 
 
+def _failed(created: _Created) -> _Created:
+    """The response as the API reports one that failed mid-generation: status "failed", an
+    error, no output; streamed, it ends with ``response.failed``. Never stored, so nothing
+    can continue from it."""
+    response = {**created.response, "status": "failed", "output": [], "usage": None,
+                "error": {"code": "server_error",
+                          "message": "The model failed to generate a response."}}
+    return _Created(response, created.input_items, created.created_at)
+
+
 class OfflineServer:
     """Loopback HTTP server speaking the Responses API for the ``openai`` SDK.
 
@@ -314,7 +325,7 @@ class OfflineServer:
         latency: Seconds a reply takes; streamed replies spread it over deltas,
             background ones spend it queued.
         faults: Initial fault queue (``"422"``, ``"429"``, ``"500"``, ``"503"``, ``"cut"``,
-            ``"credits"``, ``"ok"``);
+            ``"credits"``, ``"failed"``, ``"ok"``);
             ``None`` reads the comma-separated ``REFUND_AGENT_OFFLINE_FAULTS``.
         clock: Time source for ``created_at`` and the 30-day expiry (moved
             forward by :meth:`advance_clock`).
@@ -1059,6 +1070,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, queued, limited)
             return
         created = app.create(body)
+        if fault == "failed":   # accepted, then failed while generating: status "failed"
+            created = _failed(created)
         if body.get("stream"):
             self._stream_created(created, cut=fault == "cut", headers=limited)
         elif fault == "cut":
@@ -1066,7 +1079,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if app.latency > 0:
                 time.sleep(app.latency)
-            app.persist(created)
+            if fault != "failed":
+                app.persist(created)
             self._send_json(200, created.response, limited)
 
     def _retrieve(self, id: str, query: dict[str, list[str]]) -> None:

@@ -89,6 +89,36 @@ def test_rate_limit_past_the_retry_budget_fails_resumably(credit, model):
     assert credit.advance(run.id).status == RunStatus.WAITING
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["whole", "streamed"])
+def test_a_response_that_fails_while_generating_fails_the_run_resumably(credit, model, watched):
+    model.server.inject("failed")   # status "failed" whole; response.failed streamed
+    run = credit.advance(credit.start(ANA, EMAIL).id, [].append if watched else None)
+    assert [b["stream"] for b in model.server.requests] == [watched]
+    assert run.status == RunStatus.FAILED and run.last_response_id is None, run.error
+    assert "failed" in run.error.lower(), run.error
+    assert credit.advance(run.id).status == RunStatus.WAITING
+
+
+def test_stop_while_a_whole_reply_is_awaited_uses_nothing_from_it(settings):
+    server = OfflineServer(settings.output_dir / "offline-model.sqlite3", latency=1.0).start()
+    try:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        desk = CreditDesk(settings, model=ModelAccess(client, "offline", server))
+        run = desk.start(ANA, EMAIL)
+        cancel = Cancel()
+        threading.Timer(0.3, cancel.set).start()   # nobody watches: the reply is asked whole
+        stopped = desk.advance(run.id, None, cancel)
+        assert [b["stream"] for b in server.requests] == [False]
+        assert stopped.status == RunStatus.STOPPED   # the reply came after the stop
+        assert stopped.last_response_id is None      # and was not used
+        server.latency = 0.0
+        assert desk.advance(run.id).status == RunStatus.WAITING
+        calls = [s.data["call_id"] for s in desk.store.steps(run.id) if s.kind == "call"]
+        assert len(calls) == len(set(calls)) == 2    # the lookup, the proposal: once each
+    finally:
+        server.close()
+
+
 def test_stop_mid_stream_then_resume_runs_nothing_twice(settings):
     server = OfflineServer(settings.output_dir / "offline-model.sqlite3", latency=1.0).start()
     try:
