@@ -31,6 +31,7 @@ run only some, and REFUND_AGENT_MUTATION_REPORT=path to write which cells caught
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import re
@@ -782,6 +783,9 @@ def _run(mutant: Mutant, scratch: Path) -> Outcome:
     test's: here only the first failing check matters."""
     home = scratch / mutant.name
     cells = broken_copy(mutant, home)
+    # Compiled once here and read by every process the run starts (the cells' and their
+    # commands'): with PYTHONDONTWRITEBYTECODE, set below, each would compile the copy again.
+    compileall.compile_dir(home, quiet=1)
     # The environment notebooks/conftest.py gives the notebooks' kernel under nbval.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(home), str(home / "notebooks"), *filter(None, [os.environ.get("PYTHONPATH")])]),
