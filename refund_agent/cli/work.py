@@ -18,6 +18,7 @@ what was not committed is sent again, each effect is recorded once under its key
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 import threading
@@ -155,6 +156,19 @@ class _Signals:
         (self.hurry if self.stop.is_set() else self.stop).set()
 
 
+def few_malloc_arenas(arenas: int = 2) -> None:
+    """Keep glibc's allocator to ``arenas`` memory pools, before the worker starts its threads.
+
+    By default glibc gives threads pools of their own, up to eight per core, each grown and
+    kept. With 16 runs in flight reading whole replies, a worker on PostgreSQL peaked at 686 MB
+    with them and at 188 MB with two, its drain unchanged (docs/PERFORMANCE.md); the
+    interpreter lock serializes the threads' Python anyway. Not glibc (macOS, musl): nothing."""
+    try:
+        ctypes.CDLL(None).mallopt(-8, arenas)   # -8: M_ARENA_MAX in glibc's malloc.h
+    except (OSError, AttributeError):
+        pass
+
+
 def rate_limited_probe(agent: Agent) -> Callable[[], int] | None:
     """How many 429s the process's rate limiter has met so far, if the model client has one
     (``client.limiter.stats()``, providers/limiter.py); None without one."""
@@ -194,6 +208,7 @@ class Drain:
         _ = agent.model, agent.effects
         self._probe = rate_limited_probe(agent)
         self.signals.install()
+        few_malloc_arenas()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="refund-work")
         try:
             self._work(pool)
