@@ -10,10 +10,12 @@ with every run in flight, and each is then continued from its last boundary.
 
 Stopping: the first Ctrl+C or SIGTERM stops taking runs; those in flight get ``grace``
 seconds to reach the end of their advance (done, waiting on a person) on their own, then the
-rest are cancelled (Loop.advance's ``cancel``: the open request is closed, the run stops at
-its last stored response) and handed back, so the next worker, here or on another host,
-claims them again. A second Ctrl+C cancels at once. Nothing is left half done either way:
-what was not committed is sent again, each effect is recorded once under its key.
+rest are cancelled (Loop.advance's ``cancel``: the run stops at its last stored response as the
+reply it awaits arrives, unused; nobody watches a worker's runs, so it asks for whole replies,
+which nothing cuts short before their first byte) and handed back, so the next worker, here or
+on another host, claims them again. A second Ctrl+C cancels without waiting out the grace.
+Nothing is left half done either way: what was not committed is sent again, each effect is
+recorded once under its key.
 """
 
 from __future__ import annotations
