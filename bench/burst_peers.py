@@ -32,7 +32,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from peers import MODEL, GraphState, SdkWorker, Worker  # noqa: E402
+from peers import MODEL, GraphState, SdkWorker, Worker, model_and_tools_graph  # noqa: E402
 
 PEER_RETRIES = 5   # the project's REFUND_AGENT_MAX_RETRIES default, so like is met with like
 
@@ -44,7 +44,6 @@ class AsyncLangGraphWorker(Worker):
         super().__init__(*a, **kw)
         import httpx2
         import openai
-        from langgraph.graph import END, START, StateGraph
         from langgraph.types import interrupt
 
         from refund_agent.desk.tools import tool_schemas
@@ -78,16 +77,7 @@ class AsyncLangGraphWorker(Worker):
                                 "output": out})
             return {"history": outputs, "new": outputs, "calls": []}
 
-        def route(state: GraphState) -> str:
-            return "tools" if state.get("calls") else END
-
-        graph = StateGraph(GraphState)
-        graph.add_node("model", model)
-        graph.add_node("tools", tools)
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", route, ["tools", END])
-        graph.add_edge("tools", "model")
-        self.builder = graph
+        self.builder = model_and_tools_graph(model, tools)
         self.graph: Any = None
 
     async def pause(self, order_id: str) -> str:

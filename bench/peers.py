@@ -572,6 +572,23 @@ class GraphState(TypedDict, total=False):
     subject: str
 
 
+def model_and_tools_graph(model: Any, tools: Any) -> Any:
+    """The graph every LangGraph configuration runs (here and in burst_peers.py): the model
+    node, then the tool node while the model calls tools, then the model again."""
+    from langgraph.graph import END, START, StateGraph
+
+    def route(state: GraphState) -> str:
+        return "tools" if state.get("calls") else END
+
+    graph = StateGraph(GraphState)
+    graph.add_node("model", model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph
+
+
 class LangGraphWorker(Worker):
     """A LangGraph StateGraph: a model node and a tool node that interrupts before paying."""
 
@@ -582,7 +599,6 @@ class LangGraphWorker(Worker):
         import httpx2
         import openai
         from langgraph.checkpoint.sqlite import SqliteSaver
-        from langgraph.graph import END, START, StateGraph
         from langgraph.types import interrupt
 
         from refund_agent.desk.tools import tool_schemas
@@ -628,15 +644,7 @@ class LangGraphWorker(Worker):
                                 "output": out})
             return {"history": outputs, "new": outputs, "calls": []}
 
-        def route(state: GraphState) -> str:
-            return "tools" if state.get("calls") else END
-
-        graph = StateGraph(GraphState)
-        graph.add_node("model", model)
-        graph.add_node("tools", tools)
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", route, ["tools", END])
-        graph.add_edge("tools", "model")
+        graph = model_and_tools_graph(model, tools)
         self.db_path = self.out / "checkpoints.sqlite"
         self.conn = sqlite3.connect(self.db_path, check_same_thread=False)
         self.saver = SqliteSaver(self.conn)

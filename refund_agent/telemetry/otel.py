@@ -19,10 +19,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+try:   # the otel extra; telemetry.__init__ turns this into one warning and carries on
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError as exc:
+    raise ImportError(f"refund_agent's telemetry needs OpenTelemetry ({exc.name} is missing): "
+                      "pip install 'refund-agent[otel]'", name=exc.name) from None
 
 from .points import error_type
 from .switches import Switches

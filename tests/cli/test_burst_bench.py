@@ -29,12 +29,16 @@ from hypothesis import strategies as st
 def test_the_ideal_is_every_request_waited_for_once_spread_over_the_slots(requests, latency, c):
     ideal = ideal_seconds(requests, latency, c)
     assert math.isclose(ideal * c, requests * latency)
-    # one more slot never makes the ideal slower
-    assert ideal_seconds(requests, latency, c + 1) <= ideal
+    # one more slot never makes the ideal slower: in the ideal of c slots, c + 1 slots wait out
+    # at least every request's latency (pure arithmetic on the given numbers; no clock is read)
+    more = ideal_seconds(requests, latency, c + 1)
+    assert math.isclose(more * (c + 1), requests * latency) and ideal * (c + 1) >= more * (c + 1)
 
 
 def test_the_rate_bound_is_the_requests_over_the_limit():
-    assert rate_bound_seconds(300, 120, 60.0) == 150.0
+    # 300 requests at 120 in each 60: the bound, at that rate, sends exactly the 300
+    bound = rate_bound_seconds(300, 120, 60.0)
+    assert bound / 60.0 * 120 == 300 and rate_bound_seconds(600, 120, 60.0) == 2 * bound
 
 
 def test_memory_per_run_is_the_extra_peak_over_the_extra_runs():

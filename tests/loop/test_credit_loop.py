@@ -99,47 +99,35 @@ def test_a_response_that_fails_while_generating_fails_the_run_resumably(credit, 
     assert credit.advance(run.id).status == RunStatus.WAITING
 
 
-def test_stop_while_a_whole_reply_is_awaited_uses_nothing_from_it(settings):
+@pytest.fixture
+def slow(settings):
+    """A credit desk on a stand-in that takes 1 s a reply, and that stand-in."""
     server = OfflineServer(settings.output_dir / "offline-model.sqlite3", latency=1.0).start()
-    try:
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        desk = CreditDesk(settings, model=ModelAccess(client, "offline", server))
-        run = desk.start(ANA, EMAIL)
-        cancel = Cancel()
-        threading.Timer(0.3, cancel.set).start()   # nobody watches: the reply is asked whole
-        stopped = desk.advance(run.id, None, cancel)
-        assert [b["stream"] for b in server.requests] == [False]
-        assert stopped.status == RunStatus.STOPPED   # the reply came after the stop
-        assert stopped.last_response_id is None      # and was not used
-        server.latency = 0.0
-        assert desk.advance(run.id).status == RunStatus.WAITING
-        calls = [s.data["call_id"] for s in desk.store.steps(run.id) if s.kind == "call"]
-        assert len(calls) == len(set(calls)) == 2    # the lookup, the proposal: once each
-    finally:
-        server.close()
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    yield CreditDesk(settings, model=ModelAccess(client, "offline", server)), server
+    server.close()
 
 
-def test_stop_mid_stream_then_resume_runs_nothing_twice(settings):
-    server = OfflineServer(settings.output_dir / "offline-model.sqlite3", latency=1.0).start()
-    try:
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        desk = CreditDesk(settings, model=ModelAccess(client, "offline", server))
-        run = desk.start(ANA, EMAIL)
-        cancel = Cancel()
+@pytest.mark.parametrize("watched", [True, False], ids=["mid-stream", "awaiting a whole reply"])
+def test_a_stop_uses_nothing_from_the_reply_and_the_resume_runs_nothing_twice(slow, watched):
+    desk, server = slow
+    run = desk.start(ANA, EMAIL)
+    cancel = Cancel()
 
-        def on_event(event):
-            if event.kind == "reasoning":
-                cancel.set()
+    def on_event(event):
+        if event.kind == "reasoning":
+            cancel.set()
 
-        stopped = desk.advance(run.id, on_event, cancel)
-        assert stopped.status == RunStatus.STOPPED   # within the first response
-        assert stopped.last_response_id is None      # the cut-off response was never recorded
-        server.latency = 0.0
-        assert desk.advance(run.id).status == RunStatus.WAITING
-        calls = [s.data["call_id"] for s in desk.store.steps(run.id) if s.kind == "call"]
-        assert len(calls) == len(set(calls)) == 2    # the lookup, the proposal: once each
-    finally:
-        server.close()
+    if not watched:   # nobody watches: the reply is asked whole, and the stop comes meanwhile
+        threading.Timer(0.3, cancel.set).start()
+    stopped = desk.advance(run.id, on_event if watched else None, cancel)
+    assert [b["stream"] for b in server.requests] == [watched]
+    assert stopped.status == RunStatus.STOPPED   # within the first response
+    assert stopped.last_response_id is None      # the stopped response was never recorded
+    server.latency = 0.0
+    assert desk.advance(run.id).status == RunStatus.WAITING
+    calls = [s.data["call_id"] for s in desk.store.steps(run.id) if s.kind == "call"]
+    assert len(calls) == len(set(calls)) == 2    # the lookup, the proposal: once each
 
 
 def test_a_wrong_base_url_is_not_reported_as_an_expired_response(credit):

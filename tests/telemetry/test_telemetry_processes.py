@@ -207,6 +207,22 @@ def test_without_the_extra_everything_works_and_says_so_once(tmp_path):
     assert "pip install 'refund-agent[otel]'" in proc.stderr
 
 
+def test_an_application_asking_for_telemetry_without_the_extra_is_told_how_to_install_it(
+        tmp_path):
+    blocked = WITHOUT_THE_EXTRA.split("sys.meta_path.insert(0, NotInstalled())")[0]
+    script = blocked + """sys.meta_path.insert(0, NotInstalled())
+from refund_agent import telemetry
+try:
+    telemetry.use()
+except ImportError as exc:
+    print("refused:", exc)
+"""
+    proc = run_python(script, tmp_path)
+    expect_ok(proc, "telemetry.use() without the otel extra")
+    assert "refused: refund_agent's telemetry needs OpenTelemetry" in proc.stdout
+    assert "pip install 'refund-agent[otel]'" in proc.stdout
+
+
 INSTALLED_BY_THE_APPLICATION = r"""
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
